@@ -1,0 +1,1 @@
+//! tessel-passes (placeholder)
