@@ -1,0 +1,297 @@
+//! The graph IR: a step as a DAG of tensor ops with concrete shapes.
+//!
+//! Data model (Cranelift `dfg.rs` style): every [`Value`] is defined by one [`Op`] in
+//! [`Graph::ops`], a `PrimaryMap` in topological order — an op's operands are always defined
+//! before it. Facts about values live beside the ops in `SecondaryMap`s: the [`TensorType`] of
+//! each value in [`Graph::types`]; fusion groups in [`Fusion`]; schedule choices in
+//! [`Schedules`].
+//!
+//! Semantics (design §5): arithmetic on `bf16`/`f16` values converts the operands exactly to
+//! f32, computes the f32 operation, and rounds once (nearest even) to the result dtype, as
+//! PyTorch does on CUDA. Reductions accumulate in f32; their order is fixed by the kernel's
+//! schedule, not by the graph. NaN propagates through `max`, `min` and every reduction.
+//! No op broadcasts implicitly: the `check` pass inserts [`Op::Reshape`] and [`Op::Broadcast`].
+
+use crate::entities::{Group, Value};
+use crate::types::TensorType;
+use cranelift_entity::{packed_option::PackedOption, PrimaryMap, SecondaryMap};
+use std::fmt;
+
+/// Elementwise ops of one operand. The result has the operand's shape; its dtype is the
+/// operand's dtype (the math functions are defined on float dtypes only).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum UnaryOp {
+    Neg,
+    Abs,
+    /// Logical not of a `bool`.
+    Not,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Sin,
+    Cos,
+    Tanh,
+    Sigmoid,
+    /// `x · sigmoid(x)`.
+    Silu,
+}
+
+/// Elementwise ops of two operands of the same dtype and shape. Comparisons give `bool`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum BinaryOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    /// Remainder with the sign of the dividend (C `fmod` / truncating `%` on i32).
+    Rem,
+    Min,
+    Max,
+    Pow,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+}
+
+/// Reductions along one axis.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// The definition of a value. The result type is in [`Graph::types`].
+#[derive(Clone, PartialEq, Debug)]
+pub enum Op {
+    /// Step parameter number `index` (the order of [`Graph::inputs`]).
+    Input { index: u32 },
+    /// Every element equals `value` (exactly representable in the result dtype; the `check`
+    /// pass rounds literals to the dtype they take).
+    Const { value: f64 },
+    /// `result[i_0, .., i_n] = i_axis`, converted to the result dtype.
+    Iota { axis: u32 },
+    Unary { op: UnaryOp, arg: Value },
+    Binary { op: BinaryOp, lhs: Value, rhs: Value },
+    /// `cond` is `bool` with the result's shape; the arms have the result's type.
+    Select {
+        cond: Value,
+        on_true: Value,
+        on_false: Value,
+    },
+    /// Conversion to the result dtype, same shape: float → float rounds to nearest even;
+    /// float → i32 truncates toward zero (saturating, NaN → 0); i32 → float rounds to nearest
+    /// even; bool → number gives 0 or 1; number → bool is `x != 0`.
+    Cast { arg: Value },
+    /// Same rank as the result; each operand dim is 1 (repeated) or equal to the result's.
+    Broadcast { arg: Value },
+    /// Same element count, row-major order kept.
+    Reshape { arg: Value },
+    /// `result.shape[i] = arg.shape[perm[i]]`.
+    Permute { arg: Value, perm: Vec<u32> },
+    /// Reduces `axis`, which the result keeps with size 1.
+    Reduce {
+        op: ReduceOp,
+        arg: Value,
+        axis: u32,
+    },
+    /// `result = arg[.., start .. start + result.shape[axis], ..]` along `axis`, step 1.
+    Slice { arg: Value, axis: u32, start: u64 },
+    /// Operands joined along `axis`; all other dims equal.
+    Concat { args: Vec<Value>, axis: u32 },
+}
+
+impl Op {
+    /// The values this op reads, in operand order.
+    pub fn args(&self) -> Vec<Value> {
+        match self {
+            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => vec![],
+            Op::Unary { arg, .. }
+            | Op::Cast { arg }
+            | Op::Broadcast { arg }
+            | Op::Reshape { arg }
+            | Op::Permute { arg, .. }
+            | Op::Reduce { arg, .. }
+            | Op::Slice { arg, .. } => vec![*arg],
+            Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => vec![*cond, *on_true, *on_false],
+            Op::Concat { args, .. } => args.clone(),
+        }
+    }
+
+    /// True for ops that compute each output element from operand elements at related
+    /// indices only (everything but [`Op::Reduce`]).
+    pub fn is_elementwise_like(&self) -> bool {
+        !matches!(self, Op::Reduce { .. })
+    }
+}
+
+/// A step in graph form.
+#[derive(Clone, Debug, Default)]
+pub struct Graph {
+    /// The step's name.
+    pub name: String,
+    /// Definitions, in topological order.
+    pub ops: PrimaryMap<Value, Op>,
+    /// The type of every value.
+    pub types: SecondaryMap<Value, TensorType>,
+    /// Step parameters in order: name and the [`Op::Input`] value.
+    pub inputs: Vec<(String, Value)>,
+    /// Step results in order: name and value. A value may be returned more than once.
+    pub outputs: Vec<(String, Value)>,
+}
+
+impl Graph {
+    pub fn new(name: impl Into<String>) -> Self {
+        Graph {
+            name: name.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Appends `op` with result type `ty` and returns its value. The caller keeps the
+    /// topological order (operands already pushed); [`crate::graph::Graph`]'s verifier checks it.
+    pub fn push(&mut self, op: Op, ty: TensorType) -> Value {
+        let v = self.ops.push(op);
+        self.types[v] = ty;
+        v
+    }
+
+    /// The type of `v`.
+    pub fn ty(&self, v: Value) -> &TensorType {
+        &self.types[v]
+    }
+
+    /// Number of uses of each value (operand uses plus step outputs).
+    pub fn use_counts(&self) -> SecondaryMap<Value, u32> {
+        let mut uses = SecondaryMap::new();
+        for (_, op) in self.ops.iter() {
+            for a in op.args() {
+                uses[a] += 1;
+            }
+        }
+        for (_, v) in &self.outputs {
+            uses[*v] += 1;
+        }
+        uses
+    }
+}
+
+/// What kind of kernel a fusion group becomes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum GroupKind {
+    /// Every output element is computed independently from inputs at related indices.
+    Elementwise,
+    /// Rows of the outputs' last axis: per row, one or more reductions over the row
+    /// (with their elementwise prologue), then an elementwise epilogue over the row.
+    RowReduction,
+}
+
+/// One fusion group: the values it writes to memory and, for a row reduction, the
+/// reductions it forms per row. Every other value it needs is computed inside the kernel
+/// from materialised values (step inputs and other groups' outputs), recomputed if another
+/// group needs it too.
+#[derive(Clone, PartialEq, Debug)]
+pub struct GroupData {
+    pub kind: GroupKind,
+    /// Values written by the kernel. All have the same shape (the iteration domain).
+    pub outputs: Vec<Value>,
+    /// [`Op::Reduce`] values over the last axis computed per row, in order
+    /// (empty for [`GroupKind::Elementwise`]).
+    pub reductions: Vec<Value>,
+}
+
+/// The `fuse` pass's result, a side table of the graph.
+#[derive(Clone, Debug, Default)]
+pub struct Fusion {
+    pub groups: PrimaryMap<Group, GroupData>,
+    /// The group that writes each materialised value; none for step inputs and for values
+    /// computed inside a kernel.
+    pub writer: SecondaryMap<Value, PackedOption<Group>>,
+}
+
+impl Fusion {
+    /// Adds a group and records it as the writer of its outputs.
+    pub fn new_group(&mut self, data: GroupData) -> Group {
+        let outs = data.outputs.clone();
+        let g = self.groups.push(data);
+        for v in outs {
+            self.writer[v] = g.into();
+        }
+        g
+    }
+
+    /// True if `v` lives in memory: a step input or some group's output.
+    pub fn is_materialized(&self, graph: &Graph, v: Value) -> bool {
+        matches!(graph.ops[v], Op::Input { .. }) || self.writer[v].is_some()
+    }
+}
+
+/// The tile configuration of one kernel: plain data, printed in the IR and explained by
+/// `tessel explain` (tinygrad `opt/` style). Chosen by the `schedule` pass.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum TileConfig {
+    /// One thread per `vector` consecutive elements of the flattened output, `threads` per
+    /// CTA, a grid of `ceil(numel / (threads · vector))` CTAs.
+    Elementwise { threads: u32, vector: u32 },
+    /// `threads_per_row` threads (a power of two ≤ 32, or a multiple of 32) share one row;
+    /// a CTA holds `rows_per_cta` rows; each thread reads `vector` consecutive elements per
+    /// access, striding by `threads_per_row · vector` along the row.
+    RowReduction {
+        threads_per_row: u32,
+        rows_per_cta: u32,
+        vector: u32,
+    },
+}
+
+impl TileConfig {
+    /// Threads per CTA.
+    pub fn threads_per_cta(&self) -> u32 {
+        match *self {
+            TileConfig::Elementwise { threads, .. } => threads,
+            TileConfig::RowReduction {
+                threads_per_row,
+                rows_per_cta,
+                ..
+            } => threads_per_row * rows_per_cta,
+        }
+    }
+}
+
+impl fmt::Display for TileConfig {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            TileConfig::Elementwise { threads, vector } => {
+                write!(f, "elementwise {{ threads: {threads}, vector: {vector} }}")
+            }
+            TileConfig::RowReduction {
+                threads_per_row,
+                rows_per_cta,
+                vector,
+            } => write!(
+                f,
+                "row_reduction {{ threads_per_row: {threads_per_row}, rows_per_cta: {rows_per_cta}, vector: {vector} }}"
+            ),
+        }
+    }
+}
+
+/// The schedule chosen for one fusion group, with the reason in words (`tessel explain`).
+#[derive(Clone, PartialEq, Debug)]
+pub struct Schedule {
+    pub tile: TileConfig,
+    pub why: String,
+}
+
+/// The `schedule` pass's result: one [`Schedule`] per fusion group.
+pub type Schedules = SecondaryMap<Group, Option<Schedule>>;

@@ -1,0 +1,462 @@
+//! The kernel IR: one GPU kernel per fusion group, at the level of PTX instructions but
+//! with structured control flow.
+//!
+//! Data model: a [`Kernel`] owns its virtual registers ([`Kernel::regs`], typed by
+//! [`RegType`]), its shared-memory buffers and a body of [`Stmt`]s. Registers are mutable
+//! variables, not SSA values: an accumulator is assigned in a loop. Every [`Op`] maps to one
+//! PTX instruction (after `legalize`), except [`Op::Math`], a placeholder for a math-library
+//! function that the `expand-math` pass replaces by its sequence of plain ops.
+//!
+//! Semantics are per thread, executed by every thread of a CTA of `block` threads, over a
+//! grid of `grid` CTAs. Floating point is IEEE-754 binary32 with round-to-nearest-even on
+//! every operation and denormals kept (PTX `.rn`, never `.ftz`); `FMin`/`FMax` propagate NaN
+//! (PTX `min.NaN`/`max.NaN`); `FFma` rounds once. Integer arithmetic wraps modulo 2^32 (2^64
+//! for addresses). The CPU executor (`tessel-ref`) and the PTX writer (`tessel-ptx`) both
+//! implement exactly these semantics, so a kernel's result is the same bits on either.
+//!
+//! A [`Program`] is a step: the buffers (inputs, outputs, intermediates), the kernels, and
+//! the launches in order.
+
+use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
+use crate::types::{DType, TensorType};
+use cranelift_entity::PrimaryMap;
+
+/// The type of a virtual register (PTX register classes `.pred`, `.b32`, `.b64`, `.f32`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum RegType {
+    Pred,
+    /// 32-bit integer; signedness is given by the op (`ShrS`, `ICmp::LtS`, `CvtF32S32`, ...).
+    U32,
+    /// 64-bit integer, used for global addresses.
+    U64,
+    F32,
+}
+
+impl RegType {
+    pub fn name(self) -> &'static str {
+        match self {
+            RegType::Pred => "pred",
+            RegType::U32 => "u32",
+            RegType::U64 => "u64",
+            RegType::F32 => "f32",
+        }
+    }
+}
+
+/// An instruction operand: a register or an immediate.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Operand {
+    Reg(Reg),
+    U32(u32),
+    U64(u64),
+    /// An f32 immediate, stored as its bits so that `-0.0` and NaN payloads survive.
+    F32(u32),
+}
+
+impl Operand {
+    pub fn f32(x: f32) -> Operand {
+        Operand::F32(x.to_bits())
+    }
+}
+
+impl From<Reg> for Operand {
+    fn from(r: Reg) -> Self {
+        Operand::Reg(r)
+    }
+}
+
+/// f32 comparisons. All are IEEE "ordered" (false when an operand is NaN) except `Ne`,
+/// which is unordered (true when an operand is NaN; PTX `neu`), and `Nan`, true when either
+/// operand is NaN.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum FCmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Nan,
+}
+
+/// 32-bit integer comparisons; `S` signed, `U` unsigned.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ICmp {
+    Eq,
+    Ne,
+    LtU,
+    LeU,
+    GtU,
+    GeU,
+    LtS,
+    LeS,
+    GtS,
+    GeS,
+}
+
+/// Hardware-provided per-thread values (PTX special registers), all `U32`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Special {
+    /// `%tid.x`: thread index in the CTA.
+    TidX,
+    /// `%ntid.x`: threads per CTA.
+    NtidX,
+    /// `%ctaid.x`, `%ctaid.y`: CTA index in the grid.
+    CtaidX,
+    CtaidY,
+    /// `%nctaid.x`: CTAs in the grid along x.
+    NctaidX,
+    /// `%laneid`: lane in the warp, 0..32.
+    LaneId,
+}
+
+/// Math-library functions, placeholders until `expand-math` (f32 in, f32 out; `Pow` takes
+/// two operands). Their algorithms and error bounds: `tessel-math`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum MathFn {
+    Sin,
+    Cos,
+    Exp,
+    Log,
+    Rsqrt,
+    Pow,
+    Tanh,
+    Sigmoid,
+    Silu,
+}
+
+/// One instruction: `dst = op(args)`. Operand and result types are fixed per op (listed as
+/// `args -> dst`); the verifier checks them.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Op {
+    /// `a -> same type`: copy.
+    Mov,
+    /// `f32, f32 -> f32`, round to nearest even.
+    FAdd,
+    FSub,
+    FMul,
+    FDiv,
+    /// `f32, f32, f32 -> f32`: `a·b + c` rounded once.
+    FFma,
+    /// `f32 -> f32`, correctly rounded.
+    FSqrt,
+    FNeg,
+    FAbs,
+    /// `f32, f32 -> f32`, NaN-propagating, `-0 < +0`.
+    FMin,
+    FMax,
+    /// `f32 -> f32`: round to the nearest integral value, ties to even.
+    FRint,
+    /// `f32, f32 -> pred`.
+    FCmp(FCmp),
+    /// `u32, u32 -> u32`, wrapping.
+    IAdd,
+    ISub,
+    /// Low 32 bits of the product.
+    IMulLo,
+    /// High 32 bits of the unsigned 64-bit product.
+    UMulHi,
+    /// Unsigned division and remainder (divisor ≠ 0).
+    UDiv,
+    URem,
+    /// Shifts by `b < 32`.
+    Shl,
+    ShrU,
+    ShrS,
+    And,
+    Or,
+    Xor,
+    /// `u32 -> u32`: bitwise not.
+    Not,
+    /// `u32, u32 -> pred`.
+    ICmp(ICmp),
+    /// `pred, pred -> pred`.
+    PAnd,
+    POr,
+    /// `pred -> pred`.
+    PNot,
+    /// `pred, T, T -> T`: `a ? b : c`.
+    Select,
+    /// `u32 -> f32` and `f32 -> u32`: reinterpret the bits.
+    BitsToF32,
+    F32ToBits,
+    /// `f32 -> u32`: to signed integer, nearest even / toward zero; saturating, NaN → 0.
+    CvtRniS32F32,
+    CvtRziS32F32,
+    /// `u32 -> f32`: signed / unsigned integer to float, round to nearest even.
+    CvtF32S32,
+    CvtF32U32,
+    /// `f32 hi, f32 lo -> u32`: two floats rounded to nearest even to bf16 and packed, `hi`
+    /// in bits 31..16 and `lo` in bits 15..0 (PTX `cvt.rn.bf16x2.f32`; NaN gives 0x7fff).
+    PackBf16x2,
+    /// As [`Op::PackBf16x2`] for f16 (PTX `cvt.rn.f16x2.f32`).
+    PackF16x2,
+    /// `u32 -> f32`: the f16 in bits 15..0, converted exactly.
+    F16ToF32,
+    /// `u32 -> u64`: zero-extend.
+    CvtU64U32,
+    /// `u64, u64 -> u64`.
+    AddU64,
+    /// `u32, u32 -> u64`: full unsigned product.
+    MulWideU32,
+    /// `-> u32`: a special register.
+    Special(Special),
+    /// `-> u64` (pointer) or `u32` (scalar): kernel parameter number `n`.
+    Param(u32),
+    /// `-> u32`: the shared-window address of a shared buffer.
+    SharedAddr(SharedBuf),
+    /// `T, u32 -> T` (T 32-bit): the value of `a` in lane `laneid ^ b` of the warp
+    /// (PTX `shfl.sync.bfly.b32` with all 32 lanes participating).
+    ShflBfly,
+    /// `f32 [, f32] -> f32`: a math-library call, removed by `expand-math`.
+    Math(MathFn),
+}
+
+/// Memory state space of a load or store.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Space {
+    /// Addressed by a `U64` register.
+    Global,
+    /// Addressed by a `U32` register (the shared window).
+    Shared,
+}
+
+/// Width of a memory access. `B8` and `B16` zero-extend into a `U32` register on load and
+/// store its low bits; `B32` moves one 32-bit register (`U32` or `F32`); `V2`/`V4` move two
+/// or four 32-bit registers as one 8/16-byte access (address aligned to that size).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Width {
+    B8,
+    B16,
+    B32,
+    V2,
+    V4,
+}
+
+impl Width {
+    /// Bytes accessed.
+    pub fn bytes(self) -> u32 {
+        match self {
+            Width::B8 => 1,
+            Width::B16 => 2,
+            Width::B32 => 4,
+            Width::V2 => 8,
+            Width::V4 => 16,
+        }
+    }
+
+    /// Registers moved.
+    pub fn regs(self) -> usize {
+        match self {
+            Width::V2 => 2,
+            Width::V4 => 4,
+            _ => 1,
+        }
+    }
+}
+
+/// A statement of a kernel body.
+#[derive(Clone, PartialEq, Debug)]
+pub enum Stmt {
+    /// `dst = op(args)`.
+    Op {
+        dst: Reg,
+        op: Op,
+        args: Vec<Operand>,
+    },
+    /// `dsts = [addr + offset]`, `width.regs()` registers.
+    Load {
+        dsts: Vec<Reg>,
+        space: Space,
+        width: Width,
+        addr: Reg,
+        offset: i32,
+    },
+    /// `[addr + offset] = values`.
+    Store {
+        space: Space,
+        width: Width,
+        addr: Reg,
+        offset: i32,
+        values: Vec<Operand>,
+    },
+    /// `var = start; while var < end (unsigned) { body; var += step }`. `var` is a `U32`
+    /// register the body does not assign.
+    For {
+        var: Reg,
+        start: Operand,
+        end: Operand,
+        step: Operand,
+        body: Vec<Stmt>,
+    },
+    /// Per-thread branch on a `Pred` register.
+    If {
+        cond: Reg,
+        then_body: Vec<Stmt>,
+        else_body: Vec<Stmt>,
+    },
+    /// CTA-wide barrier (PTX `bar.sync 0`); every thread of the CTA must reach it.
+    Barrier,
+}
+
+/// The kind of a kernel parameter.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ParamKind {
+    /// A global pointer to elements of `dtype`; `writes` if the kernel stores through it.
+    Ptr { dtype: DType, writes: bool },
+    /// A 32-bit scalar.
+    U32,
+}
+
+/// A kernel parameter.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Param {
+    pub name: String,
+    pub kind: ParamKind,
+}
+
+/// A statically sized shared-memory buffer.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SharedDecl {
+    pub bytes: u32,
+    pub align: u32,
+}
+
+/// One GPU kernel.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Kernel {
+    /// The PTX entry name: a valid identifier, unique in its program.
+    pub name: String,
+    pub params: Vec<Param>,
+    /// CTA shape in threads (x, y, z); only x is used by the schedules today.
+    pub block: [u32; 3],
+    /// Grid shape in CTAs.
+    pub grid: [u32; 3],
+    pub shared: PrimaryMap<SharedBuf, SharedDecl>,
+    pub regs: PrimaryMap<Reg, RegType>,
+    pub body: Vec<Stmt>,
+    /// The schedule in words: tile configuration and, for reductions, the exact order in
+    /// which sums are formed (the reduction-order signature, design §5).
+    pub schedule: String,
+}
+
+impl Kernel {
+    pub fn new_reg(&mut self, ty: RegType) -> Reg {
+        self.regs.push(ty)
+    }
+
+    pub fn new_shared(&mut self, bytes: u32, align: u32) -> SharedBuf {
+        self.shared.push(SharedDecl { bytes, align })
+    }
+
+    /// Threads per CTA.
+    pub fn threads_per_cta(&self) -> u32 {
+        self.block.iter().product()
+    }
+}
+
+/// What a program buffer is for.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum BufferRole {
+    /// Step input number `n`: the caller fills it.
+    Input(u32),
+    /// Written by a kernel and returned to the caller.
+    Output,
+    /// Written by one kernel and read by later ones; not returned.
+    Temp,
+}
+
+/// A dense, row-major device buffer.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct BufferDecl {
+    pub name: String,
+    pub ty: TensorType,
+    pub role: BufferRole,
+}
+
+/// An argument of a launch, matching the kernel's [`Param`] of the same position.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum LaunchArg {
+    Buffer(BufferId),
+    U32(u32),
+}
+
+/// One kernel launch.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Launch {
+    pub kernel: KernelId,
+    pub args: Vec<LaunchArg>,
+}
+
+/// A compiled step: kernels launched in order over a set of buffers.
+#[derive(Clone, PartialEq, Debug, Default)]
+pub struct Program {
+    /// The step's name.
+    pub name: String,
+    pub buffers: PrimaryMap<BufferId, BufferDecl>,
+    pub kernels: PrimaryMap<KernelId, Kernel>,
+    pub launches: Vec<Launch>,
+    /// Step inputs in parameter order.
+    pub inputs: Vec<(String, BufferId)>,
+    /// Step outputs in result order (a buffer may appear twice).
+    pub outputs: Vec<(String, BufferId)>,
+}
+
+/// Appends statements to a kernel body with nested blocks (`For`, `If`) opened and closed
+/// in stack order.
+pub struct Builder<'k> {
+    pub kernel: &'k mut Kernel,
+    blocks: Vec<Vec<Stmt>>,
+}
+
+impl<'k> Builder<'k> {
+    /// A builder appending to the end of `kernel.body`.
+    pub fn new(kernel: &'k mut Kernel) -> Self {
+        let body = std::mem::take(&mut kernel.body);
+        Builder {
+            kernel,
+            blocks: vec![body],
+        }
+    }
+
+    /// Appends a statement to the innermost open block.
+    pub fn push(&mut self, s: Stmt) {
+        self.blocks
+            .last_mut()
+            .expect("builder always has an open block")
+            .push(s);
+    }
+
+    /// `dst = op(args)` into a fresh register of type `ty`.
+    pub fn op(&mut self, ty: RegType, op: Op, args: &[Operand]) -> Reg {
+        let dst = self.kernel.new_reg(ty);
+        self.assign(dst, op, args);
+        dst
+    }
+
+    /// `dst = op(args)` into an existing register.
+    pub fn assign(&mut self, dst: Reg, op: Op, args: &[Operand]) {
+        self.push(Stmt::Op {
+            dst,
+            op,
+            args: args.to_vec(),
+        });
+    }
+
+    /// Opens a new block; close it with [`Builder::close`].
+    pub fn open(&mut self) {
+        self.blocks.push(Vec::new());
+    }
+
+    /// Closes the innermost block and returns its statements.
+    pub fn close(&mut self) -> Vec<Stmt> {
+        assert!(self.blocks.len() > 1, "close without open");
+        self.blocks.pop().unwrap_or_default()
+    }
+
+    /// Writes the statements back into the kernel body.
+    pub fn finish(mut self) {
+        assert_eq!(self.blocks.len(), 1, "unclosed block");
+        self.kernel.body = self.blocks.pop().unwrap_or_default();
+    }
+}
