@@ -1,1 +1,30 @@
-//! tessel-cuda (placeholder)
+//! tessel-cuda: the runtime end of the pipeline. It takes PTX text and launch geometry, never
+//! source or IR, and runs them on an NVIDIA GPU through cudarc's driver API.
+//!
+//! - [`Gpu`]: one device, one context, one stream; every operation is ordered on that stream.
+//!   [`Gpu::open`] returns [`Error::NoGpu`] (never panics) on a machine without a driver or GPU.
+//! - [`Buffer`]: untyped device bytes; upload, download, poison with a byte pattern.
+//! - [`Module`]: PTX loaded by the driver's JIT; [`Module::launch`] runs one kernel.
+//! - Timing: [`Gpu::time_graph`] (CUDA-graph replays between CUDA events, the benchmark
+//!   method of design §10) and [`Gpu::time_events`] (plain launches); [`measure_copy_bandwidth`].
+//! - [`Blas`]: cuBLAS GEMM baselines, row-major `C[M, N] = A[M, K] · B[N, K]^T`.
+//!
+//! Errors are checked after every launch: in checked mode (the default, see
+//! [`Gpu::set_checked`]) the stream is synchronized after each launch so that a fault is
+//! reported against the kernel that caused it.
+
+mod bandwidth;
+mod blas;
+mod buffer;
+mod error;
+mod gpu;
+mod module;
+mod timing;
+
+pub use bandwidth::{measure_copy_bandwidth, Bandwidth};
+pub use blas::Blas;
+pub use buffer::Buffer;
+pub use error::Error;
+pub use gpu::{Gpu, Properties};
+pub use module::{Arg, Launch, Module};
+pub use timing::{KernelCall, Timing};

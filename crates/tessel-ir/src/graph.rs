@@ -65,6 +65,9 @@ pub enum ReduceOp {
     Sum,
     Max,
     Min,
+    /// Composite: the sum divided by the axis length (f32 `div.rn`); `decompose` rewrites it
+    /// into [`ReduceOp::Sum`] and a [`BinaryOp::Div`].
+    Mean,
 }
 
 /// The definition of a value. The result type is in [`Graph::types`].
@@ -105,6 +108,9 @@ pub enum Op {
     Slice { arg: Value, axis: u32, start: u64 },
     /// Operands joined along `axis`; all other dims equal.
     Concat { args: Vec<Value>, axis: u32 },
+    /// Composite: `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (float dtypes; the
+    /// arithmetic in f32). `decompose` rewrites it into reductions and elementwise ops.
+    Softmax { arg: Value, axis: u32 },
 }
 
 impl Op {
@@ -118,7 +124,8 @@ impl Op {
             | Op::Reshape { arg }
             | Op::Permute { arg, .. }
             | Op::Reduce { arg, .. }
-            | Op::Slice { arg, .. } => vec![*arg],
+            | Op::Slice { arg, .. }
+            | Op::Softmax { arg, .. } => vec![*arg],
             Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
             Op::Select {
                 cond,
@@ -132,7 +139,7 @@ impl Op {
     /// True for ops that compute each output element from operand elements at related
     /// indices only (everything but [`Op::Reduce`]).
     pub fn is_elementwise_like(&self) -> bool {
-        !matches!(self, Op::Reduce { .. })
+        !matches!(self, Op::Reduce { .. } | Op::Softmax { .. })
     }
 }
 
