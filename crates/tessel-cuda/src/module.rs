@@ -1,0 +1,313 @@
+//! PTX modules loaded through the driver's JIT, and kernel launches.
+
+use std::collections::HashMap;
+use std::ffi::{c_uint, c_void, CString};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use cudarc::driver::{sys, CudaFunction, CudaModule, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+
+use crate::{Buffer, Error, Gpu};
+
+/// Dynamic shared memory a kernel may use without opting in, bytes (CUDA C Programming Guide,
+/// "Shared Memory": allocations above 48 KiB must be explicit).
+const DEFAULT_MAX_DYNAMIC_SHARED: u32 = 48 * 1024;
+
+/// Size of the JIT log buffers read back when a module fails to load, bytes.
+const JIT_LOG_BYTES: usize = 64 * 1024;
+
+/// Launch geometry of one kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Launch {
+    /// Grid size in CTAs, `[x, y, z]`; every entry at least 1.
+    pub grid: [u32; 3],
+    /// CTA size in threads, `[x, y, z]`; every entry at least 1, product at most 1024.
+    pub block: [u32; 3],
+    /// Dynamic shared memory per CTA, bytes. Above 48 KiB the kernel's opt-in attribute is
+    /// raised automatically, up to the device's [`crate::Properties`] limit.
+    pub shared_bytes: u32,
+}
+
+impl Launch {
+    /// A one-dimensional launch: `grid` CTAs of `block` threads, no dynamic shared memory.
+    pub fn linear(grid: u32, block: u32) -> Launch {
+        Launch {
+            grid: [grid, 1, 1],
+            block: [block, 1, 1],
+            shared_bytes: 0,
+        }
+    }
+}
+
+/// One kernel parameter, in the order of the kernel's `.param` list.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A `.param .u64` holding the buffer's device address.
+    Buffer(&'a Buffer),
+    /// A `.param .u32`.
+    U32(u32),
+    /// A `.param .s32`.
+    I32(i32),
+    /// A `.param .f32`.
+    F32(f32),
+    /// A `.param .u64`.
+    U64(u64),
+}
+
+struct Function {
+    function: CudaFunction,
+    /// The current `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, bytes.
+    max_dynamic_shared: u32,
+}
+
+/// A PTX module loaded on one [`Gpu`] by the driver's JIT.
+pub struct Module {
+    gpu: Gpu,
+    module: Arc<CudaModule>,
+    functions: Mutex<HashMap<String, Function>>,
+}
+
+impl std::fmt::Debug for Module {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Module").finish_non_exhaustive()
+    }
+}
+
+impl Module {
+    /// JIT-compiles `ptx` for `gpu`'s device and loads it.
+    ///
+    /// # Errors
+    /// [`Error::Jit`] with the JIT's error log when the driver rejects the PTX;
+    /// [`Error::InvalidArgument`] if `ptx` contains a NUL byte.
+    pub fn load(gpu: &Gpu, ptx: &str) -> Result<Module, Error> {
+        if ptx.contains('\0') {
+            return Err(Error::InvalidArgument(
+                "PTX text contains a NUL byte".to_owned(),
+            ));
+        }
+        let module = match gpu.context().load_module(Ptx::from_src(ptx)) {
+            Ok(module) => module,
+            Err(source) => {
+                return Err(Error::Jit {
+                    log: jit_error_log(gpu, ptx),
+                    source,
+                })
+            }
+        };
+        Ok(Module {
+            gpu: gpu.clone(),
+            module,
+            functions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The GPU this module is loaded on.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Registers per thread of `kernel` as compiled by the JIT (`CU_FUNC_ATTRIBUTE_NUM_REGS`).
+    ///
+    /// # Errors
+    /// [`Error::KernelNotFound`] if there is no such kernel.
+    pub fn registers(&self, kernel: &str) -> Result<u32, Error> {
+        let function = self.function(kernel)?.0;
+        let regs = function
+            .num_regs()
+            .map_err(Error::driver(format!("querying registers of `{kernel}`")))?;
+        Ok(u32::try_from(regs).unwrap_or(0))
+    }
+
+    /// Launches `kernel` with `launch` geometry and `args` on the GPU's stream. In checked
+    /// mode (see [`Gpu::set_checked`]) it then waits for the kernel and reports its faults.
+    ///
+    /// The arguments are not checked against the kernel's signature (PTX carries no types
+    /// the driver can check); a wrong list is undefined behaviour on the device, typically an
+    /// illegal-address fault.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for empty geometry, more than 1024 threads, shared memory
+    /// above the device limit, or a buffer from another [`Gpu`]; [`Error::KernelNotFound`];
+    /// [`Error::Launch`] if the driver refuses the launch; [`Error::Kernel`] if it faults.
+    pub fn launch(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
+        self.enqueue(kernel, launch, args)?;
+        self.gpu.check_after(kernel)
+    }
+
+    fn enqueue(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
+        self.validate(kernel, launch, args)?;
+        let (function, max_dynamic_shared) = self.function(kernel)?;
+        if launch.shared_bytes > DEFAULT_MAX_DYNAMIC_SHARED
+            && launch.shared_bytes > max_dynamic_shared
+        {
+            self.raise_shared_limit(kernel, &function, launch.shared_bytes)?;
+        }
+
+        let stream = self.gpu.stream();
+        let mut builder = stream.launch_builder(&function);
+        for arg in args {
+            match arg {
+                Arg::Buffer(buffer) => builder.arg(buffer.slice()),
+                Arg::U32(v) => builder.arg(v),
+                Arg::I32(v) => builder.arg(v),
+                Arg::F32(v) => builder.arg(v),
+                Arg::U64(v) => builder.arg(v),
+            };
+        }
+        let config = LaunchConfig {
+            grid_dim: (launch.grid[0], launch.grid[1], launch.grid[2]),
+            block_dim: (launch.block[0], launch.block[1], launch.block[2]),
+            shared_mem_bytes: launch.shared_bytes,
+        };
+        // SAFETY: the parameter pointers point into `args` and the buffers it borrows, which
+        // outlive this call (the driver copies parameter values at launch). That `args`
+        // matches the kernel's signature is the caller's contract, documented on `launch`.
+        unsafe { builder.launch(config) }.map_err(|source| Error::Launch {
+            kernel: kernel.to_owned(),
+            source,
+        })?;
+        Ok(())
+    }
+
+    fn validate(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
+        let threads: u64 = launch.block.iter().map(|&d| u64::from(d)).product();
+        if launch.grid.contains(&0) || launch.block.contains(&0) {
+            return Err(Error::InvalidArgument(format!(
+                "`{kernel}`: empty launch grid {:?} block {:?}",
+                launch.grid, launch.block
+            )));
+        }
+        if threads > 1024 {
+            return Err(Error::InvalidArgument(format!(
+                "`{kernel}`: {threads} threads per CTA, more than 1024"
+            )));
+        }
+        let limit = self.gpu.properties().max_shared_bytes_per_block_optin;
+        if launch.shared_bytes > limit {
+            return Err(Error::InvalidArgument(format!(
+                "`{kernel}`: {} bytes of dynamic shared memory, device allows {limit}",
+                launch.shared_bytes
+            )));
+        }
+        for (i, arg) in args.iter().enumerate() {
+            if let Arg::Buffer(buffer) = arg {
+                if !buffer.gpu().same(&self.gpu) {
+                    return Err(Error::InvalidArgument(format!(
+                        "`{kernel}`: argument {i} is a buffer of another Gpu"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The cached function handle for `kernel` and its current dynamic shared memory limit.
+    fn function(&self, kernel: &str) -> Result<(CudaFunction, u32), Error> {
+        let mut functions = self
+            .functions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = functions.get(kernel) {
+            return Ok((f.function.clone(), f.max_dynamic_shared));
+        }
+        let function =
+            self.module
+                .load_function(kernel)
+                .map_err(|source| Error::KernelNotFound {
+                    name: kernel.to_owned(),
+                    source,
+                })?;
+        functions.insert(
+            kernel.to_owned(),
+            Function {
+                function: function.clone(),
+                max_dynamic_shared: DEFAULT_MAX_DYNAMIC_SHARED,
+            },
+        );
+        Ok((function, DEFAULT_MAX_DYNAMIC_SHARED))
+    }
+
+    fn raise_shared_limit(
+        &self,
+        kernel: &str,
+        function: &CudaFunction,
+        bytes: u32,
+    ) -> Result<(), Error> {
+        let value = i32::try_from(bytes).map_err(|_| {
+            Error::InvalidArgument(format!("`{kernel}`: {bytes} bytes of shared memory"))
+        })?;
+        function
+            .set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+            .map_err(Error::driver(format!(
+                "allowing `{kernel}` {bytes} bytes of dynamic shared memory"
+            )))?;
+        let mut functions = self
+            .functions
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = functions.get_mut(kernel) {
+            f.max_dynamic_shared = bytes;
+        }
+        Ok(())
+    }
+}
+
+/// Loads `ptx` again with `cuModuleLoadDataEx` and log buffers to read the JIT's complaint;
+/// cudarc's `load_module` uses `cuModuleLoadData`, which returns only an error code.
+fn jit_error_log(gpu: &Gpu, ptx: &str) -> String {
+    let Ok(source) = CString::new(ptx) else {
+        return String::new();
+    };
+    if gpu.context().bind_to_thread().is_err() {
+        return String::new();
+    }
+    let mut error_log = vec![0u8; JIT_LOG_BYTES];
+    let mut info_log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // Sizes are passed by value in the pointer slot (CUDA driver API, CUjit_option).
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+    ];
+    let mut module: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `source` is NUL-terminated; the option arrays have matching lengths; the log
+    // buffers outlive the call and are as large as declared.
+    let status = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            source.as_ptr().cast(),
+            options.len() as c_uint,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if status == sys::CUresult::CUDA_SUCCESS && !module.is_null() {
+        // Loaded the second time (a transient failure): unload, keep the first error.
+        // SAFETY: `module` was just loaded and is not shared.
+        let _ = unsafe { sys::cuModuleUnload(module) };
+    }
+    let text = |buf: &[u8]| {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).trim().to_owned()
+    };
+    let (error, info) = (text(&error_log), text(&info_log));
+    match (error.is_empty(), info.is_empty()) {
+        (false, false) => format!("{error}\n{info}"),
+        (false, true) => error,
+        (true, false) => info,
+        (true, true) => format!(
+            "(the JIT gave no log; status of the retry: {:?})",
+            DriverError(status)
+        ),
+    }
+}
