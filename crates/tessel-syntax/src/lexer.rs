@@ -1,0 +1,497 @@
+//! The lexer: source text to `(start, Token, end)` triples for the lalrpop
+//! parser, with byte offsets.
+//!
+//! Tokens borrow identifiers from the source; numbers are validated and
+//! converted here, so the grammar never sees a literal it cannot represent.
+//! Whitespace, `// line` comments and `/* block */` comments (which nest) are
+//! skipped. Lexical errors (unknown character, malformed number, unterminated
+//! block comment) become [`Diagnostic`]s through [`LexError::to_diagnostic`].
+//!
+//! The grammar's `extern` block (`grammar.lalrpop`) lists one terminal per
+//! variant here; [`Token::terminal_name`] and [`describe_terminal`] are the two
+//! directions of that mapping and must change with it.
+
+use std::fmt;
+
+use logos::{Lexer, Logos};
+
+use crate::ast::DType;
+use crate::diagnostic::{codes, Diagnostic};
+use crate::span::Span;
+
+/// What went wrong while lexing; the span is added by [`lex`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum LexErrorKind {
+    /// A character that starts no token (`None` only for logos' default error).
+    UnknownChar(Option<char>),
+    /// A number-like word that is not a valid literal, with the reason.
+    MalformedNumber(&'static str),
+    /// A `/*` never closed.
+    UnterminatedComment,
+    /// Fallback required by logos; never produced by this grammar of tokens.
+    #[default]
+    Other,
+}
+
+impl LexErrorKind {
+    fn from_lexer<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Self {
+        LexErrorKind::UnknownChar(lex.slice().chars().next())
+    }
+}
+
+/// A lexical error with its source span.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LexError {
+    /// What went wrong.
+    pub kind: LexErrorKind,
+    /// The offending bytes (for an unterminated comment: from `/*` to end of file).
+    pub span: Span,
+}
+
+impl LexError {
+    /// The diagnostic for this error, quoting `source` where useful.
+    pub fn to_diagnostic(&self, source: &str) -> Diagnostic {
+        let text = source.get(self.span.range()).unwrap_or("");
+        match &self.kind {
+            LexErrorKind::UnknownChar(c) => {
+                let shown = match c {
+                    Some(c) if c.is_control() || c.is_whitespace() => format!("{:?}", c),
+                    Some(c) => format!("`{c}`"),
+                    None => format!("`{text}`"),
+                };
+                let d =
+                    Diagnostic::error(codes::UNKNOWN_CHAR, format!("unexpected character {shown}"))
+                        .with_label(self.span, "not part of any token");
+                match c {
+                    Some('^') => d.with_help("transpose is written `x^T`, with no space"),
+                    Some('.') => d.with_help(
+                        "a float literal needs digits on both sides of the point (`0.5`); `...` is the ellipsis",
+                    ),
+                    Some('"') | Some('\'') => d.with_note("tessel has no string literals"),
+                    _ => d,
+                }
+            }
+            LexErrorKind::MalformedNumber(why) => Diagnostic::error(
+                codes::MALFORMED_NUMBER,
+                format!("malformed number `{text}`"),
+            )
+            .with_label(self.span, *why)
+            .with_note("integers are decimal digits (`128`); floats are `1.0`, `1e-6`, `2.5E+3`"),
+            LexErrorKind::UnterminatedComment => {
+                let open = Span::new(self.span.start, (self.span.start + 2).min(self.span.end));
+                Diagnostic::error(codes::UNTERMINATED_COMMENT, "unterminated block comment")
+                    .with_label(open, "this comment is never closed")
+                    .with_secondary(Span::point(self.span.end), "file ends here")
+                    .with_help("close it with `*/` (block comments nest)")
+            }
+            LexErrorKind::Other => {
+                Diagnostic::error(codes::UNKNOWN_CHAR, format!("invalid input `{text}`"))
+                    .with_label(self.span, "not part of any token")
+            }
+        }
+    }
+}
+
+/// Scans past a (nesting) block comment whose `/*` was just matched.
+fn block_comment<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<(), LexErrorKind> {
+    let rest = lex.remainder().as_bytes();
+    let mut depth = 1usize;
+    let mut i = 0;
+    while i < rest.len() {
+        match (rest[i], rest.get(i + 1)) {
+            (b'*', Some(b'/')) => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    lex.bump(i);
+                    return Ok(());
+                }
+            }
+            (b'/', Some(b'*')) => {
+                depth += 1;
+                i += 2;
+            }
+            _ => i += 1,
+        }
+    }
+    // `i` may sit past a multi-byte char's first byte only at the very end, which is fine:
+    // `rest.len()` is a char boundary.
+    lex.bump(rest.len());
+    Err(LexErrorKind::UnterminatedComment)
+}
+
+fn bad_number<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<(), LexErrorKind> {
+    let s = lex.slice();
+    let why = if s.starts_with("0x") || s.starts_with("0b") || s.starts_with("0o") {
+        "only decimal literals are supported"
+    } else if s.ends_with('.') {
+        "a float needs digits after the point"
+    } else if s.matches('.').count() > 1 {
+        "a number has at most one point"
+    } else if s.ends_with(['e', 'E', '+', '-']) {
+        "the exponent has no digits"
+    } else {
+        "a number cannot be followed directly by letters"
+    };
+    Err(LexErrorKind::MalformedNumber(why))
+}
+
+fn int<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<i64, LexErrorKind> {
+    lex.slice()
+        .parse::<i64>()
+        .map_err(|_| LexErrorKind::MalformedNumber("integer literal does not fit in 64 bits"))
+}
+
+fn float<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<f64, LexErrorKind> {
+    match lex.slice().parse::<f64>() {
+        Ok(v) if v.is_finite() => Ok(v),
+        _ => Err(LexErrorKind::MalformedNumber("float literal out of range")),
+    }
+}
+
+/// A token. Keyword and punctuation variants carry nothing; identifiers borrow
+/// the source; literals carry their value.
+///
+/// Builtin functions (`exp`, `mean`, `concat`, ...) are plain identifiers.
+#[derive(Logos, Clone, Copy, Debug, PartialEq)]
+#[logos(error(LexErrorKind, LexErrorKind::from_lexer))]
+#[logos(skip r"[ \t\r\n\f]+")]
+#[logos(skip("//[^\n]*", allow_greedy = true))]
+#[logos(skip("/\\*", callback = block_comment))]
+// Anything that starts with a digit and continues like a number or a word, but is
+// not an integer or float literal (those win on equal length by priority).
+#[logos(skip("[0-9]([0-9A-Za-z_.]|[eE][+-])*", callback = bad_number, priority = 1))]
+pub enum Token<'src> {
+    /// `const`
+    #[token("const")]
+    Const,
+    /// `fn`
+    #[token("fn")]
+    Fn,
+    /// `step`
+    #[token("step")]
+    Step,
+    /// `let`
+    #[token("let")]
+    Let,
+    /// `None` (new axis in an index)
+    #[token("None")]
+    None,
+    /// `true`
+    #[token("true")]
+    True,
+    /// `false`
+    #[token("false")]
+    False,
+    /// A dtype keyword: `bf16 f16 f32 i32 bool`.
+    #[token("bf16", |_| DType::Bf16)]
+    #[token("f16", |_| DType::F16)]
+    #[token("f32", |_| DType::F32)]
+    #[token("i32", |_| DType::I32)]
+    #[token("bool", |_| DType::Bool)]
+    Dtype(DType),
+    /// An identifier: `[A-Za-z_][A-Za-z0-9_]*`, not a keyword.
+    #[regex("[A-Za-z_][A-Za-z0-9_]*")]
+    Ident(&'src str),
+    /// A decimal integer literal that fits in `i64` (no sign: `-1` is negation).
+    #[regex("[0-9]+", int, priority = 10)]
+    Int(i64),
+    /// A finite float literal: `1.0`, `1e-6`, `2.5E+3`.
+    #[regex(
+        r"[0-9]+\.[0-9]+([eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+",
+        float,
+        priority = 10
+    )]
+    Float(f64),
+    /// `(`
+    #[token("(")]
+    LParen,
+    /// `)`
+    #[token(")")]
+    RParen,
+    /// `[`
+    #[token("[")]
+    LBracket,
+    /// `]`
+    #[token("]")]
+    RBracket,
+    /// `{`
+    #[token("{")]
+    LBrace,
+    /// `}`
+    #[token("}")]
+    RBrace,
+    /// `,`
+    #[token(",")]
+    Comma,
+    /// `;`
+    #[token(";")]
+    Semi,
+    /// `:`
+    #[token(":")]
+    Colon,
+    /// `=`
+    #[token("=")]
+    Assign,
+    /// `->`
+    #[token("->")]
+    Arrow,
+    /// `...`
+    #[token("...")]
+    Ellipsis,
+    /// `==`
+    #[token("==")]
+    EqEq,
+    /// `!=`
+    #[token("!=")]
+    NotEq,
+    /// `<`
+    #[token("<")]
+    Lt,
+    /// `<=`
+    #[token("<=")]
+    Le,
+    /// `>`
+    #[token(">")]
+    Gt,
+    /// `>=`
+    #[token(">=")]
+    Ge,
+    /// `+`
+    #[token("+")]
+    Plus,
+    /// `-`
+    #[token("-")]
+    Minus,
+    /// `*`
+    #[token("*")]
+    Star,
+    /// `/`
+    #[token("/")]
+    Slash,
+    /// `%`
+    #[token("%")]
+    Percent,
+    /// `@` (matmul)
+    #[token("@")]
+    At,
+    /// `!`
+    #[token("!")]
+    Bang,
+    /// `^T` (transpose of the last two axes), one token.
+    #[token("^T")]
+    Transpose,
+}
+
+impl Token<'_> {
+    /// The terminal's name in `grammar.lalrpop`'s `extern` block.
+    pub fn terminal_name(&self) -> &'static str {
+        use Token::*;
+        match self {
+            Const => "const",
+            Fn => "fn",
+            Step => "step",
+            Let => "let",
+            None => "None",
+            True => "true",
+            False => "false",
+            Dtype(_) => "dtype",
+            Ident(_) => "identifier",
+            Int(_) => "integer",
+            Float(_) => "float",
+            LParen => "(",
+            RParen => ")",
+            LBracket => "[",
+            RBracket => "]",
+            LBrace => "{",
+            RBrace => "}",
+            Comma => ",",
+            Semi => ";",
+            Colon => ":",
+            Assign => "=",
+            Arrow => "->",
+            Ellipsis => "...",
+            EqEq => "==",
+            NotEq => "!=",
+            Lt => "<",
+            Le => "<=",
+            Gt => ">",
+            Ge => ">=",
+            Plus => "+",
+            Minus => "-",
+            Star => "*",
+            Slash => "/",
+            Percent => "%",
+            At => "@",
+            Bang => "!",
+            Transpose => "^T",
+        }
+    }
+}
+
+/// How a terminal named in lalrpop's "expected" lists reads in a message.
+///
+/// lalrpop reports terminals as their quoted grammar names (`"\"(\""`); the quotes
+/// are optional here. Classes of tokens read as words ("identifier"); fixed
+/// tokens are shown in backticks like [`Token`]'s `Display`.
+pub fn describe_terminal(name: &str) -> String {
+    let bare = name
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(name)
+        .replace("\\\"", "\"")
+        .replace("\\\\", "\\");
+    match bare.as_str() {
+        "identifier" => "identifier".into(),
+        "integer" => "integer literal".into(),
+        "float" => "float literal".into(),
+        "dtype" => "dtype".into(),
+        other => format!("`{other}`"),
+    }
+}
+
+/// Tokens as they read in error messages: "`)`", "identifier `x`", "integer `3`".
+impl fmt::Display for Token<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Token::Ident(s) => write!(f, "identifier `{s}`"),
+            Token::Int(v) => write!(f, "integer `{v}`"),
+            Token::Float(v) => write!(f, "float `{v:?}`"),
+            Token::Dtype(d) => write!(f, "dtype `{d}`"),
+            other => write!(f, "`{}`", other.terminal_name()),
+        }
+    }
+}
+
+/// A token with its byte span, as lalrpop consumes it.
+pub type SpannedToken<'src> = (usize, Token<'src>, usize);
+
+/// Lexes all of `source`, returning every token and every lexical error (lexing
+/// continues after an error, so one run reports all of them).
+pub fn lex(source: &str) -> (Vec<SpannedToken<'_>>, Vec<LexError>) {
+    let mut tokens = Vec::new();
+    let mut errors = Vec::new();
+    let mut lexer = Token::lexer(source);
+    while let Some(result) = lexer.next() {
+        let span = lexer.span();
+        match result {
+            Ok(tok) => tokens.push((span.start, tok, span.end)),
+            Err(kind) => errors.push(LexError {
+                kind,
+                span: span.into(),
+            }),
+        }
+    }
+    (tokens, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(src: &str) -> Vec<Token<'_>> {
+        let (toks, errs) = lex(src);
+        assert!(errs.is_empty(), "{errs:?}");
+        toks.into_iter().map(|t| t.1).collect()
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(
+            kinds("1 1.0 1e-6 2.5E+3 1000000.0"),
+            vec![
+                Token::Int(1),
+                Token::Float(1.0),
+                Token::Float(1e-6),
+                Token::Float(2.5e3),
+                Token::Float(1e6)
+            ]
+        );
+        assert_eq!(
+            kinds("x[1:2]"),
+            vec![
+                Token::Ident("x"),
+                Token::LBracket,
+                Token::Int(1),
+                Token::Colon,
+                Token::Int(2),
+                Token::RBracket
+            ]
+        );
+        assert_eq!(
+            kinds("3-1"),
+            vec![Token::Int(3), Token::Minus, Token::Int(1)]
+        );
+    }
+
+    #[test]
+    fn bad_numbers() {
+        for src in [
+            "1.",
+            "1.2.3",
+            "2x",
+            "1e",
+            "1e-",
+            "0x10",
+            "99999999999999999999",
+            "1e999",
+        ] {
+            let (_, errs) = lex(src);
+            assert_eq!(errs.len(), 1, "{src}: {errs:?}");
+            assert!(
+                matches!(errs[0].kind, LexErrorKind::MalformedNumber(_)),
+                "{src}"
+            );
+            assert_eq!(errs[0].span, Span::new(0, src.len()), "{src}");
+        }
+    }
+
+    #[test]
+    fn keywords_and_idents() {
+        assert_eq!(
+            kinds("fn fnx f32 f32x None x^T ..."),
+            vec![
+                Token::Fn,
+                Token::Ident("fnx"),
+                Token::Dtype(DType::F32),
+                Token::Ident("f32x"),
+                Token::None,
+                Token::Ident("x"),
+                Token::Transpose,
+                Token::Ellipsis
+            ]
+        );
+    }
+
+    #[test]
+    fn comments() {
+        assert_eq!(
+            kinds("a /* b /* c */ d */ e // f\ng"),
+            vec![Token::Ident("a"), Token::Ident("e"), Token::Ident("g")]
+        );
+        let (_, errs) = lex("a /* b /* c */");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, LexErrorKind::UnterminatedComment);
+    }
+
+    #[test]
+    fn unknown_multibyte() {
+        let src = "x ∑ y";
+        let (toks, errs) = lex(src);
+        assert_eq!(toks.len(), 2);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, LexErrorKind::UnknownChar(Some('∑')));
+        assert_eq!(&src[errs[0].span.range()], "∑");
+    }
+
+    #[test]
+    fn terminal_names_read_like_display() {
+        for tok in [Token::LParen, Token::Transpose, Token::Const, Token::None] {
+            assert_eq!(
+                describe_terminal(&format!("{:?}", tok.terminal_name())),
+                tok.to_string()
+            );
+        }
+        assert_eq!(describe_terminal("\"identifier\""), "identifier");
+    }
+}
