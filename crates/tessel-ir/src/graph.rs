@@ -74,14 +74,27 @@ pub enum ReduceOp {
 #[derive(Clone, PartialEq, Debug)]
 pub enum Op {
     /// Step parameter number `index` (the order of [`Graph::inputs`]).
-    Input { index: u32 },
+    Input {
+        index: u32,
+    },
     /// Every element equals `value` (exactly representable in the result dtype; the `check`
     /// pass rounds literals to the dtype they take).
-    Const { value: f64 },
+    Const {
+        value: f64,
+    },
     /// `result[i_0, .., i_n] = i_axis`, converted to the result dtype.
-    Iota { axis: u32 },
-    Unary { op: UnaryOp, arg: Value },
-    Binary { op: BinaryOp, lhs: Value, rhs: Value },
+    Iota {
+        axis: u32,
+    },
+    Unary {
+        op: UnaryOp,
+        arg: Value,
+    },
+    Binary {
+        op: BinaryOp,
+        lhs: Value,
+        rhs: Value,
+    },
     /// `cond` is `bool` with the result's shape; the arms have the result's type.
     Select {
         cond: Value,
@@ -91,13 +104,22 @@ pub enum Op {
     /// Conversion to the result dtype, same shape: float → float rounds to nearest even;
     /// float → i32 truncates toward zero (saturating, NaN → 0); i32 → float rounds to nearest
     /// even; bool → number gives 0 or 1; number → bool is `x != 0`.
-    Cast { arg: Value },
+    Cast {
+        arg: Value,
+    },
     /// Same rank as the result; each operand dim is 1 (repeated) or equal to the result's.
-    Broadcast { arg: Value },
+    Broadcast {
+        arg: Value,
+    },
     /// Same element count, row-major order kept.
-    Reshape { arg: Value },
+    Reshape {
+        arg: Value,
+    },
     /// `result.shape[i] = arg.shape[perm[i]]`.
-    Permute { arg: Value, perm: Vec<u32> },
+    Permute {
+        arg: Value,
+        perm: Vec<u32>,
+    },
     /// Reduces `axis`, which the result keeps with size 1.
     Reduce {
         op: ReduceOp,
@@ -105,12 +127,22 @@ pub enum Op {
         axis: u32,
     },
     /// `result = arg[.., start .. start + result.shape[axis], ..]` along `axis`, step 1.
-    Slice { arg: Value, axis: u32, start: u64 },
+    Slice {
+        arg: Value,
+        axis: u32,
+        start: u64,
+    },
     /// Operands joined along `axis`; all other dims equal.
-    Concat { args: Vec<Value>, axis: u32 },
+    Concat {
+        args: Vec<Value>,
+        axis: u32,
+    },
     /// Composite: `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (float dtypes; the
     /// arithmetic in f32). `decompose` rewrites it into reductions and elementwise ops.
-    Softmax { arg: Value, axis: u32 },
+    Softmax {
+        arg: Value,
+        axis: u32,
+    },
 }
 
 impl Op {
@@ -144,7 +176,7 @@ impl Op {
 }
 
 /// A step in graph form.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Graph {
     /// The step's name.
     pub name: String,
@@ -219,7 +251,7 @@ pub struct GroupData {
 }
 
 /// The `fuse` pass's result, a side table of the graph.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Fusion {
     pub groups: PrimaryMap<Group, GroupData>,
     /// The group that writes each materialised value; none for step inputs and for values

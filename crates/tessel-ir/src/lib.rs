@@ -17,7 +17,9 @@
 pub mod entities;
 pub mod graph;
 pub mod kernel;
+pub mod text;
 pub mod types;
+pub mod verify;
 
 pub use entities::*;
 pub use types::{DType, Shape, TensorType};

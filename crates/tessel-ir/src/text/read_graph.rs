@@ -1,0 +1,455 @@
+//! The graph IR reader.
+
+use super::lexer::{Cursor, Pos, Tok};
+use super::{
+    binary_name, group_kind_name, reduce_name, unary_name, ReadError, BINARY_OPS, DTYPES,
+    GROUP_KINDS, REDUCE_OPS, UNARY_OPS,
+};
+use crate::entities::{Group, Value};
+use crate::graph::{Fusion, Graph, GroupData, Op, Schedule, Schedules, TileConfig};
+use crate::types::{DType, Shape, TensorType};
+use cranelift_entity::packed_option::PackedOption;
+use std::collections::HashMap;
+
+/// Reads the text [`super::write_graph`] prints. Absent sections give empty tables: a graph
+/// without groups reads back with an empty [`Fusion`] and empty [`Schedules`].
+///
+/// Values and groups are numbered in definition order; references may come before the
+/// definition. [`Graph::inputs`] is the explicit `input "x" = v0` list when there is one,
+/// otherwise the named `input` ops sorted by index. [`Fusion::writer`] is derived from the
+/// groups' outputs, then overridden by the `writer` lines.
+pub fn read_graph(text: &str) -> Result<(Graph, Fusion, Schedules), ReadError> {
+    let mut c = Cursor::new(text)?;
+    c.keyword("graph")?;
+    let name = c.name("the graph's name")?;
+    c.punct('{')?;
+    let mut r = GraphReader::default();
+    loop {
+        if c.eat_punct('}') {
+            break;
+        }
+        r.item(&mut c)?;
+    }
+    if *c.peek() != Tok::Eof {
+        return Err(c.expected("the end of the text after the graph"));
+    }
+    r.finish(name)
+}
+
+/// A value or group reference as written: the number in its name and where.
+type Ref = (u32, Pos);
+
+/// A group as written: kind, output and reduction references, schedule.
+type RawGroup = (
+    crate::graph::GroupKind,
+    Vec<Ref>,
+    Vec<Ref>,
+    Option<Schedule>,
+);
+
+#[derive(Default)]
+struct GraphReader {
+    /// Ops with placeholder operands, the operand references in [`Op::args`] order, the type.
+    ops: Vec<(Op, Vec<Ref>, TensorType)>,
+    value_names: HashMap<u32, Value>,
+    /// Named input ops: (index, name, value).
+    implied_inputs: Vec<(u32, String, Value)>,
+    explicit_inputs: Vec<(String, Ref)>,
+    outputs: Vec<(String, Ref)>,
+    groups: Vec<RawGroup>,
+    group_names: HashMap<u32, Group>,
+    writers: Vec<(Ref, Option<Ref>)>,
+}
+
+impl GraphReader {
+    fn item(&mut self, c: &mut Cursor) -> Result<(), ReadError> {
+        let (w, pos) = c.word("a value, group, `output`, `input`, `writer` or `}`")?;
+        if let Some(n) = super::lexer::entity_number(&w, "v") {
+            let v = Value::from_u32(self.ops.len() as u32);
+            if self.value_names.insert(n, v).is_some() {
+                return Err(pos.error(format!("value v{n} is defined twice")));
+            }
+            c.punct('=')?;
+            let (op, refs, name) = op(c)?;
+            c.punct(':')?;
+            let ty = tensor_type(c)?;
+            if let (Op::Input { index }, Some(name)) = (&op, name) {
+                self.implied_inputs.push((*index, name, v));
+            }
+            self.ops.push((op, refs, ty));
+        } else if let Some(n) = super::lexer::entity_number(&w, "g") {
+            let g = Group::from_u32(self.groups.len() as u32);
+            if self.group_names.insert(n, g).is_some() {
+                return Err(pos.error(format!("group g{n} is defined twice")));
+            }
+            c.punct('=')?;
+            let (k, kpos) = c.word("a group kind")?;
+            let kind = GROUP_KINDS
+                .into_iter()
+                .find(|x| group_kind_name(*x) == k)
+                .ok_or_else(|| {
+                    kpos.error(format!(
+                        "unknown group kind `{k}` (expected `elementwise` or `row_reduction`)"
+                    ))
+                })?;
+            c.keyword("outputs")?;
+            let outs = c.bracket_list(|c| c.entity("v", "a value"))?;
+            c.keyword("reductions")?;
+            let reds = c.bracket_list(|c| c.entity("v", "a value"))?;
+            let sched = if c.is_word("tile") {
+                Some(schedule(c)?)
+            } else {
+                None
+            };
+            self.groups.push((kind, outs, reds, sched));
+        } else {
+            match w.as_str() {
+                "output" | "input" => {
+                    let n = c.string("the name as a string")?;
+                    c.punct('=')?;
+                    let v = c.entity("v", "a value")?;
+                    if w == "output" {
+                        self.outputs.push((n, v));
+                    } else {
+                        self.explicit_inputs.push((n, v));
+                    }
+                }
+                "writer" => {
+                    let v = c.entity("v", "a value")?;
+                    c.punct('=')?;
+                    let g = if c.eat_word("none") {
+                        None
+                    } else {
+                        Some(c.entity("g", "a group or `none`")?)
+                    };
+                    self.writers.push((v, g));
+                }
+                "schedule" => {
+                    return Err(pos.error(
+                        "a schedule needs its group: write it on the group's line (`g0 = ... tile ...`)",
+                    ))
+                }
+                _ => {
+                    return Err(pos.error(format!(
+                        "expected a value, group, `output`, `input`, `writer` or `}}`, found `{w}`"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn value(&self, (n, pos): Ref) -> Result<Value, ReadError> {
+        self.value_names
+            .get(&n)
+            .copied()
+            .ok_or_else(|| pos.error(format!("value v{n} is not defined")))
+    }
+
+    fn group(&self, (n, pos): Ref) -> Result<Group, ReadError> {
+        self.group_names
+            .get(&n)
+            .copied()
+            .ok_or_else(|| pos.error(format!("group g{n} is not defined")))
+    }
+
+    fn values(&self, refs: &[Ref]) -> Result<Vec<Value>, ReadError> {
+        refs.iter().map(|r| self.value(*r)).collect()
+    }
+
+    fn finish(self, name: String) -> Result<(Graph, Fusion, Schedules), ReadError> {
+        let mut g = Graph::new(name);
+        for (op, refs, ty) in &self.ops {
+            let mut op = op.clone();
+            set_args(&mut op, &self.values(refs)?);
+            g.push(op, ty.clone());
+        }
+        for (n, r) in &self.outputs {
+            g.outputs.push((n.clone(), self.value(*r)?));
+        }
+        if self.explicit_inputs.is_empty() {
+            let mut ins = self.implied_inputs.clone();
+            ins.sort_by_key(|(i, _, _)| *i);
+            g.inputs = ins.into_iter().map(|(_, n, v)| (n, v)).collect();
+        } else {
+            for (n, r) in &self.explicit_inputs {
+                g.inputs.push((n.clone(), self.value(*r)?));
+            }
+        }
+        let mut fusion = Fusion::default();
+        let mut schedules = Schedules::new();
+        for (kind, outs, reds, sched) in &self.groups {
+            let grp = fusion.new_group(GroupData {
+                kind: *kind,
+                outputs: self.values(outs)?,
+                reductions: self.values(reds)?,
+            });
+            schedules[grp] = sched.clone();
+        }
+        for (v, grp) in &self.writers {
+            let v = self.value(*v)?;
+            fusion.writer[v] = match grp {
+                Some(r) => PackedOption::from(self.group(*r)?),
+                None => PackedOption::default(),
+            };
+        }
+        Ok((g, fusion, schedules))
+    }
+}
+
+/// Replaces the operands of `op`, in [`Op::args`] order.
+fn set_args(op: &mut Op, new: &[Value]) {
+    let mut it = new.iter().copied();
+    let mut next = |v: &mut Value| {
+        if let Some(n) = it.next() {
+            *v = n;
+        }
+    };
+    match op {
+        Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => {}
+        Op::Unary { arg, .. }
+        | Op::Cast { arg }
+        | Op::Broadcast { arg }
+        | Op::Reshape { arg }
+        | Op::Permute { arg, .. }
+        | Op::Reduce { arg, .. }
+        | Op::Slice { arg, .. }
+        | Op::Softmax { arg, .. } => next(arg),
+        Op::Binary { lhs, rhs, .. } => {
+            next(lhs);
+            next(rhs);
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            next(cond);
+            next(on_true);
+            next(on_false);
+        }
+        Op::Concat { args, .. } => args.iter_mut().for_each(next),
+    }
+}
+
+/// `bf16[4096, 5120]`, `f32[]`.
+pub(crate) fn tensor_type(c: &mut Cursor) -> Result<TensorType, ReadError> {
+    let (w, pos) = c.word("a dtype")?;
+    let dtype = dtype_named(&w, pos)?;
+    let dims = c.bracket_list(|c| c.u64("a dimension"))?;
+    Ok(TensorType {
+        dtype,
+        shape: Shape(dims),
+    })
+}
+
+pub(crate) fn dtype_named(w: &str, pos: Pos) -> Result<DType, ReadError> {
+    DTYPES.into_iter().find(|d| d.name() == w).ok_or_else(|| {
+        pos.error(format!(
+            "unknown dtype `{w}` (expected bf16, f16, f32, i32 or bool)"
+        ))
+    })
+}
+
+/// `tile <TileConfig> why "..."`.
+fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
+    c.keyword("tile")?;
+    let (k, kpos) = c.word("a tile kind")?;
+    c.punct('{')?;
+    let mut fields: Vec<(String, u32)> = Vec::new();
+    if !c.eat_punct('}') {
+        loop {
+            let (f, fpos) = c.word("a field name")?;
+            if fields.iter().any(|(x, _)| *x == f) {
+                return Err(fpos.error(format!("field `{f}` is given twice")));
+            }
+            c.punct(':')?;
+            let x = c.u32("a field value")?;
+            fields.push((f, x));
+            if c.eat_punct('}') {
+                break;
+            }
+            c.punct(',')?;
+        }
+    }
+    let expect: &[&str] = match k.as_str() {
+        "elementwise" => &["threads", "vector"],
+        "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
+        _ => {
+            return Err(kpos.error(format!(
+                "unknown tile kind `{k}` (expected `elementwise` or `row_reduction`)"
+            )))
+        }
+    };
+    let mut vals = Vec::new();
+    for e in expect {
+        match fields.iter().find(|(f, _)| f == e) {
+            Some((_, x)) => vals.push(*x),
+            None => return Err(kpos.error(format!("`{k}` tile needs the field `{e}`"))),
+        }
+    }
+    if let Some((f, _)) = fields.iter().find(|(f, _)| !expect.contains(&f.as_str())) {
+        return Err(kpos.error(format!("`{k}` tile has no field `{f}`")));
+    }
+    let tile = match vals[..] {
+        [threads, vector] => TileConfig::Elementwise { threads, vector },
+        [threads_per_row, rows_per_cta, vector] => TileConfig::RowReduction {
+            threads_per_row,
+            rows_per_cta,
+            vector,
+        },
+        _ => return Err(kpos.error("malformed tile")),
+    };
+    c.keyword("why")?;
+    let why = c.string("the reason as a string")?;
+    Ok(Schedule { tile, why })
+}
+
+/// An f64 as [`super::fmt_f64`] prints it; decimal literals are also accepted with a sign.
+fn f64_literal(c: &mut Cursor) -> Result<f64, ReadError> {
+    let pos = c.pos();
+    let neg = c.eat_punct('-');
+    let (w, _) = c.word("a number")?;
+    let x = if w == "nan" {
+        f64::NAN
+    } else if w == "inf" {
+        f64::INFINITY
+    } else if let Some(h) = w.strip_prefix("0x") {
+        if neg {
+            return Err(pos.error("raw bits `0x...` take no sign"));
+        }
+        if h.len() != 16 || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(pos.error(format!("expected 16 hex digits of f64 bits, found `{w}`")));
+        }
+        return u64::from_str_radix(h, 16)
+            .map(f64::from_bits)
+            .map_err(|_| pos.error("bad hex bits"));
+    } else if w
+        .bytes()
+        .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+    {
+        w.parse::<f64>()
+            .map_err(|_| pos.error(format!("expected a number, found `{w}`")))?
+    } else {
+        return Err(pos.error(format!("expected a number, found `{w}`")));
+    };
+    Ok(if neg { -x } else { x })
+}
+
+/// The op after `vN =`: returns it with placeholder operands, the operand references and,
+/// for an `input`, its name.
+fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
+    let (m, mpos) = c.word("an op")?;
+    let mut refs = Vec::new();
+    let arg = |c: &mut Cursor, refs: &mut Vec<Ref>| -> Result<Value, ReadError> {
+        refs.push(c.entity("v", "a value")?);
+        Ok(Value::from_u32(0))
+    };
+    let op = match m.as_str() {
+        "input" => {
+            let index = c.u32("an input index")?;
+            let name = match c.peek() {
+                Tok::Str(_) => Some(c.string("a name")?),
+                _ => None,
+            };
+            return Ok((Op::Input { index }, refs, name));
+        }
+        "const" => Op::Const {
+            value: f64_literal(c)?,
+        },
+        "iota" => {
+            c.keyword("axis")?;
+            Op::Iota {
+                axis: c.u32("an axis")?,
+            }
+        }
+        "select" => {
+            let cond = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let on_true = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let on_false = arg(c, &mut refs)?;
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            }
+        }
+        "cast" => Op::Cast {
+            arg: arg(c, &mut refs)?,
+        },
+        "broadcast" => Op::Broadcast {
+            arg: arg(c, &mut refs)?,
+        },
+        "reshape" => Op::Reshape {
+            arg: arg(c, &mut refs)?,
+        },
+        "permute" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("perm")?;
+            let perm = c.bracket_list(|c| c.u32("an axis"))?;
+            Op::Permute { arg: a, perm }
+        }
+        "slice" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            let axis = c.u32("an axis")?;
+            c.punct(',')?;
+            c.keyword("start")?;
+            let start = c.u64("a start index")?;
+            Op::Slice {
+                arg: a,
+                axis,
+                start,
+            }
+        }
+        "concat" => {
+            let args = c.bracket_list(|c| arg(c, &mut refs))?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Concat {
+                args,
+                axis: c.u32("an axis")?,
+            }
+        }
+        "softmax" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Softmax {
+                arg: a,
+                axis: c.u32("an axis")?,
+            }
+        }
+        m => {
+            if let Some(r) = m.strip_prefix("reduce.") {
+                let Some(op) = REDUCE_OPS.into_iter().find(|x| reduce_name(*x) == r) else {
+                    return Err(mpos.error(format!("unknown reduction `{m}`")));
+                };
+                let a = arg(c, &mut refs)?;
+                c.punct(',')?;
+                c.keyword("axis")?;
+                Op::Reduce {
+                    op,
+                    arg: a,
+                    axis: c.u32("an axis")?,
+                }
+            } else if let Some(op) = UNARY_OPS.into_iter().find(|x| unary_name(*x) == m) {
+                Op::Unary {
+                    op,
+                    arg: arg(c, &mut refs)?,
+                }
+            } else if let Some(op) = BINARY_OPS.into_iter().find(|x| binary_name(*x) == m) {
+                let lhs = arg(c, &mut refs)?;
+                c.punct(',')?;
+                let rhs = arg(c, &mut refs)?;
+                Op::Binary { op, lhs, rhs }
+            } else {
+                return Err(mpos.error(format!("unknown op `{m}`")));
+            }
+        }
+    };
+    Ok((op, refs, None))
+}

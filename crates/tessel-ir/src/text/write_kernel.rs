@@ -1,0 +1,236 @@
+//! The kernel IR printer.
+
+use super::{
+    fcmp_name, icmp_name, kop_simple_name, math_name, name, quote, space_name, special_name,
+    width_name,
+};
+use crate::kernel::{BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, Stmt};
+use std::fmt::Write;
+
+/// Registers declared per `regs` line.
+const REGS_PER_LINE: usize = 8;
+
+/// Prints one kernel in the textual form that [`super::read_kernel`] reads back.
+///
+/// ```text
+/// kernel scale block [256, 1, 1] grid [16, 1, 1] {
+///   schedule "elementwise { threads: 256, vector: 1 }"
+///   param x: ptr f32 read
+///   param n: u32
+///   smem0: 32 bytes align 4
+///   regs r0: u32, r1: u64, r2: f32
+///   r0 = special tid.x
+///   r2 = fmul r2, 0f40000000
+///   for r3 = 0u32 .. r0 step 1u32 {
+///     barrier
+///   }
+/// }
+/// ```
+pub fn write_kernel(k: &Kernel) -> String {
+    let mut out = String::new();
+    kernel_into(&mut out, k, "", "");
+    out
+}
+
+/// Prints a program: its buffers, kernels, launches, inputs and outputs, in the textual
+/// form that [`super::read_program`] reads back.
+pub fn write_program(p: &Program) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "program {} {{", name(&p.name));
+    for (b, decl) in p.buffers.iter() {
+        let role = match decl.role {
+            BufferRole::Input(n) => format!("input {n}"),
+            BufferRole::Output => "output".to_string(),
+            BufferRole::Temp => "temp".to_string(),
+        };
+        let _ = writeln!(out, "  {b} = {role} {} : {}", quote(&decl.name), decl.ty);
+    }
+    for (kid, k) in p.kernels.iter() {
+        kernel_into(&mut out, k, "  ", &format!("{kid} = "));
+    }
+    for l in &p.launches {
+        let args: Vec<String> = l
+            .args
+            .iter()
+            .map(|a| match a {
+                LaunchArg::Buffer(b) => b.to_string(),
+                LaunchArg::U32(x) => format!("{x}u32"),
+            })
+            .collect();
+        let _ = writeln!(out, "  launch {}({})", l.kernel, args.join(", "));
+    }
+    for (n, b) in &p.inputs {
+        let _ = writeln!(out, "  input {} = {b}", quote(n));
+    }
+    for (n, b) in &p.outputs {
+        let _ = writeln!(out, "  output {} = {b}", quote(n));
+    }
+    out.push_str("}\n");
+    out
+}
+
+/// One `Stmt::Op` as its line of text, without indentation (`r3 = fadd r1, 0f3F800000`);
+/// used by the verifier's messages.
+pub fn write_op_stmt(dst: crate::Reg, op: Op, args: &[Operand]) -> String {
+    let mut s = format!("{dst} = {}", op_head(op));
+    let has_attr = matches!(op, Op::Special(_) | Op::Param(_) | Op::SharedAddr(_));
+    for (i, a) in args.iter().enumerate() {
+        s.push_str(if i == 0 && !has_attr { " " } else { ", " });
+        s.push_str(&operand(*a));
+    }
+    s
+}
+
+fn kernel_into(out: &mut String, k: &Kernel, indent: &str, prefix: &str) {
+    let _ = writeln!(
+        out,
+        "{indent}{prefix}kernel {} block {} grid {} {{",
+        name(&k.name),
+        dims(k.block),
+        dims(k.grid)
+    );
+    let inner = format!("{indent}  ");
+    let _ = writeln!(out, "{inner}schedule {}", quote(&k.schedule));
+    for p in &k.params {
+        let kind = match p.kind {
+            ParamKind::Ptr { dtype, writes } => {
+                format!("ptr {dtype} {}", if writes { "write" } else { "read" })
+            }
+            ParamKind::U32 => "u32".to_string(),
+        };
+        let _ = writeln!(out, "{inner}param {}: {kind}", name(&p.name));
+    }
+    for (s, d) in k.shared.iter() {
+        let _ = writeln!(out, "{inner}{s}: {} bytes align {}", d.bytes, d.align);
+    }
+    let regs: Vec<String> = k
+        .regs
+        .iter()
+        .map(|(r, t)| format!("{r}: {}", t.name()))
+        .collect();
+    for chunk in regs.chunks(REGS_PER_LINE) {
+        let _ = writeln!(out, "{inner}regs {}", chunk.join(", "));
+    }
+    stmts_into(out, &k.body, &inner);
+    let _ = writeln!(out, "{indent}}}");
+}
+
+fn dims(d: [u32; 3]) -> String {
+    format!("[{}, {}, {}]", d[0], d[1], d[2])
+}
+
+fn operand(o: Operand) -> String {
+    match o {
+        Operand::Reg(r) => r.to_string(),
+        Operand::U32(x) => format!("{x}u32"),
+        Operand::U64(x) => format!("{x}u64"),
+        Operand::F32(bits) => format!("0f{bits:08X}"),
+    }
+}
+
+fn address(addr: crate::Reg, offset: i32) -> String {
+    match offset {
+        0 => format!("[{addr}]"),
+        o if o > 0 => format!("[{addr} + {o}]"),
+        o => format!("[{addr} - {}]", -(o as i64)),
+    }
+}
+
+/// The mnemonic with its attribute, if any: `fadd`, `fcmp.lt`, `special tid.x`, `param 0`.
+fn op_head(op: Op) -> String {
+    match op {
+        Op::FCmp(c) => format!("fcmp.{}", fcmp_name(c)),
+        Op::ICmp(c) => format!("icmp.{}", icmp_name(c)),
+        Op::Math(m) => format!("math.{}", math_name(m)),
+        Op::Special(s) => format!("special {}", special_name(s)),
+        Op::Param(n) => format!("param {n}"),
+        Op::SharedAddr(s) => format!("shared_addr {s}"),
+        other => kop_simple_name(other).unwrap_or("?").to_string(),
+    }
+}
+
+fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
+    for s in body {
+        match s {
+            Stmt::Op { dst, op, args } => {
+                let _ = writeln!(out, "{indent}{}", write_op_stmt(*dst, *op, args));
+            }
+            Stmt::Load {
+                dsts,
+                space,
+                width,
+                addr,
+                offset,
+            } => {
+                let ds: Vec<String> = dsts.iter().map(|r| r.to_string()).collect();
+                let lhs = if ds.is_empty() {
+                    String::new()
+                } else {
+                    format!("{} = ", ds.join(", "))
+                };
+                let _ = writeln!(
+                    out,
+                    "{indent}{lhs}load.{}.{} {}",
+                    space_name(*space),
+                    width_name(*width),
+                    address(*addr, *offset)
+                );
+            }
+            Stmt::Store {
+                space,
+                width,
+                addr,
+                offset,
+                values,
+            } => {
+                let mut line = format!(
+                    "{indent}store.{}.{} {}",
+                    space_name(*space),
+                    width_name(*width),
+                    address(*addr, *offset)
+                );
+                for v in values {
+                    line.push_str(", ");
+                    line.push_str(&operand(*v));
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}for {var} = {} .. {} step {} {{",
+                    operand(*start),
+                    operand(*end),
+                    operand(*step)
+                );
+                stmts_into(out, body, &format!("{indent}  "));
+                let _ = writeln!(out, "{indent}}}");
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let _ = writeln!(out, "{indent}if {cond} {{");
+                let inner = format!("{indent}  ");
+                stmts_into(out, then_body, &inner);
+                if else_body.is_empty() {
+                    let _ = writeln!(out, "{indent}}}");
+                } else {
+                    let _ = writeln!(out, "{indent}}} else {{");
+                    stmts_into(out, else_body, &inner);
+                    let _ = writeln!(out, "{indent}}}");
+                }
+            }
+            Stmt::Barrier => {
+                let _ = writeln!(out, "{indent}barrier");
+            }
+        }
+    }
+}

@@ -1,0 +1,684 @@
+//! Graph IR, fusion and schedule checks.
+
+use super::{Errors, VerifyError};
+use crate::entities::Value;
+use crate::graph::{
+    BinaryOp, Fusion, Graph, GroupKind, Op, ReduceOp, Schedules, TileConfig, UnaryOp,
+};
+use crate::types::{DType, TensorType};
+use cranelift_entity::EntityRef;
+
+/// Checks `g` and, when given, its fusion groups and schedules against the invariants in
+/// the module documentation. Returns every broken invariant found, not just the first.
+pub fn verify_graph(
+    g: &Graph,
+    fusion: Option<&Fusion>,
+    schedules: Option<&Schedules>,
+) -> Result<(), Vec<VerifyError>> {
+    let mut e = Errors::default();
+    ops(g, &mut e);
+    inputs_outputs(g, &mut e);
+    if let Some(f) = fusion {
+        fusion_checks(g, f, &mut e);
+    }
+    if let Some(s) = schedules {
+        schedule_checks(fusion, s, &mut e);
+    }
+    e.finish()
+}
+
+fn exists(g: &Graph, v: Value) -> bool {
+    v.index() < g.ops.len()
+}
+
+fn ops(g: &Graph, e: &mut Errors) {
+    for (v, op) in g.ops.iter() {
+        let mut ordered = true;
+        for a in op.args() {
+            if !exists(g, a) {
+                e.push(
+                    "graph.order",
+                    v.to_string(),
+                    format!("operand {a} is not a value"),
+                );
+                ordered = false;
+            } else if a >= v {
+                e.push(
+                    "graph.order",
+                    v.to_string(),
+                    format!("operand {a} is used before its definition"),
+                );
+                ordered = false;
+            }
+        }
+        if ordered {
+            types(g, v, op, e);
+        }
+    }
+}
+
+/// `s` is exactly representable in a binary float with `p` significand bits, minimum
+/// normal exponent `emin` and largest finite value `max`.
+fn fits_float(x: f64, p: i32, emin: i32, max: f64) -> bool {
+    if !x.is_finite() {
+        return true;
+    }
+    if x == 0.0 {
+        return true;
+    }
+    if x.abs() > max {
+        return false;
+    }
+    let bits = x.to_bits();
+    let biased = ((bits >> 52) & 0x7ff) as i32;
+    if biased == 0 {
+        // An f64 subnormal is far below every smaller format's range.
+        return false;
+    }
+    let e = biased - 1023;
+    let k = p - 1 - e.max(emin);
+    // x · 2^k is exact in f64 for the k that can occur here (|k| < 200).
+    let scaled = x * 2f64.powi(k);
+    scaled.is_finite() && scaled.fract() == 0.0
+}
+
+pub(crate) fn const_fits(x: f64, dtype: DType) -> Result<(), String> {
+    let ok = match dtype {
+        DType::F32 => fits_float(x, 24, -126, f32::MAX as f64),
+        DType::Bf16 => fits_float(x, 8, -126, 3.3895313892515355e38),
+        DType::F16 => fits_float(x, 11, -14, 65504.0),
+        DType::I32 => {
+            return if x.fract() == 0.0 && (-2147483648.0..2147483648.0).contains(&x) {
+                Ok(())
+            } else {
+                Err(format!("{x:?} is not an i32 (integral, in [-2^31, 2^31))"))
+            }
+        }
+        DType::Bool => {
+            return if x == 0.0 || x == 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{x:?} is not a bool (0 or 1)"))
+            }
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{x:?} is not exactly representable in {dtype}"))
+    }
+}
+
+fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
+    let rt = g.ty(v);
+    let at = |a: &Value| g.ty(*a);
+    let loc = v.to_string();
+    let mut err = |rule: &'static str, msg: String| e.push(rule, loc.clone(), msg);
+    let same_dtype = |a: &TensorType| a.dtype == rt.dtype;
+    match op {
+        Op::Input { .. } => {}
+        Op::Const { value } => {
+            if let Err(m) = const_fits(*value, rt.dtype) {
+                err("graph.const", m);
+            }
+        }
+        Op::Iota { axis } => {
+            if *axis as usize >= rt.shape.rank() {
+                err(
+                    "graph.iota",
+                    format!("axis {axis} is out of range for {rt}"),
+                );
+            }
+            if rt.dtype == DType::Bool {
+                err("graph.iota", "iota of bool".to_string());
+            }
+        }
+        Op::Unary { op, arg } => {
+            let a = at(arg);
+            if a != rt {
+                err(
+                    "graph.unary",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            let ok = match op {
+                UnaryOp::Not => a.dtype == DType::Bool,
+                UnaryOp::Neg | UnaryOp::Abs => a.dtype != DType::Bool,
+                _ => a.dtype.is_float(),
+            };
+            if !ok {
+                err(
+                    "graph.unary",
+                    format!("{op:?} is not defined on {}", a.dtype),
+                );
+            }
+        }
+        Op::Binary { op, lhs, rhs } => {
+            let (l, r) = (at(lhs), at(rhs));
+            if l != r {
+                err(
+                    "graph.binary",
+                    format!("operands differ: {lhs} is {l}, {rhs} is {r}"),
+                );
+            }
+            if l.shape != rt.shape {
+                err(
+                    "graph.binary",
+                    format!("result shape {} is not the operands' {}", rt.shape, l.shape),
+                );
+            }
+            use BinaryOp::*;
+            let cmp = matches!(op, Eq | Ne | Lt | Le | Gt | Ge);
+            let want = if cmp { DType::Bool } else { l.dtype };
+            if rt.dtype != want {
+                err(
+                    "graph.binary",
+                    format!("{op:?} of {} gives {want}, not {}", l.dtype, rt.dtype),
+                );
+            }
+            let ok = match op {
+                And | Or => l.dtype == DType::Bool,
+                Pow => l.dtype.is_float(),
+                Add | Sub | Mul | Div | Rem | Min | Max => l.dtype != DType::Bool,
+                Eq | Ne | Lt | Le | Gt | Ge => true,
+            };
+            if !ok {
+                err(
+                    "graph.binary",
+                    format!("{op:?} is not defined on {}", l.dtype),
+                );
+            }
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            let c = at(cond);
+            if c.dtype != DType::Bool || c.shape != rt.shape {
+                err(
+                    "graph.select",
+                    format!("condition {cond} is {c}, expected bool{}", rt.shape),
+                );
+            }
+            for a in [on_true, on_false] {
+                if at(a) != rt {
+                    err(
+                        "graph.select",
+                        format!("arm {a} is {}, the result {rt}", at(a)),
+                    );
+                }
+            }
+        }
+        Op::Cast { arg } => {
+            if at(arg).shape != rt.shape {
+                err(
+                    "graph.cast",
+                    format!(
+                        "operand {arg} is {}, the result {rt}: shapes differ",
+                        at(arg)
+                    ),
+                );
+            }
+        }
+        Op::Broadcast { arg } => {
+            let a = at(arg);
+            if !same_dtype(a) {
+                err(
+                    "graph.broadcast",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if a.shape.rank() != rt.shape.rank() {
+                err(
+                    "graph.broadcast",
+                    format!(
+                        "rank of {arg} ({}) is not the result's ({})",
+                        a.shape, rt.shape
+                    ),
+                );
+            } else if a
+                .shape
+                .0
+                .iter()
+                .zip(&rt.shape.0)
+                .any(|(x, y)| *x != 1 && x != y)
+            {
+                err(
+                    "graph.broadcast",
+                    format!("{} does not broadcast to {}", a.shape, rt.shape),
+                );
+            }
+        }
+        Op::Reshape { arg } => {
+            let a = at(arg);
+            if !same_dtype(a) {
+                err(
+                    "graph.reshape",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if a.shape.0.iter().try_fold(1u64, |p, d| p.checked_mul(*d))
+                != rt.shape.0.iter().try_fold(1u64, |p, d| p.checked_mul(*d))
+            {
+                err(
+                    "graph.reshape",
+                    format!("{} and {} have different element counts", a.shape, rt.shape),
+                );
+            }
+        }
+        Op::Permute { arg, perm } => {
+            let a = at(arg);
+            if !same_dtype(a) {
+                err(
+                    "graph.permute",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            let n = a.shape.rank();
+            let mut seen = vec![false; n];
+            let is_perm = perm.len() == n
+                && perm.iter().all(|&p| {
+                    let p = p as usize;
+                    p < n && !std::mem::replace(&mut seen[p], true)
+                });
+            if !is_perm {
+                err(
+                    "graph.permute",
+                    format!("{perm:?} is not a permutation of the {n} axes of {arg}"),
+                );
+            } else if rt.shape.rank() != n
+                || perm
+                    .iter()
+                    .enumerate()
+                    .any(|(i, &p)| rt.shape.0[i] != a.shape.0[p as usize])
+            {
+                err(
+                    "graph.permute",
+                    format!(
+                        "permuting {} by {perm:?} does not give {}",
+                        a.shape, rt.shape
+                    ),
+                );
+            }
+        }
+        Op::Reduce { op, arg, axis } => {
+            let a = at(arg);
+            if !same_dtype(a) {
+                err(
+                    "graph.reduce",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if *op == ReduceOp::Mean && !a.dtype.is_float() {
+                err(
+                    "graph.reduce",
+                    format!("mean is not defined on {}", a.dtype),
+                );
+            }
+            let ax = *axis as usize;
+            if ax >= a.shape.rank() {
+                err(
+                    "graph.reduce",
+                    format!("axis {axis} is out of range for {a}"),
+                );
+            } else {
+                let mut want = a.shape.clone();
+                want.0[ax] = 1;
+                if rt.shape != want {
+                    err(
+                        "graph.reduce",
+                        format!(
+                            "reducing axis {axis} of {} gives {want}, not {}",
+                            a.shape, rt.shape
+                        ),
+                    );
+                }
+            }
+        }
+        Op::Slice { arg, axis, start } => {
+            let a = at(arg);
+            if !same_dtype(a) {
+                err(
+                    "graph.slice",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            let ax = *axis as usize;
+            if ax >= a.shape.rank() || a.shape.rank() != rt.shape.rank() {
+                err(
+                    "graph.slice",
+                    format!(
+                        "axis {axis} of {} is out of range or ranks differ from {}",
+                        a.shape, rt.shape
+                    ),
+                );
+            } else {
+                let end = start.checked_add(rt.shape.0[ax]);
+                if end.is_none_or(|end| end > a.shape.0[ax]) {
+                    err(
+                        "graph.slice",
+                        format!(
+                            "slice {start}..{start}+{} is out of bounds of axis {axis} of {}",
+                            rt.shape.0[ax], a.shape
+                        ),
+                    );
+                }
+                if (0..a.shape.rank()).any(|i| i != ax && a.shape.0[i] != rt.shape.0[i]) {
+                    err(
+                        "graph.slice",
+                        format!("dims off axis {axis} differ: {} vs {}", a.shape, rt.shape),
+                    );
+                }
+            }
+        }
+        Op::Concat { args, axis } => {
+            let ax = *axis as usize;
+            if args.is_empty() {
+                err("graph.concat", "no operands".to_string());
+            } else if ax >= rt.shape.rank() {
+                err(
+                    "graph.concat",
+                    format!("axis {axis} is out of range for {rt}"),
+                );
+            } else {
+                let mut total = 0u64;
+                for a in args {
+                    let t = at(a);
+                    if !same_dtype(t)
+                        || t.shape.rank() != rt.shape.rank()
+                        || (0..t.shape.rank()).any(|i| i != ax && t.shape.0[i] != rt.shape.0[i])
+                    {
+                        err(
+                            "graph.concat",
+                            format!("operand {a} is {t}, which does not join into {rt} along axis {axis}"),
+                        );
+                    } else {
+                        total = total.saturating_add(t.shape.0[ax]);
+                    }
+                }
+                if total != rt.shape.0[ax] {
+                    err(
+                        "graph.concat",
+                        format!(
+                            "sizes along axis {axis} sum to {total}, not {}",
+                            rt.shape.0[ax]
+                        ),
+                    );
+                }
+            }
+        }
+        Op::Softmax { arg, axis } => {
+            let a = at(arg);
+            if a != rt {
+                err(
+                    "graph.softmax",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if !a.dtype.is_float() {
+                err(
+                    "graph.softmax",
+                    format!("softmax is not defined on {}", a.dtype),
+                );
+            }
+            if *axis as usize >= a.shape.rank() {
+                err(
+                    "graph.softmax",
+                    format!("axis {axis} is out of range for {a}"),
+                );
+            }
+        }
+    }
+}
+
+fn inputs_outputs(g: &Graph, e: &mut Errors) {
+    let mut seen = vec![false; g.inputs.len()];
+    for (v, op) in g.ops.iter() {
+        if let Op::Input { index } = op {
+            let i = *index as usize;
+            match g.inputs.get(i) {
+                None => e.push(
+                    "graph.input",
+                    v.to_string(),
+                    format!(
+                        "input index {index} is out of range ({} inputs)",
+                        g.inputs.len()
+                    ),
+                ),
+                Some((n, x)) => {
+                    if *x != v {
+                        e.push(
+                            "graph.input",
+                            v.to_string(),
+                            format!("input {index} (\"{n}\") is {x}, not this value"),
+                        );
+                    }
+                    if std::mem::replace(&mut seen[i], true) {
+                        e.push(
+                            "graph.input",
+                            v.to_string(),
+                            format!("input index {index} is used twice"),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    for (i, (n, v)) in g.inputs.iter().enumerate() {
+        let ok = exists(g, *v) && matches!(g.ops[*v], Op::Input { index } if index as usize == i);
+        if !ok {
+            e.push(
+                "graph.input",
+                format!("input {i} (\"{n}\")"),
+                format!("{v} is not an `input {i}` op"),
+            );
+        }
+    }
+    for (n, v) in &g.outputs {
+        if !exists(g, *v) {
+            e.push(
+                "graph.output",
+                format!("output \"{n}\""),
+                format!("{v} is not a value"),
+            );
+        }
+    }
+}
+
+fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
+    for (grp, data) in f.groups.iter() {
+        let loc = format!("group {grp}");
+        if data.outputs.is_empty() {
+            e.push("fusion.outputs", loc.clone(), "the group has no outputs");
+        }
+        let mut shape = None;
+        for &v in &data.outputs {
+            if !exists(g, v) {
+                e.push(
+                    "fusion.outputs",
+                    loc.clone(),
+                    format!("output {v} is not a value"),
+                );
+                continue;
+            }
+            if f.writer[v].expand() != Some(grp) {
+                let who = match f.writer[v].expand() {
+                    Some(o) => format!("{o}"),
+                    None => "no group".to_string(),
+                };
+                e.push(
+                    "fusion.writer",
+                    loc.clone(),
+                    format!("output {v} has {who} as its writer"),
+                );
+            }
+            let s = &g.ty(v).shape;
+            match shape {
+                None => shape = Some((v, s)),
+                Some((first, s0)) if s0 != s => e.push(
+                    "fusion.outputs",
+                    loc.clone(),
+                    format!("outputs differ in shape: {first} is {s0}, {v} is {s}"),
+                ),
+                _ => {}
+            }
+        }
+        match data.kind {
+            GroupKind::Elementwise => {
+                if !data.reductions.is_empty() {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "an elementwise group has reductions",
+                    );
+                }
+            }
+            GroupKind::RowReduction => {
+                if data.reductions.is_empty() {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "a row-reduction group has no reductions",
+                    );
+                }
+                let row = shape.map(|(_, s)| s.last());
+                for &r in &data.reductions {
+                    if !exists(g, r) {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} is not a value"),
+                        );
+                        continue;
+                    }
+                    let Op::Reduce { arg, axis, .. } = &g.ops[r] else {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} is not a reduce"),
+                        );
+                        continue;
+                    };
+                    if !exists(g, *arg) {
+                        continue;
+                    }
+                    let a = g.ty(*arg);
+                    if *axis as usize + 1 != a.shape.rank() {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} reduces axis {axis} of {a}, not the last axis"),
+                        );
+                    } else if let Some(row) = row {
+                        if a.shape.last() != row {
+                            e.push(
+                                "fusion.reductions",
+                                loc.clone(),
+                                format!(
+                                    "{r} reduces rows of length {}, the outputs' rows have {row}",
+                                    a.shape.last()
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (v, w) in f.writer.iter() {
+        if let Some(grp) = w.expand() {
+            let listed = f.groups.get(grp).is_some_and(|d| d.outputs.contains(&v));
+            if !listed {
+                e.push(
+                    "fusion.writer",
+                    v.to_string(),
+                    format!("the writer is {grp}, which does not list {v} among its outputs"),
+                );
+            }
+        }
+    }
+    for (n, v) in &g.outputs {
+        if exists(g, *v) && !f.is_materialized(g, *v) {
+            e.push(
+                "fusion.materialized",
+                format!("output \"{n}\""),
+                format!("{v} is neither a step input nor a group's output"),
+            );
+        }
+    }
+}
+
+fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
+    if let Some(f) = fusion {
+        for (grp, data) in f.groups.iter() {
+            match s.get(grp) {
+                Some(Some(sched)) => {
+                    let kind = match sched.tile {
+                        TileConfig::Elementwise { .. } => GroupKind::Elementwise,
+                        TileConfig::RowReduction { .. } => GroupKind::RowReduction,
+                    };
+                    if kind != data.kind {
+                        e.push(
+                            "schedule.kind",
+                            format!("group {grp}"),
+                            format!("a {:?} group has a {:?} tile", data.kind, kind),
+                        );
+                    }
+                }
+                _ => e.push("schedule.missing", format!("group {grp}"), "no schedule"),
+            }
+        }
+        for (grp, sched) in s.iter() {
+            if sched.is_some() && grp.index() >= f.groups.len() {
+                e.push(
+                    "schedule.orphan",
+                    format!("group {grp}"),
+                    "a schedule for a group that does not exist",
+                );
+            }
+        }
+    }
+    for (grp, sched) in s.iter() {
+        let Some(sched) = sched else { continue };
+        let loc = format!("group {grp}");
+        let (threads, vector) = match sched.tile {
+            TileConfig::Elementwise { threads, vector } => (threads as u64, vector),
+            TileConfig::RowReduction {
+                threads_per_row,
+                rows_per_cta,
+                vector,
+            } => {
+                let tpr_ok = (threads_per_row.is_power_of_two() && threads_per_row <= 32)
+                    || (threads_per_row > 0 && threads_per_row % 32 == 0);
+                if !tpr_ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "threads_per_row {threads_per_row} is neither a power of two ≤ 32 nor a multiple of 32"
+                        ),
+                    );
+                }
+                if rows_per_cta == 0 {
+                    e.push("schedule.tile", loc.clone(), "rows_per_cta is 0");
+                }
+                (threads_per_row as u64 * rows_per_cta as u64, vector)
+            }
+        };
+        if !(1..=1024).contains(&threads) {
+            e.push(
+                "schedule.tile",
+                loc.clone(),
+                format!("{threads} threads per CTA, outside 1..=1024"),
+            );
+        }
+        if ![1, 2, 4, 8].contains(&vector) {
+            e.push(
+                "schedule.tile",
+                loc.clone(),
+                format!("vector {vector} is not 1, 2, 4 or 8"),
+            );
+        }
+    }
+}

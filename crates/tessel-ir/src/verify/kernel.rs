@@ -1,0 +1,695 @@
+//! Kernel IR and program checks, and the op signature table.
+
+use super::{Errors, VerifyError};
+use crate::entities::{BufferId, Reg};
+use crate::kernel::{
+    BufferRole, Kernel, LaunchArg, MathFn, Op, Operand, ParamKind, Program, RegType, Space, Stmt,
+    Width,
+};
+use crate::text::write_op_stmt;
+use std::collections::HashSet;
+
+/// A type in an op [`Signature`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum SigType {
+    /// Exactly this register type (an immediate of the same kind also matches).
+    Is(RegType),
+    /// The op's type variable `T`: the destination's type, the same at every occurrence.
+    T,
+    /// `T` restricted to the 32-bit types, `U32` and `F32`.
+    T32,
+    /// The kernel parameter's type: `U64` for a pointer, `U32` for a scalar
+    /// ([`Op::Param`]'s result).
+    Param,
+}
+
+/// The operand and result types of a kernel op (the `args -> dst` of each [`Op`]'s doc).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Signature {
+    pub args: &'static [SigType],
+    pub result: SigType,
+}
+
+const P: SigType = SigType::Is(RegType::Pred);
+const U: SigType = SigType::Is(RegType::U32);
+const D: SigType = SigType::Is(RegType::U64);
+const F: SigType = SigType::Is(RegType::F32);
+
+/// The signature of `op`: one row per op, the table the verifier checks against and that the
+/// PTX writer and the executor may use to type operands.
+pub fn signature(op: Op) -> Signature {
+    let (args, result): (&'static [SigType], SigType) = match op {
+        Op::Mov => (&[SigType::T], SigType::T),
+        Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax => (&[F, F], F),
+        Op::FFma => (&[F, F, F], F),
+        Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint => (&[F], F),
+        Op::FCmp(_) => (&[F, F], P),
+        Op::IAdd
+        | Op::ISub
+        | Op::IMulLo
+        | Op::UMulHi
+        | Op::UDiv
+        | Op::URem
+        | Op::Shl
+        | Op::ShrU
+        | Op::ShrS
+        | Op::And
+        | Op::Or
+        | Op::Xor => (&[U, U], U),
+        Op::Not => (&[U], U),
+        Op::ICmp(_) => (&[U, U], P),
+        Op::PAnd | Op::POr => (&[P, P], P),
+        Op::PNot => (&[P], P),
+        Op::Select => (&[P, SigType::T, SigType::T], SigType::T),
+        Op::BitsToF32 => (&[U], F),
+        Op::F32ToBits => (&[F], U),
+        Op::CvtRniS32F32 | Op::CvtRziS32F32 => (&[F], U),
+        Op::CvtF32S32 | Op::CvtF32U32 => (&[U], F),
+        Op::PackBf16x2 | Op::PackF16x2 => (&[F, F], U),
+        Op::F16ToF32 => (&[U], F),
+        Op::CvtU64U32 => (&[U], D),
+        Op::AddU64 => (&[D, D], D),
+        Op::MulWideU32 => (&[U, U], D),
+        Op::Special(_) => (&[], U),
+        Op::Param(_) => (&[], SigType::Param),
+        Op::SharedAddr(_) => (&[], U),
+        Op::ShflBfly => (&[SigType::T32, U], SigType::T32),
+        Op::Math(MathFn::Pow) => (&[F, F], F),
+        Op::Math(_) => (&[F], F),
+    };
+    Signature { args, result }
+}
+
+/// Checks one kernel against the invariants in the module documentation. With
+/// `after_expand_math`, a `math.*` op is an error.
+pub fn verify_kernel(k: &Kernel, after_expand_math: bool) -> Result<(), Vec<VerifyError>> {
+    let mut e = Errors::default();
+    kernel_checks(k, after_expand_math, &format!("kernel {}", k.name), &mut e);
+    e.finish()
+}
+
+/// True for a PTX identifier (PTX ISA §4.4): `[a-zA-Z][a-zA-Z0-9_$]*` or
+/// `[_$%][a-zA-Z0-9_$]+`.
+pub(crate) fn is_ptx_identifier(s: &str) -> bool {
+    let follow = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    let mut cs = s.chars();
+    match cs.next() {
+        Some(c) if c.is_ascii_alphabetic() => cs.all(follow),
+        Some('_' | '$' | '%') => {
+            let rest: Vec<char> = cs.collect();
+            !rest.is_empty() && rest.into_iter().all(follow)
+        }
+        _ => false,
+    }
+}
+
+fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors) {
+    if !is_ptx_identifier(&k.name) {
+        e.push(
+            "kernel.name",
+            kloc,
+            format!("{:?} is not a PTX identifier", k.name),
+        );
+    }
+    let [bx, by, bz] = k.block;
+    let threads = bx as u64 * by as u64 * bz as u64;
+    if k.block.contains(&0) || k.grid.contains(&0) {
+        e.push(
+            "kernel.geometry",
+            kloc,
+            format!("block {:?} or grid {:?} has a zero dim", k.block, k.grid),
+        );
+    }
+    if bx > 1024 || by > 1024 || bz > 64 || threads > 1024 {
+        e.push(
+            "kernel.geometry",
+            kloc,
+            format!(
+                "block {:?} exceeds the CTA limits (x, y ≤ 1024, z ≤ 64, 1024 threads)",
+                k.block
+            ),
+        );
+    }
+    if k.grid[0] > i32::MAX as u32 || k.grid[1] > 65535 || k.grid[2] > 65535 {
+        e.push(
+            "kernel.geometry",
+            kloc,
+            format!(
+                "grid {:?} exceeds the limits (x < 2^31, y, z ≤ 65535)",
+                k.grid
+            ),
+        );
+    }
+    if threads % 32 != 0 && uses_whole_warps(&k.body) {
+        e.push(
+            "kernel.geometry",
+            kloc,
+            format!(
+                "{threads} threads per CTA is not a multiple of 32, but the body has a shfl.bfly or barrier"
+            ),
+        );
+    }
+    let mut total = 0u64;
+    for (s, d) in k.shared.iter() {
+        if !d.align.is_power_of_two() {
+            e.push(
+                "kernel.shared",
+                format!("{kloc}, {s}"),
+                format!("alignment {} is not a power of two", d.align),
+            );
+        }
+        if d.bytes == 0 {
+            e.push("kernel.shared", format!("{kloc}, {s}"), "size 0 bytes");
+        }
+        total += d.bytes as u64;
+    }
+    if total > 48 * 1024 {
+        e.push(
+            "kernel.shared",
+            kloc,
+            format!("{total} bytes of shared memory, above the 48 KiB static limit"),
+        );
+    }
+    let mut cx = Cx {
+        k,
+        after_expand_math,
+        kloc,
+        e,
+    };
+    cx.block(&k.body, "body");
+}
+
+fn uses_whole_warps(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Barrier => true,
+        Stmt::Op { op, .. } => *op == Op::ShflBfly,
+        Stmt::For { body, .. } => uses_whole_warps(body),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => uses_whole_warps(then_body) || uses_whole_warps(else_body),
+        Stmt::Load { .. } | Stmt::Store { .. } => false,
+    })
+}
+
+/// Registers a statement list assigns, nested blocks included.
+fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
+    for s in body {
+        match s {
+            Stmt::Op { dst, .. } => {
+                out.insert(*dst);
+            }
+            Stmt::Load { dsts, .. } => out.extend(dsts.iter().copied()),
+            Stmt::For { var, body, .. } => {
+                out.insert(*var);
+                assigned(body, out);
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                assigned(then_body, out);
+                assigned(else_body, out);
+            }
+            Stmt::Store { .. } | Stmt::Barrier => {}
+        }
+    }
+}
+
+struct Cx<'a, 'e> {
+    k: &'a Kernel,
+    after_expand_math: bool,
+    kloc: &'a str,
+    e: &'e mut Errors,
+}
+
+impl Cx<'_, '_> {
+    fn err(&mut self, rule: &'static str, path: &str, msg: String) {
+        self.e.push(rule, format!("{}, {path}", self.kloc), msg);
+    }
+
+    /// The register's type, or an error when it is not declared.
+    fn reg(&mut self, r: Reg, path: &str, what: &str) -> Option<RegType> {
+        let t = self.k.regs.get(r).copied();
+        if t.is_none() {
+            self.err("kernel.reg", path, format!("{what} {r} is not declared"));
+        }
+        t
+    }
+
+    /// The type of an operand (the kind of an immediate); `None` if undeclared.
+    fn operand(&mut self, o: Operand, path: &str) -> Option<RegType> {
+        match o {
+            Operand::Reg(r) => self.reg(r, path, "register"),
+            Operand::U32(_) => Some(RegType::U32),
+            Operand::U64(_) => Some(RegType::U64),
+            Operand::F32(_) => Some(RegType::F32),
+        }
+    }
+
+    fn block(&mut self, body: &[Stmt], path: &str) {
+        for (i, s) in body.iter().enumerate() {
+            self.stmt(s, &format!("{path}[{i}]"));
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt, path: &str) {
+        match s {
+            Stmt::Op { dst, op, args } => self.op(*dst, *op, args, path),
+            Stmt::Load {
+                dsts,
+                space,
+                width,
+                addr,
+                ..
+            } => {
+                if dsts.len() != width.regs() {
+                    self.err(
+                        "kernel.memory",
+                        path,
+                        format!(
+                            "a {width:?} load writes {} registers, not {}",
+                            width.regs(),
+                            dsts.len()
+                        ),
+                    );
+                }
+                for d in dsts {
+                    if let Some(t) = self.reg(*d, path, "destination") {
+                        self.check_mem_value(t, *width, path, &d.to_string());
+                    }
+                }
+                self.check_addr(*addr, *space, path);
+            }
+            Stmt::Store {
+                space,
+                width,
+                addr,
+                values,
+                ..
+            } => {
+                if values.len() != width.regs() {
+                    self.err(
+                        "kernel.memory",
+                        path,
+                        format!(
+                            "a {width:?} store moves {} values, not {}",
+                            width.regs(),
+                            values.len()
+                        ),
+                    );
+                }
+                for v in values {
+                    if let Some(t) = self.operand(*v, path) {
+                        let what = match v {
+                            Operand::Reg(r) => r.to_string(),
+                            _ => "an immediate".to_string(),
+                        };
+                        self.check_mem_value(t, *width, path, &what);
+                    }
+                }
+                self.check_addr(*addr, *space, path);
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                if let Some(t) = self.reg(*var, path, "loop variable") {
+                    if t != RegType::U32 {
+                        self.err(
+                            "kernel.for",
+                            path,
+                            format!("loop variable {var} is {}, not u32", t.name()),
+                        );
+                    }
+                }
+                for (what, o) in [("start", start), ("end", end), ("step", step)] {
+                    if let Some(t) = self.operand(*o, path) {
+                        if t != RegType::U32 {
+                            self.err(
+                                "kernel.for",
+                                path,
+                                format!("loop {what} is {}, not u32", t.name()),
+                            );
+                        }
+                    }
+                }
+                if *step == Operand::U32(0) {
+                    self.err("kernel.for", path, "the loop steps by 0".to_string());
+                }
+                let mut a = HashSet::new();
+                assigned(body, &mut a);
+                if a.contains(var) {
+                    self.err(
+                        "kernel.for",
+                        path,
+                        format!("the body assigns the loop variable {var}"),
+                    );
+                }
+                self.block(body, &format!("{path}.for"));
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                if let Some(t) = self.reg(*cond, path, "condition") {
+                    if t != RegType::Pred {
+                        self.err(
+                            "kernel.if",
+                            path,
+                            format!("condition {cond} is {}, not pred", t.name()),
+                        );
+                    }
+                }
+                self.block(then_body, &format!("{path}.then"));
+                self.block(else_body, &format!("{path}.else"));
+            }
+            Stmt::Barrier => {}
+        }
+    }
+
+    fn check_mem_value(&mut self, t: RegType, width: Width, path: &str, what: &str) {
+        let ok = match width {
+            Width::B8 | Width::B16 => t == RegType::U32,
+            Width::B32 | Width::V2 | Width::V4 => matches!(t, RegType::U32 | RegType::F32),
+        };
+        if !ok {
+            let want = match width {
+                Width::B8 | Width::B16 => "u32",
+                _ => "u32 or f32",
+            };
+            self.err(
+                "kernel.memory",
+                path,
+                format!(
+                    "a {width:?} access moves {want}, but {what} is {}",
+                    t.name()
+                ),
+            );
+        }
+    }
+
+    fn check_addr(&mut self, addr: Reg, space: Space, path: &str) {
+        if let Some(t) = self.reg(addr, path, "address") {
+            let want = match space {
+                Space::Global => RegType::U64,
+                Space::Shared => RegType::U32,
+            };
+            if t != want {
+                self.err(
+                    "kernel.memory",
+                    path,
+                    format!(
+                        "a {space:?} address is {}, but {addr} is {}",
+                        want.name(),
+                        t.name()
+                    ),
+                );
+            }
+        }
+    }
+
+    fn op(&mut self, dst: Reg, op: Op, args: &[Operand], path: &str) {
+        let text = write_op_stmt(dst, op, args);
+        let at = format!("{path} `{text}`");
+        let at = at.as_str();
+        let sig = signature(op);
+        if let Op::Math(m) = op {
+            if self.after_expand_math {
+                self.err(
+                    "kernel.math",
+                    at,
+                    format!("math.{m:?} remains after expand-math"),
+                );
+            }
+        }
+        let dt = self.reg(dst, at, "destination");
+        // The type T stands for: the destination's.
+        let t = dt;
+        match sig.result {
+            SigType::Is(want) => {
+                if let Some(dt) = dt {
+                    if dt != want {
+                        self.err(
+                            "kernel.signature",
+                            at,
+                            format!("the result is {}, but {dst} is {}", want.name(), dt.name()),
+                        );
+                    }
+                }
+            }
+            SigType::T => {}
+            SigType::T32 => {
+                if let Some(dt) = dt {
+                    if !matches!(dt, RegType::U32 | RegType::F32) {
+                        self.err(
+                            "kernel.signature",
+                            at,
+                            format!("the result must be 32-bit, but {dst} is {}", dt.name()),
+                        );
+                    }
+                }
+            }
+            SigType::Param => {
+                if let Op::Param(n) = op {
+                    match self.k.params.get(n as usize) {
+                        None => self.err(
+                            "kernel.param",
+                            at,
+                            format!(
+                                "parameter {n} is out of range ({} parameters)",
+                                self.k.params.len()
+                            ),
+                        ),
+                        Some(p) => {
+                            let want = match p.kind {
+                                ParamKind::Ptr { .. } => RegType::U64,
+                                ParamKind::U32 => RegType::U32,
+                            };
+                            if let Some(dt) = dt {
+                                if dt != want {
+                                    self.err(
+                                        "kernel.param",
+                                        at,
+                                        format!(
+                                            "parameter {n} ({}) is {}, but {dst} is {}",
+                                            p.name,
+                                            want.name(),
+                                            dt.name()
+                                        ),
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if let Op::SharedAddr(s) = op {
+            if self.k.shared.get(s).is_none() {
+                self.err(
+                    "kernel.shared_addr",
+                    at,
+                    format!("shared buffer {s} is not declared"),
+                );
+            }
+        }
+        if args.len() != sig.args.len() {
+            self.err(
+                "kernel.signature",
+                at,
+                format!("takes {} operands, not {}", sig.args.len(), args.len()),
+            );
+        }
+        for (i, (a, want)) in args.iter().zip(sig.args).enumerate() {
+            let Some(at_ty) = self.operand(*a, at) else {
+                continue;
+            };
+            let want = match want {
+                SigType::Is(w) => Some(*w),
+                SigType::T | SigType::T32 | SigType::Param => t,
+            };
+            if let Some(w) = want {
+                if at_ty != w {
+                    let what = match a {
+                        Operand::Reg(r) => format!("{r} is {}", at_ty.name()),
+                        _ => format!("the immediate is {}", at_ty.name()),
+                    };
+                    self.err(
+                        "kernel.signature",
+                        at,
+                        format!("operand {i} must be {}, but {what}", w.name()),
+                    );
+                }
+            }
+        }
+        match (op, args.get(1)) {
+            (Op::Shl | Op::ShrU | Op::ShrS, Some(Operand::U32(b))) if *b >= 32 => self.err(
+                "kernel.signature",
+                at,
+                format!("shift by {b}, not below 32"),
+            ),
+            (Op::UDiv | Op::URem, Some(Operand::U32(0))) => self.err(
+                "kernel.signature",
+                at,
+                "division by the immediate 0".to_string(),
+            ),
+            _ => {}
+        }
+    }
+}
+
+/// Checks a program: every kernel (as [`verify_kernel`]), the launches, the step's inputs
+/// and outputs, and that every buffer is written before it is read.
+pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<VerifyError>> {
+    let mut e = Errors::default();
+    let mut names = HashSet::new();
+    for (kid, k) in p.kernels.iter() {
+        kernel_checks(
+            k,
+            after_expand_math,
+            &format!("{kid} (kernel {})", k.name),
+            &mut e,
+        );
+        if !names.insert(k.name.as_str()) {
+            e.push(
+                "program.kernel",
+                kid.to_string(),
+                format!("kernel name {:?} is used twice", k.name),
+            );
+        }
+    }
+    // Rule `program.io`.
+    for (i, (n, b)) in p.inputs.iter().enumerate() {
+        let role = p.buffers.get(*b).map(|d| d.role);
+        if role != Some(BufferRole::Input(i as u32)) {
+            e.push(
+                "program.io",
+                format!("input {i} (\"{n}\")"),
+                format!("{b} is {}, not an `input {i}` buffer", role_words(role)),
+            );
+        }
+    }
+    for (b, d) in p.buffers.iter() {
+        if let BufferRole::Input(i) = d.role {
+            if p.inputs.get(i as usize).map(|x| x.1) != Some(b) {
+                e.push(
+                    "program.io",
+                    b.to_string(),
+                    format!("an `input {i}` buffer that is not step input {i}"),
+                );
+            }
+        }
+    }
+    for (n, b) in &p.outputs {
+        let role = p.buffers.get(*b).map(|d| d.role);
+        if role != Some(BufferRole::Output) {
+            e.push(
+                "program.io",
+                format!("output \"{n}\""),
+                format!("{b} is {}, not an `output` buffer", role_words(role)),
+            );
+        }
+    }
+    // Rules `program.launch` and `program.dataflow`.
+    let mut written: HashSet<BufferId> = HashSet::new();
+    for (li, l) in p.launches.iter().enumerate() {
+        let loc = format!("launch {li} ({})", l.kernel);
+        let Some(k) = p.kernels.get(l.kernel) else {
+            e.push(
+                "program.launch",
+                loc,
+                format!("kernel {} does not exist", l.kernel),
+            );
+            continue;
+        };
+        if l.args.len() != k.params.len() {
+            e.push(
+                "program.launch",
+                loc.clone(),
+                format!(
+                    "{} arguments for {} parameters",
+                    l.args.len(),
+                    k.params.len()
+                ),
+            );
+        }
+        let mut writes = Vec::new();
+        for (i, (a, prm)) in l.args.iter().zip(&k.params).enumerate() {
+            match (a, prm.kind) {
+                (LaunchArg::U32(_), ParamKind::U32) => {}
+                (LaunchArg::Buffer(b), ParamKind::Ptr { dtype, writes: w }) => {
+                    let Some(d) = p.buffers.get(*b) else {
+                        e.push(
+                            "program.launch",
+                            loc.clone(),
+                            format!("argument {i}: buffer {b} does not exist"),
+                        );
+                        continue;
+                    };
+                    if d.ty.dtype != dtype {
+                        e.push(
+                            "program.launch",
+                            loc.clone(),
+                            format!(
+                                "argument {i}: {b} holds {}, parameter {} points to {dtype}",
+                                d.ty.dtype, prm.name
+                            ),
+                        );
+                    }
+                    if w {
+                        writes.push(*b);
+                    } else if !matches!(d.role, BufferRole::Input(_)) && !written.contains(b) {
+                        e.push(
+                            "program.dataflow",
+                            loc.clone(),
+                            format!("reads {b} (\"{}\") before any launch writes it", d.name),
+                        );
+                    }
+                }
+                (a, kind) => e.push(
+                    "program.launch",
+                    loc.clone(),
+                    format!(
+                        "argument {i} is {}, parameter {} is {}",
+                        match a {
+                            LaunchArg::Buffer(b) => format!("buffer {b}"),
+                            LaunchArg::U32(x) => format!("the u32 {x}"),
+                        },
+                        prm.name,
+                        match kind {
+                            ParamKind::Ptr { dtype, .. } => format!("a pointer to {dtype}"),
+                            ParamKind::U32 => "a u32".to_string(),
+                        }
+                    ),
+                ),
+            }
+        }
+        written.extend(writes);
+    }
+    for (b, d) in p.buffers.iter() {
+        if d.role == BufferRole::Output && !written.contains(&b) {
+            e.push(
+                "program.dataflow",
+                b.to_string(),
+                format!("output buffer \"{}\" is never written", d.name),
+            );
+        }
+    }
+    e.finish()
+}
+
+fn role_words(role: Option<BufferRole>) -> String {
+    match role {
+        None => "not a buffer".to_string(),
+        Some(BufferRole::Input(i)) => format!("an `input {i}` buffer"),
+        Some(BufferRole::Output) => "an `output` buffer".to_string(),
+        Some(BufferRole::Temp) => "a `temp` buffer".to_string(),
+    }
+}

@@ -1,0 +1,136 @@
+//! The verifier: states and checks the invariants of both IRs. The pass driver runs it
+//! between passes in tests; a pass may assume its input verifies and must leave IR that does.
+//!
+//! Every error names its rule (the names listed below), where (the value, group, kernel,
+//! register or statement path such as `body[3].for[0].then[1]`) and what is wrong, in words.
+//!
+//! # Graph IR ([`verify_graph`])
+//! - `graph.order`: every operand is a value defined before its use (topological order).
+//! - `graph.input`: an `input` op's index is in range of [`Graph::inputs`], the entry at that
+//!   index names this value, and no two `input` ops share an index; every entry of
+//!   `inputs` names an `input` op with its own position as index.
+//! - `graph.output`: every step output is an existing value.
+//! - `graph.const`: a constant is representable in its dtype: for float dtypes finite and
+//!   exactly representable (no rounding), or ±inf, or NaN; for `i32` integral and in
+//!   `[-2^31, 2^31)`; for `bool` 0 or 1.
+//! - `graph.iota`: the axis is below the result's rank; the dtype is not `bool`.
+//! - `graph.unary`: the result type equals the operand's; `not` on `bool`; `neg`, `abs`
+//!   on a number (not `bool`); the math functions on float dtypes.
+//! - `graph.binary`: operands have equal dtypes and shapes, and the result their shape;
+//!   the result dtype is the operands' (`bool` for comparisons); `and`/`or` on `bool`;
+//!   arithmetic (`add` .. `max`) not on `bool`; `pow` on float dtypes.
+//! - `graph.select`: the condition is `bool` with the result's shape; both arms have the
+//!   result's type.
+//! - `graph.cast`: the operand has the result's shape.
+//! - `graph.broadcast`: same dtype, same rank, each operand dim 1 or equal to the result's.
+//! - `graph.reshape`: same dtype and element count.
+//! - `graph.permute`: `perm` is a permutation of `0..rank`, `result.shape[i] =
+//!   arg.shape[perm[i]]`, same dtype.
+//! - `graph.reduce`: the axis is in range, the result keeps it with size 1 and every other
+//!   dim; same dtype; `mean` on float dtypes.
+//! - `graph.slice`: the axis is in range, `start + result.shape[axis] <= arg.shape[axis]`,
+//!   other dims equal, same dtype.
+//! - `graph.concat`: at least one operand, the axis is below the rank, every operand has
+//!   the result's dtype and rank and its dims off the axis, and the sizes along the axis sum
+//!   to the result's.
+//! - `graph.softmax`: float dtype, same type as the operand, the axis in range.
+//!
+//! # Fusion groups (when given)
+//! - `fusion.outputs`: a group has at least one output, each an existing value, all of
+//!   one shape.
+//! - `fusion.writer`: each group output has that group as its writer, and each writer
+//!   entry names an existing group that lists the value among its outputs.
+//! - `fusion.reductions`: a row-reduction group has at least one reduction; each is a
+//!   `reduce` over the last axis of a value whose last dim is the outputs' row length. An
+//!   elementwise group has none.
+//! - `fusion.materialized`: every step output is materialised (a step input or a group's
+//!   output).
+//!
+//! # Schedules (when given)
+//! - `schedule.missing`: every group has a schedule (checked when the fusion is given).
+//! - `schedule.orphan`: no schedule for a group that does not exist (ditto).
+//! - `schedule.kind`: the tile's kind is the group's kind (ditto).
+//! - `schedule.tile`: threads per CTA in `1..=1024`; `vector` in {1, 2, 4, 8};
+//!   `threads_per_row` a power of two ≤ 32 or a multiple of 32; `rows_per_cta` ≥ 1.
+//!
+//! # Kernel IR ([`verify_kernel`])
+//! - `kernel.name`: the name is a PTX identifier (`[a-zA-Z][a-zA-Z0-9_$]*` or
+//!   `[_$%][a-zA-Z0-9_$]+`, PTX ISA §4.4).
+//! - `kernel.geometry`: every block and grid dim ≥ 1; block x, y ≤ 1024, z ≤ 64 and
+//!   threads per CTA in `1..=1024`; grid x < 2^31, y and z ≤ 65535; threads per CTA a
+//!   multiple of 32 when the body has a `shfl.bfly` or a `barrier` (whole warps).
+//! - `kernel.shared`: each shared buffer has a power-of-two alignment and a nonzero size;
+//!   together ≤ 48 KiB (the static shared-memory limit).
+//! - `kernel.reg`: every register used (destination, operand, address, loop variable,
+//!   condition) is declared.
+//! - `kernel.signature`: each op has its [`signature`]'s operand count; each operand's
+//!   type (register) or kind (immediate) matches, the destination's type matches the
+//!   result's; shifts by an immediate take one below 32; `udiv`/`urem` never by immediate 0.
+//! - `kernel.param`: `param n` has `n` in range and a `u64` destination for a pointer,
+//!   `u32` for a scalar.
+//! - `kernel.shared_addr`: `shared_addr` names a declared shared buffer.
+//! - `kernel.memory`: a load or store moves `width.regs()` registers; `b8`/`b16` move
+//!   `u32`, other widths 32-bit values (`u32` or `f32`); the address is `u64` for global and
+//!   `u32` for shared memory.
+//! - `kernel.for`: the loop variable is `u32` and not assigned in the body; start, end and
+//!   step are `u32`; a step is not the immediate 0.
+//! - `kernel.if`: the condition is a `pred` register.
+//! - `kernel.math`: no `math.*` op after `expand-math`.
+//!
+//! # Programs ([`verify_program`])
+//! - `program.kernel`: every kernel verifies (its errors are reported with the kernel's
+//!   id); kernel names are unique.
+//! - `program.launch`: a launch names an existing kernel and passes one argument per
+//!   parameter: a buffer of the pointer's dtype for a pointer, a `u32` for a scalar.
+//! - `program.io`: step input `i` is a buffer with role `input i`, and every input-role
+//!   buffer is the step input of its index; step outputs are `output` buffers.
+//! - `program.dataflow`: in launch order, every `temp` or `output` buffer a kernel reads
+//!   (a read-only pointer) has been written (a writing pointer) by an earlier launch, and
+//!   every `output` buffer is written by some launch.
+//!
+//! [`Graph::inputs`]: crate::graph::Graph::inputs
+
+mod graph;
+mod kernel;
+
+pub use graph::verify_graph;
+pub use kernel::{signature, verify_kernel, verify_program, SigType, Signature};
+
+/// One broken invariant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message} [{rule}]")]
+pub struct VerifyError {
+    /// The rule's name as listed in this module's documentation, e.g. `graph.binary`.
+    pub rule: &'static str,
+    /// Where, in words: `v7`, `group g1`, `kernel scale, body[3].for[0]`, `launch 2`.
+    pub location: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Collects errors; `Ok(())` when there are none.
+#[derive(Default)]
+pub(crate) struct Errors(Vec<VerifyError>);
+
+impl Errors {
+    pub fn push(
+        &mut self,
+        rule: &'static str,
+        location: impl Into<String>,
+        message: impl Into<String>,
+    ) {
+        self.0.push(VerifyError {
+            rule,
+            location: location.into(),
+            message: message.into(),
+        });
+    }
+
+    pub fn finish(self) -> Result<(), Vec<VerifyError>> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0)
+        }
+    }
+}

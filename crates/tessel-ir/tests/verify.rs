@@ -1,0 +1,734 @@
+//! Verifier tests: a valid IR passes; for each invariant a minimal IR that breaks it is
+//! reported under the invariant's rule.
+
+mod common;
+
+use common::*;
+use tessel_ir::graph::{
+    BinaryOp, Fusion, Graph, Op, ReduceOp, Schedule, Schedules, TileConfig, UnaryOp,
+};
+use tessel_ir::kernel::{
+    BufferRole, Kernel, LaunchArg, MathFn, Op as KOp, Operand, Param, ParamKind, RegType, Space,
+    Stmt, Width,
+};
+use tessel_ir::verify::{verify_graph, verify_kernel, verify_program};
+use tessel_ir::{DType, Group, Reg, SharedBuf};
+
+use DType::*;
+
+/// Asserts that `g` fails with `rule` (and only rules in `rule`'s family).
+fn graph_fails(g: &Graph, rule: &str) {
+    let r = verify_graph(g, None, None);
+    let msg = format!("{r:?}");
+    let got = rules(r);
+    assert!(got.contains(&rule), "expected {rule}, got {msg}");
+}
+
+/// One op over inputs of the given types, with result type `rt`.
+fn one_op(
+    ins: &[(DType, &[u64])],
+    op: impl FnOnce(&[tessel_ir::Value]) -> Op,
+    rt: (DType, &[u64]),
+) -> Graph {
+    let mut g = Graph::new("t");
+    let mut vs = Vec::new();
+    for (i, (d, s)) in ins.iter().enumerate() {
+        let v = g.push(Op::Input { index: i as u32 }, t(*d, s));
+        g.inputs.push((format!("i{i}"), v));
+        vs.push(v);
+    }
+    let o = op(&vs);
+    let r = g.push(o, t(rt.0, rt.1));
+    g.outputs.push(("o".into(), r));
+    g
+}
+
+fn ok(g: &Graph) {
+    verify_graph(g, None, None).unwrap();
+}
+
+#[test]
+fn graph_order_and_io() {
+    let mut g = Graph::new("t");
+    g.push(
+        Op::Unary {
+            op: UnaryOp::Neg,
+            arg: value(1),
+        },
+        t(F32, &[]),
+    );
+    g.push(Op::Const { value: 1.0 }, t(F32, &[]));
+    graph_fails(&g, "graph.order");
+    let mut g = Graph::new("t");
+    g.push(Op::Cast { arg: value(9) }, t(F32, &[]));
+    graph_fails(&g, "graph.order");
+
+    // Input index out of range; duplicate index; inputs entry not an input op.
+    let mut g = Graph::new("t");
+    g.push(Op::Input { index: 0 }, t(F32, &[]));
+    graph_fails(&g, "graph.input");
+    let mut g = Graph::new("t");
+    let a = g.push(Op::Input { index: 0 }, t(F32, &[]));
+    let b = g.push(Op::Input { index: 0 }, t(F32, &[]));
+    g.inputs = vec![("a".into(), a), ("b".into(), b)];
+    graph_fails(&g, "graph.input");
+    let mut g = Graph::new("t");
+    let c = g.push(Op::Const { value: 0.0 }, t(F32, &[]));
+    g.inputs = vec![("c".into(), c)];
+    graph_fails(&g, "graph.input");
+
+    let mut g = one_op(&[(F32, &[2])], |v| Op::Cast { arg: v[0] }, (F32, &[2]));
+    ok(&g);
+    g.outputs.push(("bad".into(), value(7)));
+    graph_fails(&g, "graph.output");
+}
+
+#[test]
+fn graph_consts() {
+    let c = |value: f64, d: DType| {
+        let mut g = Graph::new("t");
+        g.push(Op::Const { value }, t(d, &[]));
+        verify_graph(&g, None, None)
+    };
+    for (v, d) in [
+        (0.1, F32),
+        (1.0 + 2f64.powi(-8), Bf16),
+        (65520.0, F16),
+        (2f64.powi(-25), F16),
+        (1e39, F32),
+        (1.5, I32),
+        (2147483648.0, I32),
+        (f64::INFINITY, I32),
+        (f64::NAN, I32),
+        (2.0, Bool),
+        (f64::NAN, Bool),
+    ] {
+        assert_eq!(rules(c(v, d)), vec!["graph.const"], "{v:?} as {d}");
+    }
+    for (v, d) in [
+        (0.1f32 as f64, F32),
+        (1.0 + 2f64.powi(-7), Bf16),
+        (65504.0, F16),
+        (2f64.powi(-24), F16),
+        (f32::from_bits(1) as f64, F32),
+        (f64::NAN, F32),
+        (f64::NEG_INFINITY, Bf16),
+        (-0.0, F16),
+        (-2147483648.0, I32),
+        (1.0, Bool),
+    ] {
+        assert_eq!(rules(c(v, d)), Vec::<&str>::new(), "{v:?} as {d}");
+    }
+}
+
+#[test]
+fn graph_elementwise_rules() {
+    let un = |op, a: (DType, &[u64]), r: (DType, &[u64])| {
+        one_op(&[a], |v| Op::Unary { op, arg: v[0] }, r)
+    };
+    ok(&un(UnaryOp::Sin, (F32, &[2]), (F32, &[2])));
+    graph_fails(&un(UnaryOp::Sin, (I32, &[2]), (I32, &[2])), "graph.unary");
+    graph_fails(&un(UnaryOp::Not, (F32, &[2]), (F32, &[2])), "graph.unary");
+    graph_fails(&un(UnaryOp::Neg, (Bool, &[2]), (Bool, &[2])), "graph.unary");
+    graph_fails(&un(UnaryOp::Exp, (F32, &[2]), (F32, &[3])), "graph.unary");
+
+    let bin = |op, a: (DType, &[u64]), b: (DType, &[u64]), r: (DType, &[u64])| {
+        one_op(
+            &[a, b],
+            |v| Op::Binary {
+                op,
+                lhs: v[0],
+                rhs: v[1],
+            },
+            r,
+        )
+    };
+    ok(&bin(BinaryOp::Add, (F32, &[2]), (F32, &[2]), (F32, &[2])));
+    ok(&bin(BinaryOp::Lt, (I32, &[2]), (I32, &[2]), (Bool, &[2])));
+    graph_fails(
+        &bin(BinaryOp::Add, (F32, &[2]), (F32, &[3]), (F32, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::Add, (F32, &[2]), (Bf16, &[2]), (F32, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::Lt, (F32, &[2]), (F32, &[2]), (F32, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::Add, (F32, &[2]), (F32, &[2]), (Bool, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::And, (F32, &[2]), (F32, &[2]), (F32, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::Pow, (I32, &[2]), (I32, &[2]), (I32, &[2])),
+        "graph.binary",
+    );
+    graph_fails(
+        &bin(BinaryOp::Mul, (Bool, &[2]), (Bool, &[2]), (Bool, &[2])),
+        "graph.binary",
+    );
+
+    let sel = |c: DType| {
+        one_op(
+            &[(c, &[2]), (F32, &[2]), (F32, &[2])],
+            |v| Op::Select {
+                cond: v[0],
+                on_true: v[1],
+                on_false: v[2],
+            },
+            (F32, &[2]),
+        )
+    };
+    ok(&sel(Bool));
+    graph_fails(&sel(F32), "graph.select");
+
+    ok(&one_op(
+        &[(F32, &[2])],
+        |v| Op::Cast { arg: v[0] },
+        (Bool, &[2]),
+    ));
+    graph_fails(
+        &one_op(&[(F32, &[2])], |v| Op::Cast { arg: v[0] }, (F32, &[1, 2])),
+        "graph.cast",
+    );
+    ok(&one_op(&[], |_| Op::Iota { axis: 1 }, (I32, &[2, 3])));
+    graph_fails(
+        &one_op(&[], |_| Op::Iota { axis: 2 }, (I32, &[2, 3])),
+        "graph.iota",
+    );
+    ok(&one_op(
+        &[(F32, &[2, 3])],
+        |v| Op::Softmax { arg: v[0], axis: 1 },
+        (F32, &[2, 3]),
+    ));
+    graph_fails(
+        &one_op(
+            &[(I32, &[2, 3])],
+            |v| Op::Softmax { arg: v[0], axis: 1 },
+            (I32, &[2, 3]),
+        ),
+        "graph.softmax",
+    );
+    graph_fails(
+        &one_op(
+            &[(F32, &[2, 3])],
+            |v| Op::Softmax { arg: v[0], axis: 2 },
+            (F32, &[2, 3]),
+        ),
+        "graph.softmax",
+    );
+}
+
+#[test]
+fn graph_shape_rules() {
+    let bc = |a: &[u64], r: &[u64]| one_op(&[(F32, a)], |v| Op::Broadcast { arg: v[0] }, (F32, r));
+    ok(&bc(&[1, 3], &[4, 3]));
+    graph_fails(&bc(&[3], &[4, 3]), "graph.broadcast");
+    graph_fails(&bc(&[2, 3], &[4, 3]), "graph.broadcast");
+
+    let rs = |a: &[u64], r: &[u64]| one_op(&[(F32, a)], |v| Op::Reshape { arg: v[0] }, (F32, r));
+    ok(&rs(&[2, 6], &[3, 4]));
+    graph_fails(&rs(&[2, 6], &[3, 5]), "graph.reshape");
+
+    let pm = |perm: Vec<u32>, r: &[u64]| {
+        one_op(
+            &[(F32, &[2, 3, 4])],
+            move |v| Op::Permute { arg: v[0], perm },
+            (F32, r),
+        )
+    };
+    ok(&pm(vec![2, 0, 1], &[4, 2, 3]));
+    graph_fails(&pm(vec![2, 0, 0], &[4, 2, 2]), "graph.permute");
+    graph_fails(&pm(vec![2, 0], &[4, 2]), "graph.permute");
+    graph_fails(&pm(vec![2, 0, 1], &[2, 3, 4]), "graph.permute");
+
+    let rd = |axis, r: &[u64]| {
+        one_op(
+            &[(F32, &[2, 3])],
+            |v| Op::Reduce {
+                op: ReduceOp::Sum,
+                arg: v[0],
+                axis,
+            },
+            (F32, r),
+        )
+    };
+    ok(&rd(1, &[2, 1]));
+    graph_fails(&rd(2, &[2, 1]), "graph.reduce");
+    graph_fails(&rd(1, &[2]), "graph.reduce");
+    graph_fails(&rd(0, &[2, 1]), "graph.reduce");
+
+    let sl = |axis, start, r: &[u64]| {
+        one_op(
+            &[(F32, &[2, 8])],
+            |v| Op::Slice {
+                arg: v[0],
+                axis,
+                start,
+            },
+            (F32, r),
+        )
+    };
+    ok(&sl(1, 5, &[2, 3]));
+    graph_fails(&sl(1, 6, &[2, 3]), "graph.slice");
+    graph_fails(&sl(1, u64::MAX, &[2, 3]), "graph.slice");
+    graph_fails(&sl(2, 0, &[2, 3]), "graph.slice");
+    graph_fails(&sl(1, 0, &[1, 3]), "graph.slice");
+
+    let cc = |b: &[u64], axis, r: &[u64]| {
+        one_op(
+            &[(F32, &[2, 3]), (F32, b)],
+            |v| Op::Concat {
+                args: v.to_vec(),
+                axis,
+            },
+            (F32, r),
+        )
+    };
+    ok(&cc(&[2, 5], 1, &[2, 8]));
+    graph_fails(&cc(&[2, 5], 1, &[2, 9]), "graph.concat");
+    graph_fails(&cc(&[3, 5], 1, &[2, 8]), "graph.concat");
+    graph_fails(&cc(&[2, 5], 2, &[2, 8]), "graph.concat");
+    graph_fails(
+        &one_op(
+            &[],
+            |_| Op::Concat {
+                args: vec![],
+                axis: 0,
+            },
+            (F32, &[0]),
+        ),
+        "graph.concat",
+    );
+}
+
+/// The kitchen-sink graph with its side tables changed by `f`: fails with `rule`.
+fn fusion_fails(rule: &str, f: impl FnOnce(&mut Graph, &mut Fusion, &mut Schedules)) {
+    let (mut g, mut fu, mut s) = kitchen_sink_graph();
+    verify_graph(&g, Some(&fu), Some(&s)).unwrap();
+    f(&mut g, &mut fu, &mut s);
+    let r = verify_graph(&g, Some(&fu), Some(&s));
+    let msg = format!("{r:?}");
+    assert!(rules(r).contains(&rule), "expected {rule}, got {msg}");
+}
+
+#[test]
+fn fusion_rules() {
+    let g0 = Group::from_u32(0);
+    let g1 = Group::from_u32(1);
+    // v15 out, v61 softmax (g0, with reduction v4); v11 (g1).
+    fusion_fails("fusion.writer", |_, f, _| f.writer[value(15)] = g1.into());
+    fusion_fails("fusion.writer", |_, f, _| f.writer[value(3)] = g1.into());
+    fusion_fails("fusion.outputs", |_, f, _| f.groups[g1].outputs = vec![]);
+    fusion_fails("fusion.outputs", |_, f, _| {
+        f.groups[g1].outputs.push(value(4));
+        f.writer[value(4)] = g1.into();
+    });
+    fusion_fails("fusion.outputs", |_, f, _| {
+        f.groups[g1].outputs.push(value(999))
+    });
+    fusion_fails("fusion.reductions", |_, f, _| {
+        f.groups[g0].reductions.clear()
+    });
+    fusion_fails("fusion.reductions", |_, f, _| {
+        f.groups[g0].reductions = vec![value(3)]
+    });
+    // Reduce over axis 0, not the last one.
+    fusion_fails("fusion.reductions", |_, f, _| {
+        f.groups[g0].reductions = vec![value(46)]
+    });
+    fusion_fails("fusion.reductions", |_, f, _| {
+        f.groups[g1].reductions = vec![value(4)]
+    });
+    // Row length differs: reduce a [4, 1] value's last axis.
+    fusion_fails("fusion.reductions", |g, f, _| {
+        let r = g.push(
+            Op::Reduce {
+                op: ReduceOp::Max,
+                arg: value(4),
+                axis: 1,
+            },
+            t(F32, &[4, 1]),
+        );
+        f.groups[g0].reductions.push(r);
+    });
+    fusion_fails("fusion.materialized", |g, _, _| {
+        g.outputs.push(("raw".into(), value(3)))
+    });
+}
+
+#[test]
+fn schedule_rules() {
+    let g0 = Group::from_u32(0);
+    let g1 = Group::from_u32(1);
+    fusion_fails("schedule.missing", |_, _, s| s[g1] = None);
+    fusion_fails("schedule.orphan", |_, _, s| {
+        s[Group::from_u32(5)] = s[g1].clone();
+    });
+    fusion_fails("schedule.kind", |_, _, s| s[g0] = s[g1].clone());
+    let tile = |tile| {
+        Some(Schedule {
+            tile,
+            why: String::new(),
+        })
+    };
+    for bad in [
+        TileConfig::Elementwise {
+            threads: 2048,
+            vector: 1,
+        },
+        TileConfig::Elementwise {
+            threads: 0,
+            vector: 1,
+        },
+        TileConfig::Elementwise {
+            threads: 256,
+            vector: 3,
+        },
+    ] {
+        fusion_fails("schedule.tile", |_, _, s| s[g1] = tile(bad));
+    }
+    for bad in [
+        TileConfig::RowReduction {
+            threads_per_row: 48,
+            rows_per_cta: 1,
+            vector: 4,
+        },
+        TileConfig::RowReduction {
+            threads_per_row: 0,
+            rows_per_cta: 1,
+            vector: 4,
+        },
+        TileConfig::RowReduction {
+            threads_per_row: 1024,
+            rows_per_cta: 2,
+            vector: 4,
+        },
+        TileConfig::RowReduction {
+            threads_per_row: u32::MAX,
+            rows_per_cta: u32::MAX,
+            vector: 16,
+        },
+        TileConfig::RowReduction {
+            threads_per_row: 32,
+            rows_per_cta: 0,
+            vector: 1,
+        },
+    ] {
+        fusion_fails("schedule.tile", |_, _, s| s[g0] = tile(bad));
+    }
+}
+
+// ---- kernels ----
+
+fn kernel_fails(rule: &str, f: impl FnOnce(&mut Kernel)) {
+    let mut k = copy_kernel("k");
+    verify_kernel(&k, true).unwrap();
+    f(&mut k);
+    let r = verify_kernel(&k, true);
+    let msg = format!("{r:?}");
+    assert!(rules(r).contains(&rule), "expected {rule}, got {msg}");
+}
+
+fn op(dst: Reg, op: KOp, args: &[Operand]) -> Stmt {
+    Stmt::Op {
+        dst,
+        op,
+        args: args.to_vec(),
+    }
+}
+
+#[test]
+fn kernel_header_rules() {
+    for name in ["1k", "", "a-b", "_", "k.0"] {
+        kernel_fails("kernel.name", |k| k.name = name.into());
+    }
+    let mut k = copy_kernel("$ok_name");
+    k.name = "%x1".into();
+    verify_kernel(&k, true).unwrap();
+    kernel_fails("kernel.geometry", |k| k.block = [0, 1, 1]);
+    kernel_fails("kernel.geometry", |k| k.block = [2048, 1, 1]);
+    kernel_fails("kernel.geometry", |k| k.block = [64, 64, 1]);
+    kernel_fails("kernel.geometry", |k| k.grid = [1, 70000, 1]);
+    kernel_fails("kernel.geometry", |k| {
+        k.block = [48, 1, 1];
+        k.body.push(Stmt::Barrier);
+    });
+    kernel_fails("kernel.geometry", |k| {
+        k.block = [16, 1, 1];
+        let r = Reg::from_u32(0);
+        k.body
+            .push(op(r, KOp::ShflBfly, &[Operand::Reg(r), Operand::U32(1)]));
+    });
+    kernel_fails("kernel.shared", |k| {
+        k.new_shared(16, 3);
+    });
+    kernel_fails("kernel.shared", |k| {
+        k.new_shared(0, 4);
+    });
+    kernel_fails("kernel.shared", |k| {
+        k.new_shared(40 * 1024, 4);
+        k.new_shared(9 * 1024, 4);
+    });
+}
+
+#[test]
+fn kernel_statement_rules() {
+    let (u, d, f) = (Reg::from_u32(0), Reg::from_u32(1), Reg::from_u32(5));
+    let undeclared = Reg::from_u32(99);
+    kernel_fails("kernel.reg", |k| {
+        k.body.push(op(undeclared, KOp::Mov, &[Operand::Reg(u)]))
+    });
+    kernel_fails("kernel.reg", |k| {
+        k.body.push(op(u, KOp::Mov, &[Operand::Reg(undeclared)]))
+    });
+    kernel_fails("kernel.reg", |k| {
+        k.body.push(Stmt::If {
+            cond: undeclared,
+            then_body: vec![],
+            else_body: vec![],
+        })
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body.push(op(f, KOp::FAdd, &[Operand::Reg(f)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(f, KOp::FAdd, &[Operand::Reg(f), Operand::Reg(u)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(f, KOp::FAdd, &[Operand::Reg(f), Operand::U32(1)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(u, KOp::FAdd, &[Operand::Reg(f), Operand::Reg(f)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(u, KOp::IAdd, &[Operand::Reg(u), Operand::U64(1)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body.push(op(u, KOp::Mov, &[Operand::Reg(d)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(d, KOp::ShflBfly, &[Operand::Reg(d), Operand::U32(1)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(u, KOp::Shl, &[Operand::Reg(u), Operand::U32(32)]))
+    });
+    kernel_fails("kernel.signature", |k| {
+        k.body
+            .push(op(u, KOp::UDiv, &[Operand::Reg(u), Operand::U32(0)]))
+    });
+    kernel_fails("kernel.param", |k| k.body.push(op(d, KOp::Param(2), &[])));
+    kernel_fails("kernel.param", |k| k.body.push(op(u, KOp::Param(0), &[])));
+    kernel_fails("kernel.param", |k| {
+        k.params.push(Param {
+            name: "n".into(),
+            kind: ParamKind::U32,
+        });
+        k.body.push(op(d, KOp::Param(2), &[]));
+    });
+    kernel_fails("kernel.shared_addr", |k| {
+        k.body
+            .push(op(u, KOp::SharedAddr(SharedBuf::from_u32(0)), &[]))
+    });
+    kernel_fails("kernel.math", |k| {
+        k.body
+            .push(op(f, KOp::Math(MathFn::Sin), &[Operand::Reg(f)]))
+    });
+    let mut k = copy_kernel("k");
+    let f = Reg::from_u32(5);
+    k.body.push(op(
+        f,
+        KOp::Math(MathFn::Pow),
+        &[Operand::Reg(f), Operand::Reg(f)],
+    ));
+    verify_kernel(&k, false).unwrap();
+    assert_eq!(rules(verify_kernel(&k, true)), vec!["kernel.math"]);
+}
+
+#[test]
+fn kernel_memory_and_control_rules() {
+    let (u, d, f) = (Reg::from_u32(0), Reg::from_u32(1), Reg::from_u32(5));
+    let load = |dsts: Vec<Reg>, space, width, addr| Stmt::Load {
+        dsts,
+        space,
+        width,
+        addr,
+        offset: 0,
+    };
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(load(vec![f], Space::Global, Width::V2, d))
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(load(vec![f], Space::Global, Width::B16, d))
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(load(vec![d], Space::Global, Width::B32, d))
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(load(vec![u], Space::Global, Width::B32, u))
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(load(vec![u], Space::Shared, Width::B32, d))
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(Stmt::Store {
+            space: Space::Global,
+            width: Width::V4,
+            addr: d,
+            offset: 0,
+            values: vec![Operand::Reg(u); 3],
+        })
+    });
+    kernel_fails("kernel.memory", |k| {
+        k.body.push(Stmt::Store {
+            space: Space::Global,
+            width: Width::B8,
+            addr: d,
+            offset: 0,
+            values: vec![Operand::F32(0)],
+        })
+    });
+    let for_ = |var, step, body| Stmt::For {
+        var,
+        start: Operand::U32(0),
+        end: Operand::U32(8),
+        step,
+        body,
+    };
+    kernel_fails("kernel.for", |k| {
+        k.body.push(for_(f, Operand::U32(1), vec![]))
+    });
+    kernel_fails("kernel.for", |k| {
+        k.body.push(for_(u, Operand::U32(0), vec![]))
+    });
+    kernel_fails("kernel.for", |k| {
+        k.body.push(for_(u, Operand::Reg(f), vec![]))
+    });
+    kernel_fails("kernel.for", |k| {
+        k.body.push(for_(
+            u,
+            Operand::U32(1),
+            vec![Stmt::If {
+                cond: Reg::from_u32(0),
+                then_body: vec![],
+                else_body: vec![op(u, KOp::Mov, &[Operand::U32(3)])],
+            }],
+        ))
+    });
+    kernel_fails("kernel.for", |k| {
+        k.body.push(for_(
+            u,
+            Operand::U32(1),
+            vec![for_(u, Operand::U32(1), vec![])],
+        ))
+    });
+    kernel_fails("kernel.if", |k| {
+        k.body.push(Stmt::If {
+            cond: u,
+            then_body: vec![],
+            else_body: vec![],
+        })
+    });
+    // Errors name the statement path and print the statement.
+    let mut k = copy_kernel("k");
+    let p = k.new_reg(RegType::Pred);
+    k.body.push(Stmt::If {
+        cond: p,
+        then_body: vec![],
+        else_body: vec![for_(
+            u,
+            Operand::U32(1),
+            vec![op(f, KOp::FNeg, &[Operand::Reg(u)])],
+        )],
+    });
+    let e = verify_kernel(&k, true).unwrap_err();
+    assert_eq!(e.len(), 1);
+    assert_eq!(
+        e[0].location,
+        "kernel k, body[8].else[0].for[0] `r5 = fneg r0`"
+    );
+    assert_eq!(
+        e[0].to_string(),
+        "kernel k, body[8].else[0].for[0] `r5 = fneg r0`: operand 0 must be f32, but r0 is u32 [kernel.signature]"
+    );
+}
+
+// ---- programs ----
+
+fn program_fails(rule: &str, f: impl FnOnce(&mut tessel_ir::kernel::Program)) {
+    let mut p = small_program();
+    verify_program(&p, false).unwrap();
+    f(&mut p);
+    let r = verify_program(&p, false);
+    let msg = format!("{r:?}");
+    assert!(rules(r).contains(&rule), "expected {rule}, got {msg}");
+}
+
+#[test]
+fn program_rules() {
+    use tessel_ir::{BufferId, KernelId};
+    let (x, tmp, out) = (
+        BufferId::from_u32(0),
+        BufferId::from_u32(1),
+        BufferId::from_u32(2),
+    );
+    let (k0, k1) = (KernelId::from_u32(0), KernelId::from_u32(1));
+    // Kernel errors surface with the kernel's id.
+    program_fails("kernel.signature", |p| {
+        p.kernels[k1]
+            .body
+            .push(op(Reg::from_u32(5), KOp::Mov, &[Operand::U64(0)]));
+    });
+    let e = verify_program(&small_program(), true).unwrap_err();
+    assert!(e.iter().all(
+        |e| e.rule == "kernel.math" && e.location.starts_with("k0 (kernel two_step_k0), body[")
+    ));
+    program_fails("program.kernel", |p| {
+        p.kernels[k1].name = p.kernels[k0].name.clone()
+    });
+    program_fails("program.launch", |p| {
+        p.launches[1].kernel = KernelId::from_u32(7)
+    });
+    program_fails("program.launch", |p| {
+        p.launches[1].args.pop().map(|_| ()).unwrap_or(())
+    });
+    program_fails("program.launch", |p| {
+        p.launches[0].args[0] = LaunchArg::Buffer(tmp)
+    });
+    program_fails("program.launch", |p| {
+        p.launches[0].args[1] = LaunchArg::Buffer(x)
+    });
+    program_fails("program.launch", |p| {
+        p.launches[0].args[0] = LaunchArg::U32(1)
+    });
+    program_fails("program.launch", |p| {
+        p.launches[0].args[0] = LaunchArg::Buffer(BufferId::from_u32(42))
+    });
+    program_fails("program.io", |p| p.inputs[0].1 = tmp);
+    program_fails("program.io", |p| p.inputs.clear());
+    program_fails("program.io", |p| p.outputs[0].1 = tmp);
+    program_fails("program.io", |p| p.buffers[x].role = BufferRole::Input(1));
+    program_fails("program.dataflow", |p| p.launches.swap(0, 1));
+    program_fails("program.dataflow", |p| {
+        p.launches.pop();
+    });
+    program_fails("program.dataflow", |p| {
+        // The second kernel now only reads `out`: nothing writes it.
+        if let ParamKind::Ptr { writes, .. } = &mut p.kernels[k1].params[1].kind {
+            *writes = false;
+        }
+        let _ = out;
+    });
+}
