@@ -1,1 +1,180 @@
-fn main() {}
+//! `tessel`: the command line (design §8). The only crate that sees the whole pipeline:
+//! source → AST → graph IR → kernel IR → PTX → GPU, and the CPU references beside it.
+//!
+//! ```text
+//! tessel build   FILE.tsl [--dim T=4096] [--emit ast,graph,fused,lowered,kernel,ptx] [-o DIR]
+//! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
+//! tessel check   [FILES...] [--dim ...]     GPU vs executor (bits), vs the f64 oracle
+//! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
+//! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
+//! ```
+
+mod commands;
+mod device;
+mod frontend;
+mod inputs;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "tessel", version, about = "Compile tessel steps to PTX; run and check them on the GPU and CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// What every command needs to compile a step.
+#[derive(Args, Clone, Debug)]
+pub struct CompileArgs {
+    /// Bind a symbolic dim, e.g. `--dim T=4096` (repeatable).
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = frontend::parse_dim)]
+    pub dims: Vec<(String, u64)>,
+    /// Compile only this step (default: every step in the file).
+    #[arg(long)]
+    pub step: Option<String>,
+}
+
+/// How inputs are made.
+#[derive(Args, Clone, Debug)]
+pub struct InputArgs {
+    /// Read inputs by name from a safetensors file (names and shapes must match).
+    #[arg(long, value_name = "FILE")]
+    pub inputs: Option<PathBuf>,
+    /// Seed for the random inputs made for anything `--inputs` does not provide.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Fill an i32 input with consecutive integers: `--fill pos=iota:127000` gives
+    /// 127000, 127001, ... (repeatable).
+    #[arg(long = "fill", value_name = "NAME=iota[:START]", value_parser = inputs::parse_fill)]
+    pub fills: Vec<(String, i64)>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile to PTX (and any other stage with --emit).
+    Build {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+        /// Stages to write: ast, graph, fused, lowered, kernel, ptx.
+        #[arg(long, value_delimiter = ',', default_value = "ptx")]
+        emit: Vec<String>,
+        /// Output directory.
+        #[arg(short, long, default_value = "out")]
+        out: PathBuf,
+    },
+    /// Run a step on the GPU (or on the CPU executor when there is none).
+    Run {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// Where to write the outputs (safetensors); default out/STEP.safetensors.
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+        /// Use the CPU executor even if a GPU is present.
+        #[arg(long)]
+        cpu: bool,
+        /// Also write the inputs used (random, filled or read) to this safetensors file.
+        #[arg(long, value_name = "FILE")]
+        save_inputs: Option<PathBuf>,
+        /// Also write the intermediate tensors materialised between kernels (named `t<N>`
+        /// after their graph value) with the outputs.
+        #[arg(long)]
+        dump_temps: bool,
+    },
+    /// Check steps: GPU output vs the kernel-IR executor bit for bit, and vs the f64 oracle.
+    Check {
+        /// Files to check (default: every .tsl under examples/).
+        files: Vec<PathBuf>,
+        #[command(flatten)]
+        compile: CompileArgs,
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// Skip the GPU even if present.
+        #[arg(long)]
+        cpu: bool,
+        /// Also write the results as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+    /// Print the schedule and TileConfig chosen for each kernel, and why.
+    Explain {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+    },
+    /// Time each kernel and the whole step on the GPU; report bandwidth against the
+    /// measured copy bandwidth.
+    Bench {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// Timed rounds (the median is reported).
+        #[arg(long, default_value_t = 15)]
+        rounds: u32,
+        /// Also write the results as JSON.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r: Result<bool> = match cli.command {
+        Command::Build {
+            file,
+            compile,
+            emit,
+            out,
+        } => commands::build(&file, &compile, &emit, &out).map(|_| true),
+        Command::Run {
+            file,
+            compile,
+            inputs,
+            out,
+            cpu,
+            save_inputs,
+            dump_temps,
+        } => commands::run(
+            &file,
+            &compile,
+            &inputs,
+            &commands::RunOutputs {
+                out,
+                save_inputs,
+                dump_temps,
+            },
+            cpu,
+        )
+        .map(|_| true),
+        Command::Check {
+            files,
+            compile,
+            inputs,
+            cpu,
+            json,
+        } => commands::check(&files, &compile, &inputs, cpu, json.as_deref()),
+        Command::Explain { file, compile } => commands::explain(&file, &compile).map(|_| true),
+        Command::Bench {
+            file,
+            compile,
+            inputs,
+            rounds,
+            json,
+        } => commands::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
+    };
+    match r {
+        Ok(true) => {}
+        Ok(false) => std::process::exit(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! `fuse`: partitions the graph into fusion groups, each of which becomes one kernel.
+//!
+//! Before: a decomposed graph (no composite ops; every reduction over the last axis).
+//! After: a [`Fusion`] side table. A value is *materialised* (written to memory) if it is a
+//! step input, a step output, or one of the values chosen below; every other value is
+//! computed inside each kernel that needs it, from materialised values.
+//!
+//! Rules, in order:
+//! 1. Step outputs are materialised.
+//! 2. An expensive value crossing a broadcast is materialised: if a [`Op::Broadcast`]
+//!    multiplies the element count by 2 or more, and the value it broadcasts (looking through
+//!    reshapes) would be computed with a math function (exp, log, sin, cos, pow, ...), that
+//!    value gets its own kernel instead of being recomputed for every copy (RoPE's cos/sin
+//!    table [T, 128] is computed once, not once per head). A broadcast along the last axis
+//!    of a per-row reduction result is exempt: the row-reduction kernel computes such values
+//!    once per row.
+//! 3. A reduction whose result is used other than broadcast back along its own row (or as a
+//!    step output) is materialised as the output of its own row-reduction kernel.
+//! 4. Each materialised non-input value is the output of one group: a row-reduction group if
+//!    the values it computes contain reductions (all over rows of the output's last axis),
+//!    else an elementwise group.
+//!
+//! It does not choose tiles (`schedule` does) and never changes arithmetic.
+
+use cranelift_entity::{EntitySet, SecondaryMap};
+use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, UnaryOp};
+use tessel_ir::Value;
+
+/// Runs the pass.
+pub fn run(g: &Graph) -> Fusion {
+    let mut mat: EntitySet<Value> = EntitySet::new();
+    for (_, v) in &g.outputs {
+        mat.insert(*v);
+    }
+    let users = users(g);
+
+    // Rule 3: reductions used other than broadcast along their own row.
+    for (v, op) in g.ops.iter() {
+        if let Op::Reduce { .. } = op {
+            let only_row_broadcasts = users[v].iter().all(|&u| is_row_use(g, v, u, &users));
+            if !only_row_broadcasts {
+                mat.insert(v);
+            }
+        }
+    }
+
+    // Rule 2: expensive values crossing an expanding broadcast.
+    for (v, op) in g.ops.iter() {
+        if let Op::Broadcast { arg } = op {
+            let from = g.ty(*arg).shape.numel();
+            let to = g.ty(v).shape.numel();
+            if to < 2 * from.max(1) || is_row_broadcast(g, *arg, v) {
+                continue;
+            }
+            let mut src = *arg;
+            while let Op::Reshape { arg } = g.ops[src] {
+                src = arg;
+            }
+            if !matches!(g.ops[src], Op::Input { .. }) && uses_math(g, src, &mat) {
+                mat.insert(src);
+            }
+        }
+    }
+
+    // Rule 4 needs every reduction of a group to run over the group's rows; one that does
+    // not (it reduces a tensor of another shape) is materialised by its own kernel.
+    loop {
+        let mut more = Vec::new();
+        for (v, op) in g.ops.iter() {
+            if !mat.contains(v) || matches!(op, Op::Input { .. }) {
+                continue;
+            }
+            let rows = row_shape(g, v);
+            for r in cone_reductions(g, v, &mat) {
+                if r != v && g.ty(g.ops[r].args()[0]).shape != rows {
+                    more.push(r);
+                }
+            }
+        }
+        if more.is_empty() {
+            break;
+        }
+        for r in more {
+            mat.insert(r);
+        }
+    }
+
+    let mut fusion = Fusion::default();
+    for (v, op) in g.ops.iter() {
+        if !mat.contains(v) || matches!(op, Op::Input { .. }) {
+            continue;
+        }
+        let reductions = cone_reductions(g, v, &mat);
+        let kind = if reductions.is_empty() {
+            GroupKind::Elementwise
+        } else {
+            GroupKind::RowReduction
+        };
+        fusion.new_group(GroupData {
+            kind,
+            outputs: vec![v],
+            reductions,
+        });
+    }
+    fusion
+}
+
+/// The shape of the rows a group writing `v` iterates over: `v`'s own shape, or for a
+/// materialised reduction, the shape it reduces.
+pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
+    match g.ops[v] {
+        Op::Reduce { arg, .. } => g.ty(arg).shape.clone(),
+        _ => g.ty(v).shape.clone(),
+    }
+}
+
+/// The ops that read each value.
+fn users(g: &Graph) -> SecondaryMap<Value, Vec<Value>> {
+    let mut u: SecondaryMap<Value, Vec<Value>> = SecondaryMap::new();
+    for (v, op) in g.ops.iter() {
+        for a in op.args() {
+            u[a].push(v);
+        }
+    }
+    u
+}
+
+/// True if broadcasting `arg` to `res` only expands a last axis of size 1 (a per-row value
+/// spread over its row).
+fn is_row_broadcast(g: &Graph, arg: Value, res: Value) -> bool {
+    let a = &g.ty(arg).shape.0;
+    let r = &g.ty(res).shape.0;
+    a.len() == r.len()
+        && !a.is_empty()
+        && a[..a.len() - 1] == r[..r.len() - 1]
+        && a[a.len() - 1] == 1
+}
+
+/// True if `user` consumes the per-row value `v` row-wise: elementwise ops on [.., 1] values,
+/// ending in broadcasts back along the row.
+fn is_row_use(g: &Graph, v: Value, user: Value, users: &SecondaryMap<Value, Vec<Value>>) -> bool {
+    match &g.ops[user] {
+        Op::Broadcast { .. } => is_row_broadcast(g, v, user),
+        Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
+            g.ty(user).shape == g.ty(v).shape
+                && !users[user].is_empty()
+                && users[user].iter().all(|&u| is_row_use(g, user, u, users))
+        }
+        _ => false,
+    }
+}
+
+/// True if computing `v` (stopping at materialised values) calls a math-library function.
+fn uses_math(g: &Graph, v: Value, mat: &EntitySet<Value>) -> bool {
+    let mut stack = vec![v];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        let op = &g.ops[x];
+        let math = match op {
+            Op::Unary { op, .. } => !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not),
+            Op::Binary { op, .. } => matches!(op, tessel_ir::graph::BinaryOp::Pow),
+            _ => false,
+        };
+        if math {
+            return true;
+        }
+        for a in op.args() {
+            if x == v || !mat.contains(a) {
+                stack.push(a);
+            }
+        }
+    }
+    false
+}
+
+/// The reductions computed inside the kernel of `out`, in definition order.
+fn cone_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
+    let mut stack = vec![out];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    let mut reds = Vec::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        if matches!(g.ops[x], Op::Reduce { .. }) {
+            reds.push(x);
+        }
+        for a in g.ops[x].args() {
+            if !mat.contains(a) {
+                stack.push(a);
+            }
+        }
+    }
+    reds.sort();
+    reds
+}

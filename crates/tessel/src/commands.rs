@@ -1,0 +1,424 @@
+//! The subcommands.
+
+use crate::device::{self, open_gpu};
+use crate::frontend::{compile_steps, load, Step};
+use crate::inputs::{make_inputs, write_outputs};
+use crate::{CompileArgs, InputArgs};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessel_ir::kernel::{BufferRole, Program};
+use tessel_ir::DType;
+use tessel_passes::{Options, Target};
+use tessel_ref::{run_program_with, ExecOptions, Tensor};
+
+fn options() -> Options {
+    Options {
+        target: Target::h200(),
+        verify: true,
+    }
+}
+
+/// `tessel build`.
+pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Result<()> {
+    const STAGES: [&str; 6] = ["ast", "graph", "fused", "lowered", "kernel", "ptx"];
+    for e in emit {
+        if !STAGES.contains(&e.as_str()) {
+            bail!("--emit {e}: the stages are {}", STAGES.join(", "));
+        }
+    }
+    let src = load(file)?;
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let write = |name: String, text: String| -> Result<()> {
+        let p = out.join(name);
+        std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
+        println!("wrote {}", p.display());
+        Ok(())
+    };
+    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("module");
+    if emit.iter().any(|e| e == "ast") {
+        write(format!("{stem}.ast.tsl"), src.module.to_string())?;
+    }
+    for step in compile_steps(&src, args, &options())? {
+        let c = &step.compiled;
+        for e in emit {
+            let n = &step.name;
+            match e.as_str() {
+                "graph" => write(
+                    format!("{n}.graph"),
+                    tessel_ir::text::write_graph(&step.checked, None, None),
+                )?,
+                "fused" => write(
+                    format!("{n}.fused.graph"),
+                    tessel_ir::text::write_graph(&c.graph, Some(&c.fusion), Some(&c.schedules)),
+                )?,
+                "lowered" => write(
+                    format!("{n}.lowered.kir"),
+                    tessel_ir::text::write_program(&c.lowered),
+                )?,
+                "kernel" => write(format!("{n}.kir"), tessel_ir::text::write_program(&c.program))?,
+                "ptx" => write(format!("{n}.ptx"), device::ptx_of(&c.program)?)?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn progress(total_hint: &str) -> ProgressBar {
+    let pb = ProgressBar::new(0);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} CTAs ({eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb.set_message(total_hint.to_string());
+    pb
+}
+
+/// Runs `p` on the CPU executor with a progress bar.
+fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<Tensor>> {
+    let pb = progress(what);
+    let cb = |done: u64, total: u64| {
+        if pb.length() != Some(total) {
+            pb.set_length(total);
+        }
+        pb.set_position(done);
+    };
+    let opts = ExecOptions {
+        progress: Some(&cb),
+    };
+    let r = run_program_with(p, inputs, &opts);
+    pb.finish_and_clear();
+    Ok(r.with_context(|| format!("executing step `{}` on the CPU", p.name))?.0)
+}
+
+fn digest(t: &Tensor) -> String {
+    // FNV-1a 64 over the bytes: a short fingerprint to compare runs by eye.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &t.data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// Where `tessel run` writes.
+pub struct RunOutputs {
+    pub out: Option<PathBuf>,
+    pub save_inputs: Option<PathBuf>,
+    pub dump_temps: bool,
+}
+
+/// `p` with its intermediate buffers appended to its outputs.
+fn with_temps(p: &Program) -> Program {
+    let mut q = p.clone();
+    for (b, decl) in p.buffers.iter() {
+        if decl.role == BufferRole::Temp {
+            q.outputs.push((decl.name.clone(), b));
+        }
+    }
+    q
+}
+
+/// `path` for one of several steps: `DIR/STEM.STEP.EXT`.
+fn per_step(path: &Path, step: &str, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("out");
+    path.with_file_name(format!("{stem}.{step}.safetensors"))
+}
+
+/// `tessel run`.
+pub fn run(
+    file: &Path,
+    args: &CompileArgs,
+    in_args: &InputArgs,
+    outs: &RunOutputs,
+    cpu: bool,
+) -> Result<()> {
+    let src = load(file)?;
+    let steps = compile_steps(&src, args, &options())?;
+    let gpu = if cpu { Err("--cpu given".to_string()) } else { open_gpu() };
+    match &gpu {
+        Ok(g) => println!("device: {} (GPU)", g.properties().name),
+        Err(why) => println!("device: CPU kernel-IR executor (no GPU: {why})"),
+    }
+    let several = steps.len() > 1;
+    for step in &steps {
+        let full;
+        let p = if outs.dump_temps {
+            full = with_temps(&step.compiled.program);
+            &full
+        } else {
+            &step.compiled.program
+        };
+        let inputs = make_inputs(p, in_args)?;
+        if let Some(path) = &outs.save_inputs {
+            let path = per_step(path, &step.name, several);
+            let named: Vec<(String, &Tensor)> = p
+                .inputs
+                .iter()
+                .map(|(n, _)| n.clone())
+                .zip(inputs.iter())
+                .collect();
+            write_outputs(&path, &named)?;
+            println!("  wrote inputs to {}", path.display());
+        }
+        let t0 = Instant::now();
+        let results = match &gpu {
+            Ok(g) => {
+                let l = device::load(g, p, &inputs)?;
+                l.run(g)?;
+                l.outputs()?
+            }
+            Err(_) => execute(p, &inputs, &step.name)?,
+        };
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "step {}: {} kernel(s), {ms:.1} ms wall (including transfers)",
+            step.name,
+            p.kernels.len()
+        );
+        let mut named = Vec::new();
+        for ((name, _), t) in p.outputs.iter().zip(&results) {
+            println!("  {name}: {} digest {}", t.ty, digest(t));
+            named.push((name.clone(), t));
+        }
+        let path = match &outs.out {
+            Some(o) => per_step(o, &step.name, several),
+            None => PathBuf::from("out").join(format!("{}.safetensors", step.name)),
+        };
+        write_outputs(&path, &named)?;
+        println!("  wrote {}", path.display());
+    }
+    Ok(())
+}
+
+/// Every `.tsl` under `dir`, sorted.
+fn tsl_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            tsl_files(&p, out)?;
+        } else if p.extension().is_some_and(|e| e == "tsl") {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+/// The f32 rel-RMS bound of the numerics contract (design §5).
+const F32_REL_RMS: f64 = 1e-6;
+
+/// `tessel check`. Returns false if any check failed.
+pub fn check(
+    files: &[PathBuf],
+    args: &CompileArgs,
+    in_args: &InputArgs,
+    cpu: bool,
+    json_out: Option<&Path>,
+) -> Result<bool> {
+    let mut files = files.to_vec();
+    if files.is_empty() {
+        tsl_files(Path::new("examples"), &mut files)?;
+    }
+    let gpu = if cpu { Err("--cpu given".to_string()) } else { open_gpu() };
+    match &gpu {
+        Ok(g) => println!(
+            "GPU: {} (sm_{}{}, {} SMs, driver CUDA {}.{})",
+            g.properties().name,
+            g.properties().compute_capability.0,
+            g.properties().compute_capability.1,
+            g.properties().sm_count,
+            g.properties().driver_version.0,
+            g.properties().driver_version.1
+        ),
+        Err(why) => println!("no GPU ({why}): checking the executor against the oracle only"),
+    }
+    let mut ok = true;
+    let mut records = Vec::new();
+    for f in &files {
+        let src = load(f)?;
+        for step in compile_steps(&src, args, &options())? {
+            let r = check_step(&src.name, &step, in_args, gpu.as_ref().ok())?;
+            ok &= r.1;
+            records.extend(r.0);
+        }
+    }
+    if let Some(path) = json_out {
+        std::fs::write(path, serde_json::to_string_pretty(&records)?)?;
+        println!("wrote {}", path.display());
+    }
+    println!("{}", if ok { "check: PASS" } else { "check: FAIL" });
+    Ok(ok)
+}
+
+fn check_step(
+    file: &str,
+    step: &Step,
+    in_args: &InputArgs,
+    gpu: Option<&tessel_cuda::Gpu>,
+) -> Result<(Vec<serde_json::Value>, bool)> {
+    let p = &step.compiled.program;
+    let inputs = make_inputs(p, in_args)?;
+    let t0 = Instant::now();
+    let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
+    let exec_s = t0.elapsed().as_secs_f64();
+    let oracle = tessel_ref::eval_graph(&step.checked, &inputs)
+        .with_context(|| format!("oracle for step `{}`", step.name))?;
+    let gpu_out = match gpu {
+        Some(g) => {
+            let l = device::load(g, p, &inputs)?;
+            l.run(g)?;
+            Some(l.outputs()?)
+        }
+        None => None,
+    };
+    let mut ok = true;
+    let mut recs = Vec::new();
+    println!("{file} step {} ({} kernels; executor {exec_s:.1} s)", step.name, p.kernels.len());
+    for (i, (name, _)) in p.outputs.iter().enumerate() {
+        let e = &exec[i];
+        let stats = tessel_ref::error_stats(e, &oracle[i])
+            .with_context(|| format!("comparing `{name}` with the oracle"))?;
+        let mut line = format!(
+            "  {name} {}: vs oracle rel-RMS {:.3e}, max abs {:.3e}, max {:.2} ulp",
+            e.ty, stats.rel_rms, stats.max_abs, stats.max_ulp
+        );
+        let mut rec = json!({
+            "file": file, "step": step.name, "output": name, "type": e.ty.to_string(),
+            "oracle_rel_rms": stats.rel_rms, "oracle_max_abs": stats.max_abs,
+            "oracle_max_ulp": stats.max_ulp,
+        });
+        if e.ty.dtype == DType::F32 && stats.rel_rms > F32_REL_RMS {
+            ok = false;
+            line += &format!(" — FAIL: above the f32 bound {F32_REL_RMS:e}");
+        }
+        if let Some(go) = &gpu_out {
+            let d = tessel_ref::bit_diff(&go[i], e)?;
+            if d.differing_elements == 0 {
+                line += "; GPU == executor bit for bit";
+            } else {
+                ok = false;
+                line += &format!(
+                    "; FAIL: GPU differs from the executor in {} of {} elements (first at {:?})",
+                    d.differing_elements,
+                    e.numel(),
+                    d.first_index
+                );
+            }
+            rec["gpu_bit_differences"] = json!(d.differing_elements);
+        }
+        println!("{line}");
+        recs.push(rec);
+    }
+    Ok((recs, ok))
+}
+
+/// `tessel explain`.
+pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
+    let src = load(file)?;
+    for step in compile_steps(&src, args, &options())? {
+        let c = &step.compiled;
+        println!("step {}: {} kernel(s)", step.name, c.program.kernels.len());
+        for ((grp, data), (_, k)) in c.fusion.groups.iter().zip(c.program.kernels.iter()) {
+            let outs: Vec<String> = data
+                .outputs
+                .iter()
+                .map(|v| format!("{v}: {}", c.graph.ty(*v)))
+                .collect();
+            println!("  kernel {} (group {grp}, {:?}) writes {}", k.name, data.kind, outs.join(", "));
+            if let Some(s) = &c.schedules[grp] {
+                println!("    tile: {}", s.tile);
+                println!("    why: {}", s.why);
+            }
+            println!("    launch: grid {:?}, block {:?}", k.grid, k.block);
+            println!("    order: {}", k.schedule);
+        }
+    }
+    Ok(())
+}
+
+/// `tessel bench`.
+pub fn bench(
+    file: &Path,
+    args: &CompileArgs,
+    in_args: &InputArgs,
+    rounds: u32,
+    json_out: Option<&Path>,
+) -> Result<()> {
+    let gpu = open_gpu().map_err(|why| anyhow::anyhow!("bench needs a GPU: {why}"))?;
+    let props = gpu.properties().clone();
+    let bw = tessel_cuda::measure_copy_bandwidth(&gpu, 2 << 30)?;
+    println!(
+        "{}: measured copy bandwidth {:.0} GB/s (read + write, 2 GiB device-to-device, median)",
+        props.name, bw.median_gb_s
+    );
+    let src = load(file)?;
+    let mut recs = Vec::new();
+    for step in compile_steps(&src, args, &options())? {
+        let p = &step.compiled.program;
+        let inputs = make_inputs(p, in_args)?;
+        let l = device::load(&gpu, p, &inputs)?;
+        // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
+        // timing measures HBM and not the cache (design §10).
+        let step_bytes: u64 = p.buffers.values().map(|b| b.ty.size_bytes()).sum();
+        let copies = (4 * props.l2_bytes).div_ceil(step_bytes.max(1)).clamp(1, 16) as usize;
+        let mut sets = vec![];
+        for _ in 0..copies {
+            let mut set = Vec::new();
+            for (i, (_, decl)) in p.buffers.iter().enumerate() {
+                let mut b = tessel_cuda::Buffer::alloc(&gpu, (decl.ty.size_bytes() as usize).max(1))?;
+                b.copy_from(&l.buffers[i])?;
+                set.push(b);
+            }
+            sets.push(set);
+        }
+        println!("step {} ({} buffer copies rotated)", step.name, copies);
+        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect();
+        for (ki, (_, k)) in p.kernels.iter().enumerate() {
+            let launch = &p.launches[ki];
+            let bytes: u64 = launch
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    tessel_ir::kernel::LaunchArg::Buffer(b) => Some(p.buffers[*b].ty.size_bytes()),
+                    _ => None,
+                })
+                .sum();
+            let calls: Vec<_> = all_calls.iter().map(|c| c[ki].clone()).collect();
+            let t = gpu.time_graph(&calls, rounds, 20)?;
+            let us = t.median_us / copies as f64;
+            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            let floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
+            println!(
+                "  {:<28} {:>9.2} µs  {:>7.0} GB/s  {:>5.1}% of copy bw  floor {:>8.2} µs  ({} MB moved)",
+                k.name,
+                us,
+                gbs,
+                100.0 * gbs / bw.median_gb_s,
+                floor_us,
+                bytes / 1_000_000
+            );
+            recs.push(json!({
+                "file": src.name, "step": step.name, "kernel": k.name,
+                "median_us": us, "min_us": t.min_us / copies as f64, "max_us": t.max_us / copies as f64,
+                "bytes": bytes, "gb_s": gbs, "copy_gb_s": bw.median_gb_s, "floor_us": floor_us,
+                "tile": k.schedule,
+            }));
+        }
+        let _ = BufferRole::Temp;
+    }
+    if let Some(path) = json_out {
+        std::fs::write(path, serde_json::to_string_pretty(&recs)?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

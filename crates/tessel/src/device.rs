@@ -1,0 +1,101 @@
+//! Running a compiled [`Program`] on the GPU through `tessel-cuda`.
+
+use anyhow::{Context, Result};
+use tessel_cuda::{Arg, Buffer, Gpu, KernelCall, Launch, Module};
+use tessel_ir::kernel::{BufferRole, LaunchArg, Program};
+use tessel_ptx::PtxOptions;
+use tessel_ref::Tensor;
+
+/// A program loaded on the GPU with its buffers allocated.
+pub struct Loaded<'g> {
+    pub module: Module,
+    pub buffers: Vec<Buffer>,
+    pub program: &'g Program,
+}
+
+/// The PTX module of all of a program's kernels.
+pub fn ptx_of(p: &Program) -> Result<String> {
+    let ks: Vec<_> = p.kernels.values().collect();
+    Ok(tessel_ptx::write_module(&ks, &PtxOptions::default())?)
+}
+
+/// Loads `p` and allocates its buffers (inputs uploaded, everything else poisoned with
+/// 0xFF bytes so that an element no kernel writes reads back as NaN).
+pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'g>> {
+    let module = Module::load(gpu, &ptx_of(p)?).context("loading the PTX module")?;
+    let mut buffers = Vec::new();
+    for (_, decl) in p.buffers.iter() {
+        let bytes = decl.ty.size_bytes() as usize;
+        let mut b = Buffer::alloc(gpu, bytes.max(1))?;
+        match decl.role {
+            BufferRole::Input(i) => b.upload(&inputs[i as usize].data)?,
+            _ => b.fill(0xFF)?,
+        }
+        buffers.push(b);
+    }
+    Ok(Loaded {
+        module,
+        buffers,
+        program: p,
+    })
+}
+
+impl Loaded<'_> {
+    /// The launches of the program as data, over `buffers`.
+    pub fn calls<'a>(&'a self, buffers: &'a [Buffer]) -> Vec<KernelCall<'a>> {
+        self.program
+            .launches
+            .iter()
+            .map(|l| {
+                let k = &self.program.kernels[l.kernel];
+                KernelCall {
+                    module: &self.module,
+                    kernel: &k.name,
+                    launch: Launch {
+                        grid: k.grid,
+                        block: k.block,
+                        shared_bytes: 0,
+                    },
+                    args: l
+                        .args
+                        .iter()
+                        .map(|a| match a {
+                            LaunchArg::Buffer(b) => Arg::Buffer(&buffers[b.as_u32() as usize]),
+                            LaunchArg::U32(x) => Arg::U32(*x),
+                        })
+                        .collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// Runs every launch once, in order, checked.
+    pub fn run(&self, gpu: &Gpu) -> Result<()> {
+        for c in self.calls(&self.buffers) {
+            self.module
+                .launch(c.kernel, c.launch, &c.args)
+                .with_context(|| format!("kernel `{}`", c.kernel))?;
+        }
+        gpu.synchronize()?;
+        Ok(())
+    }
+
+    /// The program's outputs, read back.
+    pub fn outputs(&self) -> Result<Vec<Tensor>> {
+        self.program
+            .outputs
+            .iter()
+            .map(|(_, b)| {
+                Ok(Tensor {
+                    ty: self.program.buffers[*b].ty.clone(),
+                    data: self.buffers[b.as_u32() as usize].download()?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// Opens the first GPU, or says why there is none.
+pub fn open_gpu() -> std::result::Result<Gpu, String> {
+    Gpu::open(0).map_err(|e| e.to_string())
+}

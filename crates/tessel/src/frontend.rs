@@ -1,0 +1,99 @@
+//! Source to compiled program: read, parse, check, compile — with diagnostics rendered for
+//! the terminal.
+
+use crate::CompileArgs;
+use anyhow::{anyhow, bail, Context, Result};
+use std::collections::BTreeMap;
+use std::io::IsTerminal;
+use std::path::Path;
+use tessel_passes::{check, compile, Compiled, Options};
+use tessel_syntax::{ast::Module, Diagnostic};
+
+/// Parses `NAME=SIZE` for `--dim`.
+pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
+    let (name, size) = s
+        .split_once('=')
+        .ok_or_else(|| format!("`{s}`: expected NAME=SIZE, e.g. T=4096"))?;
+    let size: u64 = size
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}`: the size must be a non-negative integer"))?;
+    if size == 0 {
+        return Err(format!("`{s}`: a dim must be at least 1"));
+    }
+    Ok((name.trim().to_string(), size))
+}
+
+/// A parsed source file.
+pub struct Source {
+    pub name: String,
+    pub text: String,
+    pub module: Module,
+}
+
+/// One step, checked and compiled.
+pub struct Step {
+    pub name: String,
+    pub checked: tessel_ir::graph::Graph,
+    pub compiled: Compiled,
+}
+
+fn render(diags: &[Diagnostic], name: &str, text: &str) -> String {
+    let color = std::io::stderr().is_terminal();
+    diags
+        .iter()
+        .map(|d| d.render(name, text, color))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Reads and parses `path`; syntax errors are rendered into the error.
+pub fn load(path: &Path) -> Result<Source> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path.display().to_string();
+    let module = tessel_syntax::parse(&text).map_err(|d| {
+        anyhow!(
+            "{}\n{} syntax error(s) in {name}",
+            render(&d, &name, &text),
+            d.len()
+        )
+    })?;
+    Ok(Source { name, text, module })
+}
+
+/// Checks and compiles the steps `args` selects.
+pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
+    let all = check::steps(&src.module);
+    let names: Vec<String> = match &args.step {
+        Some(s) if all.contains(s) => vec![s.clone()],
+        Some(s) => bail!(
+            "{} has no step `{s}`; its steps are: {}",
+            src.name,
+            all.join(", ")
+        ),
+        None => all,
+    };
+    if names.is_empty() {
+        bail!("{} has no `step` to compile", src.name);
+    }
+    let dims: BTreeMap<String, u64> = args.dims.iter().cloned().collect();
+    let mut steps = Vec::new();
+    for name in names {
+        let checked = check::run(&src.module, &name, &dims).map_err(|d| {
+            anyhow!(
+                "{}\n{} error(s) in step `{name}`",
+                render(&d, &src.name, &src.text),
+                d.len()
+            )
+        })?;
+        let compiled = compile(&checked, opts)
+            .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
+        steps.push(Step {
+            name,
+            checked,
+            compiled,
+        });
+    }
+    Ok(steps)
+}
