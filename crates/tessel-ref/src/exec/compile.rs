@@ -1,0 +1,407 @@
+//! Lowers a [`Kernel`] into the executor's internal form, once per kernel.
+//!
+//! Data model: every register becomes a *slot* in one of two register files, `r32`
+//! (`Pred`, `U32`, `F32`: raw bits, predicates as 0/1) or `r64` (`U64`). Each slot holds one
+//! value per thread of the CTA. Immediates become constant slots after the registers, so
+//! every operand the interpreter reads is a slot and its inner loops never branch on the
+//! operand kind. Operand classes (32/64-bit) are checked here against each op's signature,
+//! so the interpreter can index without checks; a mismatch is an [`ExecError::Malformed`].
+//! Shared buffers are laid out in declaration order, each at its alignment.
+
+use super::ExecError;
+use std::collections::HashMap;
+use tessel_ir::kernel::{Kernel, Op, Operand, ParamKind, RegType, Space, Stmt, Width};
+use tessel_ir::Reg;
+
+/// A compiled statement. Slots index `r32` unless the op's signature says 64-bit.
+#[derive(Clone, Debug)]
+pub(crate) enum CStmt {
+    Op {
+        dst: u32,
+        op: Op,
+        args: [u32; 3],
+        /// For `Mov`/`Select`: the value is 64-bit.
+        wide: bool,
+    },
+    Load {
+        dsts: [u32; 4],
+        space: Space,
+        width: Width,
+        addr: u32,
+        offset: i32,
+    },
+    Store {
+        values: [u32; 4],
+        space: Space,
+        width: Width,
+        addr: u32,
+        offset: i32,
+    },
+    For {
+        var: u32,
+        start: u32,
+        end: u32,
+        step: u32,
+        body: Vec<CStmt>,
+    },
+    If {
+        cond: u32,
+        then_body: Vec<CStmt>,
+        else_body: Vec<CStmt>,
+    },
+    Barrier,
+}
+
+/// A kernel ready to run.
+pub(crate) struct Compiled {
+    pub name: String,
+    pub params: Vec<ParamKind>,
+    pub block: [u32; 3],
+    pub grid: [u32; 3],
+    /// Threads per CTA.
+    pub threads: usize,
+    /// Register slots (before the constants) and all slots, per file.
+    pub regs32: usize,
+    pub slots32: usize,
+    pub regs64: usize,
+    pub slots64: usize,
+    pub consts32: Vec<(u32, u32)>,
+    pub consts64: Vec<(u32, u64)>,
+    /// `(offset, bytes)` of each shared buffer in the CTA's window.
+    pub shared: Vec<(u32, u32)>,
+    pub shared_size: u32,
+    /// Deepest nesting of `If`/`For` bodies (the body itself is depth 0).
+    pub max_depth: usize,
+    pub body: Vec<CStmt>,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Class {
+    B32,
+    B64,
+}
+
+struct Lower<'k> {
+    k: &'k Kernel,
+    slot: Vec<(Class, u32)>,
+    n32: u32,
+    n64: u32,
+    c32: HashMap<u32, u32>,
+    c64: HashMap<u64, u32>,
+    consts32: Vec<(u32, u32)>,
+    consts64: Vec<(u32, u64)>,
+    max_depth: usize,
+}
+
+impl Lower<'_> {
+    fn err(&self, msg: String) -> ExecError {
+        ExecError::Malformed {
+            kernel: self.k.name.clone(),
+            msg,
+        }
+    }
+
+    fn reg(&self, r: Reg, want: Class) -> Result<u32, ExecError> {
+        let &(c, s) = self
+            .slot
+            .get(r.as_u32() as usize)
+            .ok_or_else(|| self.err(format!("register {r} is not declared")))?;
+        if c != want {
+            return Err(self.err(format!(
+                "register {r} is {} but a {}-bit value is needed",
+                self.k.regs[r].name(),
+                if want == Class::B32 { 32 } else { 64 }
+            )));
+        }
+        Ok(s)
+    }
+
+    fn operand(&mut self, o: Operand, want: Class) -> Result<u32, ExecError> {
+        let imm = match o {
+            Operand::Reg(r) => return self.reg(r, want),
+            Operand::U32(v) | Operand::F32(v) => v as u64,
+            Operand::U64(v) => v,
+        };
+        match want {
+            Class::B32 => {
+                if matches!(o, Operand::U64(_)) {
+                    return Err(self.err(format!("u64 immediate {imm} where 32 bits are needed")));
+                }
+                let next = self.n32 + self.consts32.len() as u32;
+                let s = *self.c32.entry(imm as u32).or_insert(next);
+                if s == next {
+                    self.consts32.push((s, imm as u32));
+                }
+                Ok(s)
+            }
+            Class::B64 => {
+                let next = self.n64 + self.consts64.len() as u32;
+                let s = *self.c64.entry(imm).or_insert(next);
+                if s == next {
+                    self.consts64.push((s, imm));
+                }
+                Ok(s)
+            }
+        }
+    }
+
+    /// Argument classes and result class of `op`, given the destination's class (which
+    /// decides `Mov`/`Select`).
+    fn signature(&self, op: Op, dst: Class) -> Result<(&'static [Class], Class), ExecError> {
+        use Class::*;
+        Ok(match op {
+            Op::Mov => (if dst == B64 { &[B64] } else { &[B32] }, dst),
+            Op::Select => (
+                if dst == B64 {
+                    &[B32, B64, B64]
+                } else {
+                    &[B32, B32, B32]
+                },
+                dst,
+            ),
+            Op::FAdd
+            | Op::FSub
+            | Op::FMul
+            | Op::FDiv
+            | Op::FMin
+            | Op::FMax
+            | Op::FCmp(_)
+            | Op::IAdd
+            | Op::ISub
+            | Op::IMulLo
+            | Op::UMulHi
+            | Op::UDiv
+            | Op::URem
+            | Op::Shl
+            | Op::ShrU
+            | Op::ShrS
+            | Op::And
+            | Op::Or
+            | Op::Xor
+            | Op::ICmp(_)
+            | Op::PAnd
+            | Op::POr
+            | Op::PackBf16x2
+            | Op::PackF16x2
+            | Op::ShflBfly => (&[B32, B32], B32),
+            Op::FFma => (&[B32, B32, B32], B32),
+            Op::FSqrt
+            | Op::FNeg
+            | Op::FAbs
+            | Op::FRint
+            | Op::Not
+            | Op::PNot
+            | Op::BitsToF32
+            | Op::F32ToBits
+            | Op::CvtRniS32F32
+            | Op::CvtRziS32F32
+            | Op::CvtF32S32
+            | Op::CvtF32U32
+            | Op::F16ToF32 => (&[B32], B32),
+            Op::CvtU64U32 => (&[B32], B64),
+            Op::AddU64 => (&[B64, B64], B64),
+            Op::MulWideU32 => (&[B32, B32], B64),
+            Op::Special(_) | Op::SharedAddr(_) => (&[], B32),
+            Op::Param(n) => match self.k.params.get(n as usize).map(|p| p.kind) {
+                Some(ParamKind::Ptr { .. }) => (&[], B64),
+                Some(ParamKind::U32) => (&[], B32),
+                None => return Err(self.err(format!("parameter {n} is not declared"))),
+            },
+            Op::Math(f) => {
+                return Err(ExecError::UnexpandedMath {
+                    kernel: self.k.name.clone(),
+                    func: f,
+                })
+            }
+        })
+    }
+
+    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<CStmt>, ExecError> {
+        self.max_depth = self.max_depth.max(depth);
+        stmts.iter().map(|s| self.stmt(s, depth)).collect()
+    }
+
+    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<CStmt, ExecError> {
+        Ok(match s {
+            Stmt::Op { dst, op, args } => {
+                let dclass = match self.slot.get(dst.as_u32() as usize) {
+                    Some(&(c, _)) => c,
+                    None => return Err(self.err(format!("register {dst} is not declared"))),
+                };
+                let (sig, rclass) = self.signature(*op, dclass)?;
+                let d = self.reg(*dst, rclass)?;
+                if args.len() != sig.len() {
+                    return Err(self.err(format!(
+                        "{op:?} takes {} operands, {} given",
+                        sig.len(),
+                        args.len()
+                    )));
+                }
+                let mut a = [0u32; 3];
+                for (i, (&o, &c)) in args.iter().zip(sig).enumerate() {
+                    a[i] = self.operand(o, c)?;
+                }
+                if let Op::SharedAddr(b) = op {
+                    if self.k.shared.get(*b).is_none() {
+                        return Err(self.err(format!("shared buffer {b} is not declared")));
+                    }
+                }
+                CStmt::Op {
+                    dst: d,
+                    op: *op,
+                    args: a,
+                    wide: dclass == Class::B64,
+                }
+            }
+            Stmt::Load {
+                dsts,
+                space,
+                width,
+                addr,
+                offset,
+            } => {
+                if dsts.len() != width.regs() {
+                    return Err(
+                        self.err(format!("{width:?} load needs {} registers", width.regs()))
+                    );
+                }
+                let mut d = [0u32; 4];
+                for (i, &r) in dsts.iter().enumerate() {
+                    d[i] = self.reg(r, Class::B32)?;
+                }
+                CStmt::Load {
+                    dsts: d,
+                    space: *space,
+                    width: *width,
+                    addr: self.reg(*addr, addr_class(*space))?,
+                    offset: *offset,
+                }
+            }
+            Stmt::Store {
+                space,
+                width,
+                addr,
+                offset,
+                values,
+            } => {
+                if values.len() != width.regs() {
+                    return Err(self.err(format!("{width:?} store needs {} values", width.regs())));
+                }
+                let mut v = [0u32; 4];
+                for (i, &o) in values.iter().enumerate() {
+                    v[i] = self.operand(o, Class::B32)?;
+                }
+                CStmt::Store {
+                    values: v,
+                    space: *space,
+                    width: *width,
+                    addr: self.reg(*addr, addr_class(*space))?,
+                    offset: *offset,
+                }
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => CStmt::For {
+                var: self.reg(*var, Class::B32)?,
+                start: self.operand(*start, Class::B32)?,
+                end: self.operand(*end, Class::B32)?,
+                step: self.operand(*step, Class::B32)?,
+                body: self.block(body, depth + 1)?,
+            },
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => CStmt::If {
+                cond: self.reg(*cond, Class::B32)?,
+                then_body: self.block(then_body, depth + 1)?,
+                else_body: self.block(else_body, depth + 1)?,
+            },
+            Stmt::Barrier => CStmt::Barrier,
+        })
+    }
+}
+
+fn addr_class(space: Space) -> Class {
+    match space {
+        Space::Global => Class::B64,
+        Space::Shared => Class::B32,
+    }
+}
+
+/// Lowers `k`. Errors: [`ExecError::Malformed`] for operand-class or arity mismatches and
+/// undeclared registers, parameters or shared buffers; [`ExecError::UnexpandedMath`] for an
+/// [`Op::Math`] left in the body.
+pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
+    let mut slot = Vec::with_capacity(k.regs.len());
+    let (mut n32, mut n64) = (0u32, 0u32);
+    for (_, &ty) in k.regs.iter() {
+        if ty == RegType::U64 {
+            slot.push((Class::B64, n64));
+            n64 += 1;
+        } else {
+            slot.push((Class::B32, n32));
+            n32 += 1;
+        }
+    }
+    let threads = k.threads_per_cta() as usize;
+    if threads == 0 || threads > 1024 {
+        return Err(ExecError::Malformed {
+            kernel: k.name.clone(),
+            msg: format!("{threads} threads per CTA (1..=1024 allowed)"),
+        });
+    }
+    let mut shared = Vec::with_capacity(k.shared.len());
+    let mut off: u64 = 0;
+    for (_, d) in k.shared.iter() {
+        let align = d.align.max(1) as u64;
+        if !align.is_power_of_two() {
+            return Err(ExecError::Malformed {
+                kernel: k.name.clone(),
+                msg: format!("shared alignment {align} is not a power of two"),
+            });
+        }
+        off = off.div_ceil(align) * align;
+        shared.push((off as u32, d.bytes));
+        off += d.bytes as u64;
+    }
+    if off > u32::MAX as u64 / 2 {
+        return Err(ExecError::Malformed {
+            kernel: k.name.clone(),
+            msg: format!("{off} bytes of shared memory"),
+        });
+    }
+    let mut l = Lower {
+        k,
+        slot,
+        n32,
+        n64,
+        c32: HashMap::new(),
+        c64: HashMap::new(),
+        consts32: Vec::new(),
+        consts64: Vec::new(),
+        max_depth: 0,
+    };
+    let body = l.block(&k.body, 0)?;
+    Ok(Compiled {
+        name: k.name.clone(),
+        params: k.params.iter().map(|p| p.kind).collect(),
+        block: k.block,
+        grid: k.grid,
+        threads,
+        regs32: n32 as usize,
+        slots32: n32 as usize + l.consts32.len(),
+        regs64: n64 as usize,
+        slots64: n64 as usize + l.consts64.len(),
+        consts32: l.consts32,
+        consts64: l.consts64,
+        shared,
+        shared_size: off as u32,
+        max_depth: l.max_depth,
+        body,
+    })
+}

@@ -1,0 +1,804 @@
+//! The SIMT interpreter: runs one CTA of a compiled kernel, all threads in lockstep.
+//!
+//! Data model: register files are slot-major (`r32[slot * threads + thread]`), so one
+//! statement is one tight loop over the CTA's threads: the op is matched once per
+//! statement, the loop body is a closure the compiler inlines (and usually vectorises).
+//! Results are computed for every thread into a scratch row, then committed under the
+//! active mask (`0` / `!0` per thread), a blend the compiler vectorises too. Ops that can
+//! fault (division by zero, shifts ≥ 32, shuffles, memory) check the active threads first.
+//!
+//! Control flow keeps one mask per nesting depth. `If` computes the then- and else-masks
+//! from the condition before running either arm (an arm may assign the condition); `For`
+//! narrows its mask each iteration to the threads with `var < end` and stops when none is
+//! left. `Barrier` requires every thread of the CTA to be active. Lockstep execution makes
+//! every statement a CTA-wide barrier, so a kernel with a shared-memory race still gives
+//! one deterministic answer here; such races are for `compute-sanitizer racecheck`.
+
+use super::compile::{CStmt, Compiled};
+use super::memory::{Fault, GlobalMem};
+use super::numerics::{self as nm, canon};
+use super::ExecError;
+use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special, Width};
+
+/// Per-worker state, reused across the CTAs a rayon worker runs.
+pub(crate) struct Cta<'a> {
+    k: &'a Compiled,
+    mem: &'a GlobalMem,
+    /// Launch argument values: buffer base addresses or `u32` scalars.
+    params: &'a [u64],
+    n: usize,
+    r32: Vec<u32>,
+    r64: Vec<u64>,
+    t32: Vec<u32>,
+    t64: Vec<u64>,
+    /// Then-masks per depth, and else-masks saved while the then-arm runs.
+    masks: Vec<Vec<u32>>,
+    else_masks: Vec<Vec<u32>>,
+    /// Active threads per depth.
+    active: Vec<u32>,
+    shared: Vec<u8>,
+    ctaid: [u32; 3],
+    cta: u64,
+    /// Lane-instructions executed (active threads summed over executed statements).
+    pub lane_instructions: u64,
+}
+
+#[inline(always)]
+fn f(x: u32) -> f32 {
+    f32::from_bits(x)
+}
+
+#[inline(always)]
+fn map1(t: &mut [u32], a: &[u32], op: impl Fn(u32) -> u32) {
+    for (t, &a) in t.iter_mut().zip(a) {
+        *t = op(a);
+    }
+}
+
+#[inline(always)]
+fn map2(t: &mut [u32], a: &[u32], b: &[u32], op: impl Fn(u32, u32) -> u32) {
+    for ((t, &a), &b) in t.iter_mut().zip(a).zip(b) {
+        *t = op(a, b);
+    }
+}
+
+#[inline(always)]
+fn map3(t: &mut [u32], a: &[u32], b: &[u32], c: &[u32], op: impl Fn(u32, u32, u32) -> u32) {
+    for (((t, &a), &b), &c) in t.iter_mut().zip(a).zip(b).zip(c) {
+        *t = op(a, b, c);
+    }
+}
+
+#[inline(always)]
+fn commit32(dst: &mut [u32], t: &[u32], mask: &[u32], full: bool) {
+    if full {
+        dst.copy_from_slice(t);
+    } else {
+        for ((d, &t), &m) in dst.iter_mut().zip(t).zip(mask) {
+            *d = (t & m) | (*d & !m);
+        }
+    }
+}
+
+#[inline(always)]
+fn commit64(dst: &mut [u64], t: &[u64], mask: &[u32], full: bool) {
+    if full {
+        dst.copy_from_slice(t);
+    } else {
+        for ((d, &t), &m) in dst.iter_mut().zip(t).zip(mask) {
+            let m = m as i32 as i64 as u64;
+            *d = (t & m) | (*d & !m);
+        }
+    }
+}
+
+#[inline(always)]
+fn pred(b: bool) -> u32 {
+    b as u32
+}
+
+/// Which register file an op's result goes to.
+enum Out {
+    R32,
+    R64,
+}
+
+impl<'a> Cta<'a> {
+    pub fn new(k: &'a Compiled, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
+        let n = k.threads;
+        let mut r32 = vec![!0u32; k.slots32 * n];
+        for &(s, v) in &k.consts32 {
+            r32[s as usize * n..][..n].fill(v);
+        }
+        let mut r64 = vec![!0u64; k.slots64 * n];
+        for &(s, v) in &k.consts64 {
+            r64[s as usize * n..][..n].fill(v);
+        }
+        let depths = k.max_depth + 2;
+        Cta {
+            k,
+            mem,
+            params,
+            n,
+            r32,
+            r64,
+            t32: vec![0; n],
+            t64: vec![0; n],
+            masks: vec![vec![!0u32; n]; depths],
+            else_masks: vec![vec![0u32; n]; depths],
+            active: vec![n as u32; depths],
+            shared: vec![0xFF; k.shared_size as usize],
+            ctaid: [0; 3],
+            cta: 0,
+            lane_instructions: 0,
+        }
+    }
+
+    /// Runs CTA number `cta` (x fastest, then y, then z) from a fresh state: registers and
+    /// shared memory poisoned with all-ones bits, so no result depends on which CTA this
+    /// worker ran before.
+    pub fn run(&mut self, cta: u64) -> Result<(), ExecError> {
+        let n = self.n;
+        let [gx, gy, _] = self.k.grid;
+        let (gx, gy) = (gx as u64, gy as u64);
+        self.cta = cta;
+        self.ctaid = [
+            (cta % gx) as u32,
+            ((cta / gx) % gy) as u32,
+            (cta / (gx * gy)) as u32,
+        ];
+        self.r32[..self.k.regs32 * n].fill(!0);
+        self.r64[..self.k.regs64 * n].fill(!0);
+        self.shared.fill(0xFF);
+        self.masks[0].fill(!0);
+        self.active[0] = n as u32;
+        self.block(&self.k.body, 0)
+    }
+
+    fn fault(
+        &self,
+        thread: usize,
+        space: Space,
+        addr: u64,
+        bytes: u32,
+        store: bool,
+        e: Fault,
+    ) -> ExecError {
+        let kernel = self.k.name.clone();
+        let (cta, thread) = (self.cta, thread as u32);
+        let access = if store { "store" } else { "load" };
+        match e {
+            Fault::Wild => ExecError::WildAddress {
+                kernel,
+                cta,
+                thread,
+                access,
+                space,
+                addr,
+            },
+            Fault::OutOfBounds { buf, offset } => {
+                let b = &self.mem.bufs[buf];
+                ExecError::OutOfBounds {
+                    kernel,
+                    cta,
+                    thread,
+                    access,
+                    buffer: b.name.clone(),
+                    offset,
+                    bytes,
+                    size: b.size,
+                }
+            }
+            Fault::Misaligned => ExecError::Misaligned {
+                kernel,
+                cta,
+                thread,
+                access,
+                space,
+                addr,
+                bytes,
+            },
+            Fault::ReadOnly { buf } => ExecError::StoreToInput {
+                kernel,
+                cta,
+                thread,
+                buffer: self.mem.bufs[buf].name.clone(),
+            },
+        }
+    }
+
+    fn block(&mut self, body: &[CStmt], d: usize) -> Result<(), ExecError> {
+        for s in body {
+            match s {
+                CStmt::Op {
+                    dst,
+                    op,
+                    args,
+                    wide,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.op(*dst as usize, *op, args, *wide, d)?;
+                }
+                CStmt::Load {
+                    dsts,
+                    space,
+                    width,
+                    addr,
+                    offset,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.load(dsts, *space, *width, *addr as usize, *offset, d)?;
+                }
+                CStmt::Store {
+                    values,
+                    space,
+                    width,
+                    addr,
+                    offset,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.store(values, *space, *width, *addr as usize, *offset, d)?;
+                }
+                CStmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                } => {
+                    let n = self.n;
+                    let c = &self.r32[*cond as usize * n..][..n];
+                    let (outer, inner) = self.masks.split_at_mut(d + 1);
+                    let (m, tm, em) = (&outer[d], &mut inner[0], &mut self.else_masks[d + 1]);
+                    let (mut nt, mut ne) = (0u32, 0u32);
+                    for i in 0..n {
+                        let ci = 0u32.wrapping_sub((c[i] != 0) as u32);
+                        tm[i] = m[i] & ci;
+                        em[i] = m[i] & !ci;
+                        nt += tm[i] & 1;
+                        ne += em[i] & 1;
+                    }
+                    if nt > 0 {
+                        self.active[d + 1] = nt;
+                        self.block(then_body, d + 1)?;
+                    }
+                    if ne > 0 && !else_body.is_empty() {
+                        std::mem::swap(&mut self.masks[d + 1], &mut self.else_masks[d + 1]);
+                        self.active[d + 1] = ne;
+                        self.block(else_body, d + 1)?;
+                    }
+                }
+                CStmt::For {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                } => self.for_loop(
+                    *var as usize,
+                    *start as usize,
+                    *end as usize,
+                    *step as usize,
+                    body,
+                    d,
+                )?,
+                CStmt::Barrier => {
+                    if self.active[d] as usize != self.n {
+                        return Err(ExecError::DivergentBarrier {
+                            kernel: self.k.name.clone(),
+                            cta: self.cta,
+                            active: self.active[d],
+                            threads: self.n as u32,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn for_loop(
+        &mut self,
+        var: usize,
+        start: usize,
+        end: usize,
+        step: usize,
+        body: &[CStmt],
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        {
+            // var = start, for the threads active at the loop.
+            let full = self.active[d] as usize == n;
+            self.t32.copy_from_slice(&self.r32[start * n..][..n]);
+            commit32(
+                &mut self.r32[var * n..][..n],
+                &self.t32,
+                &self.masks[d],
+                full,
+            );
+            let (outer, inner) = self.masks.split_at_mut(d + 1);
+            inner[0].copy_from_slice(&outer[d]);
+        }
+        loop {
+            // Narrow to the threads still iterating: var < end (unsigned), end re-read
+            // each iteration as the PTX loop does.
+            let mut cnt = 0u32;
+            {
+                let v = &self.r32[var * n..][..n];
+                let e = &self.r32[end * n..][..n];
+                let m = &mut self.masks[d + 1];
+                for i in 0..n {
+                    m[i] &= 0u32.wrapping_sub((v[i] < e[i]) as u32);
+                    cnt += m[i] & 1;
+                }
+            }
+            if cnt == 0 {
+                return Ok(());
+            }
+            self.active[d + 1] = cnt;
+            self.block(body, d + 1)?;
+            // The body's nested blocks may have swapped in else-masks at depth d + 2, but
+            // depth d + 1 is only written by this loop: its mask is intact.
+            let full = self.active[d + 1] as usize == n;
+            let (v, s) = (var * n, step * n);
+            for i in 0..n {
+                self.t32[i] = self.r32[v + i].wrapping_add(self.r32[s + i]);
+            }
+            commit32(&mut self.r32[v..][..n], &self.t32, &self.masks[d + 1], full);
+        }
+    }
+
+    fn op(
+        &mut self,
+        dst: usize,
+        op: Op,
+        a: &[u32; 3],
+        wide: bool,
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let mask = &self.masks[d][..];
+        let full = self.active[d] as usize == n;
+        let r32 = &self.r32;
+        let r64 = &self.r64;
+        let s = |k: usize| &r32[a[k] as usize * n..][..n];
+        let s64 = |k: usize| &r64[a[k] as usize * n..][..n];
+        let t = &mut self.t32[..];
+        let t64 = &mut self.t64[..];
+        let kname = &self.k.name;
+        let cta = self.cta;
+        // The first active thread for which `bad(i)` holds, if any.
+        let first_bad = |bad: &dyn Fn(usize) -> bool| (0..n).find(|&i| mask[i] != 0 && bad(i));
+        let out = match op {
+            Op::Mov if wide => {
+                t64.copy_from_slice(s64(0));
+                Out::R64
+            }
+            Op::Mov => {
+                t.copy_from_slice(s(0));
+                Out::R32
+            }
+            Op::Select if wide => {
+                let (c, x, y) = (s(0), s64(1), s64(2));
+                for i in 0..n {
+                    t64[i] = if c[i] != 0 { x[i] } else { y[i] };
+                }
+                Out::R64
+            }
+            Op::Select => {
+                map3(t, s(0), s(1), s(2), |c, x, y| if c != 0 { x } else { y });
+                Out::R32
+            }
+            Op::FAdd => {
+                map2(t, s(0), s(1), |x, y| canon(f(x) + f(y)));
+                Out::R32
+            }
+            Op::FSub => {
+                map2(t, s(0), s(1), |x, y| canon(f(x) - f(y)));
+                Out::R32
+            }
+            Op::FMul => {
+                map2(t, s(0), s(1), |x, y| canon(f(x) * f(y)));
+                Out::R32
+            }
+            Op::FDiv => {
+                map2(t, s(0), s(1), |x, y| canon(f(x) / f(y)));
+                Out::R32
+            }
+            Op::FFma => {
+                nm::ffma_slice(t, s(0), s(1), s(2));
+                Out::R32
+            }
+            Op::FSqrt => {
+                map1(t, s(0), |x| canon(f(x).sqrt()));
+                Out::R32
+            }
+            Op::FNeg => {
+                map1(t, s(0), |x| x ^ 0x8000_0000);
+                Out::R32
+            }
+            Op::FAbs => {
+                map1(t, s(0), |x| x & 0x7fff_ffff);
+                Out::R32
+            }
+            Op::FMin => {
+                map2(t, s(0), s(1), nm::fmin);
+                Out::R32
+            }
+            Op::FMax => {
+                map2(t, s(0), s(1), nm::fmax);
+                Out::R32
+            }
+            Op::FRint => {
+                map1(t, s(0), nm::frint);
+                Out::R32
+            }
+            Op::FCmp(c) => {
+                let (x, y) = (s(0), s(1));
+                match c {
+                    FCmp::Eq => map2(t, x, y, |a, b| pred(f(a) == f(b))),
+                    FCmp::Ne => map2(t, x, y, |a, b| pred(f(a) != f(b))),
+                    FCmp::Lt => map2(t, x, y, |a, b| pred(f(a) < f(b))),
+                    FCmp::Le => map2(t, x, y, |a, b| pred(f(a) <= f(b))),
+                    FCmp::Gt => map2(t, x, y, |a, b| pred(f(a) > f(b))),
+                    FCmp::Ge => map2(t, x, y, |a, b| pred(f(a) >= f(b))),
+                    FCmp::Nan => map2(t, x, y, |a, b| pred(f(a).is_nan() || f(b).is_nan())),
+                }
+                Out::R32
+            }
+            Op::IAdd => {
+                map2(t, s(0), s(1), u32::wrapping_add);
+                Out::R32
+            }
+            Op::ISub => {
+                map2(t, s(0), s(1), u32::wrapping_sub);
+                Out::R32
+            }
+            Op::IMulLo => {
+                map2(t, s(0), s(1), u32::wrapping_mul);
+                Out::R32
+            }
+            Op::UMulHi => {
+                map2(t, s(0), s(1), |x, y| ((x as u64 * y as u64) >> 32) as u32);
+                Out::R32
+            }
+            Op::UDiv | Op::URem => {
+                let (x, y) = (s(0), s(1));
+                if let Some(i) = first_bad(&|i| y[i] == 0) {
+                    return Err(ExecError::DivisionByZero {
+                        kernel: kname.clone(),
+                        cta,
+                        thread: i as u32,
+                    });
+                }
+                if op == Op::UDiv {
+                    map2(t, x, y, |a, b| a.checked_div(b).unwrap_or(0));
+                } else {
+                    map2(t, x, y, |a, b| a.checked_rem(b).unwrap_or(0));
+                }
+                Out::R32
+            }
+            Op::Shl | Op::ShrU | Op::ShrS => {
+                let (x, y) = (s(0), s(1));
+                if let Some(i) = first_bad(&|i| y[i] >= 32) {
+                    return Err(ExecError::ShiftOutOfRange {
+                        kernel: kname.clone(),
+                        cta,
+                        thread: i as u32,
+                        shift: y[i],
+                    });
+                }
+                match op {
+                    Op::Shl => map2(t, x, y, |a, b| a << (b & 31)),
+                    Op::ShrU => map2(t, x, y, |a, b| a >> (b & 31)),
+                    _ => map2(t, x, y, |a, b| ((a as i32) >> (b & 31)) as u32),
+                }
+                Out::R32
+            }
+            Op::And => {
+                map2(t, s(0), s(1), |x, y| x & y);
+                Out::R32
+            }
+            Op::Or => {
+                map2(t, s(0), s(1), |x, y| x | y);
+                Out::R32
+            }
+            Op::Xor => {
+                map2(t, s(0), s(1), |x, y| x ^ y);
+                Out::R32
+            }
+            Op::Not => {
+                map1(t, s(0), |x| !x);
+                Out::R32
+            }
+            Op::ICmp(c) => {
+                let (x, y) = (s(0), s(1));
+                let si = |v: u32| v as i32;
+                match c {
+                    ICmp::Eq => map2(t, x, y, |a, b| pred(a == b)),
+                    ICmp::Ne => map2(t, x, y, |a, b| pred(a != b)),
+                    ICmp::LtU => map2(t, x, y, |a, b| pred(a < b)),
+                    ICmp::LeU => map2(t, x, y, |a, b| pred(a <= b)),
+                    ICmp::GtU => map2(t, x, y, |a, b| pred(a > b)),
+                    ICmp::GeU => map2(t, x, y, |a, b| pred(a >= b)),
+                    ICmp::LtS => map2(t, x, y, |a, b| pred(si(a) < si(b))),
+                    ICmp::LeS => map2(t, x, y, |a, b| pred(si(a) <= si(b))),
+                    ICmp::GtS => map2(t, x, y, |a, b| pred(si(a) > si(b))),
+                    ICmp::GeS => map2(t, x, y, |a, b| pred(si(a) >= si(b))),
+                }
+                Out::R32
+            }
+            Op::PAnd => {
+                map2(t, s(0), s(1), |x, y| pred(x != 0 && y != 0));
+                Out::R32
+            }
+            Op::POr => {
+                map2(t, s(0), s(1), |x, y| pred(x != 0 || y != 0));
+                Out::R32
+            }
+            Op::PNot => {
+                map1(t, s(0), |x| pred(x == 0));
+                Out::R32
+            }
+            Op::BitsToF32 | Op::F32ToBits => {
+                t.copy_from_slice(s(0));
+                Out::R32
+            }
+            Op::CvtRniS32F32 => {
+                map1(t, s(0), nm::cvt_rni_s32);
+                Out::R32
+            }
+            Op::CvtRziS32F32 => {
+                map1(t, s(0), nm::cvt_rzi_s32);
+                Out::R32
+            }
+            Op::CvtF32S32 => {
+                map1(t, s(0), |x| (x as i32 as f32).to_bits());
+                Out::R32
+            }
+            Op::CvtF32U32 => {
+                map1(t, s(0), |x| (x as f32).to_bits());
+                Out::R32
+            }
+            Op::PackBf16x2 => {
+                map2(t, s(0), s(1), |hi, lo| {
+                    ((nm::f32_to_bf16_rn(hi) as u32) << 16) | nm::f32_to_bf16_rn(lo) as u32
+                });
+                Out::R32
+            }
+            Op::PackF16x2 => {
+                map2(t, s(0), s(1), |hi, lo| {
+                    ((nm::f32_to_f16_rn(hi) as u32) << 16) | nm::f32_to_f16_rn(lo) as u32
+                });
+                Out::R32
+            }
+            Op::F16ToF32 => {
+                map1(t, s(0), |x| nm::f16_to_f32(x & 0xffff));
+                Out::R32
+            }
+            Op::CvtU64U32 => {
+                for (o, &x) in t64.iter_mut().zip(s(0)) {
+                    *o = x as u64;
+                }
+                Out::R64
+            }
+            Op::AddU64 => {
+                for ((o, &x), &y) in t64.iter_mut().zip(s64(0)).zip(s64(1)) {
+                    *o = x.wrapping_add(y);
+                }
+                Out::R64
+            }
+            Op::MulWideU32 => {
+                for ((o, &x), &y) in t64.iter_mut().zip(s(0)).zip(s(1)) {
+                    *o = x as u64 * y as u64;
+                }
+                Out::R64
+            }
+            Op::Special(sp) => {
+                let [bx, _, _] = self.k.block;
+                match sp {
+                    Special::TidX => (0..n).for_each(|i| t[i] = (i as u32) % bx),
+                    Special::NtidX => t.fill(bx),
+                    Special::CtaidX => t.fill(self.ctaid[0]),
+                    Special::CtaidY => t.fill(self.ctaid[1]),
+                    Special::NctaidX => t.fill(self.k.grid[0]),
+                    Special::LaneId => (0..n).for_each(|i| t[i] = (i % 32) as u32),
+                }
+                Out::R32
+            }
+            Op::Param(p) => {
+                let v = self.params[p as usize];
+                if wide {
+                    t64.fill(v);
+                    Out::R64
+                } else {
+                    t.fill(v as u32);
+                    Out::R32
+                }
+            }
+            Op::SharedAddr(b) => {
+                t.fill(self.k.shared[b.as_u32() as usize].0);
+                Out::R32
+            }
+            Op::ShflBfly => {
+                let (x, y) = (s(0), s(1));
+                for warp in (0..n).step_by(32) {
+                    if (warp..(warp + 32).min(n)).all(|j| mask[j] == 0) {
+                        continue;
+                    }
+                    // `shfl.sync` with a full member mask: every lane of the warp must be
+                    // present and executing it.
+                    if let Some(j) = (warp..warp + 32).find(|&j| j >= n || mask[j] == 0) {
+                        return Err(ExecError::ShuffleDivergent {
+                            kernel: kname.clone(),
+                            cta,
+                            warp: (warp / 32) as u32,
+                            inactive: j as u32,
+                        });
+                    }
+                    for i in warp..warp + 32 {
+                        if y[i] >= 32 {
+                            return Err(ExecError::ShuffleOutOfRange {
+                                kernel: kname.clone(),
+                                cta,
+                                thread: i as u32,
+                                lane_mask: y[i],
+                            });
+                        }
+                        t[i] = x[warp + ((i - warp) ^ y[i] as usize)];
+                    }
+                }
+                Out::R32
+            }
+            Op::Math(func) => {
+                return Err(ExecError::UnexpandedMath {
+                    kernel: kname.clone(),
+                    func,
+                })
+            }
+        };
+        match out {
+            Out::R32 => commit32(
+                &mut self.r32[dst * n..][..n],
+                &self.t32,
+                &self.masks[d],
+                full,
+            ),
+            Out::R64 => commit64(
+                &mut self.r64[dst * n..][..n],
+                &self.t64,
+                &self.masks[d],
+                full,
+            ),
+        }
+        Ok(())
+    }
+
+    fn shared_range(&self, addr: u32, bytes: u32) -> bool {
+        let (a, e) = (addr as u64, addr as u64 + bytes as u64);
+        self.k
+            .shared
+            .iter()
+            .any(|&(o, b)| a >= o as u64 && e <= o as u64 + b as u64)
+    }
+
+    fn shared_fault(&self, thread: usize, addr: u32, bytes: u32, store: bool) -> ExecError {
+        if addr % bytes != 0 {
+            return ExecError::Misaligned {
+                kernel: self.k.name.clone(),
+                cta: self.cta,
+                thread: thread as u32,
+                access: if store { "store" } else { "load" },
+                space: Space::Shared,
+                addr: addr as u64,
+                bytes,
+            };
+        }
+        ExecError::SharedOutOfBounds {
+            kernel: self.k.name.clone(),
+            cta: self.cta,
+            thread: thread as u32,
+            access: if store { "store" } else { "load" },
+            addr,
+            bytes,
+            size: self.k.shared_size,
+        }
+    }
+
+    fn load(
+        &mut self,
+        dsts: &[u32; 4],
+        space: Space,
+        width: Width,
+        addr: usize,
+        offset: i32,
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let bytes = width.bytes();
+        let nregs = width.regs();
+        let mut v = [0u32; 4];
+        for i in 0..n {
+            if self.masks[d][i] == 0 {
+                continue;
+            }
+            match space {
+                Space::Global => {
+                    let a = self.r64[addr * n + i].wrapping_add(offset as i64 as u64);
+                    if let Err(e) = self.mem.load(a, bytes, &mut v) {
+                        return Err(self.fault(i, space, a, bytes, false, e));
+                    }
+                }
+                Space::Shared => {
+                    let a = self.r32[addr * n + i].wrapping_add(offset as u32);
+                    if a % bytes != 0 || !self.shared_range(a, bytes) {
+                        return Err(self.shared_fault(i, a, bytes, false));
+                    }
+                    let sh = &self.shared[a as usize..][..bytes as usize];
+                    match bytes {
+                        1 => v[0] = sh[0] as u32,
+                        2 => v[0] = u16::from_le_bytes([sh[0], sh[1]]) as u32,
+                        _ => {
+                            for (k, c) in sh.chunks_exact(4).enumerate() {
+                                v[k] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                            }
+                        }
+                    }
+                }
+            }
+            for k in 0..nregs {
+                self.r32[dsts[k] as usize * n + i] = v[k];
+            }
+        }
+        Ok(())
+    }
+
+    fn store(
+        &mut self,
+        values: &[u32; 4],
+        space: Space,
+        width: Width,
+        addr: usize,
+        offset: i32,
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let bytes = width.bytes();
+        let nregs = width.regs();
+        let mut v = [0u32; 4];
+        // Threads store in increasing order: when several write one address, the highest
+        // thread wins (the GPU picks one unspecified writer).
+        for i in 0..n {
+            if self.masks[d][i] == 0 {
+                continue;
+            }
+            for k in 0..nregs {
+                v[k] = self.r32[values[k] as usize * n + i];
+            }
+            match space {
+                Space::Global => {
+                    let a = self.r64[addr * n + i].wrapping_add(offset as i64 as u64);
+                    if let Err(e) = self.mem.store(a, bytes, &v) {
+                        return Err(self.fault(i, space, a, bytes, true, e));
+                    }
+                }
+                Space::Shared => {
+                    let a = self.r32[addr * n + i].wrapping_add(offset as u32);
+                    if a % bytes != 0 || !self.shared_range(a, bytes) {
+                        return Err(self.shared_fault(i, a, bytes, true));
+                    }
+                    let sh = &mut self.shared[a as usize..][..bytes as usize];
+                    match bytes {
+                        1 => sh[0] = v[0] as u8,
+                        2 => sh.copy_from_slice(&(v[0] as u16).to_le_bytes()),
+                        _ => {
+                            for (k, c) in sh.chunks_exact_mut(4).enumerate() {
+                                c.copy_from_slice(&v[k].to_le_bytes());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}

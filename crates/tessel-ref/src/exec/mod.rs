@@ -1,0 +1,333 @@
+//! The kernel-IR executor: runs a [`Program`] on host buffers exactly as the GPU does,
+//! bit for bit (design §5, `exact` profile), and checks every memory access on the way.
+//!
+//! Pipeline role: the last stage before PTX is kernel IR; the executor runs that IR on the
+//! CPU, so `tessel run` works without a GPU and `tessel check` can compare the GPU's output
+//! bits with it. It reads the IR only, never PTX.
+//!
+//! Execution model (the semantics in `tessel_ir::kernel`'s docs):
+//! - launches run in order; the CTAs of a launch run in parallel on rayon's pool, each from
+//!   a fresh, poisoned state, so results never depend on scheduling;
+//! - inside a CTA all `block` threads run in SIMT lockstep under an active mask
+//!   (module `cta`); warps are 32 consecutive threads;
+//! - global memory is the program's buffers behind fake base addresses (module `memory`), step
+//!   outputs and temporaries poisoned with `0xFF` bytes before the run like the GPU
+//!   harness does; shared memory is a per-CTA byte window, also poisoned;
+//! - scalar semantics that Rust's operators do not give directly are in [`numerics`].
+//!
+//! Faults the GPU would turn into an error, a hang or silent garbage are [`ExecError`]s
+//! naming the kernel, CTA and thread: out-of-bounds or misaligned accesses, stores to step
+//! inputs, divergent barriers and shuffles, division by zero, shifts ≥ 32.
+
+mod compile;
+mod cta;
+mod memory;
+pub mod numerics;
+
+use crate::tensor::Tensor;
+use memory::{GlobalBuf, GlobalMem};
+use rayon::prelude::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use tessel_ir::kernel::{BufferRole, Kernel, LaunchArg, MathFn, ParamKind, Program, Space};
+
+pub use memory::base_address;
+
+/// A fault found while running a program. Thread and CTA numbers are linear (`x` fastest);
+/// byte offsets are from the start of the named buffer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ExecError {
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {access} of {bytes} bytes at offset {offset} of buffer `{buffer}` ({size} bytes) is out of bounds")]
+    OutOfBounds {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        access: &'static str,
+        buffer: String,
+        offset: u64,
+        bytes: u32,
+        size: u64,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {access} at {space:?} address {addr:#x} is in no buffer")]
+    WildAddress {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        access: &'static str,
+        space: Space,
+        addr: u64,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {access} of {bytes} bytes at {space:?} address {addr:#x} is not {bytes}-byte aligned")]
+    Misaligned {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        access: &'static str,
+        space: Space,
+        addr: u64,
+        bytes: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: shared {access} of {bytes} bytes at {addr:#x} is outside every shared buffer ({size} bytes in all)")]
+    SharedOutOfBounds {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        access: &'static str,
+        addr: u32,
+        bytes: u32,
+        size: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: store to step input `{buffer}`")]
+    StoreToInput {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        buffer: String,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}: barrier reached by {active} of {threads} threads")]
+    DivergentBarrier {
+        kernel: String,
+        cta: u64,
+        active: u32,
+        threads: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, warp {warp}: shuffle while thread {inactive} of the warp is inactive or absent")]
+    ShuffleDivergent {
+        kernel: String,
+        cta: u64,
+        warp: u32,
+        inactive: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: shuffle lane mask {lane_mask} ≥ 32")]
+    ShuffleOutOfRange {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        lane_mask: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: unsigned division by zero")]
+    DivisionByZero {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: shift by {shift} ≥ 32")]
+    ShiftOutOfRange {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        shift: u32,
+    },
+    #[error("kernel `{kernel}`: math call {func:?} was not expanded (run expand-math first)")]
+    UnexpandedMath { kernel: String, func: MathFn },
+    #[error("kernel `{kernel}`: malformed IR: {msg}")]
+    Malformed { kernel: String, msg: String },
+    #[error("launch of kernel `{kernel}`: {msg}")]
+    BadLaunch { kernel: String, msg: String },
+    #[error("program inputs: {0}")]
+    BadInputs(String),
+}
+
+/// Knobs of a run.
+#[derive(Clone, Copy, Default)]
+pub struct ExecOptions<'a> {
+    /// Called after each CTA completes with `(done, total)` CTAs over the whole run (from
+    /// rayon's worker threads, so it must be `Sync`; the CLI's progress bar is).
+    pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+}
+
+/// Counters of a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    /// CTAs executed.
+    pub ctas: u64,
+    /// Statements (ops, loads, stores) executed, summed over the active threads: the
+    /// executor's unit of work, for throughput figures.
+    pub lane_instructions: u64,
+}
+
+/// Runs `p` on `inputs` (in `p.inputs` order, each of its buffer's exact type) and returns
+/// the outputs in `p.outputs` order.
+///
+/// Errors: [`ExecError::BadInputs`] if the inputs do not match, [`ExecError::BadLaunch`] if a
+/// launch's arguments do not match its kernel's parameters, and every fault of a kernel
+/// (the one in the lowest-numbered faulting CTA of the first faulting launch).
+pub fn run_program(p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>, ExecError> {
+    run_program_with(p, inputs, &ExecOptions::default()).map(|(out, _)| out)
+}
+
+/// [`run_program`] with options, also returning the run's counters.
+pub fn run_program_with(
+    p: &Program,
+    inputs: &[Tensor],
+    opts: &ExecOptions,
+) -> Result<(Vec<Tensor>, ExecStats), ExecError> {
+    if inputs.len() != p.inputs.len() {
+        return Err(ExecError::BadInputs(format!(
+            "{} given, the program takes {}",
+            inputs.len(),
+            p.inputs.len()
+        )));
+    }
+    let mut init: Vec<Option<&Tensor>> = vec![None; p.buffers.len()];
+    for ((name, b), t) in p.inputs.iter().zip(inputs) {
+        let decl = &p.buffers[*b];
+        if t.ty != decl.ty || t.data.len() as u64 != decl.ty.size_bytes() {
+            return Err(ExecError::BadInputs(format!(
+                "`{name}` is {} ({} bytes), expected {}",
+                t.ty,
+                t.data.len(),
+                decl.ty
+            )));
+        }
+        init[b.as_u32() as usize] = Some(t);
+    }
+    let bufs = p
+        .buffers
+        .iter()
+        .zip(&init)
+        .map(|((_, decl), t)| {
+            let read_only = matches!(decl.role, BufferRole::Input(_));
+            match t {
+                Some(t) => GlobalBuf::new(decl.name.clone(), &t.data, read_only),
+                None => {
+                    let poison = vec![0xFF; decl.ty.size_bytes() as usize];
+                    GlobalBuf::new(decl.name.clone(), &poison, read_only)
+                }
+            }
+        })
+        .collect();
+    let mem = GlobalMem { bufs };
+    let launches: Vec<(&Kernel, &[LaunchArg])> = p
+        .launches
+        .iter()
+        .map(|l| (&p.kernels[l.kernel], &l.args[..]))
+        .collect();
+    let stats = run_launches(&mem, &launches, opts)?;
+    let outputs = p
+        .outputs
+        .iter()
+        .map(|(_, b)| Tensor {
+            ty: p.buffers[*b].ty.clone(),
+            data: mem.bufs[b.as_u32() as usize].to_bytes(),
+        })
+        .collect();
+    Ok((outputs, stats))
+}
+
+/// Runs one launch of `k` over `buffers` (buffer `i` is `BufferId` `i` in `args`), updating
+/// them in place; none is read-only. For tests and tools that build kernels by hand.
+///
+/// Errors: as [`run_program`].
+pub fn run_kernel(
+    k: &Kernel,
+    buffers: &mut [Tensor],
+    args: &[LaunchArg],
+    opts: &ExecOptions,
+) -> Result<ExecStats, ExecError> {
+    let bufs = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, t)| GlobalBuf::new(format!("buf{i}"), &t.data, false))
+        .collect();
+    let mem = GlobalMem { bufs };
+    let stats = run_launches(&mem, &[(k, args)], opts)?;
+    for (t, b) in buffers.iter_mut().zip(&mem.bufs) {
+        t.data = b.to_bytes();
+    }
+    Ok(stats)
+}
+
+fn run_launches(
+    mem: &GlobalMem,
+    launches: &[(&Kernel, &[LaunchArg])],
+    opts: &ExecOptions,
+) -> Result<ExecStats, ExecError> {
+    let ctas = |k: &Kernel| k.grid.iter().map(|&g| g as u64).product::<u64>();
+    let total: u64 = launches.iter().map(|(k, _)| ctas(k)).sum();
+    let done = AtomicU64::new(0);
+    let mut stats = ExecStats::default();
+    // Kernels launched several times are compiled once.
+    let mut compiled: Vec<(*const Kernel, compile::Compiled)> = Vec::new();
+    for &(k, args) in launches {
+        let ci = match compiled.iter().position(|(p, _)| std::ptr::eq(*p, k)) {
+            Some(i) => i,
+            None => {
+                compiled.push((k as *const Kernel, compile::compile(k)?));
+                compiled.len() - 1
+            }
+        };
+        let ck = &compiled[ci].1;
+        let params = launch_params(ck, mem, args)?;
+        let n = ctas(k);
+        // The lowest-numbered faulting CTA wins, so the reported fault is deterministic:
+        // CTAs above a known fault are skipped, those below always run.
+        let first_fault = AtomicU64::new(u64::MAX);
+        let fault: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
+        let lanes = AtomicU64::new(0);
+        (0..n).into_par_iter().for_each_init(
+            || cta::Cta::new(ck, mem, &params),
+            |st, c| {
+                if c > first_fault.load(Ordering::Relaxed) {
+                    return;
+                }
+                let before = st.lane_instructions;
+                if let Err(e) = st.run(c) {
+                    let mut f = fault.lock().unwrap_or_else(|p| p.into_inner());
+                    if f.as_ref().is_none_or(|(fc, _)| c < *fc) {
+                        *f = Some((c, e));
+                        first_fault.fetch_min(c, Ordering::Relaxed);
+                    }
+                }
+                lanes.fetch_add(st.lane_instructions - before, Ordering::Relaxed);
+                let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if let Some(cb) = opts.progress {
+                    cb(d, total);
+                }
+            },
+        );
+        if let Some((_, e)) = fault.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        stats.ctas += n;
+        stats.lane_instructions += lanes.into_inner();
+    }
+    Ok(stats)
+}
+
+/// Parameter values of one launch: buffer base addresses and `u32` scalars.
+fn launch_params(
+    ck: &compile::Compiled,
+    mem: &GlobalMem,
+    args: &[LaunchArg],
+) -> Result<Vec<u64>, ExecError> {
+    let bad = |msg: String| ExecError::BadLaunch {
+        kernel: ck.name.clone(),
+        msg,
+    };
+    if args.len() != ck.params.len() {
+        return Err(bad(format!(
+            "{} arguments for {} parameters",
+            args.len(),
+            ck.params.len()
+        )));
+    }
+    ck.params
+        .iter()
+        .zip(args)
+        .enumerate()
+        .map(|(i, (kind, arg))| match (kind, arg) {
+            (ParamKind::Ptr { .. }, LaunchArg::Buffer(b)) => {
+                let idx = b.as_u32() as usize;
+                if idx >= mem.bufs.len() {
+                    return Err(bad(format!("argument {i}: buffer {b} does not exist")));
+                }
+                Ok(base_address(idx))
+            }
+            (ParamKind::U32, LaunchArg::U32(v)) => Ok(*v as u64),
+            _ => Err(bad(format!(
+                "argument {i} ({arg:?}) does not match {kind:?}"
+            ))),
+        })
+        .collect()
+}

@@ -1,0 +1,538 @@
+//! The f64 oracle: evaluates a graph-IR step in f64, the mathematical function the
+//! compiled step approximates.
+//!
+//! Pipeline role: it reads the graph IR straight out of `check` (or any later graph pass,
+//! since passes preserve meaning) and never sees kernels; [`crate::compare`] measures a
+//! compiled step's outputs against it (design §5: f32 paths within rel-RMS 1e-6, bf16 paths
+//! within what bf16 rounding allows).
+//!
+//! Data model: every value is an [`OracleTensor`], a row-major `Vec<f64>` with its shape and
+//! the graph dtype it stands for. Semantics:
+//! - float ops are evaluated in f64 on the exact values of their operands, with **no
+//!   rounding to the value dtypes in between**. In particular a `Cast` to `bf16`/`f16`/`f32`
+//!   is the identity: the oracle is the exact computation, so the measured error is that of
+//!   the whole compiled float computation, our roundings (casts included) part of it;
+//! - integer semantics are kept where they are the meaning of the op: `i32` arithmetic
+//!   wraps modulo 2^32, division and remainder truncate toward zero, a cast to `i32`
+//!   truncates (saturating, NaN → 0), a cast to `bool` is `x != 0`, comparisons give 0/1;
+//! - the math functions are Rust's f64 ones (libm: fine for a test reference, it is not on
+//!   the step's path); `sigmoid` and `silu` are written in the overflow-free form;
+//! - reductions: `sum` is a compensated (Neumaier) f64 sum, `mean` that sum over the
+//!   length, `max`/`min` propagate NaN and order `-0 < +0`, as the kernels do; `softmax` is
+//!   `exp(x - max) / sum(exp(x - max))` in f64.
+//!
+//! Values are freed after their last use, so peak memory is the live set, not the graph.
+
+use crate::tensor::Tensor;
+use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::{DType, Shape, Value};
+
+/// A value of the oracle: `shape.numel()` row-major elements in f64.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OracleTensor {
+    /// The graph value's dtype: what the compiled step stores (for ulp measures).
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    /// Row-major elements; `i32`/`bool` values are exact integers (0/1 for `bool`).
+    pub data: Vec<f64>,
+}
+
+/// Why the oracle could not evaluate a graph.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OracleError {
+    #[error("step inputs: {0}")]
+    BadInputs(String),
+    #[error("{value}: {msg}")]
+    Malformed { value: Value, msg: String },
+    #[error("{value}: integer division by zero at element {index}")]
+    DivisionByZero { value: Value, index: u64 },
+}
+
+/// Evaluates `g` on `inputs` (in `g.inputs` order, each of its input's exact type) and
+/// returns the step's outputs in `g.outputs` order.
+///
+/// Errors: [`OracleError::BadInputs`] on a count or type mismatch,
+/// [`OracleError::Malformed`] where shapes or dtypes break the graph IR's rules (the
+/// verifier's job, checked again so the oracle never panics), and
+/// [`OracleError::DivisionByZero`] for an `i32` `Div`/`Rem` by zero.
+pub fn eval_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<OracleTensor>, OracleError> {
+    if inputs.len() != g.inputs.len() {
+        return Err(OracleError::BadInputs(format!(
+            "{} given, the step takes {}",
+            inputs.len(),
+            g.inputs.len()
+        )));
+    }
+    let mut uses = g.use_counts();
+    let mut vals: Vec<Option<Vec<f64>>> = vec![None; g.ops.len()];
+    for (v, op) in g.ops.iter() {
+        let data = eval_op(g, v, op, &vals, inputs)?;
+        let ty = g.ty(v);
+        if data.len() as u64 != ty.shape.numel() {
+            return Err(malformed(v, "evaluated to the wrong element count"));
+        }
+        vals[v.as_u32() as usize] = Some(data);
+        for a in op.args() {
+            uses[a] -= 1;
+            if uses[a] == 0 {
+                vals[a.as_u32() as usize] = None;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|(_, v)| {
+            let ty = g.ty(*v);
+            Ok(OracleTensor {
+                dtype: ty.dtype,
+                shape: ty.shape.0.clone(),
+                data: vals[v.as_u32() as usize]
+                    .clone()
+                    .ok_or_else(|| malformed(*v, "output never computed"))?,
+            })
+        })
+        .collect()
+}
+
+fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
+    OracleError::Malformed {
+        value,
+        msg: msg.into(),
+    }
+}
+
+fn get(vals: &[Option<Vec<f64>>], v: Value, at: Value) -> Result<&[f64], OracleError> {
+    vals.get(v.as_u32() as usize)
+        .and_then(|x| x.as_deref())
+        .ok_or_else(|| malformed(at, format!("operand {v} is not defined before use")))
+}
+
+/// Wraps an integer result to i32, as the kernels' 32-bit arithmetic does.
+fn wrap(x: i64) -> f64 {
+    x as i32 as f64
+}
+
+/// NaN-propagating minimum with `-0 < +0`.
+fn min_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            a
+        } else {
+            b
+        }
+    } else {
+        a.min(b)
+    }
+}
+
+/// NaN-propagating maximum with `-0 < +0`.
+fn max_nan(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else if a == b {
+        if a.is_sign_negative() {
+            b
+        } else {
+            a
+        }
+    } else {
+        a.max(b)
+    }
+}
+
+/// `1 / (1 + e^-x)` without overflow for either sign.
+fn sigmoid(x: f64) -> f64 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}
+
+fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
+    let int = dtype == DType::I32;
+    match op {
+        UnaryOp::Neg if int => wrap(-(x as i64)),
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs if int => wrap((x as i64).abs()),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Not => (x == 0.0) as u8 as f64,
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => sigmoid(x),
+        UnaryOp::Silu => x * sigmoid(x),
+    }
+}
+
+/// Row-major multi-index of flat index `i` in `shape`, into `idx`.
+fn unravel(mut i: u64, shape: &[u64], idx: &mut [u64]) {
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+}
+
+fn eval_op(
+    g: &Graph,
+    v: Value,
+    op: &Op,
+    vals: &[Option<Vec<f64>>],
+    inputs: &[Tensor],
+) -> Result<Vec<f64>, OracleError> {
+    let ty = g.ty(v);
+    let shape = &ty.shape.0;
+    let n = ty.shape.numel() as usize;
+    let same_shape = |a: Value| -> Result<(), OracleError> {
+        if g.ty(a).shape != ty.shape {
+            return Err(malformed(
+                v,
+                format!(
+                    "operand {a} has shape {}, expected {}",
+                    g.ty(a).shape,
+                    ty.shape
+                ),
+            ));
+        }
+        Ok(())
+    };
+    Ok(match op {
+        Op::Input { index } => {
+            let t = inputs.get(*index as usize).ok_or_else(|| {
+                OracleError::BadInputs(format!("input {index} of {v} is not given"))
+            })?;
+            if t.ty != *ty || t.data.len() as u64 != ty.size_bytes() {
+                return Err(OracleError::BadInputs(format!(
+                    "input {index} is {} ({} bytes), expected {ty}",
+                    t.ty,
+                    t.data.len()
+                )));
+            }
+            t.to_f64_vec()
+        }
+        Op::Const { value } => vec![*value; n],
+        Op::Iota { axis } => {
+            let ax = *axis as usize;
+            if ax >= shape.len() {
+                return Err(malformed(
+                    v,
+                    format!("iota axis {ax} of rank {}", shape.len()),
+                ));
+            }
+            let stride = ty.shape.strides()[ax];
+            (0..n as u64)
+                .map(|i| ((i / stride) % shape[ax]) as f64)
+                .collect()
+        }
+        Op::Unary { op, arg } => {
+            same_shape(*arg)?;
+            let dt = g.ty(*arg).dtype;
+            let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
+            if math && !dt.is_float() {
+                return Err(malformed(v, format!("{op:?} of a {dt} value")));
+            }
+            get(vals, *arg, v)?
+                .iter()
+                .map(|&x| unary(*op, dt, x))
+                .collect()
+        }
+        Op::Binary { op, lhs, rhs } => {
+            same_shape(*lhs)?;
+            same_shape(*rhs)?;
+            let dt = g.ty(*lhs).dtype;
+            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let mut out = Vec::with_capacity(n);
+            for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+                out.push(binary(*op, dt, x, y).ok_or(OracleError::DivisionByZero {
+                    value: v,
+                    index: i as u64,
+                })?);
+            }
+            out
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            same_shape(*cond)?;
+            same_shape(*on_true)?;
+            same_shape(*on_false)?;
+            let (c, t, f) = (
+                get(vals, *cond, v)?,
+                get(vals, *on_true, v)?,
+                get(vals, *on_false, v)?,
+            );
+            (0..n)
+                .map(|i| if c[i] != 0.0 { t[i] } else { f[i] })
+                .collect()
+        }
+        Op::Cast { arg } => {
+            same_shape(*arg)?;
+            let a = get(vals, *arg, v)?;
+            match ty.dtype {
+                // Identity: see the module doc.
+                DType::Bf16 | DType::F16 | DType::F32 => a.to_vec(),
+                // Rust's `as` truncates toward zero, saturates and maps NaN to 0.
+                DType::I32 => a.iter().map(|&x| x as i32 as f64).collect(),
+                DType::Bool => a.iter().map(|&x| (x != 0.0) as u8 as f64).collect(),
+            }
+        }
+        Op::Broadcast { arg } => {
+            let src = &g.ty(*arg).shape.0;
+            if src.len() != shape.len() || src.iter().zip(shape).any(|(&s, &d)| s != 1 && s != d) {
+                return Err(malformed(
+                    v,
+                    format!("cannot broadcast {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            let a = get(vals, *arg, v)?;
+            let sstr = Shape(src.clone()).strides();
+            let mut idx = vec![0u64; shape.len()];
+            (0..n as u64)
+                .map(|i| {
+                    unravel(i, shape, &mut idx);
+                    let j: u64 = (0..shape.len())
+                        .map(|d| if src[d] == 1 { 0 } else { idx[d] * sstr[d] })
+                        .sum();
+                    a[j as usize]
+                })
+                .collect()
+        }
+        Op::Reshape { arg } => {
+            if g.ty(*arg).shape.numel() != n as u64 {
+                return Err(malformed(
+                    v,
+                    format!("cannot reshape {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            get(vals, *arg, v)?.to_vec()
+        }
+        Op::Permute { arg, perm } => {
+            let src = &g.ty(*arg).shape.0;
+            let mut seen = vec![false; src.len()];
+            let ok = perm.len() == src.len()
+                && perm.len() == shape.len()
+                && perm.iter().enumerate().all(|(i, &p)| {
+                    let p = p as usize;
+                    p < src.len() && !std::mem::replace(&mut seen[p], true) && src[p] == shape[i]
+                });
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!(
+                        "permutation {perm:?} of {} to {}",
+                        g.ty(*arg).shape,
+                        ty.shape
+                    ),
+                ));
+            }
+            let a = get(vals, *arg, v)?;
+            let sstr = Shape(src.clone()).strides();
+            let mut idx = vec![0u64; shape.len()];
+            (0..n as u64)
+                .map(|i| {
+                    unravel(i, shape, &mut idx);
+                    let j: u64 = (0..shape.len())
+                        .map(|d| idx[d] * sstr[perm[d] as usize])
+                        .sum();
+                    a[j as usize]
+                })
+                .collect()
+        }
+        Op::Reduce { op, arg, axis } => {
+            let src = &g.ty(*arg).shape.0;
+            let ax = *axis as usize;
+            let mut want = src.clone();
+            if ax < want.len() {
+                want[ax] = 1;
+            }
+            if ax >= src.len() || want != *shape {
+                return Err(malformed(
+                    v,
+                    format!("reduce axis {ax} of {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            let a = get(vals, *arg, v)?;
+            let len = src[ax] as usize;
+            let inner: usize = src[ax + 1..].iter().product::<u64>() as usize;
+            let outer: usize = src[..ax].iter().product::<u64>() as usize;
+            let mut out = Vec::with_capacity(n);
+            for o in 0..outer {
+                for k in 0..inner {
+                    let xs = (0..len).map(|r| a[(o * len + r) * inner + k]);
+                    out.push(reduce(*op, xs));
+                }
+            }
+            out
+        }
+        Op::Slice { arg, axis, start } => {
+            let src = &g.ty(*arg).shape.0;
+            let ax = *axis as usize;
+            let ok = ax < src.len()
+                && src.len() == shape.len()
+                && (0..src.len()).all(|d| d == ax || src[d] == shape[d])
+                && start + shape[ax] <= src[ax];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!(
+                        "slice at {start} on axis {ax} of {} to {}",
+                        g.ty(*arg).shape,
+                        ty.shape
+                    ),
+                ));
+            }
+            let a = get(vals, *arg, v)?;
+            let inner: usize = src[ax + 1..].iter().product::<u64>() as usize;
+            let outer: usize = src[..ax].iter().product::<u64>() as usize;
+            let (sl, rl) = (src[ax] as usize, shape[ax] as usize);
+            let mut out = Vec::with_capacity(n);
+            for o in 0..outer {
+                let b = (o * sl + *start as usize) * inner;
+                out.extend_from_slice(&a[b..b + rl * inner]);
+            }
+            out
+        }
+        Op::Softmax { arg, axis } => {
+            same_shape(*arg)?;
+            let ax = *axis as usize;
+            if ax >= shape.len() || !ty.dtype.is_float() {
+                return Err(malformed(v, format!("softmax on axis {ax} of {ty}")));
+            }
+            let a = get(vals, *arg, v)?;
+            let len = shape[ax] as usize;
+            let inner: usize = shape[ax + 1..].iter().product::<u64>() as usize;
+            let outer: usize = shape[..ax].iter().product::<u64>() as usize;
+            let mut out = vec![0.0; n];
+            for o in 0..outer {
+                for k in 0..inner {
+                    let at = |r: usize| (o * len + r) * inner + k;
+                    let m = reduce(ReduceOp::Max, (0..len).map(|r| a[at(r)]));
+                    let s = reduce(ReduceOp::Sum, (0..len).map(|r| (a[at(r)] - m).exp()));
+                    for r in 0..len {
+                        out[at(r)] = (a[at(r)] - m).exp() / s;
+                    }
+                }
+            }
+            out
+        }
+        Op::Concat { args, axis } => {
+            let ax = *axis as usize;
+            if ax >= shape.len() {
+                return Err(malformed(
+                    v,
+                    format!("concat axis {ax} of rank {}", shape.len()),
+                ));
+            }
+            let mut total = 0;
+            for a in args {
+                let s = &g.ty(*a).shape.0;
+                if s.len() != shape.len() || (0..s.len()).any(|d| d != ax && s[d] != shape[d]) {
+                    return Err(malformed(
+                        v,
+                        format!(
+                            "concat operand {a} of shape {} into {}",
+                            g.ty(*a).shape,
+                            ty.shape
+                        ),
+                    ));
+                }
+                total += s[ax];
+            }
+            if total != shape[ax] {
+                return Err(malformed(
+                    v,
+                    format!("concat sizes sum to {total}, not {}", shape[ax]),
+                ));
+            }
+            let inner: usize = shape[ax + 1..].iter().product::<u64>() as usize;
+            let outer: usize = shape[..ax].iter().product::<u64>() as usize;
+            let parts = args
+                .iter()
+                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[ax] as usize * inner)))
+                .collect::<Result<Vec<_>, OracleError>>()?;
+            let mut out = Vec::with_capacity(n);
+            for o in 0..outer {
+                for (data, chunk) in &parts {
+                    out.extend_from_slice(&data[o * chunk..(o + 1) * chunk]);
+                }
+            }
+            out
+        }
+    })
+}
+
+/// One element of a binary op; `None` for an integer division by zero.
+fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
+    let int = dtype == DType::I32;
+    let (i, j) = (x as i64, y as i64);
+    let b = |c: bool| c as u8 as f64;
+    Some(match op {
+        BinaryOp::Add if int => wrap(i + j),
+        BinaryOp::Sub if int => wrap(i - j),
+        BinaryOp::Mul if int => wrap(i * j),
+        // i64 quotient of i32 operands: MIN / -1 wraps to MIN, as the kernels' 32-bit
+        // arithmetic gives.
+        BinaryOp::Div if int => wrap(i.checked_div(j).filter(|_| j != 0)?),
+        BinaryOp::Rem if int => wrap(i.checked_rem(j).filter(|_| j != 0)?),
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        // f64 `%` is C's fmod: the sign of the dividend, exact.
+        BinaryOp::Rem => x % y,
+        BinaryOp::Min => min_nan(x, y),
+        BinaryOp::Max => max_nan(x, y),
+        BinaryOp::Pow => x.powf(y),
+        BinaryOp::Eq => b(x == y),
+        BinaryOp::Ne => b(x != y),
+        BinaryOp::Lt => b(x < y),
+        BinaryOp::Le => b(x <= y),
+        BinaryOp::Gt => b(x > y),
+        BinaryOp::Ge => b(x >= y),
+        BinaryOp::And if int => wrap(i & j),
+        BinaryOp::Or if int => wrap(i | j),
+        BinaryOp::And => b(x != 0.0 && y != 0.0),
+        BinaryOp::Or => b(x != 0.0 || y != 0.0),
+    })
+}
+
+/// Reduces one row. `Mean` is the compensated sum divided by the length. `Sum` is Neumaier's compensated sum (exact to within a few f64 ulps of
+/// the row's magnitude; NaN and infinities propagate as in a plain sum).
+fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
+    match op {
+        ReduceOp::Sum => {
+            let (mut s, mut c) = (0.0f64, 0.0f64);
+            for x in xs {
+                let t = s + x;
+                if s.abs() >= x.abs() {
+                    c += (s - t) + x;
+                } else {
+                    c += (x - t) + s;
+                }
+                s = t;
+            }
+            // With infinities, `c` is NaN from `inf - inf`; the plain sum is the answer.
+            if s.is_finite() {
+                s + c
+            } else {
+                s
+            }
+        }
+        ReduceOp::Mean => {
+            let xs: Vec<f64> = xs.collect();
+            let len = xs.len() as f64;
+            reduce(ReduceOp::Sum, xs.into_iter()) / len
+        }
+        ReduceOp::Max => xs.fold(f64::NEG_INFINITY, max_nan),
+        ReduceOp::Min => xs.fold(f64::INFINITY, min_nan),
+    }
+}
