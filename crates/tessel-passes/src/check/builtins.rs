@@ -1,0 +1,636 @@
+//! The builtin functions: math, `pow`, `min`/`max`, reductions, `softmax`, `where`, `iota`,
+//! `concat`, `split`, `reshape`, `transpose`, `permute`; and the argument checks they share.
+
+use tessel_ir::graph::{BinaryOp as IrBinary, Op, ReduceOp, UnaryOp as IrUnary};
+use tessel_ir::{DType, TensorType, Value};
+use tessel_syntax::ast::NamedArg;
+use tessel_syntax::{Diagnostic, Span};
+
+use super::eval::{fmt_shape, Arg};
+use super::lit::Lit;
+use super::{codes, suggest, Checker, Reported, Val, R};
+
+type Named<'a, 'n> = &'a [(&'n NamedArg, Val)];
+
+impl Checker<'_> {
+    /// Calls builtin `name` (one of [`super::BUILTINS`]).
+    pub(crate) fn builtin(
+        &mut self,
+        name: &str,
+        span: Span,
+        pos: Vec<Arg>,
+        named: Named,
+    ) -> R<Val> {
+        let unary = match name {
+            "exp" => Some(IrUnary::Exp),
+            "log" => Some(IrUnary::Log),
+            "sqrt" => Some(IrUnary::Sqrt),
+            "rsqrt" => Some(IrUnary::Rsqrt),
+            "sin" => Some(IrUnary::Sin),
+            "cos" => Some(IrUnary::Cos),
+            "tanh" => Some(IrUnary::Tanh),
+            "sigmoid" => Some(IrUnary::Sigmoid),
+            "silu" => Some(IrUnary::Silu),
+            "abs" => Some(IrUnary::Abs),
+            _ => None,
+        };
+        if let Some(op) = unary {
+            self.check_args(name, span, &pos, named, 1, Some(1), &[])?;
+            let (v, vspan) = first(pos)?;
+            let x = self.tensor(v, vspan)?;
+            let ty = self.graph.ty(x).clone();
+            let ok = if op == IrUnary::Abs {
+                ty.dtype != DType::Bool
+            } else {
+                ty.dtype.is_float()
+            };
+            if !ok {
+                let need = if op == IrUnary::Abs {
+                    "a number"
+                } else {
+                    "a float tensor"
+                };
+                return Err(self.error(
+                    Diagnostic::error(
+                        codes::FLOAT_REQUIRED,
+                        format!("`{name}` needs {need}, found {ty}"),
+                    )
+                    .with_label(vspan, format!("this is {ty}"))
+                    .with_secondary(span, format!("`{name}` is defined on bf16, f16 and f32"))
+                    .with_help("convert first, e.g. `f32(x)`"),
+                ));
+            }
+            return Ok(Val::T(self.push(Op::Unary { op, arg: x }, ty, span)?));
+        }
+        match name {
+            "pow" => {
+                self.check_args(name, span, &pos, named, 2, Some(2), &[])?;
+                let (a, b) = two(pos)?;
+                Ok(Val::T(self.elementwise(
+                    IrBinary::Pow,
+                    "`pow`",
+                    span,
+                    a,
+                    b,
+                )?))
+            }
+            "min" | "max" if named.is_empty() && pos.len() == 2 => {
+                let (a, b) = two(pos)?;
+                let op = if name == "min" {
+                    IrBinary::Min
+                } else {
+                    IrBinary::Max
+                };
+                Ok(Val::T(self.elementwise(
+                    op,
+                    &format!("`{name}`"),
+                    span,
+                    a,
+                    b,
+                )?))
+            }
+            "sum" | "mean" | "min" | "max" => self.reduce(name, span, pos, named),
+            "softmax" => {
+                self.check_args(name, span, &pos, named, 1, Some(1), &[("axis", true)])?;
+                let (v, vspan) = first(pos)?;
+                let x = self.tensor(v, vspan)?;
+                let ty = self.graph.ty(x).clone();
+                if !ty.dtype.is_float() {
+                    return Err(self.float_required(name, vspan, &ty));
+                }
+                let axis = self.axis_arg(named, "axis", span, x, vspan)?;
+                Ok(Val::T(self.push(
+                    Op::Softmax {
+                        arg: x,
+                        axis: axis as u32,
+                    },
+                    ty,
+                    span,
+                )?))
+            }
+            "where" => {
+                self.check_args(name, span, &pos, named, 3, Some(3), &[])?;
+                let mut it = pos.into_iter();
+                let (c, a, b) = match (it.next(), it.next(), it.next()) {
+                    (Some(c), Some(a), Some(b)) => (c, a, b),
+                    _ => return Err(Reported),
+                };
+                self.select(span, c, a, b)
+            }
+            "iota" => {
+                self.check_args(name, span, &pos, named, 1, Some(1), &[])?;
+                let (v, vspan) = first(pos)?;
+                let n = self.const_int(&v, vspan, "the length of `iota`")?;
+                if n < 1 {
+                    return Err(self.error(
+                        Diagnostic::error(codes::BAD_DIM, format!("`iota({n})` has no elements"))
+                            .with_label(vspan, "the length must be at least 1"),
+                    ));
+                }
+                Ok(Val::T(self.push(
+                    Op::Iota { axis: 0 },
+                    TensorType::new(DType::I32, vec![n as u64]),
+                    span,
+                )?))
+            }
+            "concat" => self.concat(span, pos, named),
+            "split" => self.split(span, pos, named),
+            "reshape" => {
+                self.check_args(name, span, &pos, named, 2, Some(2), &[])?;
+                let (a, b) = two(pos)?;
+                self.reshape_call(span, a, b)
+            }
+            "transpose" => {
+                self.check_args(name, span, &pos, named, 3, Some(3), &[])?;
+                let mut it = pos.into_iter();
+                let (x, a, b) = match (it.next(), it.next(), it.next()) {
+                    (Some(x), Some(a), Some(b)) => (x, a, b),
+                    _ => return Err(Reported),
+                };
+                let t = self.tensor(x.0, x.1)?;
+                let i = self.axis(&a.0, a.1, t, x.1)?;
+                let j = self.axis(&b.0, b.1, t, x.1)?;
+                let mut perm: Vec<u32> = (0..self.shape(t).len() as u32).collect();
+                perm.swap(i, j);
+                Ok(Val::T(self.permute(t, perm, span)?))
+            }
+            "permute" => {
+                self.check_args(name, span, &pos, named, 2, Some(2), &[])?;
+                let (x, p) = two(pos)?;
+                let t = self.tensor(x.0, x.1)?;
+                let items = self.int_list(&p.0, p.1, "the permutation")?;
+                let rank = self.shape(t).len();
+                let mut perm = Vec::new();
+                for i in &items {
+                    let a = if *i < 0 {
+                        i.saturating_add(rank as i64)
+                    } else {
+                        *i
+                    };
+                    if a < 0 || a >= rank as i64 || perm.contains(&(a as u32)) {
+                        perm.clear();
+                        break;
+                    }
+                    perm.push(a as u32);
+                }
+                if perm.len() != rank {
+                    let ty = self.graph.ty(t).clone();
+                    let list: Vec<String> = items.iter().map(i64::to_string).collect();
+                    return Err(self.error(
+                        Diagnostic::error(
+                            codes::RANK,
+                            format!(
+                                "[{}] is not a permutation of the {rank} axes of {ty}",
+                                list.join(", ")
+                            ),
+                        )
+                        .with_label(p.1, format!("expected each of 0..{rank} once"))
+                        .with_secondary(x.1, format!("this is {ty}")),
+                    ));
+                }
+                Ok(Val::T(self.permute(t, perm, span)?))
+            }
+            _ => Err(Reported),
+        }
+    }
+
+    /// Checks the argument list of builtin `name`: between `min` and `max` positional
+    /// arguments; named arguments among `allowed` (name, required).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn check_args(
+        &mut self,
+        name: &str,
+        span: Span,
+        pos: &[Arg],
+        named: Named,
+        min: usize,
+        max: Option<usize>,
+        allowed: &[(&str, bool)],
+    ) -> R<()> {
+        let n = pos.len();
+        if n < min || max.is_some_and(|m| n > m) {
+            let want = match max {
+                Some(m) if m == min => format!("{min}"),
+                Some(m) => format!("{min} to {m}"),
+                None => format!("at least {min}"),
+            };
+            let plural = if want == "1" { "" } else { "s" };
+            let label_span = pos.get(max.unwrap_or(usize::MAX)).map_or(span, |(_, s)| *s);
+            let mut d = Diagnostic::error(
+                codes::ARG_COUNT,
+                format!("`{name}` takes {want} positional argument{plural}, but {n} were given"),
+            )
+            .with_label(
+                label_span,
+                if n > min {
+                    "unexpected argument"
+                } else {
+                    "in this call"
+                },
+            );
+            if (name == "min" || name == "max") && named.is_empty() {
+                d = d.with_note(format!(
+                    "`{name}(a, b)` is elementwise; `{name}(x, axis: k)` reduces"
+                ));
+            }
+            return Err(self.error(d));
+        }
+        let mut ok = true;
+        for (arg, _) in named {
+            if !allowed.iter().any(|(a, _)| *a == arg.name.node) {
+                ok = false;
+                let mut d = Diagnostic::error(
+                    codes::UNKNOWN_NAMED_ARG,
+                    format!("`{name}` has no argument named `{}`", arg.name.node),
+                )
+                .with_label(arg.name.span, "unknown argument name");
+                if let Some(s) = suggest(&arg.name.node, allowed.iter().map(|(a, _)| *a)) {
+                    d = d.with_help(format!("did you mean `{s}`?"));
+                } else if allowed.is_empty() {
+                    d = d.with_note(format!("`{name}` takes no named arguments"));
+                } else {
+                    let names: Vec<String> =
+                        allowed.iter().map(|(a, _)| format!("`{a}`")).collect();
+                    d = d.with_note(format!("`{name}` takes {}", names.join(", ")));
+                }
+                self.error(d);
+            }
+        }
+        for (a, required) in allowed {
+            if *required && !named.iter().any(|(n, _)| n.name.node == *a) {
+                ok = false;
+                self.error(
+                    Diagnostic::error(
+                        codes::MISSING_NAMED_ARG,
+                        format!("`{name}` needs the named argument `{a}`"),
+                    )
+                    .with_label(span, format!("`{a}:` is missing"))
+                    .with_help(format!("e.g. `{name}(x, {a}: -1)`")),
+                );
+            }
+        }
+        if ok {
+            Ok(())
+        } else {
+            Err(Reported)
+        }
+    }
+
+    fn named_arg<'v>(&self, named: &'v [(&NamedArg, Val)], key: &str) -> Option<(&'v Val, Span)> {
+        named
+            .iter()
+            .find(|(n, _)| n.name.node == key)
+            .map(|(n, v)| (v, self.m.span(n.value)))
+    }
+
+    /// The named axis argument `key` of a call, normalised against `x`'s rank.
+    fn axis_arg(&mut self, named: Named, key: &str, span: Span, x: Value, xspan: Span) -> R<usize> {
+        match self.named_arg(named, key) {
+            Some((v, s)) => {
+                let v = v.clone();
+                self.axis(&v, s, x, xspan)
+            }
+            None => Err(self.error(
+                Diagnostic::error(
+                    codes::MISSING_NAMED_ARG,
+                    format!("the named argument `{key}` is missing"),
+                )
+                .with_label(span, "here"),
+            )),
+        }
+    }
+
+    /// An axis of `x`: a compile-time integer in `-rank .. rank` (negative counts from the end).
+    pub(crate) fn axis(&mut self, v: &Val, span: Span, x: Value, xspan: Span) -> R<usize> {
+        let k = self.const_int(v, span, "an axis")?;
+        let ty = self.graph.ty(x).clone();
+        let rank = ty.shape.rank() as i64;
+        let a = if k < 0 { k.saturating_add(rank) } else { k };
+        if a < 0 || a >= rank {
+            let valid = if rank == 0 {
+                "a scalar has no axes".to_string()
+            } else {
+                format!("valid axes are {} ..= {}", -rank, rank - 1)
+            };
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BAD_AXIS,
+                    format!("axis {k} is out of range for {ty} (rank {rank})"),
+                )
+                .with_label(span, valid)
+                .with_secondary(xspan, format!("this is {ty}")),
+            ));
+        }
+        Ok(a as usize)
+    }
+
+    fn float_required(&mut self, name: &str, span: Span, ty: &TensorType) -> Reported {
+        self.error(
+            Diagnostic::error(
+                codes::FLOAT_REQUIRED,
+                format!("`{name}` needs a float tensor, found {ty}"),
+            )
+            .with_label(span, format!("this is {ty}"))
+            .with_help("convert first, e.g. `f32(x)`"),
+        )
+    }
+
+    /// `sum/mean/max/min(x, axis: k, keep: bool = false)`.
+    fn reduce(&mut self, name: &str, span: Span, pos: Vec<Arg>, named: Named) -> R<Val> {
+        self.check_args(
+            name,
+            span,
+            &pos,
+            named,
+            1,
+            Some(1),
+            &[("axis", true), ("keep", false)],
+        )?;
+        let (v, vspan) = first(pos)?;
+        let x = self.tensor(v, vspan)?;
+        let ty = self.graph.ty(x).clone();
+        let op = match name {
+            "sum" => ReduceOp::Sum,
+            "mean" => ReduceOp::Mean,
+            "max" => ReduceOp::Max,
+            _ => ReduceOp::Min,
+        };
+        if op == ReduceOp::Mean && !ty.dtype.is_float() {
+            return Err(self.float_required(name, vspan, &ty));
+        }
+        if ty.dtype == DType::Bool {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BOOL_ARITHMETIC,
+                    format!("`{name}` is not defined on bool, found {ty}"),
+                )
+                .with_label(vspan, format!("this is {ty}"))
+                .with_help("convert first, e.g. `i32(mask)`"),
+            ));
+        }
+        let axis = self.axis_arg(named, "axis", span, x, vspan)?;
+        let keep = match self.named_arg(named, "keep") {
+            None => false,
+            Some((Val::Weak(Lit::Bool(b)), _)) => *b,
+            Some((other, s)) => {
+                let what = self.describe(other);
+                return Err(self.error(
+                    Diagnostic::error(
+                        codes::NOT_CONSTANT,
+                        format!("`keep` must be `true` or `false`, found {what}"),
+                    )
+                    .with_label(s, format!("this is {what}")),
+                ));
+            }
+        };
+        let mut kept = ty.shape.0.clone();
+        if let Some(d) = kept.get_mut(axis) {
+            *d = 1;
+        }
+        let r = self.push(
+            Op::Reduce {
+                op,
+                arg: x,
+                axis: axis as u32,
+            },
+            TensorType::new(ty.dtype, kept.clone()),
+            span,
+        )?;
+        if keep {
+            return Ok(Val::T(r));
+        }
+        kept.remove(axis);
+        Ok(Val::T(self.reshape(r, kept, span)?))
+    }
+
+    /// `where(c, a, b)`: `c` bool; `a` and `b` promoted together; all three broadcast.
+    fn select(&mut self, span: Span, (c, cspan): Arg, a: Arg, b: Arg) -> R<Val> {
+        let cond = match c {
+            Val::Weak(Lit::Bool(_)) | Val::T(_) => self.operand_bool(c, cspan)?,
+            other => {
+                let what = self.describe(&other);
+                return Err(self.error(
+                    Diagnostic::error(
+                        codes::BOOL_REQUIRED,
+                        format!("the condition of `where` must be bool, found {what}"),
+                    )
+                    .with_label(cspan, format!("this is {what}")),
+                ));
+            }
+        };
+        let dt = self.join(&[&a.0, &b.0]);
+        let (aspan, bspan) = (a.1, b.1);
+        let x = self.operand(a.0, dt, aspan)?;
+        let y = self.operand(b.0, dt, bspan)?;
+        let shapes = [
+            (self.shape(cond), cspan),
+            (self.shape(x), aspan),
+            (self.shape(y), bspan),
+        ];
+        let shape = self.broadcast_shapes("`where`", span, &shapes)?;
+        let cond = self.broadcast_to(cond, &shape, cspan)?;
+        let x = self.broadcast_to(x, &shape, aspan)?;
+        let y = self.broadcast_to(y, &shape, bspan)?;
+        Ok(Val::T(self.push(
+            Op::Select {
+                cond,
+                on_true: x,
+                on_false: y,
+            },
+            TensorType::new(dt, shape),
+            span,
+        )?))
+    }
+
+    fn operand_bool(&mut self, c: Val, span: Span) -> R<Value> {
+        let t = self.tensor(c, span)?;
+        let ty = self.graph.ty(t).clone();
+        if ty.dtype != DType::Bool {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BOOL_REQUIRED,
+                    format!("the condition of `where` must be bool, found {ty}"),
+                )
+                .with_label(span, format!("this is {ty}"))
+                .with_help("compare to get a mask, e.g. `x > 0.0`"),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// `concat(a, b, ..., axis: k)`: dtypes promoted, ranks equal, other dims equal.
+    fn concat(&mut self, span: Span, pos: Vec<Arg>, named: Named) -> R<Val> {
+        self.check_args("concat", span, &pos, named, 1, None, &[("axis", true)])?;
+        let dt = {
+            let refs: Vec<&Val> = pos.iter().map(|(v, _)| v).collect();
+            self.join(&refs)
+        };
+        let mut ts = Vec::new();
+        for (v, s) in pos {
+            let t = self.operand(v, dt, s)?;
+            ts.push((t, s));
+        }
+        let Some(&(t0, s0)) = ts.first() else {
+            return Err(Reported);
+        };
+        let axis = self.axis_arg(named, "axis", span, t0, s0)?;
+        let shape0 = self.shape(t0);
+        let mut total = 0u64;
+        let mut bad = false;
+        for (t, _) in &ts {
+            let s = self.shape(*t);
+            let same = s.len() == shape0.len()
+                && s.iter()
+                    .zip(&shape0)
+                    .enumerate()
+                    .all(|(i, (a, b))| i == axis || a == b);
+            bad |= !same;
+            total = total.saturating_add(s.get(axis).copied().unwrap_or(0));
+        }
+        if bad {
+            let shapes: Vec<String> = ts.iter().map(|(t, _)| fmt_shape(&self.shape(*t))).collect();
+            let mut d = Diagnostic::error(
+                codes::CONCAT_MISMATCH,
+                format!(
+                    "shape mismatch in `concat` along axis {axis}: {}",
+                    shapes.join(", ")
+                ),
+            )
+            .with_label(span, format!("every dim but axis {axis} must be equal"));
+            for ((_, s), text) in ts.iter().zip(&shapes) {
+                d = d.with_secondary(*s, format!("this has shape {text}"));
+            }
+            return Err(self.error(d));
+        }
+        let mut out = shape0;
+        if let Some(d) = out.get_mut(axis) {
+            *d = total;
+        }
+        let args = ts.iter().map(|(t, _)| *t).collect();
+        Ok(Val::T(self.push(
+            Op::Concat {
+                args,
+                axis: axis as u32,
+            },
+            TensorType::new(dt, out),
+            span,
+        )?))
+    }
+
+    /// `split(x, n, axis: k)`: a tuple of `n` equal slices.
+    fn split(&mut self, span: Span, pos: Vec<Arg>, named: Named) -> R<Val> {
+        self.check_args("split", span, &pos, named, 2, Some(2), &[("axis", true)])?;
+        let ((v, vspan), (n, nspan)) = two(pos)?;
+        let x = self.tensor(v, vspan)?;
+        let n = self.const_int(&n, nspan, "the number of parts")?;
+        let axis = self.axis_arg(named, "axis", span, x, vspan)?;
+        let ty = self.graph.ty(x).clone();
+        let len = ty.shape.0.get(axis).copied().unwrap_or(1);
+        if n < 1 || len % (n as u64) != 0 {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::SPLIT_NOT_DIVISIBLE,
+                    format!("cannot split axis {axis} of {ty} (length {len}) into {n} equal parts"),
+                )
+                .with_label(nspan, format!("{len} is not divisible by {n}"))
+                .with_secondary(vspan, format!("this is {ty}")),
+            ));
+        }
+        let part = len / n as u64;
+        let mut parts = Vec::new();
+        for i in 0..n as u64 {
+            parts.push(Val::T(self.slice(x, axis, i * part, part, span)?));
+        }
+        Ok(Val::Tuple(parts))
+    }
+
+    /// `reshape(x, [d0, d1, ...])` with at most one `-1`.
+    fn reshape_call(&mut self, span: Span, (v, vspan): Arg, (l, lspan): Arg) -> R<Val> {
+        let x = self.tensor(v, vspan)?;
+        let dims = self.int_list(&l, lspan, "the shape")?;
+        let ty = self.graph.ty(x).clone();
+        let numel = ty.shape.0.iter().product::<u64>();
+        let bad = |this: &mut Self, msg: String, label: String| -> Reported {
+            this.error(
+                Diagnostic::error(codes::RESHAPE, msg)
+                    .with_label(lspan, label)
+                    .with_secondary(vspan, format!("this is {ty} ({numel} elements)")),
+            )
+        };
+        let written: Vec<String> = dims.iter().map(i64::to_string).collect();
+        let written = format!("[{}]", written.join(", "));
+        if dims.iter().filter(|d| **d == -1).count() > 1 {
+            return Err(bad(
+                self,
+                format!("`reshape` to {written}: at most one dim may be -1"),
+                "two -1 dims".into(),
+            ));
+        }
+        if let Some(d) = dims.iter().find(|d| **d == 0 || **d < -1) {
+            return Err(bad(
+                self,
+                format!("`reshape` to {written}: {d} is not a size"),
+                "every dim is at least 1 (or -1)".into(),
+            ));
+        }
+        let known = dims
+            .iter()
+            .filter(|d| **d > 0)
+            .try_fold(1u64, |acc, d| acc.checked_mul(*d as u64));
+        let out: Option<Vec<u64>> = known.and_then(|k| {
+            let fill = if k > 0 && numel % k == 0 {
+                Some(numel / k)
+            } else {
+                None
+            };
+            dims.iter()
+                .map(|d| if *d == -1 { fill } else { Some(*d as u64) })
+                .collect()
+        });
+        match out {
+            Some(shape) if shape.iter().try_fold(1u64, |a, d| a.checked_mul(*d)) == Some(numel) => {
+                Ok(Val::T(self.reshape(x, shape, span)?))
+            }
+            _ => Err(bad(
+                self,
+                format!("cannot reshape {ty} ({numel} elements) to {written}"),
+                format!("{written} does not hold {numel} elements"),
+            )),
+        }
+    }
+
+    /// A list of compile-time integers (`[4, -1]`).
+    fn int_list(&mut self, v: &Val, span: Span, what: &str) -> R<Vec<i64>> {
+        match v {
+            Val::List(items) => {
+                let mut out = Vec::new();
+                for it in items {
+                    out.push(self.const_int(it, span, &format!("each entry of {what}"))?);
+                }
+                Ok(out)
+            }
+            other => {
+                let found = self.describe(other);
+                Err(self.error(
+                    Diagnostic::error(
+                        codes::NOT_A_TENSOR,
+                        format!("{what} must be a list like `[4, -1]`, found {found}"),
+                    )
+                    .with_label(span, format!("this is {found}")),
+                ))
+            }
+        }
+    }
+}
+
+fn first(pos: Vec<Arg>) -> R<Arg> {
+    pos.into_iter().next().ok_or(Reported)
+}
+
+fn two(pos: Vec<Arg>) -> R<(Arg, Arg)> {
+    let mut it = pos.into_iter();
+    match (it.next(), it.next()) {
+        (Some(a), Some(b)) => Ok((a, b)),
+        _ => Err(Reported),
+    }
+}

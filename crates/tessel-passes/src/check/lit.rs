@@ -1,0 +1,235 @@
+//! Weak scalars: literals, `const`s and the compile-time arithmetic over them.
+//!
+//! A weak scalar has a kind (bool, integer, float) but no dtype yet; it takes one when it
+//! meets a tensor (PyTorch's rule for Python scalars) or when an expression made only of
+//! weak scalars is used as a value (i32 for integers, f32 for floats). Until then it is
+//! folded in 64 bits: `i64` with overflow checks for integers, `f64` for floats (as Python
+//! folds `1.0 / 128.0`). Only exact IEEE operations are folded (`+ - * / %`, comparisons,
+//! negation); nothing that would need a math library.
+
+use tessel_ir::DType;
+use tessel_syntax::ast::BinaryOp;
+
+/// A compile-time scalar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Lit {
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+}
+
+impl Lit {
+    /// 0 bool, 1 integer, 2 float: the promotion lattice (design §3, PyTorch's categories).
+    pub(crate) fn rank(self) -> u8 {
+        match self {
+            Lit::Bool(_) => 0,
+            Lit::Int(_) => 1,
+            Lit::Float(_) => 2,
+        }
+    }
+
+    /// The dtype an expression made only of weak scalars gets.
+    pub(crate) fn default_dtype(self) -> DType {
+        match self {
+            Lit::Bool(_) => DType::Bool,
+            Lit::Int(_) => DType::I32,
+            Lit::Float(_) => DType::F32,
+        }
+    }
+
+    /// "integer literal 3", for messages.
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Lit::Bool(b) => format!("bool constant {b}"),
+            Lit::Int(i) => format!("integer constant {i}"),
+            Lit::Float(f) => format!("float constant {f:?}"),
+        }
+    }
+
+    fn as_f64(self) -> f64 {
+        match self {
+            Lit::Bool(b) => f64::from(u8::from(b)),
+            Lit::Int(i) => i as f64,
+            Lit::Float(f) => f,
+        }
+    }
+
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            Lit::Bool(b) => Some(i64::from(b)),
+            Lit::Int(i) => Some(i),
+            Lit::Float(_) => None,
+        }
+    }
+
+    /// The exact value this scalar takes in `dtype`, for an [`tessel_ir::graph::Op::Const`].
+    /// Floats round to nearest even; a finite value that overflows the dtype, an integer out
+    /// of the `i32` range and a float as `i32` are errors (the message says why).
+    pub(crate) fn value_in(self, dtype: DType) -> Result<f64, String> {
+        match dtype {
+            DType::Bool => Ok(if self.as_f64() != 0.0 { 1.0 } else { 0.0 }),
+            DType::I32 => match self.as_i64() {
+                Some(i) if i32::try_from(i).is_ok() => Ok(i as f64),
+                Some(_) => Err("i32 holds -2147483648 ..= 2147483647".into()),
+                None => Err("a float is not converted to i32 implicitly".into()),
+            },
+            DType::Bf16 | DType::F16 | DType::F32 => {
+                let x = self.as_f64();
+                let r = round_to(x, dtype);
+                if x.is_finite() && !r.is_finite() {
+                    Err(format!("{x:?} rounds to infinity in {dtype}"))
+                } else {
+                    Ok(r)
+                }
+            }
+        }
+    }
+}
+
+/// Rounds `x` to the nearest value of the float `dtype` (ties to even), directly from f64 so
+/// there is no double rounding through f32. Overflow gives ±inf, underflow keeps subnormals.
+pub(crate) fn round_to(x: f64, dtype: DType) -> f64 {
+    // (significand bits including the implicit one, minimum normal exponent, maximum exponent)
+    let (p, emin, emax): (i32, i32, i32) = match dtype {
+        DType::Bf16 => (8, -126, 127),
+        DType::F16 => (11, -14, 15),
+        _ => (24, -126, 127),
+    };
+    if !x.is_finite() || x == 0.0 {
+        return x;
+    }
+    let a = x.abs();
+    let biased = ((a.to_bits() >> 52) & 0x7ff) as i32;
+    // f64 subnormals are far below every target's subnormal range: they land on `emin`.
+    let e = if biased == 0 {
+        emin
+    } else {
+        (biased - 1023).max(emin)
+    };
+    let quantum = pow2(e - (p - 1));
+    // `a / quantum` and the product below are exact: scaling by a power of two.
+    let r = (a / quantum).round_ties_even() * quantum;
+    let r = if r >= pow2(emax + 1) {
+        f64::INFINITY
+    } else {
+        r
+    };
+    r.copysign(x)
+}
+
+fn pow2(e: i32) -> f64 {
+    // Every exponent used here is within f64's normal range (-1022..=1023).
+    f64::from_bits(((e + 1023) as u64) << 52)
+}
+
+/// Folds `a op b`. Errors are messages (arithmetic on bools, division by zero, overflow).
+pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
+    use BinaryOp::*;
+    let float = a.rank() == 2 || b.rank() == 2;
+    match op {
+        Eq | Ne | Lt | Le | Gt | Ge => {
+            let ord = if float {
+                a.as_f64().partial_cmp(&b.as_f64())
+            } else {
+                a.as_i64().zip(b.as_i64()).map(|(x, y)| x.cmp(&y))
+            };
+            use std::cmp::Ordering::*;
+            let r = match (op, ord) {
+                (Ne, None) => true,
+                (_, None) => false,
+                (Eq, Some(o)) => o == Equal,
+                (Ne, Some(o)) => o != Equal,
+                (Lt, Some(o)) => o == Less,
+                (Le, Some(o)) => o != Greater,
+                (Gt, Some(o)) => o == Greater,
+                (_, Some(o)) => o != Less,
+            };
+            Ok(Lit::Bool(r))
+        }
+        MatMul => Err("matmul of scalars".into()),
+        _ if a.rank() == 0 && b.rank() == 0 => {
+            Err(format!("`{}` is not defined on bool", op.symbol()))
+        }
+        _ if float => {
+            let (x, y) = (a.as_f64(), b.as_f64());
+            Ok(Lit::Float(match op {
+                Add => x + y,
+                Sub => x - y,
+                Mul => x * y,
+                Div => x / y,
+                _ => x % y,
+            }))
+        }
+        _ => {
+            let (x, y) = a.as_i64().zip(b.as_i64()).ok_or("not integers")?;
+            if matches!(op, Div | Rem) && y == 0 {
+                return Err("integer division by zero".into());
+            }
+            let r = match op {
+                Add => x.checked_add(y),
+                Sub => x.checked_sub(y),
+                Mul => x.checked_mul(y),
+                Div => x.checked_div(y),
+                _ => x.checked_rem(y),
+            };
+            r.map(Lit::Int)
+                .ok_or_else(|| format!("{x} {} {y} overflows a 64-bit integer", op.symbol()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_rounding_matches_as_cast() {
+        for x in [
+            1e-6,
+            0.1,
+            1.0 / 3.0,
+            1e-40,
+            3.4028235677973366e38,
+            1e39,
+            6.0e-46,
+        ] {
+            assert_eq!(round_to(x, DType::F32), x as f32 as f64, "{x:e}");
+            assert_eq!(round_to(-x, DType::F32), -x as f32 as f64, "{x:e}");
+        }
+    }
+
+    #[test]
+    fn bf16_and_f16_rounding() {
+        // bf16 keeps 8 significant bits: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → even (1).
+        assert_eq!(round_to(1.0 + 2f64.powi(-8), DType::Bf16), 1.0);
+        assert_eq!(
+            round_to(1.0 + 3.0 * 2f64.powi(-8), DType::Bf16),
+            1.0 + 2f64.powi(-6)
+        );
+        // Just above the tie rounds up; through f32 it would have been a tie (double rounding).
+        let x = 1.0 + 2f64.powi(-8) + 2f64.powi(-40);
+        assert_eq!(round_to(x, DType::Bf16), 1.0 + 2f64.powi(-7));
+        assert_eq!(round_to(65520.0, DType::F16), f64::INFINITY);
+        assert_eq!(round_to(65519.0, DType::F16), 65504.0);
+        assert_eq!(round_to(2f64.powi(-25), DType::F16), 0.0);
+        assert_eq!(round_to(2f64.powi(-24), DType::F16), 2f64.powi(-24));
+    }
+
+    #[test]
+    fn folding() {
+        assert_eq!(
+            fold_binary(BinaryOp::Div, Lit::Int(7), Lit::Int(-2)),
+            Ok(Lit::Int(-3))
+        );
+        assert_eq!(
+            fold_binary(BinaryOp::Div, Lit::Int(1), Lit::Float(4.0)),
+            Ok(Lit::Float(0.25))
+        );
+        assert!(fold_binary(BinaryOp::Rem, Lit::Int(1), Lit::Int(0)).is_err());
+        assert!(fold_binary(BinaryOp::Add, Lit::Bool(true), Lit::Bool(true)).is_err());
+        assert_eq!(
+            fold_binary(BinaryOp::Lt, Lit::Int(1), Lit::Float(1.5)),
+            Ok(Lit::Bool(true))
+        );
+    }
+}

@@ -1,0 +1,805 @@
+//! `check`: AST in, a typed and shape-checked graph IR out — or diagnostics.
+//!
+//! ```text
+//! source.tsl --parse--> AST --check--> graph IR --decompose--> ...
+//! ```
+//!
+//! [`run`] builds the graph of one `step`: one [`Op::Input`] per step parameter (in order,
+//! [`Graph::inputs`]), then the body with every `fn` call inlined, then the step's results
+//! in [`Graph::outputs`]. The symbolic dims of the step (`T`) are bound from the `dims` map
+//! (`--dim T=4096`), so every shape in the graph is concrete; a `fn`'s dims are unified per
+//! call with its arguments.
+//!
+//! What it guarantees after: the graph satisfies `tessel_ir::verify::verify_graph` — no op
+//! broadcasts or promotes implicitly (the pass inserts [`Op::Reshape`], [`Op::Broadcast`] and
+//! [`Op::Cast`]), every literal is an [`Op::Const`] holding the exact value of the dtype it
+//! took, every tensor dim is at least 1, and no value is dead (unused values, such as one
+//! half of a `split`, are removed; every step input stays). The result types equal the
+//! declared ones exactly.
+//!
+//! What it does not do: decompose composites (`mean`, `softmax` stay whole for `decompose`),
+//! fuse, or pick schedules. `@` (matmul) and indexing by a tensor (gather) are diagnosed as
+//! not supported yet.
+//!
+//! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
+//! `E04xx` shapes, `E029x` not supported yet). Name errors are collected over the whole
+//! module first (every `fn`, `step` and `const`, used or not); if there are none, the step is
+//! checked, collecting independent errors and stopping at the first error of each chain
+//! (a value whose operand failed is not diagnosed again). The pass never panics on any AST.
+//!
+//! The language's semantics (promotion, broadcasting, builtins, indexing) are written down
+//! in `docs/language.md`, section "Semantics".
+//!
+//! Output names: a step's results are named after the tail when the tail is a plain
+//! let-bound name (or a tuple of such names), all distinct and none equal to a step
+//! parameter's name; otherwise `out` for a single result and `out0`, `out1`, ... for a tuple.
+
+mod builtins;
+mod eval;
+mod lit;
+mod names;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use tessel_ir::graph::{Graph, Op};
+use tessel_ir::{DType, TensorType, Value};
+use tessel_syntax::ast::{self, DimKind, Expr, Func, FuncKind, Module, RetType};
+use tessel_syntax::{Diagnostic, Span};
+
+use lit::Lit;
+
+/// Diagnostic codes of the checker.
+pub mod codes {
+    /// A name that is not a local, a parameter, a const or a dim in scope.
+    pub const UNKNOWN_NAME: &str = "E0201";
+    /// A call to a function that is neither a builtin nor a `fn` of the module.
+    pub const UNKNOWN_FUNCTION: &str = "E0202";
+    /// Two items (`fn`, `step`, `const`) with one name.
+    pub const DUPLICATE_ITEM: &str = "E0203";
+    /// A `fn` or `step` named like a builtin function.
+    pub const SHADOWS_BUILTIN: &str = "E0204";
+    /// Two parameters of one function with one name.
+    pub const DUPLICATE_PARAM: &str = "E0205";
+    /// The requested step does not exist.
+    pub const UNKNOWN_STEP: &str = "E0206";
+    /// A `fn` that calls itself, directly or through others.
+    pub const RECURSIVE_CALL: &str = "E0207";
+    /// A `const` that names a const defined after it.
+    pub const CONST_FORWARD_REF: &str = "E0208";
+    /// A call to a `step` (only `fn`s are callable).
+    pub const STEP_CALLED: &str = "E0209";
+    /// Too many or too few positional arguments.
+    pub const ARG_COUNT: &str = "E0210";
+    /// A named argument the function does not take, or an argument given twice.
+    pub const UNKNOWN_NAMED_ARG: &str = "E0211";
+    /// A required named argument (`axis:`) is missing.
+    pub const MISSING_NAMED_ARG: &str = "E0212";
+    /// `let (a, b) = e` where `e` is not a tuple of that many values.
+    pub const TUPLE_ARITY: &str = "E0213";
+    /// A symbolic dim with no value (`--dim T=<n>` missing, or a `fn`'s return dim that no
+    /// parameter binds).
+    pub const UNBOUND_DIM: &str = "E0214";
+    /// A compile-time constant was needed (an axis, a slice bound, a `const`'s value).
+    pub const NOT_CONSTANT: &str = "E0215";
+    /// `fn` calls nested deeper than [`super::MAX_CALL_DEPTH`].
+    pub const CALL_DEPTH: &str = "E0216";
+    /// `@`: matmul is not supported yet.
+    pub const MATMUL_UNSUPPORTED: &str = "E0290";
+    /// `x[idx]` with a tensor `idx`: gather is not supported yet.
+    pub const GATHER_UNSUPPORTED: &str = "E0291";
+    /// An argument's dtype differs from the parameter's.
+    pub const DTYPE_MISMATCH: &str = "E0301";
+    /// A float dtype was needed (math functions, `mean`, `softmax`).
+    pub const FLOAT_REQUIRED: &str = "E0302";
+    /// A `bool` was needed (`!`, the condition of `where`).
+    pub const BOOL_REQUIRED: &str = "E0303";
+    /// Arithmetic on `bool`.
+    pub const BOOL_ARITHMETIC: &str = "E0304";
+    /// A literal that does not fit the dtype it takes.
+    pub const LITERAL_RANGE: &str = "E0305";
+    /// Compile-time arithmetic failed (division by zero, overflow).
+    pub const CONST_EVAL: &str = "E0306";
+    /// The result does not match the declared return type (dtype or shape).
+    pub const RETURN_TYPE: &str = "E0307";
+    /// A tuple or list where a tensor was needed, or the reverse.
+    pub const NOT_A_TENSOR: &str = "E0308";
+    /// An index or count that is not an integer.
+    pub const INTEGER_REQUIRED: &str = "E0309";
+    /// Shapes that do not broadcast.
+    pub const BROADCAST: &str = "E0401";
+    /// A `fn` argument whose shape does not fit the parameter's.
+    pub const ARG_SHAPE: &str = "E0402";
+    /// An axis out of range for the tensor's rank.
+    pub const BAD_AXIS: &str = "E0403";
+    /// `split` of an axis not divisible by the number of parts.
+    pub const SPLIT_NOT_DIVISIBLE: &str = "E0404";
+    /// `concat` operands whose ranks or other dims differ.
+    pub const CONCAT_MISMATCH: &str = "E0405";
+    /// `reshape` to a different element count, or a malformed shape list.
+    pub const RESHAPE: &str = "E0406";
+    /// More index items than the tensor has dims.
+    pub const TOO_MANY_INDICES: &str = "E0407";
+    /// An index out of range or an empty slice.
+    pub const INDEX_RANGE: &str = "E0408";
+    /// A rank the operation cannot take (`x^T` of a vector, a bad permutation).
+    pub const RANK: &str = "E0409";
+    /// A dim that is zero or negative, or a tensor too large to address.
+    pub const BAD_DIM: &str = "E0410";
+}
+
+/// Deepest chain of nested `fn` calls that is inlined; deeper is a diagnostic (it also
+/// bounds the checker's own stack).
+pub const MAX_CALL_DEPTH: usize = 64;
+
+/// Largest element count of one tensor (2^48): offsets stay far inside `u64`/`i64`.
+const MAX_NUMEL: u64 = 1 << 48;
+
+/// The builtin functions (casts `f32(x)` etc. are separate: dtype keywords).
+pub(crate) const BUILTINS: &[&str] = &[
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "silu",
+    "abs",
+    "pow",
+    "min",
+    "max",
+    "sum",
+    "mean",
+    "softmax",
+    "where",
+    "iota",
+    "concat",
+    "split",
+    "reshape",
+    "transpose",
+    "permute",
+];
+
+/// The step names of `m`, in source order.
+pub fn steps(m: &ast::Module) -> Vec<String> {
+    m.funcs()
+        .filter(|f| f.kind == FuncKind::Step)
+        .map(|f| f.name.node.clone())
+        .collect()
+}
+
+/// Builds the graph IR of step `step` of `m`, with its symbolic dims bound by `dims`
+/// (entries that no parameter uses are ignored). Returns every diagnostic found otherwise.
+pub fn run(
+    m: &ast::Module,
+    step: &str,
+    dims: &BTreeMap<String, u64>,
+) -> Result<Graph, Vec<Diagnostic>> {
+    let diags = names::check_module(m);
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    let Some(func) = m.funcs().find(|f| f.name.node == step) else {
+        // There is no source span to point at (the name comes from the command line), so
+        // the hint goes into the message itself.
+        let all = steps(m);
+        let hint = match suggest(step, all.iter().map(String::as_str)) {
+            Some(s) => format!("; did you mean `{s}`?"),
+            None if all.is_empty() => "; the file has no steps".to_string(),
+            None => format!("; the steps are: {}", all.join(", ")),
+        };
+        return Err(vec![Diagnostic::error(
+            codes::UNKNOWN_STEP,
+            format!("no step named `{step}`{hint}"),
+        )]);
+    };
+    if func.kind != FuncKind::Step {
+        return Err(vec![Diagnostic::error(
+            codes::UNKNOWN_STEP,
+            format!("`{step}` is a fn, not a step"),
+        )
+        .with_label(func.name.span, "declared with `fn`")
+        .with_help("only steps are compiled; declare it with `step`")]);
+    }
+    let mut c = Checker::new(m);
+    c.eval_consts();
+    let result = c.check_step(func, dims);
+    match result {
+        Ok(()) if c.diags.is_empty() => Ok(remove_dead(&c.graph)),
+        _ => Err(c.diags),
+    }
+}
+
+/// A diagnostic was reported (or an operand had failed, and it was reported there).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Reported;
+
+/// Checker results: the error is already in [`Checker::diags`].
+pub(crate) type R<T> = Result<T, Reported>;
+
+/// What an expression evaluates to.
+#[derive(Clone, Debug)]
+pub(crate) enum Val {
+    /// A graph value (a typed tensor; shape `[]` for a scalar).
+    T(Value),
+    /// A weak compile-time scalar.
+    Weak(Lit),
+    /// `(a, b)`, or the result of `split` or a tuple-returning `fn`.
+    Tuple(Vec<Val>),
+    /// `[a, b]`: only as the shape of `reshape` or the permutation of `permute`.
+    List(Vec<Val>),
+}
+
+/// What a symbolic dim is bound to, and by which argument (for messages).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Bindings {
+    /// Symbol → (size, where it was bound: "`--dim T=4096`" or "argument `x` (bf16[4, 5120])").
+    pub(crate) syms: HashMap<String, (u64, String)>,
+    /// What `...` stands for in this call, and where it was bound.
+    pub(crate) rest: Option<(Vec<u64>, String)>,
+}
+
+/// The scope of one function body.
+pub(crate) struct Env {
+    /// Parameters and `let`s in order; `None` marks a binding whose value failed.
+    pub(crate) locals: Vec<(String, Option<Val>)>,
+    /// The function's dims, usable as integer constants in expressions.
+    pub(crate) dims: Bindings,
+}
+
+pub(crate) struct Checker<'m> {
+    pub(crate) m: &'m Module,
+    pub(crate) graph: Graph,
+    pub(crate) diags: Vec<Diagnostic>,
+    /// Evaluated `const`s; `None` if its evaluation failed.
+    pub(crate) consts: HashMap<String, Option<Lit>>,
+    /// `fn`s and `step`s by name (the first of duplicates; those are diagnosed before).
+    pub(crate) funcs: HashMap<&'m str, &'m Func>,
+    /// The `fn`s being inlined, outermost first, with their call sites.
+    pub(crate) call_stack: Vec<(String, Span)>,
+}
+
+impl<'m> Checker<'m> {
+    fn new(m: &'m Module) -> Self {
+        let mut funcs = HashMap::new();
+        for f in m.funcs() {
+            funcs.entry(f.name.node.as_str()).or_insert(f);
+        }
+        Checker {
+            m,
+            graph: Graph::default(),
+            diags: Vec::new(),
+            consts: HashMap::new(),
+            funcs,
+            call_stack: Vec::new(),
+        }
+    }
+
+    pub(crate) fn error(&mut self, d: Diagnostic) -> Reported {
+        self.diags.push(d);
+        Reported
+    }
+
+    /// Evaluates every `const` in source order. A const sees only the consts before it
+    /// (the name pass has already rejected forward references).
+    fn eval_consts(&mut self) {
+        let env = Env {
+            locals: Vec::new(),
+            dims: Bindings::default(),
+        };
+        for c in self.m.consts() {
+            let v = match self.eval_expr(&env, c.value) {
+                Ok(Val::Weak(l)) => Some(l),
+                Ok(other) => {
+                    let what = self.describe(&other);
+                    self.error(
+                        Diagnostic::error(
+                            codes::NOT_CONSTANT,
+                            format!("const `{}` is not a compile-time scalar", c.name.node),
+                        )
+                        .with_label(self.m.span(c.value), format!("this is {what}"))
+                        .with_note(
+                            "a const is arithmetic over literals and earlier consts; \
+                             it takes its dtype where it is used",
+                        ),
+                    );
+                    None
+                }
+                Err(Reported) => None,
+            };
+            self.consts.insert(c.name.node.clone(), v);
+        }
+    }
+
+    /// Builds the step: inputs, body, outputs.
+    fn check_step(&mut self, func: &'m Func, dims: &BTreeMap<String, u64>) -> R<()> {
+        self.graph = Graph::new(func.name.node.clone());
+        let bindings = self.step_bindings(func, dims)?;
+        let mut env = Env {
+            locals: Vec::new(),
+            dims: bindings,
+        };
+        let mut bad = false;
+        for (index, p) in func.params.iter().enumerate() {
+            let v = self.resolve_type(&p.ty, &env.dims, None).and_then(|ty| {
+                self.push(
+                    Op::Input {
+                        index: index as u32,
+                    },
+                    ty,
+                    p.ty.span,
+                )
+            });
+            match v {
+                Ok(v) => {
+                    self.graph.inputs.push((p.name.node.clone(), v));
+                    env.locals.push((p.name.node.clone(), Some(Val::T(v))));
+                }
+                Err(Reported) => bad = true,
+            }
+        }
+        if bad {
+            return Err(Reported);
+        }
+        let result = self.eval_block(&mut env, &func.body)?;
+        let values = self.conform(result, func, &env.dims, None)?;
+        let names = output_names(self.m, func, values.len());
+        for (name, v) in names.into_iter().zip(values) {
+            self.graph.outputs.push((name, v));
+        }
+        Ok(())
+    }
+
+    /// Binds the step's symbols from `dims`: every symbol must have a value of at least 1.
+    fn step_bindings(&mut self, func: &Func, dims: &BTreeMap<String, u64>) -> R<Bindings> {
+        let mut b = Bindings::default();
+        let mut seen = HashSet::new();
+        let mut ok = true;
+        let types = func.params.iter().map(|p| &p.ty).chain(func.ret.types());
+        for ty in types {
+            for d in &ty.dims {
+                let DimKind::Symbol(s) = &d.kind else {
+                    continue;
+                };
+                if !seen.insert(s.clone()) {
+                    continue;
+                }
+                match dims.get(s) {
+                    Some(&n) if n >= 1 => {
+                        b.syms.insert(s.clone(), (n, format!("`--dim {s}={n}`")));
+                    }
+                    Some(_) => {
+                        ok = false;
+                        self.error(
+                            Diagnostic::error(codes::BAD_DIM, format!("dim `{s}` is bound to 0"))
+                                .with_label(d.span, format!("`{s}` is used here"))
+                                .with_help(format!(
+                                    "every dim is at least 1: pass `--dim {s}=<n>` with n >= 1"
+                                )),
+                        );
+                    }
+                    None => {
+                        ok = false;
+                        let mut diag = Diagnostic::error(
+                            codes::UNBOUND_DIM,
+                            format!("dim `{s}` of step `{}` has no value", func.name.node),
+                        )
+                        .with_label(d.span, format!("`{s}` is not bound"))
+                        .with_help(format!("pass `--dim {s}=<n>`"));
+                        let used = |k: &&String| !step_symbols(func).contains(k.as_str());
+                        if let Some(close) =
+                            suggest(s, dims.keys().filter(used).map(String::as_str))
+                        {
+                            diag = diag
+                                .with_note(format!("`--dim {close}=...` was given; is it a typo?"));
+                        }
+                        self.error(diag);
+                    }
+                }
+            }
+        }
+        if ok {
+            Ok(b)
+        } else {
+            Err(Reported)
+        }
+    }
+
+    /// The concrete type of a declared type under `b`. `call` is the call site when the
+    /// type belongs to a `fn` (a return dim that no parameter bound is reported there).
+    pub(crate) fn resolve_type(
+        &mut self,
+        ty: &ast::Type,
+        b: &Bindings,
+        call: Option<Span>,
+    ) -> R<TensorType> {
+        let mut shape = Vec::new();
+        for d in &ty.dims {
+            match &d.kind {
+                DimKind::Fixed(n) => match u64::try_from(*n) {
+                    Ok(n) if n >= 1 => shape.push(n),
+                    _ => {
+                        return Err(self.error(
+                            Diagnostic::error(codes::BAD_DIM, format!("dim {n} is not a size"))
+                                .with_label(d.span, "every dim is at least 1"),
+                        ))
+                    }
+                },
+                DimKind::Symbol(s) => match b.syms.get(s) {
+                    Some((n, _)) => shape.push(*n),
+                    None => {
+                        let mut diag = Diagnostic::error(
+                            codes::UNBOUND_DIM,
+                            format!("dim `{s}` is not bound by any parameter"),
+                        )
+                        .with_label(d.span, format!("`{s}` appears only here"));
+                        if let Some(c) = call {
+                            diag = diag.with_secondary(c, "in this call");
+                        }
+                        return Err(self.error(diag));
+                    }
+                },
+                DimKind::Rest => match &b.rest {
+                    Some((r, _)) => shape.extend(r.iter().copied()),
+                    None => {
+                        let mut diag = Diagnostic::error(
+                            codes::UNBOUND_DIM,
+                            "`...` is not bound by any parameter",
+                        )
+                        .with_label(d.span, "`...` appears only here");
+                        if let Some(c) = call {
+                            diag = diag.with_secondary(c, "in this call");
+                        }
+                        return Err(self.error(diag));
+                    }
+                },
+            }
+        }
+        Ok(TensorType::new(dtype(ty.dtype.node), shape))
+    }
+
+    /// Pushes an op after checking that its result is addressable (at most [`MAX_NUMEL`]
+    /// elements); `span` is blamed otherwise.
+    pub(crate) fn push(&mut self, op: Op, ty: TensorType, span: Span) -> R<Value> {
+        let numel = ty
+            .shape
+            .0
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d));
+        match numel {
+            Some(n) if n <= MAX_NUMEL => Ok(self.graph.push(op, ty)),
+            _ => Err(self.error(
+                Diagnostic::error(codes::BAD_DIM, format!("tensor {ty} is too large"))
+                    .with_label(span, format!("this has type {ty}"))
+                    .with_note(format!(
+                        "a tensor holds at most 2^48 elements ({MAX_NUMEL})"
+                    )),
+            )),
+        }
+    }
+
+    /// Checks a body's result against the declared return type(s) and returns the values.
+    /// A weak scalar takes the declared dtype; anything else must match exactly.
+    pub(crate) fn conform(
+        &mut self,
+        val: Val,
+        func: &Func,
+        b: &Bindings,
+        call: Option<Span>,
+    ) -> R<Vec<Value>> {
+        let tail = func.body.tail;
+        let tail_span = self.m.span(tail);
+        let declared = func.ret.types();
+        let elems = match (&func.ret, val) {
+            (RetType::Single(_), Val::Tuple(vs)) => {
+                return Err(self.return_shape_error(
+                    func,
+                    call,
+                    format!("a tuple of {}", vs.len()),
+                ));
+            }
+            (RetType::Single(_), v) => vec![v],
+            (RetType::Tuple(..), Val::Tuple(vs)) if vs.len() == declared.len() => vs,
+            (RetType::Tuple(..), v) => {
+                let what = self.describe(&v);
+                return Err(self.return_shape_error(func, call, what));
+            }
+        };
+        let spans: Vec<Span> = match self.m.expr(tail) {
+            Expr::Tuple(es) if es.len() == elems.len() => {
+                es.iter().map(|e| self.m.span(*e)).collect()
+            }
+            _ => vec![tail_span; elems.len()],
+        };
+        let mut out = Vec::new();
+        let mut failed = false;
+        for ((v, decl), span) in elems.into_iter().zip(declared).zip(spans) {
+            let want = self.resolve_type(decl, b, call)?;
+            let got = match v {
+                Val::Weak(l) if l.rank() <= dtype_rank(want.dtype) => {
+                    self.materialize(l, want.dtype, span)?
+                }
+                Val::T(v) => v,
+                other => {
+                    let what = self.describe(&other);
+                    let mut d = Diagnostic::error(
+                        codes::RETURN_TYPE,
+                        format!("result type mismatch: declared {want}, found {what}"),
+                    )
+                    .with_label(span, format!("this is {what}"))
+                    .with_secondary(decl.span, format!("declared {want}"));
+                    if let Some(c) = call {
+                        d = d.with_secondary(c, "in this call");
+                    }
+                    self.error(d);
+                    failed = true;
+                    continue;
+                }
+            };
+            let have = self.graph.ty(got).clone();
+            if have != want {
+                let mut d = Diagnostic::error(
+                    codes::RETURN_TYPE,
+                    format!(
+                        "result type mismatch in `{}`: declared {want}, found {have}",
+                        func.name.node
+                    ),
+                )
+                .with_label(span, format!("this is {have}"))
+                .with_secondary(decl.span, format!("declared {want}"));
+                if have.shape == want.shape {
+                    d = d.with_help(format!(
+                        "results are not converted implicitly: write `{}(...)`",
+                        want.dtype
+                    ));
+                }
+                if let Some(c) = call {
+                    d = d.with_secondary(c, "in this call");
+                }
+                self.error(d);
+                failed = true;
+                continue;
+            }
+            out.push(got);
+        }
+        if failed {
+            Err(Reported)
+        } else {
+            Ok(out)
+        }
+    }
+
+    fn return_shape_error(&mut self, func: &Func, call: Option<Span>, found: String) -> Reported {
+        let n = func.ret.types().len();
+        let want = match &func.ret {
+            RetType::Single(_) => "one tensor".to_string(),
+            RetType::Tuple(..) => format!("a tuple of {n}"),
+        };
+        let mut d = Diagnostic::error(
+            codes::RETURN_TYPE,
+            format!(
+                "`{}` must return {want}, but its body gives {found}",
+                func.name.node
+            ),
+        )
+        .with_label(self.m.span(func.body.tail), format!("this is {found}"))
+        .with_secondary(func.ret.span(), "declared here");
+        if let Some(c) = call {
+            d = d.with_secondary(c, "in this call");
+        }
+        self.error(d)
+    }
+
+    /// "a tensor f32[4, 128]", "a tuple of 2", ... for messages.
+    pub(crate) fn describe(&self, v: &Val) -> String {
+        match v {
+            Val::T(v) => format!("a tensor {}", self.graph.ty(*v)),
+            Val::Weak(l @ Lit::Int(_)) => format!("an {}", l.describe()),
+            Val::Weak(l) => format!("a {}", l.describe()),
+            Val::Tuple(vs) => format!("a tuple of {}", vs.len()),
+            Val::List(vs) => format!("a list of {}", vs.len()),
+        }
+    }
+}
+
+/// The symbolic dims a step's signature uses.
+fn step_symbols(func: &Func) -> HashSet<&str> {
+    func.params
+        .iter()
+        .map(|p| &p.ty)
+        .chain(func.ret.types())
+        .flat_map(|t| t.dims.iter())
+        .filter_map(|d| match &d.kind {
+            DimKind::Symbol(s) => Some(s.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The IR dtype of a source dtype.
+pub(crate) fn dtype(d: ast::DType) -> DType {
+    match d {
+        ast::DType::Bf16 => DType::Bf16,
+        ast::DType::F16 => DType::F16,
+        ast::DType::F32 => DType::F32,
+        ast::DType::I32 => DType::I32,
+        ast::DType::Bool => DType::Bool,
+    }
+}
+
+/// 0 bool, 1 i32, 2 floats: the promotion categories.
+pub(crate) fn dtype_rank(d: DType) -> u8 {
+    match d {
+        DType::Bool => 0,
+        DType::I32 => 1,
+        DType::Bf16 | DType::F16 | DType::F32 => 2,
+    }
+}
+
+/// The closest of `candidates` to `name` by edit distance, if close enough to be a typo
+/// (at most a third of the name's length, and at least 1).
+pub(crate) fn suggest<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        if c == name {
+            continue;
+        }
+        let d = edit_distance(name, c);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Result names: see the module docs.
+fn output_names(m: &Module, func: &Func, n: usize) -> Vec<String> {
+    let defaults = || -> Vec<String> {
+        if matches!(func.ret, RetType::Single(_)) {
+            vec!["out".to_string()]
+        } else {
+            (0..n).map(|i| format!("out{i}")).collect()
+        }
+    };
+    let tail_names: Vec<&Expr> = match m.expr(func.body.tail) {
+        Expr::Tuple(es) if matches!(func.ret, RetType::Tuple(..)) => {
+            es.iter().map(|e| m.expr(*e)).collect()
+        }
+        e if matches!(func.ret, RetType::Single(_)) => vec![e],
+        _ => return defaults(),
+    };
+    let params: HashSet<&str> = func.params.iter().map(|p| p.name.node.as_str()).collect();
+    let lets: HashSet<&str> = func
+        .body
+        .stmts
+        .iter()
+        .flat_map(|ast::Stmt::Let { pat, .. }| pat.names().iter().map(|n| n.node.as_str()))
+        .collect();
+    let mut names = Vec::new();
+    let mut seen = HashSet::new();
+    for e in tail_names {
+        match e {
+            Expr::Name(s)
+                if lets.contains(s.as_str())
+                    && !params.contains(s.as_str())
+                    && seen.insert(s.clone()) =>
+            {
+                names.push(s.clone())
+            }
+            _ => return defaults(),
+        }
+    }
+    if names.len() == n {
+        names
+    } else {
+        defaults()
+    }
+}
+
+/// A copy of `g` without values that no output needs (inputs always stay).
+fn remove_dead(g: &Graph) -> Graph {
+    let mut live: HashSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
+    let ops: Vec<(Value, &Op)> = g.ops.iter().collect();
+    for (v, op) in ops.iter().rev() {
+        if live.contains(v) || matches!(op, Op::Input { .. }) {
+            live.insert(*v);
+            live.extend(op.args());
+        }
+    }
+    let mut out = Graph::new(g.name.clone());
+    let mut map: HashMap<Value, Value> = HashMap::new();
+    for (v, op) in ops {
+        if !live.contains(&v) {
+            continue;
+        }
+        let f = |a: Value| map.get(&a).copied().unwrap_or(a);
+        let new_op = match op {
+            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => op.clone(),
+            Op::Unary { op, arg } => Op::Unary {
+                op: *op,
+                arg: f(*arg),
+            },
+            Op::Binary { op, lhs, rhs } => Op::Binary {
+                op: *op,
+                lhs: f(*lhs),
+                rhs: f(*rhs),
+            },
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => Op::Select {
+                cond: f(*cond),
+                on_true: f(*on_true),
+                on_false: f(*on_false),
+            },
+            Op::Cast { arg } => Op::Cast { arg: f(*arg) },
+            Op::Broadcast { arg } => Op::Broadcast { arg: f(*arg) },
+            Op::Reshape { arg } => Op::Reshape { arg: f(*arg) },
+            Op::Permute { arg, perm } => Op::Permute {
+                arg: f(*arg),
+                perm: perm.clone(),
+            },
+            Op::Reduce { op, arg, axis } => Op::Reduce {
+                op: *op,
+                arg: f(*arg),
+                axis: *axis,
+            },
+            Op::Slice { arg, axis, start } => Op::Slice {
+                arg: f(*arg),
+                axis: *axis,
+                start: *start,
+            },
+            Op::Concat { args, axis } => Op::Concat {
+                args: args.iter().map(|a| f(*a)).collect(),
+                axis: *axis,
+            },
+            Op::Softmax { arg, axis } => Op::Softmax {
+                arg: f(*arg),
+                axis: *axis,
+            },
+        };
+        let nv = out.push(new_op, g.ty(v).clone());
+        map.insert(v, nv);
+    }
+    let f = |a: &Value| map.get(a).copied().unwrap_or(*a);
+    out.inputs = g.inputs.iter().map(|(n, v)| (n.clone(), f(v))).collect();
+    out.outputs = g.outputs.iter().map(|(n, v)| (n.clone(), f(v))).collect();
+    out
+}
+
+/// A declared type as written: `bf16[..., D]`, `f32`.
+pub(crate) fn printer_type(ty: &ast::Type) -> String {
+    if ty.dims.is_empty() {
+        return ty.dtype.node.name().to_string();
+    }
+    let dims: Vec<String> = ty
+        .dims
+        .iter()
+        .map(|d| match &d.kind {
+            DimKind::Fixed(n) => n.to_string(),
+            DimKind::Symbol(s) => s.clone(),
+            DimKind::Rest => "...".to_string(),
+        })
+        .collect();
+    format!("{}[{}]", ty.dtype.node.name(), dims.join(", "))
+}

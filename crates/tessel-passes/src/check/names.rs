@@ -1,0 +1,247 @@
+//! The module-wide name pass: duplicate items and parameters, `fn`s that shadow builtins,
+//! unknown names and functions, calls to steps, and consts that name later consts. It runs
+//! over every item, used or not, before any step is built.
+
+use std::collections::{HashMap, HashSet};
+
+use tessel_syntax::ast::{
+    Callee, DimKind, Expr, ExprId, Func, FuncKind, IndexKind, Item, Module, Stmt,
+};
+use tessel_syntax::{Diagnostic, Span};
+
+use super::{codes, suggest, BUILTINS};
+
+/// Every name error of `m`.
+pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
+    let mut diags = Vec::new();
+    let mut items: HashMap<&str, Span> = HashMap::new();
+    for item in &m.items {
+        let (name, what) = match item {
+            Item::Const(c) => (&c.name, "const"),
+            Item::Func(f) => (&f.name, f.kind.keyword()),
+        };
+        if let Some(first) = items.get(name.node.as_str()) {
+            diags.push(
+                Diagnostic::error(
+                    codes::DUPLICATE_ITEM,
+                    format!("`{}` is defined twice", name.node),
+                )
+                .with_label(name.span, format!("this {what} redefines `{}`", name.node))
+                .with_secondary(*first, "first defined here"),
+            );
+        } else {
+            items.insert(&name.node, name.span);
+        }
+        if let Item::Func(f) = item {
+            if BUILTINS.contains(&f.name.node.as_str()) {
+                diags.push(
+                    Diagnostic::error(
+                        codes::SHADOWS_BUILTIN,
+                        format!("`{}` is a builtin function", f.name.node),
+                    )
+                    .with_label(f.name.span, "a fn or step may not take a builtin's name")
+                    .with_help("rename it"),
+                );
+            }
+        }
+    }
+
+    let fns: HashMap<&str, &Func> = m.funcs().map(|f| (f.name.node.as_str(), f)).collect();
+    let all_consts: HashSet<&str> = m.consts().map(|c| c.name.node.as_str()).collect();
+
+    // Consts see the consts before them.
+    let mut earlier: Vec<&str> = Vec::new();
+    for c in m.consts() {
+        let scope = Scope {
+            locals: &[],
+            values: &earlier,
+        };
+        walk(m, c.value, &scope, &fns, &mut diags, |name, span, diags| {
+            if all_consts.contains(name) {
+                diags.push(
+                    Diagnostic::error(
+                        codes::CONST_FORWARD_REF,
+                        format!(
+                            "const `{}` uses `{name}`, which is defined after it",
+                            c.name.node
+                        ),
+                    )
+                    .with_label(span, format!("`{name}` is not defined yet"))
+                    .with_secondary(c.name.span, "in this const")
+                    .with_help(format!("move `const {name}` above `const {}`", c.name.node)),
+                );
+                true
+            } else {
+                false
+            }
+        });
+        earlier.push(&c.name.node);
+    }
+
+    let consts: Vec<&str> = all_consts.iter().copied().collect();
+    for f in m.funcs() {
+        check_func(m, f, &fns, &consts, &mut diags);
+    }
+    diags
+}
+
+fn check_func(
+    m: &Module,
+    f: &Func,
+    fns: &HashMap<&str, &Func>,
+    consts: &[&str],
+    diags: &mut Vec<Diagnostic>,
+) {
+    let mut locals: Vec<&str> = Vec::new();
+    let mut seen: HashMap<&str, Span> = HashMap::new();
+    for p in &f.params {
+        if let Some(first) = seen.get(p.name.node.as_str()) {
+            diags.push(
+                Diagnostic::error(
+                    codes::DUPLICATE_PARAM,
+                    format!("parameter `{}` is declared twice", p.name.node),
+                )
+                .with_label(p.name.span, "declared again here")
+                .with_secondary(*first, "first declared here"),
+            );
+        } else {
+            seen.insert(&p.name.node, p.name.span);
+        }
+        locals.push(&p.name.node);
+    }
+    // The signature's dims are integer constants in the body; consts come after locals.
+    let mut values: Vec<&str> = consts.to_vec();
+    for ty in f.params.iter().map(|p| &p.ty).chain(f.ret.types()) {
+        for d in &ty.dims {
+            if let DimKind::Symbol(s) = &d.kind {
+                values.push(s);
+            }
+        }
+    }
+    for Stmt::Let { pat, value, .. } in &f.body.stmts {
+        let scope = Scope {
+            locals: &locals,
+            values: &values,
+        };
+        walk(m, *value, &scope, fns, diags, |_, _, _| false);
+        locals.extend(pat.names().iter().map(|n| n.node.as_str()));
+    }
+    let scope = Scope {
+        locals: &locals,
+        values: &values,
+    };
+    walk(m, f.body.tail, &scope, fns, diags, |_, _, _| false);
+}
+
+struct Scope<'a> {
+    locals: &'a [&'a str],
+    values: &'a [&'a str],
+}
+
+/// Checks every name and callee in the expression tree `root` (iteratively: the tree may
+/// be deep). `special` may claim an unknown name and report it itself.
+fn walk(
+    m: &Module,
+    root: ExprId,
+    scope: &Scope,
+    fns: &HashMap<&str, &Func>,
+    diags: &mut Vec<Diagnostic>,
+    mut special: impl FnMut(&str, Span, &mut Vec<Diagnostic>) -> bool,
+) {
+    let mut stack = vec![root];
+    while let Some(id) = stack.pop() {
+        let span = m.span(id);
+        match m.expr(id) {
+            Expr::Name(n) => {
+                let known =
+                    scope.locals.contains(&n.as_str()) || scope.values.contains(&n.as_str());
+                if !known && !special(n, span, diags) {
+                    let mut d =
+                        Diagnostic::error(codes::UNKNOWN_NAME, format!("unknown name `{n}`"))
+                            .with_label(span, "not found in this scope");
+                    let candidates = scope.locals.iter().chain(scope.values.iter()).copied();
+                    if let Some(s) = suggest(n, candidates) {
+                        d = d.with_help(format!("did you mean `{s}`?"));
+                    } else if fns.contains_key(n.as_str()) || BUILTINS.contains(&n.as_str()) {
+                        d = d.with_note(format!("`{n}` is a function; functions are not values"));
+                    }
+                    diags.push(d);
+                }
+            }
+            Expr::Call(c) => {
+                if let Callee::Name(name) = &c.callee {
+                    check_callee(name.node.as_str(), name.span, fns, diags);
+                }
+            }
+            _ => {}
+        }
+        let mut kids = children(m.expr(id));
+        kids.reverse();
+        stack.extend(kids);
+    }
+}
+
+fn check_callee(name: &str, span: Span, fns: &HashMap<&str, &Func>, diags: &mut Vec<Diagnostic>) {
+    if BUILTINS.contains(&name) {
+        return;
+    }
+    match fns.get(name) {
+        Some(f) if f.kind == FuncKind::Fn => {}
+        Some(f) => diags.push(
+            Diagnostic::error(
+                codes::STEP_CALLED,
+                format!("`{name}` is a step and cannot be called"),
+            )
+            .with_label(span, "called here")
+            .with_secondary(f.name.span, "declared as a step here")
+            .with_help("declare the shared code as a `fn` and call that from both steps"),
+        ),
+        None => {
+            let mut d = Diagnostic::error(
+                codes::UNKNOWN_FUNCTION,
+                format!("unknown function `{name}`"),
+            )
+            .with_label(span, "no builtin or fn has this name");
+            let user = fns
+                .iter()
+                .filter(|(_, f)| f.kind == FuncKind::Fn)
+                .map(|(n, _)| *n);
+            let mut candidates: Vec<&str> = BUILTINS.iter().copied().chain(user).collect();
+            candidates.sort_unstable();
+            if let Some(s) = suggest(name, candidates.into_iter()) {
+                d = d.with_help(format!("did you mean `{s}`?"));
+            }
+            diags.push(d);
+        }
+    }
+}
+
+/// The operand expressions of `e`, in source order.
+pub(super) fn children(e: &Expr) -> Vec<ExprId> {
+    match e {
+        Expr::Int(_) | Expr::Float(_) | Expr::Bool(_) | Expr::Name(_) => vec![],
+        Expr::Unary { operand, .. } => vec![*operand],
+        Expr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+        Expr::Call(c) => c
+            .args
+            .iter()
+            .copied()
+            .chain(c.named.iter().map(|n| n.value))
+            .collect(),
+        Expr::Index { base, items } => {
+            let mut v = vec![*base];
+            for it in items {
+                match &it.kind {
+                    IndexKind::Slice { start, end } => {
+                        v.extend(start.iter().chain(end.iter()).copied())
+                    }
+                    IndexKind::Expr(e) => v.push(*e),
+                    IndexKind::NewAxis | IndexKind::Ellipsis => {}
+                }
+            }
+            v
+        }
+        Expr::Transpose(e) => vec![*e],
+        Expr::Tuple(es) | Expr::List(es) => es.clone(),
+    }
+}

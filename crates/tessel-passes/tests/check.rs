@@ -1,0 +1,443 @@
+//! The `check` pass on the example programs: they check for every step at several `T`,
+//! the graphs verify and have the declared output types, and a few structural facts hold.
+//! Plus a no-panic test over token-level mutations of the examples.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use tessel_ir::graph::{Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::{DType, TensorType};
+use tessel_passes::check;
+
+fn example(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/qwen3_14b")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn dims(t: u64) -> BTreeMap<String, u64> {
+    BTreeMap::from([("T".to_string(), t)])
+}
+
+/// Checks `step` of `src` and verifies the graph.
+fn build(src: &str, step: &str, t: u64) -> Graph {
+    let m = tessel_syntax::parse(src).unwrap_or_else(|d| panic!("parse: {d:?}"));
+    let g = match check::run(&m, step, &dims(t)) {
+        Ok(g) => g,
+        Err(ds) => {
+            let text: Vec<String> = ds.iter().map(|d| d.render("example", src, false)).collect();
+            panic!("{step} (T={t}) does not check:\n{}", text.join("\n"));
+        }
+    };
+    if let Err(errs) = tessel_ir::verify::verify_graph(&g, None, None) {
+        panic!(
+            "{step} (T={t}): graph does not verify: {errs:?}\n{}",
+            tessel_ir::text::write_graph(&g, None, None)
+        );
+    }
+    g
+}
+
+fn out_types(g: &Graph) -> Vec<TensorType> {
+    g.outputs.iter().map(|(_, v)| g.ty(*v).clone()).collect()
+}
+
+fn bf16(shape: &[u64]) -> TensorType {
+    TensorType::new(DType::Bf16, shape.to_vec())
+}
+
+fn count(g: &Graph, pred: impl Fn(&Op) -> bool) -> usize {
+    g.ops.values().filter(|op| pred(op)).count()
+}
+
+const TS: [u64; 3] = [4096, 1, 7];
+
+#[test]
+fn steps_in_source_order() {
+    let m = tessel_syntax::parse(&example("rms_norm.tsl")).unwrap();
+    assert_eq!(check::steps(&m), ["hidden_norm", "qk_norm"]);
+}
+
+#[test]
+fn rms_norm_checks() {
+    let src = example("rms_norm.tsl");
+    for t in TS {
+        let g = build(&src, "hidden_norm", t);
+        assert_eq!(out_types(&g), [bf16(&[t, 5120])]);
+        assert_eq!(g.outputs[0].0, "out");
+        let names: Vec<&str> = g.inputs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["x", "w"]);
+        // Exactly one mean, over the last axis of [T, 5120] f32.
+        let reduces: Vec<&Op> = g
+            .ops
+            .values()
+            .filter(|op| matches!(op, Op::Reduce { .. }))
+            .collect();
+        assert_eq!(reduces.len(), 1);
+        assert!(matches!(
+            reduces[0],
+            Op::Reduce {
+                op: ReduceOp::Mean,
+                axis: 1,
+                ..
+            }
+        ));
+        assert_eq!(
+            count(&g, |op| matches!(
+                op,
+                Op::Unary {
+                    op: UnaryOp::Rsqrt,
+                    ..
+                }
+            )),
+            1
+        );
+        // EPS is the f32 nearest 1e-6.
+        let eps: Vec<f64> = g
+            .ops
+            .values()
+            .filter_map(|op| match op {
+                Op::Const { value } => Some(*value),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(eps, [1e-6f32 as f64]);
+
+        let g = build(&src, "qk_norm", t);
+        assert_eq!(out_types(&g), [bf16(&[t, 40, 128]), bf16(&[t, 8, 128])]);
+        let outs: Vec<&str> = g.outputs.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(outs, ["out0", "out1"]);
+        assert_eq!(
+            count(&g, |op| matches!(
+                op,
+                Op::Reduce {
+                    op: ReduceOp::Mean,
+                    axis: 2,
+                    ..
+                }
+            )),
+            2
+        );
+    }
+}
+
+#[test]
+fn rope_checks() {
+    let src = example("rope.tsl");
+    for t in TS {
+        let g = build(&src, "rope_qk", t);
+        assert_eq!(out_types(&g), [bf16(&[t, 40, 128]), bf16(&[t, 8, 128])]);
+        assert!(
+            count(&g, |op| matches!(
+                op,
+                Op::Unary {
+                    op: UnaryOp::Sin,
+                    ..
+                }
+            )) >= 1
+        );
+        assert!(
+            count(&g, |op| matches!(
+                op,
+                Op::Unary {
+                    op: UnaryOp::Cos,
+                    ..
+                }
+            )) >= 1
+        );
+        assert!(count(&g, |op| matches!(op, Op::Iota { .. })) >= 1);
+        assert!(
+            count(&g, |op| matches!(
+                op,
+                Op::Binary {
+                    op: tessel_ir::graph::BinaryOp::Pow,
+                    ..
+                }
+            )) >= 1
+        );
+        // split(x, 2, axis: -1) of [T, N, 128]: halves at 0 and 64 along axis 2.
+        assert!(g.ops.values().any(|op| matches!(
+            op,
+            Op::Slice {
+                axis: 2,
+                start: 64,
+                ..
+            }
+        )));
+        // THETA = 1e6 is exact in f32.
+        assert!(g
+            .ops
+            .values()
+            .any(|op| matches!(op, Op::Const { value } if *value == 1e6)));
+    }
+}
+
+#[test]
+fn swiglu_checks() {
+    let src = example("swiglu.tsl");
+    for t in TS {
+        let g = build(&src, "swiglu", t);
+        assert_eq!(out_types(&g), [bf16(&[t, 17408])]);
+        assert_eq!(
+            count(&g, |op| matches!(
+                op,
+                Op::Unary {
+                    op: UnaryOp::Silu,
+                    ..
+                }
+            )),
+            1
+        );
+        assert_eq!(
+            g.ops.len(),
+            4,
+            "two inputs, silu, mul:\n{}",
+            tessel_ir::text::write_graph(&g, None, None)
+        );
+    }
+}
+
+/// Small programs for the semantics the examples do not reach.
+#[test]
+fn semantics() {
+    let cases: &[(&str, &str, &[TensorType])] = &[
+        // Promotion: bf16 + f16 → f32; int literal with bf16 stays bf16; float literal with i32 → f32.
+        ("step s(a: bf16[T], b: f16[T]) -> f32[T] { a + b }", "s", &[TensorType::new(DType::F32, vec![4])]),
+        ("step s(a: bf16[T]) -> bf16[T] { a * 2 }", "s", &[bf16(&[4])]),
+        ("step s(a: i32[T]) -> f32[T] { a * 0.5 }", "s", &[TensorType::new(DType::F32, vec![4])]),
+        ("step s(a: i32[T]) -> i32[T] { a / 2 % 3 }", "s", &[TensorType::new(DType::I32, vec![4])]),
+        ("step s(a: f32[T], b: f32[T]) -> bool[T] { !(a < b) }", "s", &[TensorType::new(DType::Bool, vec![4])]),
+        // Broadcasting, where, reductions with keep, indexing, reshape, permute, transpose.
+        ("step s(a: f32[T, 1], b: f32[3]) -> f32[T, 3] { where(a > 0.0, a, b) }", "s", &[TensorType::new(DType::F32, vec![4, 3])]),
+        ("step s(a: f32[T, 6]) -> f32[T] { sum(a, axis: 1) + max(a, axis: -1) }", "s", &[TensorType::new(DType::F32, vec![4])]),
+        ("step s(a: f32[T, 6]) -> f32[1, 6] { min(a, axis: 0, keep: true) }", "s", &[TensorType::new(DType::F32, vec![1, 6])]),
+        ("step s(a: f32[T, 6, 5]) -> f32[6, 2] { a[-1, :, 1:-2] }", "s", &[TensorType::new(DType::F32, vec![6, 2])]),
+        ("step s(a: f32[T, 6, 5]) -> f32[T, 1, 6, 5] { a[:, None, ...] }", "s", &[TensorType::new(DType::F32, vec![4, 1, 6, 5])]),
+        ("step s(a: f32[T, 6]) -> f32[3, T, 2] { permute(reshape(a, [T, 3, -1]), [1, 0, 2]) }", "s", &[TensorType::new(DType::F32, vec![3, 4, 2])]),
+        ("step s(a: f32[T, 6]) -> f32[6, T] { a^T + transpose(a, 0, -1) }", "s", &[TensorType::new(DType::F32, vec![6, 4])]),
+        ("step s(a: f32[T, 6]) -> f32[T, 6] { softmax(a, axis: -1) }", "s", &[TensorType::new(DType::F32, vec![4, 6])]),
+        ("step s(a: f32[T, 6]) -> (f32[T, 3], f32[T, 3]) { let (x, y) = split(a, 2, axis: 1); (y, x) }", "s",
+         &[TensorType::new(DType::F32, vec![4, 3]), TensorType::new(DType::F32, vec![4, 3])]),
+        ("const K = 2 * 3 - 1; step s(a: f32[T]) -> f32[T] { pow(a, K) + min(a, 1) }", "s", &[TensorType::new(DType::F32, vec![4])]),
+        ("step s(a: i32[T]) -> f32[T] { pow(a, 2) }", "s", &[TensorType::new(DType::F32, vec![4])]),
+        ("step s() -> f32 { 1.0 / 3.0 }", "s", &[TensorType::new(DType::F32, vec![])]),
+        ("step s() -> i32[5] { iota(5) - 1 }", "s", &[TensorType::new(DType::I32, vec![5])]),
+        ("step s(a: f32[T]) -> bf16[T] { bf16(a) + bf16(1e-6) }", "s", &[bf16(&[4])]),
+        // fn with `...`, named arguments and a tuple result.
+        ("fn f(x: f32[..., D], y: f32[D]) -> (f32[..., D], f32[D]) { (x * y, y) }
+          step s(a: f32[T, 2, 8], b: f32[8]) -> f32[T, 2, 8] { let (p, q) = f(y: b, x: a); p + q }", "s",
+         &[TensorType::new(DType::F32, vec![4, 2, 8])]),
+    ];
+    for (src, step, want) in cases {
+        let g = build(src, step, 4);
+        assert_eq!(&out_types(&g), want, "{src}");
+    }
+}
+
+#[test]
+fn literals_round_to_their_dtype() {
+    let g = build("step s(a: bf16[T]) -> bf16[T] { a + 1e-6 }", "s", 2);
+    let consts: Vec<f64> = g
+        .ops
+        .values()
+        .filter_map(|op| match op {
+            Op::Const { value } => Some(*value),
+            _ => None,
+        })
+        .collect();
+    // The bf16 nearest 1e-6: 2^-20 · (1 + 3/128) = 9.98377799987793e-7.
+    assert_eq!(consts, [9.98377799987793e-7]);
+    let g = build("step s(a: f32[T]) -> f32[T] { a + 0.1 }", "s", 2);
+    assert!(g
+        .ops
+        .values()
+        .any(|op| matches!(op, Op::Const { value } if *value == 0.1f32 as f64)));
+}
+
+#[test]
+fn output_names_follow_let_names() {
+    let g = build(
+        "step s(a: f32[T]) -> (f32[T], f32[T]) { let y = a * 2.0; let z = a + 1.0; (y, z) }",
+        "s",
+        3,
+    );
+    let outs: Vec<&str> = g.outputs.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(outs, ["y", "z"]);
+    let g = build("step s(a: f32[T]) -> f32[T] { let a = a * 2.0; a }", "s", 3);
+    assert_eq!(g.outputs[0].0, "out");
+}
+
+#[test]
+fn unused_dims_and_dead_values() {
+    let src =
+        "step s(a: f32[T]) -> f32[T] { let (x, y) = split(a, 2, axis: 0); let z = sin(a); a }";
+    let m = tessel_syntax::parse(src).unwrap();
+    let mut d = dims(4);
+    d.insert("UNUSED".into(), 9);
+    let g = check::run(&m, "s", &d).unwrap();
+    assert_eq!(g.ops.len(), 1, "only the input stays");
+}
+
+/// Deterministic xorshift, so failures reproduce.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// Splits source into rough tokens (words, numbers, single punctuation) with the
+/// whitespace kept in between, so mutated programs stay close to parsing.
+fn tokens(src: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut chars = src.chars().peekable();
+    while let Some(c) = chars.next() {
+        let mut t = c.to_string();
+        if c.is_alphanumeric() || c == '_' || c == '.' {
+            while let Some(&n) = chars.peek() {
+                if n.is_alphanumeric() || n == '_' || n == '.' {
+                    t.push(n);
+                    chars.next();
+                } else {
+                    break;
+                }
+            }
+        }
+        out.push(t);
+    }
+    out
+}
+
+#[test]
+fn mutations_never_panic() {
+    let replacements = [
+        "x",
+        "w",
+        "T",
+        "D",
+        "1",
+        "0",
+        "-1",
+        "2",
+        "3",
+        "64",
+        "128",
+        "5120",
+        "1.0",
+        "1e-6",
+        "true",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "@",
+        "<",
+        "==",
+        "!",
+        "^T",
+        ":",
+        "None",
+        "...",
+        "axis",
+        "keep",
+        "f32",
+        "bf16",
+        "i32",
+        "bool",
+        "sin",
+        "mean",
+        "sum",
+        "max",
+        "concat",
+        "split",
+        "reshape",
+        "where",
+        "iota",
+        "pow",
+        "softmax",
+        "rms_norm",
+        "rope",
+        "permute",
+        "transpose",
+        "EPS",
+        "THETA",
+        "(",
+        ")",
+        "[",
+        "]",
+        ",",
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut checked = 0;
+    for file in ["rms_norm.tsl", "rope.tsl", "swiglu.tsl"] {
+        let src = example(file);
+        let toks = tokens(&src);
+        let m0 = tessel_syntax::parse(&src).unwrap();
+        let steps = check::steps(&m0);
+        for _ in 0..1500 {
+            let mut t = toks.clone();
+            for _ in 0..1 + rng.below(3) {
+                let i = rng.below(t.len());
+                match rng.below(3) {
+                    0 => t[i] = replacements[rng.below(replacements.len())].to_string(),
+                    1 => {
+                        t.remove(i);
+                    }
+                    _ => {
+                        let j = rng.below(t.len());
+                        let tok = t[j].clone();
+                        t.insert(i, tok);
+                    }
+                }
+            }
+            let mutated: String = t.concat();
+            let Ok(m) = tessel_syntax::parse(&mutated) else {
+                continue;
+            };
+            for step in &steps {
+                for tval in [1, 4] {
+                    match check::run(&m, step, &dims(tval)) {
+                        Ok(g) => {
+                            if let Err(e) = tessel_ir::verify::verify_graph(&g, None, None) {
+                                panic!(
+                                    "mutated program checks but does not verify: {e:?}\n{mutated}"
+                                );
+                            }
+                        }
+                        Err(ds) => {
+                            assert!(!ds.is_empty());
+                            for d in &ds {
+                                let _ = d.render("m.tsl", &mutated, false);
+                            }
+                        }
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 1000, "only {checked} mutants parsed");
+}
+
+#[test]
+fn deep_expressions_do_not_overflow_the_stack() {
+    let mut src = String::from("step s(a: f32[T]) -> f32[T] { ");
+    src.push_str(&"-".repeat(20000));
+    src.push_str("a + 0.0");
+    for _ in 0..20000 {
+        src.push_str(" + a");
+    }
+    src.push_str(" }");
+    let Ok(m) = tessel_syntax::parse(&src) else {
+        return;
+    };
+    let _ = check::run(&m, "s", &dims(2));
+}
