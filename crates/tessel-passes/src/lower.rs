@@ -1207,6 +1207,29 @@ impl Gen<'_> {
             (Add, RegType::U32) => self.b.op(cls, Op::IAdd, &[a, b]),
             (Sub, RegType::U32) => self.b.op(cls, Op::ISub, &[a, b]),
             (Mul, RegType::U32) => self.b.op(cls, Op::IMulLo, &[a, b]),
+            (Div | Rem, RegType::U32) => {
+                // Truncating signed division from the unsigned one: |a| / |b|, negated when
+                // the signs differ; the remainder takes the dividend's sign (C, PyTorch
+                // `torch.fmod`). Division by zero faults in the executor and is undefined on
+                // the GPU, as in CUDA C.
+                let abs = |this: &mut Self, x: Operand| -> Operand {
+                    let n = this.b.op(cls, Op::ISub, &[Operand::U32(0), x]);
+                    let neg = this.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[x, Operand::U32(0)]);
+                    this.b.op(cls, Op::Select, &[neg.into(), n.into(), x]).into()
+                };
+                let (ua, ub) = (abs(self, a), abs(self, b));
+                let uq = self.b.op(cls, Op::UDiv, &[ua, ub]);
+                let sx = self.b.op(cls, Op::Xor, &[a, b]);
+                let neg = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[sx.into(), Operand::U32(0)]);
+                let nq = self.b.op(cls, Op::ISub, &[Operand::U32(0), uq.into()]);
+                let q = self.b.op(cls, Op::Select, &[neg.into(), nq.into(), uq.into()]);
+                if op == Div {
+                    q
+                } else {
+                    let qb = self.b.op(cls, Op::IMulLo, &[q.into(), b]);
+                    self.b.op(cls, Op::ISub, &[a, qb.into()])
+                }
+            }
             (Min | Max, RegType::U32) => {
                 let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[a, b]);
                 let (x, y) = if op == Min { (a, b) } else { (b, a) };

@@ -542,7 +542,16 @@ fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         "a row-reduction group has no reductions",
                     );
                 }
-                let row = shape.map(|(_, s)| s.last());
+                // The rows the kernel iterates over: the outputs' last axis, or — when the
+                // group materialises a reduction itself (outputs of shape [.., 1]) — the
+                // reduced tensor's last axis.
+                let row = match data.outputs.first() {
+                    Some(&o) if exists(g, o) => match &g.ops[o] {
+                        Op::Reduce { arg, .. } if exists(g, *arg) => Some(g.ty(*arg).shape.last()),
+                        _ => shape.map(|(_, s)| s.last()),
+                    },
+                    _ => shape.map(|(_, s)| s.last()),
+                };
                 for &r in &data.reductions {
                     if !exists(g, r) {
                         e.push(

@@ -1,0 +1,224 @@
+//! End-to-end tests through the whole pipeline, without a GPU (design §9):
+//! - every example's PTX is snapshotted in `golden/` and assembled by ptxas 13.0 for sm_90,
+//!   with registers and spills reported;
+//! - no emitted PTX uses an approximate instruction or flushes denormals;
+//! - semantics: the kernel-IR executor against the f64 oracle — f32 paths within rel-RMS
+//!   1e-6, 16-bit outputs within rel-RMS 2^-8 (the bf16 unit roundoff: a few roundings of
+//!   at most half an ulp each) — at odd shapes (T = 1, 3, 7, ...), every access bounds- and
+//!   alignment-checked by the executor.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use tessel_ir::DType;
+use tessel_passes::{check, compile, Options};
+use tessel_ptx::PtxOptions;
+use tessel_ref::{error_stats, eval_graph, run_program, Tensor};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn examples() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for dir in ["examples/qwen3_14b"] {
+        for e in std::fs::read_dir(root().join(dir)).expect("examples dir") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "tsl") {
+                v.push(p);
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+struct Step {
+    name: String,
+    checked: tessel_ir::graph::Graph,
+    program: tessel_ir::kernel::Program,
+}
+
+fn compile_file(path: &Path, dims: &[(&str, u64)]) -> Vec<Step> {
+    let src = std::fs::read_to_string(path).expect("read");
+    let module = tessel_syntax::parse(&src).unwrap_or_else(|d| {
+        panic!("{}: {}", path.display(), d[0].render("f", &src, false))
+    });
+    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let opts = Options {
+        verify: true,
+        ..Default::default()
+    };
+    check::steps(&module)
+        .into_iter()
+        .map(|name| {
+            let checked = check::run(&module, &name, &dims).unwrap_or_else(|d| {
+                panic!("{} step {name}: {}", path.display(), d[0].render("f", &src, false))
+            });
+            let c = compile(&checked, &opts)
+                .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
+            Step {
+                name,
+                checked,
+                program: c.program,
+            }
+        })
+        .collect()
+}
+
+fn ptx(p: &tessel_ir::kernel::Program) -> String {
+    let ks: Vec<_> = p.kernels.values().collect();
+    tessel_ptx::write_module(&ks, &PtxOptions::default()).expect("ptx")
+}
+
+#[test]
+fn golden_ptx_of_every_example_assembles() {
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
+    for path in examples() {
+        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("x").to_string();
+        let src = std::fs::read_to_string(&path).expect("read");
+        for step in compile_file(&path, &[("T", 4096)]) {
+            let text = ptx(&step.program);
+            let mut settings = insta::Settings::clone_current();
+            settings.set_snapshot_path(root().join("golden"));
+            settings.set_prepend_module_to_snapshot(false);
+            settings.set_description(format!("{} step {} --dim T=4096", path.display(), step.name));
+            settings.bind(|| {
+                insta::assert_snapshot!(
+                    format!("{stem}__{}", step.name),
+                    format!("SOURCE\n{src}\nPTX\n{text}")
+                )
+            });
+            if let Some(ptxas) = &ptxas {
+                let report = ptxas
+                    .assemble(&text, "sm_90")
+                    .unwrap_or_else(|e| panic!("{stem}:{}: ptxas rejected the PTX: {e}", step.name));
+                for k in report.kernels() {
+                    println!(
+                        "{stem}:{} {}: {} registers, {} B stack, spills {} B stored / {} B loaded",
+                        step.name,
+                        k.name,
+                        k.registers,
+                        k.stack_frame_bytes,
+                        k.spill_store_bytes,
+                        k.spill_load_bytes
+                    );
+                    assert!(!k.spills(), "{}: register spills", k.name);
+                }
+            }
+        }
+    }
+}
+
+/// Design §5: never an approximate instruction, never flush-to-zero.
+#[test]
+fn no_approximate_instructions_in_any_emitted_ptx() {
+    let mut files = examples();
+    files.push(root().join("tests/programs/f32_paths.tsl"));
+    files.push(root().join("tests/programs/shapes.tsl"));
+    for path in files {
+        for step in compile_file(&path, &[("T", 7), ("D", 33)]) {
+            let text = ptx(&step.program);
+            for bad in [
+                "sin.approx",
+                "cos.approx",
+                "ex2.approx",
+                "lg2.approx",
+                "rsqrt.approx",
+                "rcp.approx",
+                ".approx",
+                ".ftz",
+            ] {
+                assert!(
+                    !text.contains(bad),
+                    "{} step {}: `{bad}` in the PTX",
+                    path.display(),
+                    step.name
+                );
+            }
+            // Every f32 add/sub/mul is explicitly rounded (design §7), so ptxas cannot
+            // contract it into an fma the executor does not perform.
+            for line in text.lines() {
+                let l = line.trim_start();
+                for op in ["add.f32", "sub.f32", "mul.f32"] {
+                    assert!(!l.starts_with(op), "unrounded `{l}` in {}", path.display());
+                }
+            }
+        }
+    }
+}
+
+/// Runs every step of `path` at `dims` on the executor and compares with the oracle.
+/// Returns (step, output, dtype, rel-RMS).
+fn semantics(path: &Path, dims: &[(&str, u64)], seed: u64) -> Vec<(String, String, DType, f64)> {
+    let mut out = Vec::new();
+    for step in compile_file(path, dims) {
+        let p = &step.program;
+        let inputs: Vec<Tensor> = p
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, b))| {
+                let ty = p.buffers[*b].ty.clone();
+                if name == "pos" {
+                    // Positions 0.. as RoPE uses them.
+                    let n = ty.shape.numel() as i32;
+                    Tensor::from_i32(ty.shape.0.clone(), &(0..n).collect::<Vec<_>>())
+                } else {
+                    Tensor::random(ty, seed * 100 + i as u64)
+                }
+            })
+            .collect();
+        let got = run_program(p, &inputs)
+            .unwrap_or_else(|e| panic!("{} step {}: executor: {e}", path.display(), step.name));
+        let want = eval_graph(&step.checked, &inputs).expect("oracle");
+        for (i, (name, _)) in p.outputs.iter().enumerate() {
+            let s = error_stats(&got[i], &want[i]).expect("stats");
+            assert_eq!(s.nan_mismatch, 0, "{} {name}: NaN where the oracle has none", step.name);
+            out.push((step.name.clone(), name.clone(), got[i].ty.dtype, s.rel_rms));
+        }
+    }
+    out
+}
+
+const F32_REL_RMS: f64 = 1e-6;
+const BF16_REL_RMS: f64 = 1.0 / 256.0;
+
+#[test]
+fn f32_paths_meet_the_contract_at_odd_shapes() {
+    let path = root().join("tests/programs/f32_paths.tsl");
+    for (t, d) in [(1, 1), (3, 7), (7, 33), (5, 130), (2, 1000)] {
+        for (step, name, dt, rel) in semantics(&path, &[("T", t), ("D", d)], t + d) {
+            println!("T={t} D={d} {step}.{name}: rel-RMS {rel:.3e}");
+            assert_eq!(dt, DType::F32);
+            assert!(
+                rel <= F32_REL_RMS,
+                "T={t} D={d} {step}.{name}: rel-RMS {rel:e} above {F32_REL_RMS:e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn examples_at_odd_token_counts_match_the_oracle() {
+    for path in examples() {
+        for t in [1, 3, 7] {
+            for (step, name, dt, rel) in semantics(&path, &[("T", t)], t) {
+                println!("{} T={t} {step}.{name} ({dt}): rel-RMS {rel:.3e}", path.display());
+                assert!(rel <= BF16_REL_RMS, "{step}.{name}: rel-RMS {rel:e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn odd_shapes_run_in_bounds_and_match_the_oracle() {
+    let path = root().join("tests/programs/shapes.tsl");
+    // D >= 2: `x[:, 1:]` of a one-column tensor is empty, which the language rejects.
+    for (t, d) in [(1, 2), (1, 7), (3, 5), (7, 33), (4, 129), (2, 5120)] {
+        for (step, name, dt, rel) in semantics(&path, &[("T", t), ("D", d)], 3) {
+            println!("T={t} D={d} {step}.{name} ({dt}): rel-RMS {rel:.3e}");
+            let bound = if dt == DType::F32 { F32_REL_RMS } else { BF16_REL_RMS };
+            assert!(rel <= bound, "T={t} D={d} {step}.{name}: rel-RMS {rel:e} > {bound:e}");
+        }
+    }
+}
