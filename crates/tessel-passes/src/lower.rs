@@ -1214,15 +1214,25 @@ impl Gen<'_> {
                 // the GPU, as in CUDA C.
                 let abs = |this: &mut Self, x: Operand| -> Operand {
                     let n = this.b.op(cls, Op::ISub, &[Operand::U32(0), x]);
-                    let neg = this.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[x, Operand::U32(0)]);
-                    this.b.op(cls, Op::Select, &[neg.into(), n.into(), x]).into()
+                    let neg = this
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[x, Operand::U32(0)]);
+                    this.b
+                        .op(cls, Op::Select, &[neg.into(), n.into(), x])
+                        .into()
                 };
                 let (ua, ub) = (abs(self, a), abs(self, b));
                 let uq = self.b.op(cls, Op::UDiv, &[ua, ub]);
                 let sx = self.b.op(cls, Op::Xor, &[a, b]);
-                let neg = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[sx.into(), Operand::U32(0)]);
+                let neg = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtS),
+                    &[sx.into(), Operand::U32(0)],
+                );
                 let nq = self.b.op(cls, Op::ISub, &[Operand::U32(0), uq.into()]);
-                let q = self.b.op(cls, Op::Select, &[neg.into(), nq.into(), uq.into()]);
+                let q = self
+                    .b
+                    .op(cls, Op::Select, &[neg.into(), nq.into(), uq.into()]);
                 if op == Div {
                     q
                 } else {

@@ -37,7 +37,10 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
         println!("wrote {}", p.display());
         Ok(())
     };
-    let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("module");
+    let stem = file
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("module");
     if emit.iter().any(|e| e == "ast") {
         write(format!("{stem}.ast.tsl"), src.module.to_string())?;
     }
@@ -58,7 +61,10 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
                     format!("{n}.lowered.kir"),
                     tessel_ir::text::write_program(&c.lowered),
                 )?,
-                "kernel" => write(format!("{n}.kir"), tessel_ir::text::write_program(&c.program))?,
+                "kernel" => write(
+                    format!("{n}.kir"),
+                    tessel_ir::text::write_program(&c.program),
+                )?,
                 "ptx" => write(format!("{n}.ptx"), device::ptx_of(&c.program)?)?,
                 _ => {}
             }
@@ -91,7 +97,10 @@ fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<Tensor>> {
     };
     let r = run_program_with(p, inputs, &opts);
     pb.finish_and_clear();
-    Ok(r.with_context(|| format!("executing step `{}` on the CPU", p.name))?.0)
+    Ok(
+        r.with_context(|| format!("executing step `{}` on the CPU", p.name))?
+            .0,
+    )
 }
 
 fn digest(t: &Tensor) -> String {
@@ -141,7 +150,11 @@ pub fn run(
 ) -> Result<()> {
     let src = load(file)?;
     let steps = compile_steps(&src, args, &options())?;
-    let gpu = if cpu { Err("--cpu given".to_string()) } else { open_gpu() };
+    let gpu = if cpu {
+        Err("--cpu given".to_string())
+    } else {
+        open_gpu()
+    };
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
         Err(why) => println!("device: CPU kernel-IR executor (no GPU: {why})"),
@@ -229,7 +242,11 @@ pub fn check(
     if files.is_empty() {
         tsl_files(Path::new("examples"), &mut files)?;
     }
-    let gpu = if cpu { Err("--cpu given".to_string()) } else { open_gpu() };
+    let gpu = if cpu {
+        Err("--cpu given".to_string())
+    } else {
+        open_gpu()
+    };
     match &gpu {
         Ok(g) => println!(
             "GPU: {} (sm_{}{}, {} SMs, driver CUDA {}.{})",
@@ -283,7 +300,11 @@ fn check_step(
     };
     let mut ok = true;
     let mut recs = Vec::new();
-    println!("{file} step {} ({} kernels; executor {exec_s:.1} s)", step.name, p.kernels.len());
+    println!(
+        "{file} step {} ({} kernels; executor {exec_s:.1} s)",
+        step.name,
+        p.kernels.len()
+    );
     for (i, (name, _)) in p.outputs.iter().enumerate() {
         let e = &exec[i];
         let stats = tessel_ref::error_stats(e, &oracle[i])
@@ -334,7 +355,12 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
                 .iter()
                 .map(|v| format!("{v}: {}", c.graph.ty(*v)))
                 .collect();
-            println!("  kernel {} (group {grp}, {:?}) writes {}", k.name, data.kind, outs.join(", "));
+            println!(
+                "  kernel {} (group {grp}, {:?}) writes {}",
+                k.name,
+                data.kind,
+                outs.join(", ")
+            );
             if let Some(s) = &c.schedules[grp] {
                 println!("    tile: {}", s.tile);
                 println!("    why: {}", s.why);
@@ -370,12 +396,15 @@ pub fn bench(
         // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
         // timing measures HBM and not the cache (design §10).
         let step_bytes: u64 = p.buffers.values().map(|b| b.ty.size_bytes()).sum();
-        let copies = (4 * props.l2_bytes).div_ceil(step_bytes.max(1)).clamp(1, 16) as usize;
+        let copies = (4 * props.l2_bytes)
+            .div_ceil(step_bytes.max(1))
+            .clamp(1, 16) as usize;
         let mut sets = vec![];
         for _ in 0..copies {
             let mut set = Vec::new();
             for (i, (_, decl)) in p.buffers.iter().enumerate() {
-                let mut b = tessel_cuda::Buffer::alloc(&gpu, (decl.ty.size_bytes() as usize).max(1))?;
+                let mut b =
+                    tessel_cuda::Buffer::alloc(&gpu, (decl.ty.size_bytes() as usize).max(1))?;
                 b.copy_from(&l.buffers[i])?;
                 set.push(b);
             }

@@ -49,8 +49,8 @@ fn render(diags: &[Diagnostic], name: &str, text: &str) -> String {
 
 /// Reads and parses `path`; syntax errors are rendered into the error.
 pub fn load(path: &Path) -> Result<Source> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path.display().to_string();
     let module = tessel_syntax::parse(&text).map_err(|d| {
         anyhow!(

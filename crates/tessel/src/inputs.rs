@@ -18,7 +18,11 @@ pub fn parse_fill(s: &str) -> Result<(String, i64), String> {
         Some(("iota", n)) => n
             .parse()
             .map_err(|_| format!("`{s}`: START must be an integer"))?,
-        _ => return Err(format!("`{s}`: the only fill is iota, e.g. pos=iota:127000")),
+        _ => {
+            return Err(format!(
+                "`{s}`: the only fill is iota, e.g. pos=iota:127000"
+            ))
+        }
     };
     Ok((name.to_string(), start))
 }
@@ -37,9 +41,9 @@ fn st_dtype(d: DType) -> Dtype {
 /// seed derived from `--seed` and the input's position.
 pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
     let file = match &args.inputs {
-        Some(path) => Some(
-            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?,
-        ),
+        Some(path) => {
+            Some(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?)
+        }
         None => None,
     };
     let st = match &file {
@@ -53,7 +57,10 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
     for name in fills.keys() {
         if !p.inputs.iter().any(|(n, _)| n == name) {
             // Several steps may run with one --fill; say so rather than fail.
-            eprintln!("note: --fill {name}: step `{}` has no input `{name}`; ignored", p.name);
+            eprintln!(
+                "note: --fill {name}: step `{}` has no input `{name}`; ignored",
+                p.name
+            );
         }
     }
     let mut out = Vec::new();

@@ -19,7 +19,11 @@ use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
-#[command(name = "tessel", version, about = "Compile tessel steps to PTX; run and check them on the GPU and CPU")]
+#[command(
+    name = "tessel",
+    version,
+    about = "Compile tessel steps to PTX; run and check them on the GPU and CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -40,9 +40,8 @@ struct Step {
 
 fn compile_file(path: &Path, dims: &[(&str, u64)]) -> Vec<Step> {
     let src = std::fs::read_to_string(path).expect("read");
-    let module = tessel_syntax::parse(&src).unwrap_or_else(|d| {
-        panic!("{}: {}", path.display(), d[0].render("f", &src, false))
-    });
+    let module = tessel_syntax::parse(&src)
+        .unwrap_or_else(|d| panic!("{}: {}", path.display(), d[0].render("f", &src, false)));
     let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let opts = Options {
         verify: true,
@@ -52,7 +51,11 @@ fn compile_file(path: &Path, dims: &[(&str, u64)]) -> Vec<Step> {
         .into_iter()
         .map(|name| {
             let checked = check::run(&module, &name, &dims).unwrap_or_else(|d| {
-                panic!("{} step {name}: {}", path.display(), d[0].render("f", &src, false))
+                panic!(
+                    "{} step {name}: {}",
+                    path.display(),
+                    d[0].render("f", &src, false)
+                )
             });
             let c = compile(&checked, &opts)
                 .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
@@ -74,14 +77,22 @@ fn ptx(p: &tessel_ir::kernel::Program) -> String {
 fn golden_ptx_of_every_example_assembles() {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
     for path in examples() {
-        let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("x").to_string();
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("x")
+            .to_string();
         let src = std::fs::read_to_string(&path).expect("read");
         for step in compile_file(&path, &[("T", 4096)]) {
             let text = ptx(&step.program);
             let mut settings = insta::Settings::clone_current();
             settings.set_snapshot_path(root().join("golden"));
             settings.set_prepend_module_to_snapshot(false);
-            settings.set_description(format!("{} step {} --dim T=4096", path.display(), step.name));
+            settings.set_description(format!(
+                "{} step {} --dim T=4096",
+                path.display(),
+                step.name
+            ));
             settings.bind(|| {
                 insta::assert_snapshot!(
                     format!("{stem}__{}", step.name),
@@ -89,9 +100,9 @@ fn golden_ptx_of_every_example_assembles() {
                 )
             });
             if let Some(ptxas) = &ptxas {
-                let report = ptxas
-                    .assemble(&text, "sm_90")
-                    .unwrap_or_else(|e| panic!("{stem}:{}: ptxas rejected the PTX: {e}", step.name));
+                let report = ptxas.assemble(&text, "sm_90").unwrap_or_else(|e| {
+                    panic!("{stem}:{}: ptxas rejected the PTX: {e}", step.name)
+                });
                 for k in report.kernels() {
                     println!(
                         "{stem}:{} {}: {} registers, {} B stack, spills {} B stored / {} B loaded",
@@ -173,7 +184,11 @@ fn semantics(path: &Path, dims: &[(&str, u64)], seed: u64) -> Vec<(String, Strin
         let want = eval_graph(&step.checked, &inputs).expect("oracle");
         for (i, (name, _)) in p.outputs.iter().enumerate() {
             let s = error_stats(&got[i], &want[i]).expect("stats");
-            assert_eq!(s.nan_mismatch, 0, "{} {name}: NaN where the oracle has none", step.name);
+            assert_eq!(
+                s.nan_mismatch, 0,
+                "{} {name}: NaN where the oracle has none",
+                step.name
+            );
             out.push((step.name.clone(), name.clone(), got[i].ty.dtype, s.rel_rms));
         }
     }
@@ -203,7 +218,10 @@ fn examples_at_odd_token_counts_match_the_oracle() {
     for path in examples() {
         for t in [1, 3, 7] {
             for (step, name, dt, rel) in semantics(&path, &[("T", t)], t) {
-                println!("{} T={t} {step}.{name} ({dt}): rel-RMS {rel:.3e}", path.display());
+                println!(
+                    "{} T={t} {step}.{name} ({dt}): rel-RMS {rel:.3e}",
+                    path.display()
+                );
                 assert!(rel <= BF16_REL_RMS, "{step}.{name}: rel-RMS {rel:e}");
             }
         }
@@ -217,8 +235,15 @@ fn odd_shapes_run_in_bounds_and_match_the_oracle() {
     for (t, d) in [(1, 2), (1, 7), (3, 5), (7, 33), (4, 129), (2, 5120)] {
         for (step, name, dt, rel) in semantics(&path, &[("T", t), ("D", d)], 3) {
             println!("T={t} D={d} {step}.{name} ({dt}): rel-RMS {rel:.3e}");
-            let bound = if dt == DType::F32 { F32_REL_RMS } else { BF16_REL_RMS };
-            assert!(rel <= bound, "T={t} D={d} {step}.{name}: rel-RMS {rel:e} > {bound:e}");
+            let bound = if dt == DType::F32 {
+                F32_REL_RMS
+            } else {
+                BF16_REL_RMS
+            };
+            assert!(
+                rel <= bound,
+                "T={t} D={d} {step}.{name}: rel-RMS {rel:e} > {bound:e}"
+            );
         }
     }
 }
