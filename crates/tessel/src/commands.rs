@@ -157,7 +157,7 @@ pub fn run(
     };
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
-        Err(why) => println!("device: CPU kernel-IR executor (no GPU: {why})"),
+        Err(why) => println!("device: CPU kernel-IR executor ({why})"),
     }
     let several = steps.len() > 1;
     for step in &steps {
