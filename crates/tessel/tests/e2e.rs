@@ -247,3 +247,115 @@ fn odd_shapes_run_in_bounds_and_match_the_oracle() {
         }
     }
 }
+
+#[test]
+fn small_programs_match_the_oracle() {
+    let path = root().join("tests/programs/small.tsl");
+    for t in [1, 4, 9] {
+        for (step, name, dt, rel) in semantics(&path, &[("T", t)], t) {
+            println!("T={t} {step}.{name} ({dt}): rel-RMS {rel:.3e}");
+            let bound = match dt {
+                DType::F32 => F32_REL_RMS,
+                DType::Bf16 | DType::F16 => BF16_REL_RMS,
+                _ => 0.0,
+            };
+            assert!(
+                rel <= bound,
+                "T={t} {step}.{name}: rel-RMS {rel:e} > {bound:e}"
+            );
+        }
+    }
+}
+
+/// Token-level mutations of every test program: whatever checks must compile (or fail
+/// with an error) and run on the executor (or fault with an error), never panic.
+#[test]
+fn mutated_programs_never_panic_anywhere_in_the_pipeline() {
+    let mut files = examples();
+    for f in ["f32_paths.tsl", "shapes.tsl", "small.tsl"] {
+        files.push(root().join("tests/programs").join(f));
+    }
+    let swaps = [
+        "x", "1", "2", "-1", "0", "1.0", "+", "-", "*", "/", "%", ":", "None", "axis", "f32",
+        "bf16", "i32", "sin", "exp", "mean", "sum", "max", "concat", "split", "where", "iota",
+        "pow", "softmax", "(", ")", "[", "]", ",", "^T", "<", "abs", "sqrt", "log",
+    ];
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut compiled = 0;
+    for path in files {
+        let src = std::fs::read_to_string(&path).expect("read");
+        let toks: Vec<String> = {
+            let mut v = Vec::new();
+            let mut cur = String::new();
+            for ch in src.chars() {
+                if ch.is_alphanumeric() || ch == '_' || ch == '.' {
+                    cur.push(ch);
+                } else {
+                    if !cur.is_empty() {
+                        v.push(std::mem::take(&mut cur));
+                    }
+                    v.push(ch.to_string());
+                }
+            }
+            v.push(cur);
+            v
+        };
+        for _ in 0..300 {
+            let mut t = toks.clone();
+            for _ in 0..1 + next(2) {
+                let i = next(t.len());
+                if t[i].trim().is_empty() {
+                    continue;
+                }
+                t[i] = swaps[next(swaps.len())].to_string();
+            }
+            let text: String = t.concat();
+            let Ok(m) = tessel_syntax::parse(&text) else {
+                continue;
+            };
+            for name in check::steps(&m) {
+                let dims: BTreeMap<String, u64> = [
+                    ("T".to_string(), 3),
+                    ("D".to_string(), 5),
+                    ("N".to_string(), 2),
+                ]
+                .into();
+                let Ok(g) = check::run(&m, &name, &dims) else {
+                    continue;
+                };
+                let opts = Options {
+                    verify: true,
+                    ..Default::default()
+                };
+                let r = std::panic::catch_unwind(|| {
+                    let Ok(c) = compile(&g, &opts) else {
+                        return false;
+                    };
+                    let _ = ptx(&c.program);
+                    let inputs: Vec<Tensor> = c
+                        .program
+                        .inputs
+                        .iter()
+                        .map(|(_, b)| Tensor::random(c.program.buffers[*b].ty.clone(), 1))
+                        .collect();
+                    // Faults (e.g. an integer division by zero) are errors, not panics.
+                    let _ = run_program(&c.program, &inputs);
+                    let _ = eval_graph(&g, &inputs);
+                    true
+                });
+                match r {
+                    Ok(ok) => compiled += ok as u32,
+                    Err(_) => panic!("the pipeline panicked on step `{name}` of:\n{text}"),
+                }
+            }
+        }
+    }
+    println!("{compiled} mutated steps compiled and ran");
+    assert!(compiled > 100, "only {compiled} mutants compiled");
+}
