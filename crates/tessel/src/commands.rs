@@ -346,9 +346,15 @@ fn check_step(
 /// `tessel explain`.
 pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let src = load(file)?;
+    // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
     for step in compile_steps(&src, args, &options())? {
         let c = &step.compiled;
         println!("step {}: {} kernel(s)", step.name, c.program.kernels.len());
+        let report = match &ptxas {
+            Some(p) => Some(p.assemble(&device::ptx_of(&c.program)?, "sm_90")?),
+            None => None,
+        };
         for ((grp, data), (_, k)) in c.fusion.groups.iter().zip(c.program.kernels.iter()) {
             let outs: Vec<String> = data
                 .outputs
@@ -367,6 +373,13 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             }
             println!("    launch: grid {:?}, block {:?}", k.grid, k.block);
             println!("    order: {}", k.schedule);
+            match report.as_ref().and_then(|r| r.function(&k.name)) {
+                Some(f) => println!(
+                    "    ptxas sm_90: {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded",
+                    f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
+                ),
+                None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
+            }
         }
     }
     Ok(())
