@@ -19,6 +19,9 @@
 //! 4. Each materialised non-input value is the output of one group: a row-reduction group if
 //!    the values it computes contain reductions (all over rows of the output's last axis),
 //!    else an elementwise group.
+//! 5. An elementwise group joins an earlier elementwise group of the same shape when the two
+//!    read a common materialised value and everything the later one reads is written before
+//!    the earlier one runs: one kernel with several outputs, shared work computed once.
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
@@ -85,7 +88,7 @@ pub fn run(g: &Graph) -> Fusion {
         }
     }
 
-    let mut fusion = Fusion::default();
+    let mut groups: Vec<GroupData> = Vec::new();
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
             continue;
@@ -96,13 +99,62 @@ pub fn run(g: &Graph) -> Fusion {
         } else {
             GroupKind::RowReduction
         };
-        fusion.new_group(GroupData {
+        // Rule 5: an elementwise kernel of the same shape that reads a value this one reads,
+        // and only values written before the earlier kernel runs, joins it (RoPE's cos and
+        // sin tables: one launch, the angles computed once).
+        let leaves = cone_leaves(g, v, &mat);
+        if kind == GroupKind::Elementwise {
+            let host = groups.iter().position(|gd| {
+                gd.kind == GroupKind::Elementwise && g.ty(gd.outputs[0]).shape == g.ty(v).shape
+            });
+            if let Some(h) = host {
+                let host_leaves: Vec<Value> = groups[h]
+                    .outputs
+                    .iter()
+                    .flat_map(|&o| cone_leaves(g, o, &mat))
+                    .collect();
+                let written_before = |x: &Value| {
+                    matches!(g.ops[*x], Op::Input { .. })
+                        || groups[..h].iter().any(|gd| gd.outputs.contains(x))
+                };
+                if leaves.iter().any(|l| host_leaves.contains(l))
+                    && leaves.iter().all(written_before)
+                {
+                    groups[h].outputs.push(v);
+                    continue;
+                }
+            }
+        }
+        groups.push(GroupData {
             kind,
             outputs: vec![v],
             reductions,
         });
     }
+    let mut fusion = Fusion::default();
+    for gd in groups {
+        fusion.new_group(gd);
+    }
     fusion
+}
+
+/// The materialised values the kernel computing `out` reads.
+fn cone_leaves(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
+    let mut stack = vec![out];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    let mut leaves = Vec::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        if x != out && (mat.contains(x) || matches!(g.ops[x], Op::Input { .. })) {
+            leaves.push(x);
+            continue;
+        }
+        stack.extend(g.ops[x].args());
+    }
+    leaves.sort();
+    leaves
 }
 
 /// The shape of the rows a group writing `v` iterates over: `v`'s own shape, or for a

@@ -176,7 +176,7 @@ fn lower_group(
     }
     let (block, grid, schedule) = match (data.kind, tile) {
         (GroupKind::Elementwise, &TileConfig::Elementwise { threads, vector }) => {
-            let ctas = gen.elementwise(out, threads, vector)?;
+            let ctas = gen.elementwise(&data.outputs, threads, vector)?;
             (
                 threads,
                 ctas,
@@ -369,8 +369,8 @@ impl Gen<'_> {
 
     /// Elementwise: thread `t` computes elements `t·v .. t·v + v` of the flattened output.
     /// Returns the grid size in CTAs.
-    fn elementwise(&mut self, out: Value, threads: u32, v: u32) -> Result<u32, LowerError> {
-        let shape = self.g.ty(out).shape.clone();
+    fn elementwise(&mut self, outs: &[Value], threads: u32, v: u32) -> Result<u32, LowerError> {
+        let shape = self.g.ty(outs[0]).shape.clone();
         let numel = shape.numel();
         let gid = self.global_thread(threads);
         let first = self
@@ -383,8 +383,10 @@ impl Gen<'_> {
         );
         self.open();
         let idx = self.unflatten(Ix::R(first), &shape);
-        let vals = self.value(out, &idx, v)?;
-        self.store(out, &idx, &vals)?;
+        for &out in outs {
+            let vals = self.value(out, &idx, v)?;
+            self.store(out, &idx, &vals)?;
+        }
         let then_body = self.close();
         self.b.push(Stmt::If {
             cond: inb,
