@@ -12,7 +12,11 @@
 //! every operation and denormals kept (PTX `.rn`, never `.ftz`); `FMin`/`FMax` propagate NaN
 //! (PTX `min.NaN`/`max.NaN`); `FFma` rounds once. Integer arithmetic wraps modulo 2^32 (2^64
 //! for addresses). The CPU executor (`tessel-ref`) and the PTX writer (`tessel-ptx`) both
-//! implement exactly these semantics, so a kernel's result is the same bits on either.
+//! implement exactly these semantics, so a kernel's result is the same bits on either —
+//! except [`Stmt::Mma`], whose accumulation NVIDIA does not specify: the executor runs a
+//! documented model of it and the GPU is compared with that by tolerance (the `exact`
+//! profile never uses it). Warp-wide statements ([`Op::ShflBfly`], [`Stmt::Mma`],
+//! [`Stmt::Ldmatrix`]) are executed by all 32 lanes of a warp together.
 //!
 //! A [`Program`] is a step: the buffers (inputs, outputs, intermediates), the kernels, and
 //! the launches in order.
@@ -210,6 +214,132 @@ pub enum Op {
     ShflBfly,
     /// `f32 [, f32] -> f32`: a math-library call, removed by `expand-math`.
     Math(MathFn),
+    /// `f32 -> u32`: `a` rounded to TF32 (10 fraction bits) to nearest, ties away from zero,
+    /// as an f32 bit pattern whose low 13 bits are 0 (PTX `cvt.rna.tf32.f32`, sm_80+). Carry
+    /// out of the fraction rounds up the exponent, so values past the largest TF32 become
+    /// infinity; ±0, ±infinity and denormals follow the same rule (denormals are kept). A NaN
+    /// gives a NaN; the executor returns `0x7fffffff` (the PTX ISA does not fix the payload).
+    /// The operand format of [`MmaShape::M16N8K8Tf32`].
+    CvtRnaTf32F32,
+}
+
+/// The shape and input type of a warp-level [`Stmt::Mma`]: `D[16×N] = A[16×K]·B[K×N] + C`
+/// with f32 accumulators, A row-major and B column-major (PTX `mma.sync.aligned` with
+/// `.row.col` layouts and `.f32` C/D types; PTX ISA §9.7.14.5.7–8, "Matrix Fragments for
+/// mma.m16n8k8 / mma.m16n8k16").
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum MmaShape {
+    /// `m16n8k16`, bf16 inputs: A is 4 × u32, B 2 × u32, each u32 two packed bf16 (the
+    /// lower-indexed element in bits 15..0).
+    M16N8K16Bf16,
+    /// `m16n8k16`, f16 inputs, packed as for bf16.
+    M16N8K16F16,
+    /// `m16n8k8`, tf32 inputs: A is 4 × u32, B 2 × u32, each u32 one f32 bit pattern of
+    /// which only the TF32 bits (31..13) are used (round first with [`Op::CvtRnaTf32F32`]).
+    M16N8K8Tf32,
+}
+
+impl MmaShape {
+    pub const ALL: [MmaShape; 3] = [
+        MmaShape::M16N8K16Bf16,
+        MmaShape::M16N8K16F16,
+        MmaShape::M16N8K8Tf32,
+    ];
+
+    /// Rows of A and D.
+    pub fn m(self) -> usize {
+        16
+    }
+
+    /// Columns of B and D.
+    pub fn n(self) -> usize {
+        8
+    }
+
+    /// The reduction length: columns of A, rows of B.
+    pub fn k(self) -> usize {
+        match self {
+            MmaShape::M16N8K16Bf16 | MmaShape::M16N8K16F16 => 16,
+            MmaShape::M16N8K8Tf32 => 8,
+        }
+    }
+
+    /// u32 registers of A per lane.
+    pub fn a_regs(self) -> usize {
+        4
+    }
+
+    /// u32 registers of B per lane.
+    pub fn b_regs(self) -> usize {
+        2
+    }
+
+    /// The textual name: `m16n8k16.bf16`, `m16n8k16.f16`, `m16n8k8.tf32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaShape::M16N8K16Bf16 => "m16n8k16.bf16",
+            MmaShape::M16N8K16F16 => "m16n8k16.f16",
+            MmaShape::M16N8K8Tf32 => "m16n8k8.tf32",
+        }
+    }
+
+    /// Where lane `lane` holds A: for register `i` (0..4), the `(row, col)` of the element in
+    /// its low half (bf16/f16; the high half is `col + 1`) or of its one element (tf32).
+    /// With `g = lane / 4`, `t = lane % 4`:
+    /// - m16n8k16: reg 0 `(g, 2t)`, reg 1 `(g + 8, 2t)`, reg 2 `(g, 2t + 8)`, reg 3
+    ///   `(g + 8, 2t + 8)`;
+    /// - m16n8k8.tf32: reg 0 `(g, t)`, reg 1 `(g + 8, t)`, reg 2 `(g, t + 4)`, reg 3
+    ///   `(g + 8, t + 4)`.
+    pub fn a_pos(self, lane: usize, i: usize) -> (usize, usize) {
+        let (g, t) = (lane / 4, lane % 4);
+        let row = g + 8 * (i & 1);
+        match self {
+            MmaShape::M16N8K8Tf32 => (row, t + 4 * (i >> 1)),
+            _ => (row, 2 * t + 8 * (i >> 1)),
+        }
+    }
+
+    /// Where lane `lane` holds B: for register `i` (0..2), the `(k, n)` of its low-half
+    /// element (the high half is `k + 1`) or of its one element (tf32). m16n8k16: reg 0
+    /// `(2t, g)`, reg 1 `(2t + 8, g)`; m16n8k8.tf32: reg 0 `(t, g)`, reg 1 `(t + 4, g)`.
+    pub fn b_pos(self, lane: usize, i: usize) -> (usize, usize) {
+        let (g, t) = (lane / 4, lane % 4);
+        match self {
+            MmaShape::M16N8K8Tf32 => (t + 4 * i, g),
+            _ => (2 * t + 8 * i, g),
+        }
+    }
+
+    /// Where lane `lane` holds C and D: register `i` (0..4) is element
+    /// `(g + 8·(i / 2), 2t + i % 2)` (the same for every shape).
+    pub fn cd_pos(lane: usize, i: usize) -> (usize, usize) {
+        (lane / 4 + 8 * (i >> 1), 2 * (lane % 4) + (i & 1))
+    }
+}
+
+/// The cache mode of a [`Stmt::CpAsync`]: PTX `cp.async.ca` (cache in L1 and L2; 4, 8 or
+/// 16 bytes) or `cp.async.cg` (L2 only; 16 bytes).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum CpAsyncCache {
+    Ca,
+    Cg,
+}
+
+impl CpAsyncCache {
+    pub fn name(self) -> &'static str {
+        match self {
+            CpAsyncCache::Ca => "ca",
+            CpAsyncCache::Cg => "cg",
+        }
+    }
+
+    /// Whether a copy of `bytes` bytes exists in this mode.
+    pub fn allows(self, bytes: u32) -> bool {
+        match self {
+            CpAsyncCache::Ca => matches!(bytes, 4 | 8 | 16),
+            CpAsyncCache::Cg => bytes == 16,
+        }
+    }
 }
 
 /// Memory state space of a load or store.
@@ -297,6 +427,80 @@ pub enum Stmt {
     },
     /// CTA-wide barrier (PTX `bar.sync 0`); every thread of the CTA must reach it.
     Barrier,
+    /// Warp-level matrix multiply-accumulate, `D = A·B + C` on a 16×N×K tile held in the
+    /// registers of the warp's 32 lanes (PTX `mma.sync.aligned.<shape>.row.col.f32.<t>.<t>.f32`).
+    /// Every lane of the warp must execute it together (no lane inactive or absent: the
+    /// verifier requires whole warps, the executor checks the active mask). Which element
+    /// each lane's registers hold: [`MmaShape::a_pos`], [`MmaShape::b_pos`],
+    /// [`MmaShape::cd_pos`].
+    ///
+    /// `d` and `c` are `F32` registers (four each; `d` may be `c`, accumulating in place),
+    /// `a` and `b` are `shape.a_regs()` / `shape.b_regs()` `U32` registers. C is registers,
+    /// not immediates, because PTX takes none there: a zero accumulator is a `Mov` first.
+    ///
+    /// Numerics: products of the inputs are exact (bf16·bf16, f16·f16 and tf32·tf32 fit in
+    /// f32's significand), but NVIDIA does not specify the order or the precision in which
+    /// the tensor core adds them. The executor's model: for each output element,
+    /// `acc = c; for k in 0..K { acc = fma(a[i][k], b[k][j], acc) }`, one f32
+    /// round-to-nearest-even per step, denormals kept, NaN canonical. Results on the GPU may
+    /// differ from the model by accumulation rounding: they are compared by tolerance, never
+    /// bit for bit, and the `exact` profile never uses this statement.
+    Mma {
+        shape: MmaShape,
+        d: [Reg; 4],
+        a: Vec<Reg>,
+        b: Vec<Reg>,
+        c: [Reg; 4],
+    },
+    /// Warp-level load of `dsts.len()` (1, 2 or 4) 8×8 matrices of 16-bit elements from
+    /// shared memory (PTX `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16`). Every
+    /// lane of the warp must execute it together, as for [`Stmt::Mma`].
+    ///
+    /// Row `r` of matrix `m` is the 16 bytes at `addr + offset` of lane `8m + r` (16-byte
+    /// aligned, inside a shared buffer); lanes `8·len..32` supply no address. Lane `l` gets
+    /// in `dsts[m]` the elements `M[l / 4][2(l % 4)]` (bits 15..0) and
+    /// `M[l / 4][2(l % 4) + 1]` (bits 31..16) of matrix `m`; with `trans`, `M[2(l % 4)][l / 4]`
+    /// and `M[2(l % 4) + 1][l / 4]` (the transposed matrix). For x4 from a row-major 16×16
+    /// bf16 tile with lane `l` pointing at row `l % 16`, column `8·(l / 16)`, this is exactly
+    /// the A fragment of an m16n8k16 [`Stmt::Mma`].
+    Ldmatrix {
+        dsts: Vec<Reg>,
+        trans: bool,
+        addr: Reg,
+        offset: i32,
+    },
+    /// Per-thread asynchronous copy of `bytes` bytes from global to shared memory (PTX
+    /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes{, src_bytes}`). `dst` is a `U32`
+    /// shared address, `src` a `U64` global address, both aligned to `bytes`; `bytes` is
+    /// 4, 8 or 16 for `Ca`, 16 for `Cg`. With `src_bytes` (a `U32`, at most `bytes`), only the
+    /// first `src_bytes` bytes are read and the rest of the destination is zero-filled;
+    /// with 0 no global byte is read at all, which is how K tails and M/N edges of a tile
+    /// are made safe.
+    ///
+    /// The copy belongs to the thread's next [`Stmt::CpAsyncCommit`] group; its destination
+    /// bytes may be neither read nor written (by any thread) until the thread's
+    /// [`Stmt::CpAsyncWait`] / [`Stmt::CpAsyncWaitAll`] has completed that group (and, for
+    /// other threads to read them, a [`Stmt::Barrier`] follows). The executor copies at
+    /// once but tracks the pending bytes and reports an access before the matching wait.
+    CpAsync {
+        cache: CpAsyncCache,
+        bytes: u32,
+        dst: Reg,
+        dst_offset: i32,
+        src: Reg,
+        src_offset: i32,
+        src_bytes: Option<Operand>,
+    },
+    /// Closes the thread's group of pending [`Stmt::CpAsync`] copies issued since the last
+    /// commit (possibly none: an empty group still counts; PTX `cp.async.commit_group`).
+    CpAsyncCommit,
+    /// Waits until at most `n` of the thread's most recent committed groups are pending:
+    /// every older group is complete (PTX `cp.async.wait_group n`). Uncommitted copies are
+    /// not waited for.
+    CpAsyncWait(u32),
+    /// Waits for every copy of the thread, committed or not (PTX `cp.async.wait_all`, the
+    /// same as a commit and `wait_group 0`).
+    CpAsyncWaitAll,
 }
 
 /// The kind of a kernel parameter.

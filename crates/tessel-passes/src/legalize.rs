@@ -113,7 +113,14 @@ fn legalize_block(kernel: &mut Kernel, block: Vec<Stmt>) -> Result<Vec<Stmt>, Le
                     else_body,
                 });
             }
-            s @ (Stmt::Load { .. } | Stmt::Barrier) => out.push(s),
+            s @ (Stmt::Load { .. }
+            | Stmt::Barrier
+            | Stmt::Mma { .. }
+            | Stmt::Ldmatrix { .. }
+            | Stmt::CpAsync { .. }
+            | Stmt::CpAsyncCommit
+            | Stmt::CpAsyncWait(_)
+            | Stmt::CpAsyncWaitAll) => out.push(s),
         }
     }
     Ok(out)

@@ -15,7 +15,8 @@
 use std::fmt;
 
 use tessel_ir::kernel::{
-    FCmp, ICmp, Kernel, Op, Operand, ParamKind, Program, RegType, Space, Special, Stmt, Width,
+    CpAsyncCache, FCmp, ICmp, Kernel, MmaShape, Op, Operand, ParamKind, Program, RegType, Space,
+    Special, Stmt, Width,
 };
 use tessel_ir::{Reg, SharedBuf};
 
@@ -317,7 +318,182 @@ impl<W: fmt::Write> Writer<W> {
                 else_body,
             } => self.write_if(k, level, *cond, then_body, else_body),
             Stmt::Barrier => self.write_barrier(level),
+            Stmt::Mma { shape, d, a, b, c } => self.write_mma(k, level, *shape, d, a, b, c),
+            Stmt::Ldmatrix {
+                dsts,
+                trans,
+                addr,
+                offset,
+            } => self.write_ldmatrix(k, level, dsts, *trans, *addr, *offset),
+            Stmt::CpAsync {
+                cache,
+                bytes,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                src_bytes,
+            } => self.write_cp_async(
+                k,
+                level,
+                *cache,
+                *bytes,
+                (*dst, *dst_offset),
+                (*src, *src_offset),
+                *src_bytes,
+            ),
+            Stmt::CpAsyncCommit => {
+                self.write_instr(level, &Instr::new("cp").m(&["async", "commit_group"]))
+            }
+            Stmt::CpAsyncWait(n) => self.write_instr(
+                level,
+                &Instr::new("cp")
+                    .m(&["async", "wait_group"])
+                    .arg(Arg::Uint(u64::from(*n))),
+            ),
+            Stmt::CpAsyncWaitAll => {
+                self.write_instr(level, &Instr::new("cp").m(&["async", "wait_all"]))
+            }
         }
+    }
+
+    /// Registers of one class, named in order, or `NoRow` naming `what` and the types found.
+    fn typed_regs(
+        &mut self,
+        k: &Kernel,
+        regs: &[Reg],
+        want: RegType,
+        what: &str,
+    ) -> Result<Vec<RegName>, PtxError> {
+        let tys = regs
+            .iter()
+            .map(|&r| reg_type(k, r).map(OperandType::Reg))
+            .collect::<Result<Vec<_>, _>>()?;
+        if tys.iter().any(|t| t.ty() != want) {
+            return Err(no_row(k, what.to_owned(), &tys, None));
+        }
+        Ok(regs
+            .iter()
+            .map(|&r| self.names.reg(r, class_of(want)))
+            .collect())
+    }
+
+    /// `mma.sync.aligned.<shape>.row.col.f32.<t>.<t>.f32 {d}, {a}, {b}, {c}`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_mma(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        shape: MmaShape,
+        d: &[Reg; 4],
+        a: &[Reg],
+        b: &[Reg],
+        c: &[Reg; 4],
+    ) -> Result<(), PtxError> {
+        let what = format!("Mma({shape:?})");
+        if a.len() != shape.a_regs() || b.len() != shape.b_regs() {
+            return Err(malformed(
+                k,
+                &format!(
+                    "mma.{} with {} A and {} B registers",
+                    shape.name(),
+                    a.len(),
+                    b.len()
+                ),
+            ));
+        }
+        let d = self.typed_regs(k, d, RegType::F32, &format!("{what} D"))?;
+        let a = self.typed_regs(k, a, RegType::U32, &format!("{what} A"))?;
+        let b = self.typed_regs(k, b, RegType::U32, &format!("{what} B"))?;
+        let c = self.typed_regs(k, c, RegType::F32, &format!("{what} C"))?;
+        let (mnk, ty) = match shape {
+            MmaShape::M16N8K16Bf16 => ("m16n8k16", "bf16"),
+            MmaShape::M16N8K16F16 => ("m16n8k16", "f16"),
+            MmaShape::M16N8K8Tf32 => ("m16n8k8", "tf32"),
+        };
+        let instr = Instr::new("mma")
+            .m(&["sync", "aligned", mnk, "row", "col", "f32", ty, ty, "f32"])
+            .arg(Arg::Vector(d))
+            .arg(Arg::Vector(a))
+            .arg(Arg::Vector(b))
+            .arg(Arg::Vector(c));
+        self.write_instr(level, &instr)
+    }
+
+    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 {d..}, [addr+offset]`.
+    fn write_ldmatrix(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        dsts: &[Reg],
+        trans: bool,
+        addr: Reg,
+        offset: i32,
+    ) -> Result<(), PtxError> {
+        let num = match dsts.len() {
+            1 => "x1",
+            2 => "x2",
+            4 => "x4",
+            n => {
+                return Err(malformed(
+                    k,
+                    &format!("ldmatrix of {n} matrices (1, 2 or 4)"),
+                ))
+            }
+        };
+        let d = self.typed_regs(k, dsts, RegType::U32, "Ldmatrix")?;
+        let a = self
+            .typed_regs(k, &[addr], RegType::U32, "Ldmatrix address")?
+            .remove(0);
+        let mut mods = vec!["sync", "aligned", "m8n8", num];
+        if trans {
+            mods.push("trans");
+        }
+        mods.extend(["shared", "b16"]);
+        let instr = Instr::new("ldmatrix")
+            .m(&mods)
+            .arg(Arg::Vector(d))
+            .arg(Arg::Addr(Box::new(a.into()), offset));
+        self.write_instr(level, &instr)
+    }
+
+    /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes{, src_bytes}`.
+    #[allow(clippy::too_many_arguments)]
+    fn write_cp_async(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        cache: CpAsyncCache,
+        bytes: u32,
+        (dst, dst_offset): (Reg, i32),
+        (src, src_offset): (Reg, i32),
+        src_bytes: Option<Operand>,
+    ) -> Result<(), PtxError> {
+        let what = format!("CpAsync({cache:?}, {bytes} bytes)");
+        let src_ty = src_bytes.map(|o| operand_type(k, o)).transpose()?;
+        let typed = cache.allows(bytes)
+            && reg_type(k, dst)? == RegType::U32
+            && reg_type(k, src)? == RegType::U64
+            && src_ty.is_none_or(|t| t.ty() == RegType::U32);
+        if !typed {
+            let mut tys = vec![
+                OperandType::Reg(reg_type(k, dst)?),
+                OperandType::Reg(reg_type(k, src)?),
+            ];
+            tys.extend(src_ty);
+            return Err(no_row(k, what, &tys, None));
+        }
+        let d = self.names.reg(dst, RegClass::B32);
+        let s = self.names.reg(src, RegClass::B64);
+        let mut instr = Instr::new("cp")
+            .m(&["async", cache.name(), "shared", "global"])
+            .arg(Arg::Addr(Box::new(d.into()), dst_offset))
+            .arg(Arg::Addr(Box::new(s.into()), src_offset))
+            .arg(Arg::Uint(u64::from(bytes)));
+        if let Some(n) = src_bytes {
+            instr = instr.arg(self.operand(k, n)?);
+        }
+        self.write_instr(level, &instr)
     }
 
     /// The op → instruction table.
@@ -455,6 +631,7 @@ impl<W: fmt::Write> Writer<W> {
                 .arg(Arg::Hex(0x1f))
                 .arg(Arg::Hex(0xffff_ffff)),
             Op::Math(_) => return Err(no_row(k, format!("{op:?}"), &tys, Some(dty))),
+            Op::CvtRnaTf32F32 => row("cvt", &["rna", "tf32", "f32"]).args(s),
         };
         self.write_instr(level, &instr)
     }
@@ -705,6 +882,7 @@ fn signature(op: Op, dst: RegType) -> Option<&'static [RegType]> {
         (Op::Param(_), U | D) => &[],
         (Op::ShflBfly, U) => &[U, U],
         (Op::ShflBfly, F) => &[F, U],
+        (Op::CvtRnaTf32F32, U) => &[F],
         _ => return None,
     })
 }

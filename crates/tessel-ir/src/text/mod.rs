@@ -340,6 +340,7 @@ pub(crate) fn kop_simple_name(op: KOp) -> Option<&'static str> {
         KOp::AddU64 => "add.u64",
         KOp::MulWideU32 => "mul.wide.u32",
         KOp::ShflBfly => "shfl.bfly",
+        KOp::CvtRnaTf32F32 => "cvt.rna.tf32",
         KOp::FCmp(_)
         | KOp::ICmp(_)
         | KOp::Special(_)
@@ -350,7 +351,7 @@ pub(crate) fn kop_simple_name(op: KOp) -> Option<&'static str> {
 }
 
 /// Every kernel op without an attribute, for the reader's table.
-pub(crate) const KOPS_SIMPLE: [KOp; 42] = [
+pub(crate) const KOPS_SIMPLE: [KOp; 43] = [
     KOp::Mov,
     KOp::FAdd,
     KOp::FSub,
@@ -393,6 +394,7 @@ pub(crate) const KOPS_SIMPLE: [KOp; 42] = [
     KOp::AddU64,
     KOp::MulWideU32,
     KOp::ShflBfly,
+    KOp::CvtRnaTf32F32,
 ];
 
 pub(crate) fn space_name(s: Space) -> &'static str {

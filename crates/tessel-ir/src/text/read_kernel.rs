@@ -8,8 +8,8 @@ use super::{
 };
 use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
 use crate::kernel::{
-    BufferDecl, BufferRole, Kernel, Launch, LaunchArg, Op, Operand, Param, ParamKind, Program,
-    Space, Stmt, Width,
+    BufferDecl, BufferRole, CpAsyncCache, Kernel, Launch, LaunchArg, MmaShape, Op, Operand, Param,
+    ParamKind, Program, Space, Stmt, Width,
 };
 use std::collections::HashMap;
 
@@ -412,6 +412,45 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
             values,
         });
     }
+    match w.as_str() {
+        "cp.async.commit" => return Ok(Stmt::CpAsyncCommit),
+        "cp.async.wait_all" => return Ok(Stmt::CpAsyncWaitAll),
+        "cp.async.wait" => return Ok(Stmt::CpAsyncWait(c.u32("a group count")?)),
+        _ => {}
+    }
+    if let Some(rest) = w.strip_prefix("cp.async.") {
+        // `cp.async.{ca,cg}.BYTES [dst], [src] [, src_bytes]`
+        let bad = || {
+            pos.error(format!(
+                "expected `cp.async.ca.N`, `cp.async.cg.N`, `cp.async.commit`, `cp.async.wait` or `cp.async.wait_all`, found `{w}`"
+            ))
+        };
+        let (m, n) = rest.split_once('.').ok_or_else(bad)?;
+        let cache = [CpAsyncCache::Ca, CpAsyncCache::Cg]
+            .into_iter()
+            .find(|x| x.name() == m)
+            .ok_or_else(bad)?;
+        let bytes = parse_uint(n)
+            .and_then(|x| u32::try_from(x).ok())
+            .ok_or_else(bad)?;
+        let (dst, dst_offset) = names.address(c)?;
+        c.punct(',')?;
+        let (src, src_offset) = names.address(c)?;
+        let src_bytes = if c.eat_punct(',') {
+            Some(names.operand(c)?)
+        } else {
+            None
+        };
+        return Ok(Stmt::CpAsync {
+            cache,
+            bytes,
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            src_bytes,
+        });
+    }
     if let Some(rest) = w.strip_prefix("load.") {
         let (space, width) = space_width(rest, pos)?;
         let (addr, offset) = names.address(c)?;
@@ -448,8 +487,62 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
             offset,
         });
     }
+    if let Some(rest) = m.strip_prefix("mma.") {
+        let shape = MmaShape::ALL
+            .into_iter()
+            .find(|x| x.name() == rest)
+            .ok_or_else(|| {
+                mpos.error(format!(
+                    "unknown mma shape `{rest}` (expected m16n8k16.bf16, m16n8k16.f16 or m16n8k8.tf32)"
+                ))
+            })?;
+        let d = four(dsts, pos, "an mma writes")?;
+        let a = c.bracket_list(|c| names.reg(c))?;
+        c.punct(',')?;
+        let b = c.bracket_list(|c| names.reg(c))?;
+        c.punct(',')?;
+        let cpos = c.pos();
+        let cs = c.bracket_list(|c| names.reg(c))?;
+        let cs = four(cs, cpos, "an mma reads")?;
+        return Ok(Stmt::Mma {
+            shape,
+            d,
+            a,
+            b,
+            c: cs,
+        });
+    }
+    if let Some(rest) = m.strip_prefix("ldmatrix.") {
+        let (num, trans) = match rest.strip_suffix(".trans") {
+            Some(x) => (x, true),
+            None => (rest, false),
+        };
+        let count = match num {
+            "x1" => 1,
+            "x2" => 2,
+            "x4" => 4,
+            _ => {
+                return Err(mpos.error(format!(
+                    "expected `ldmatrix.x1`, `.x2` or `.x4`, optionally `.trans`, found `{m}`"
+                )))
+            }
+        };
+        if dsts.len() != count {
+            return Err(pos.error(format!(
+                "ldmatrix.{num} writes {count} registers, not {}",
+                dsts.len()
+            )));
+        }
+        let (addr, offset) = names.address(c)?;
+        return Ok(Stmt::Ldmatrix {
+            dsts,
+            trans,
+            addr,
+            offset,
+        });
+    }
     if dsts.len() > 1 {
-        return Err(pos.error("only a load assigns several registers"));
+        return Err(pos.error("only a load, an mma or an ldmatrix assigns several registers"));
     }
     let (op, has_attr) = match m.as_str() {
         "special" => {
@@ -500,4 +593,10 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
         op,
         args,
     })
+}
+
+/// Exactly four registers, as the C and D of an mma.
+fn four(regs: Vec<Reg>, pos: Pos, what: &str) -> Result<[Reg; 4], ReadError> {
+    let n = regs.len();
+    <[Reg; 4]>::try_from(regs).map_err(|_| pos.error(format!("{what} four f32 registers, not {n}")))
 }

@@ -24,6 +24,11 @@ const REGS_PER_LINE: usize = 8;
 ///   for r3 = 0u32 .. r0 step 1u32 {
 ///     barrier
 ///   }
+///   cp.async.cg.16 [r4 + 16], [r1], r5
+///   cp.async.commit
+///   cp.async.wait 0
+///   r6, r7, r8, r9 = ldmatrix.x4.trans [r4]
+///   r10, r11, r12, r13 = mma.m16n8k16.bf16 [r6, r7, r8, r9], [r14, r15], [r10, r11, r12, r13]
 /// }
 /// ```
 pub fn write_kernel(k: &Kernel) -> String {
@@ -128,6 +133,12 @@ fn operand(o: Operand) -> String {
     }
 }
 
+/// `r1, r2, r3`.
+fn reg_list(regs: &[crate::Reg]) -> String {
+    let rs: Vec<String> = regs.iter().map(|r| r.to_string()).collect();
+    rs.join(", ")
+}
+
 fn address(addr: crate::Reg, offset: i32) -> String {
     match offset {
         0 => format!("[{addr}]"),
@@ -230,6 +241,62 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
             }
             Stmt::Barrier => {
                 let _ = writeln!(out, "{indent}barrier");
+            }
+            Stmt::Mma { shape, d, a, b, c } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}{} = mma.{} [{}], [{}], [{}]",
+                    reg_list(d),
+                    shape.name(),
+                    reg_list(a),
+                    reg_list(b),
+                    reg_list(c)
+                );
+            }
+            Stmt::Ldmatrix {
+                dsts,
+                trans,
+                addr,
+                offset,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}{} = ldmatrix.x{}{} {}",
+                    reg_list(dsts),
+                    dsts.len(),
+                    if *trans { ".trans" } else { "" },
+                    address(*addr, *offset)
+                );
+            }
+            Stmt::CpAsync {
+                cache,
+                bytes,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                src_bytes,
+            } => {
+                let mut line = format!(
+                    "{indent}cp.async.{}.{bytes} {}, {}",
+                    cache.name(),
+                    address(*dst, *dst_offset),
+                    address(*src, *src_offset)
+                );
+                if let Some(n) = src_bytes {
+                    line.push_str(", ");
+                    line.push_str(&operand(*n));
+                }
+                let _ = writeln!(out, "{line}");
+            }
+            Stmt::CpAsyncCommit => {
+                let _ = writeln!(out, "{indent}cp.async.commit");
+            }
+            Stmt::CpAsyncWait(n) => {
+                let _ = writeln!(out, "{indent}cp.async.wait {n}");
+            }
+            Stmt::CpAsyncWaitAll => {
+                let _ = writeln!(out, "{indent}cp.async.wait_all");
             }
         }
     }

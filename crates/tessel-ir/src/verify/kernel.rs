@@ -3,8 +3,8 @@
 use super::{Errors, VerifyError};
 use crate::entities::{BufferId, Reg};
 use crate::kernel::{
-    BufferRole, Kernel, LaunchArg, MathFn, Op, Operand, ParamKind, Program, RegType, Space, Stmt,
-    Width,
+    BufferRole, CpAsyncCache, Kernel, LaunchArg, MathFn, Op, Operand, ParamKind, Program, RegType,
+    Space, Stmt, Width,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
@@ -76,6 +76,7 @@ pub fn signature(op: Op) -> Signature {
         Op::ShflBfly => (&[SigType::T32, U], SigType::T32),
         Op::Math(MathFn::Pow) => (&[F, F], F),
         Op::Math(_) => (&[F], F),
+        Op::CvtRnaTf32F32 => (&[F], U),
     };
     Signature { args, result }
 }
@@ -145,7 +146,7 @@ fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors
             "kernel.geometry",
             kloc,
             format!(
-                "{threads} threads per CTA is not a multiple of 32, but the body has a shfl.bfly or barrier"
+                "{threads} threads per CTA is not a multiple of 32, but the body has a warp-wide instruction (shfl.bfly, mma, ldmatrix) or a barrier"
             ),
         );
     }
@@ -181,7 +182,7 @@ fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors
 
 fn uses_whole_warps(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Barrier => true,
+        Stmt::Barrier | Stmt::Mma { .. } | Stmt::Ldmatrix { .. } => true,
         Stmt::Op { op, .. } => *op == Op::ShflBfly,
         Stmt::For { body, .. } => uses_whole_warps(body),
         Stmt::If {
@@ -189,7 +190,12 @@ fn uses_whole_warps(body: &[Stmt]) -> bool {
             else_body,
             ..
         } => uses_whole_warps(then_body) || uses_whole_warps(else_body),
-        Stmt::Load { .. } | Stmt::Store { .. } => false,
+        Stmt::Load { .. }
+        | Stmt::Store { .. }
+        | Stmt::CpAsync { .. }
+        | Stmt::CpAsyncCommit
+        | Stmt::CpAsyncWait(_)
+        | Stmt::CpAsyncWaitAll => false,
     })
 }
 
@@ -200,7 +206,10 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             Stmt::Op { dst, .. } => {
                 out.insert(*dst);
             }
-            Stmt::Load { dsts, .. } => out.extend(dsts.iter().copied()),
+            Stmt::Load { dsts, .. } | Stmt::Ldmatrix { dsts, .. } => {
+                out.extend(dsts.iter().copied())
+            }
+            Stmt::Mma { d, .. } => out.extend(d.iter().copied()),
             Stmt::For { var, body, .. } => {
                 out.insert(*var);
                 assigned(body, out);
@@ -213,7 +222,12 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
                 assigned(then_body, out);
                 assigned(else_body, out);
             }
-            Stmt::Store { .. } | Stmt::Barrier => {}
+            Stmt::Store { .. }
+            | Stmt::Barrier
+            | Stmt::CpAsync { .. }
+            | Stmt::CpAsyncCommit
+            | Stmt::CpAsyncWait(_)
+            | Stmt::CpAsyncWaitAll => {}
         }
     }
 }
@@ -370,7 +384,133 @@ impl Cx<'_, '_> {
                 self.block(then_body, &format!("{path}.then"));
                 self.block(else_body, &format!("{path}.else"));
             }
-            Stmt::Barrier => {}
+            Stmt::Barrier | Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll => {}
+            Stmt::Mma { shape, d, a, b, c } => {
+                let groups: [(&str, &[Reg], usize, RegType); 4] = [
+                    ("destination", d, 4, RegType::F32),
+                    ("A", a, shape.a_regs(), RegType::U32),
+                    ("B", b, shape.b_regs(), RegType::U32),
+                    ("accumulator", c, 4, RegType::F32),
+                ];
+                for (what, regs, want_n, want_t) in groups {
+                    if regs.len() != want_n {
+                        self.err(
+                            "kernel.mma",
+                            path,
+                            format!(
+                                "mma.{} takes {want_n} {what} registers, not {}",
+                                shape.name(),
+                                regs.len()
+                            ),
+                        );
+                    }
+                    for r in regs {
+                        if let Some(t) = self.reg(*r, path, what) {
+                            if t != want_t {
+                                self.err(
+                                    "kernel.mma",
+                                    path,
+                                    format!(
+                                        "{what} register {r} is {}, not {}",
+                                        t.name(),
+                                        want_t.name()
+                                    ),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+            Stmt::Ldmatrix { dsts, addr, .. } => {
+                if !matches!(dsts.len(), 1 | 2 | 4) {
+                    self.err(
+                        "kernel.ldmatrix",
+                        path,
+                        format!("ldmatrix loads 1, 2 or 4 matrices, not {}", dsts.len()),
+                    );
+                }
+                for r in dsts {
+                    if let Some(t) = self.reg(*r, path, "destination") {
+                        if t != RegType::U32 {
+                            self.err(
+                                "kernel.ldmatrix",
+                                path,
+                                format!("destination {r} is {}, not u32", t.name()),
+                            );
+                        }
+                    }
+                }
+                if let Some(t) = self.reg(*addr, path, "address") {
+                    if t != RegType::U32 {
+                        self.err(
+                            "kernel.ldmatrix",
+                            path,
+                            format!("the shared address {addr} is {}, not u32", t.name()),
+                        );
+                    }
+                }
+            }
+            Stmt::CpAsync {
+                cache,
+                bytes,
+                dst,
+                src,
+                src_bytes,
+                ..
+            } => {
+                if !cache.allows(*bytes) {
+                    self.err(
+                        "kernel.cp_async",
+                        path,
+                        format!(
+                            "cp.async.{} copies {}, not {bytes} bytes",
+                            cache.name(),
+                            match cache {
+                                CpAsyncCache::Ca => "4, 8 or 16",
+                                CpAsyncCache::Cg => "16",
+                            }
+                        ),
+                    );
+                }
+                for (what, r, want) in [
+                    ("destination (shared)", dst, RegType::U32),
+                    ("source (global)", src, RegType::U64),
+                ] {
+                    if let Some(t) = self.reg(*r, path, "address") {
+                        if t != want {
+                            self.err(
+                                "kernel.cp_async",
+                                path,
+                                format!(
+                                    "the {what} address {r} is {}, not {}",
+                                    t.name(),
+                                    want.name()
+                                ),
+                            );
+                        }
+                    }
+                }
+                if let Some(o) = src_bytes {
+                    if let Some(t) = self.operand(*o, path) {
+                        if t != RegType::U32 {
+                            self.err(
+                                "kernel.cp_async",
+                                path,
+                                format!("src_bytes is {}, not u32", t.name()),
+                            );
+                        }
+                    }
+                    if let Operand::U32(n) = o {
+                        if n > bytes {
+                            self.err(
+                                "kernel.cp_async",
+                                path,
+                                format!("src_bytes {n} exceeds the copy size {bytes}"),
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -284,6 +284,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
             AddU64,
             MulWideU32,
             ShflBfly,
+            CvtRnaTf32F32,
             Param(0),
             Param(1),
         ]

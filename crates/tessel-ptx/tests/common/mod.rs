@@ -843,6 +843,42 @@ impl Remap {
                 else_body: self.block(else_body),
             },
             Stmt::Barrier => Stmt::Barrier,
+            Stmt::Mma { shape, d, a, b, c } => Stmt::Mma {
+                shape: *shape,
+                d: d.map(|r| self.reg(r)),
+                a: a.iter().map(|&r| self.reg(r)).collect(),
+                b: b.iter().map(|&r| self.reg(r)).collect(),
+                c: c.map(|r| self.reg(r)),
+            },
+            Stmt::Ldmatrix {
+                dsts,
+                trans,
+                addr,
+                offset,
+            } => Stmt::Ldmatrix {
+                dsts: dsts.iter().map(|&r| self.reg(r)).collect(),
+                trans: *trans,
+                addr: self.reg(*addr),
+                offset: *offset,
+            },
+            Stmt::CpAsync {
+                cache,
+                bytes,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                src_bytes,
+            } => Stmt::CpAsync {
+                cache: *cache,
+                bytes: *bytes,
+                dst: self.reg(*dst),
+                dst_offset: *dst_offset,
+                src: self.reg(*src),
+                src_offset: *src_offset,
+                src_bytes: src_bytes.map(|o| self.operand(o)),
+            },
+            s @ (Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll) => s.clone(),
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use super::ExecError;
 use std::collections::HashMap;
-use tessel_ir::kernel::{Kernel, Op, Operand, ParamKind, RegType, Space, Stmt, Width};
+use tessel_ir::kernel::{Kernel, MmaShape, Op, Operand, ParamKind, RegType, Space, Stmt, Width};
 use tessel_ir::Reg;
 
 /// A compiled statement. Slots index `r32` unless the op's signature says 64-bit.
@@ -50,6 +50,34 @@ pub(crate) enum CStmt {
         else_body: Vec<CStmt>,
     },
     Barrier,
+    /// Slots of D, A, B, C (all 32-bit).
+    Mma {
+        shape: MmaShape,
+        d: [u32; 4],
+        a: [u32; 4],
+        b: [u32; 2],
+        c: [u32; 4],
+    },
+    /// The first `count` of `dsts`.
+    Ldmatrix {
+        dsts: [u32; 4],
+        count: usize,
+        trans: bool,
+        addr: u32,
+        offset: i32,
+    },
+    /// `src_bytes` is a 32-bit slot, `None` for a full copy.
+    CpAsync {
+        bytes: u32,
+        dst: u32,
+        dst_offset: i32,
+        src: u32,
+        src_offset: i32,
+        src_bytes: Option<u32>,
+    },
+    CpAsyncCommit,
+    CpAsyncWait(u32),
+    CpAsyncWaitAll,
 }
 
 /// A kernel ready to run.
@@ -72,6 +100,8 @@ pub(crate) struct Compiled {
     pub shared_size: u32,
     /// Deepest nesting of `If`/`For` bodies (the body itself is depth 0).
     pub max_depth: usize,
+    /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
+    pub uses_cp_async: bool,
     pub body: Vec<CStmt>,
 }
 
@@ -91,9 +121,22 @@ struct Lower<'k> {
     consts32: Vec<(u32, u32)>,
     consts64: Vec<(u32, u64)>,
     max_depth: usize,
+    uses_cp_async: bool,
 }
 
 impl Lower<'_> {
+    /// The 32-bit slots of `regs`, which must number exactly `N`.
+    fn regs32<const N: usize>(&self, regs: &[Reg], what: &str) -> Result<[u32; N], ExecError> {
+        if regs.len() != N {
+            return Err(self.err(format!("{what} takes {N} registers, {} given", regs.len())));
+        }
+        let mut out = [0u32; N];
+        for (o, &r) in out.iter_mut().zip(regs) {
+            *o = self.reg(r, Class::B32)?;
+        }
+        Ok(out)
+    }
+
     fn err(&self, msg: String) -> ExecError {
         ExecError::Malformed {
             kernel: self.k.name.clone(),
@@ -197,7 +240,8 @@ impl Lower<'_> {
             | Op::CvtRziS32F32
             | Op::CvtF32S32
             | Op::CvtF32U32
-            | Op::F16ToF32 => (&[B32], B32),
+            | Op::F16ToF32
+            | Op::CvtRnaTf32F32 => (&[B32], B32),
             Op::CvtU64U32 => (&[B32], B64),
             Op::AddU64 => (&[B64, B64], B64),
             Op::MulWideU32 => (&[B32, B32], B64),
@@ -322,6 +366,62 @@ impl Lower<'_> {
                 else_body: self.block(else_body, depth + 1)?,
             },
             Stmt::Barrier => CStmt::Barrier,
+            Stmt::Mma { shape, d, a, b, c } => {
+                let what = format!("mma.{}", shape.name());
+                CStmt::Mma {
+                    shape: *shape,
+                    d: self.regs32(d, &format!("{what} D"))?,
+                    a: self.regs32(a, &format!("{what} A"))?,
+                    b: self.regs32(b, &format!("{what} B"))?,
+                    c: self.regs32(c, &format!("{what} C"))?,
+                }
+            }
+            Stmt::Ldmatrix {
+                dsts,
+                trans,
+                addr,
+                offset,
+            } => {
+                if !matches!(dsts.len(), 1 | 2 | 4) {
+                    return Err(self.err(format!("ldmatrix of {} matrices", dsts.len())));
+                }
+                let mut d = [0u32; 4];
+                for (i, &r) in dsts.iter().enumerate() {
+                    d[i] = self.reg(r, Class::B32)?;
+                }
+                CStmt::Ldmatrix {
+                    dsts: d,
+                    count: dsts.len(),
+                    trans: *trans,
+                    addr: self.reg(*addr, Class::B32)?,
+                    offset: *offset,
+                }
+            }
+            Stmt::CpAsync {
+                cache,
+                bytes,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                src_bytes,
+            } => {
+                if !cache.allows(*bytes) {
+                    return Err(self.err(format!("cp.async.{} of {bytes} bytes", cache.name())));
+                }
+                self.uses_cp_async = true;
+                CStmt::CpAsync {
+                    bytes: *bytes,
+                    dst: self.reg(*dst, Class::B32)?,
+                    dst_offset: *dst_offset,
+                    src: self.reg(*src, Class::B64)?,
+                    src_offset: *src_offset,
+                    src_bytes: src_bytes.map(|o| self.operand(o, Class::B32)).transpose()?,
+                }
+            }
+            Stmt::CpAsyncCommit => CStmt::CpAsyncCommit,
+            Stmt::CpAsyncWait(n) => CStmt::CpAsyncWait(*n),
+            Stmt::CpAsyncWaitAll => CStmt::CpAsyncWaitAll,
         })
     }
 }
@@ -385,6 +485,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
         consts32: Vec::new(),
         consts64: Vec::new(),
         max_depth: 0,
+        uses_cp_async: false,
     };
     let body = l.block(&k.body, 0)?;
     Ok(Compiled {
@@ -402,6 +503,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
         shared,
         shared_size: off as u32,
         max_depth: l.max_depth,
+        uses_cp_async: l.uses_cp_async,
         body,
     })
 }

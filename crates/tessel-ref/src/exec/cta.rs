@@ -18,7 +18,11 @@ use super::compile::{CStmt, Compiled};
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
 use super::ExecError;
-use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special, Width};
+use std::collections::VecDeque;
+use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Space, Special, Width};
+
+/// A `cp.async` destination: `(shared address, bytes)`.
+type Copy = (u32, u32);
 
 /// Per-worker state, reused across the CTAs a rayon worker runs.
 pub(crate) struct Cta<'a> {
@@ -41,6 +45,15 @@ pub(crate) struct Cta<'a> {
     cta: u64,
     /// Lane-instructions executed (active threads summed over executed statements).
     pub lane_instructions: u64,
+    /// Per shared byte, how many issued `cp.async` copies that write it are not yet
+    /// complete (empty unless the kernel uses `cp.async`).
+    cp_pending: Vec<u16>,
+    /// Copies not yet complete, over the CTA: when 0, shared accesses skip the check.
+    cp_outstanding: usize,
+    /// Per thread: copies issued since its last commit, and its committed groups, oldest
+    /// first.
+    cp_open: Vec<Vec<Copy>>,
+    cp_groups: Vec<VecDeque<Vec<Copy>>>,
 }
 
 #[inline(always)]
@@ -131,6 +144,17 @@ impl<'a> Cta<'a> {
             ctaid: [0; 3],
             cta: 0,
             lane_instructions: 0,
+            cp_pending: vec![
+                0;
+                if k.uses_cp_async {
+                    k.shared_size as usize
+                } else {
+                    0
+                }
+            ],
+            cp_outstanding: 0,
+            cp_open: vec![Vec::new(); if k.uses_cp_async { n } else { 0 }],
+            cp_groups: vec![VecDeque::new(); if k.uses_cp_async { n } else { 0 }],
         }
     }
 
@@ -150,6 +174,10 @@ impl<'a> Cta<'a> {
         self.r32[..self.k.regs32 * n].fill(!0);
         self.r64[..self.k.regs64 * n].fill(!0);
         self.shared.fill(0xFF);
+        self.cp_pending.fill(0);
+        self.cp_outstanding = 0;
+        self.cp_open.iter_mut().for_each(Vec::clear);
+        self.cp_groups.iter_mut().for_each(VecDeque::clear);
         self.masks[0].fill(!0);
         self.active[0] = n as u32;
         self.block(&self.k.body, 0)
@@ -280,6 +308,49 @@ impl<'a> Cta<'a> {
                     body,
                     d,
                 )?,
+                CStmt::Mma {
+                    shape,
+                    d: dd,
+                    a,
+                    b,
+                    c,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.mma(*shape, dd, a, b, c, d)?;
+                }
+                CStmt::Ldmatrix {
+                    dsts,
+                    count,
+                    trans,
+                    addr,
+                    offset,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.ldmatrix(&dsts[..*count], *trans, *addr as usize, *offset, d)?;
+                }
+                CStmt::CpAsync {
+                    bytes,
+                    dst,
+                    dst_offset,
+                    src,
+                    src_offset,
+                    src_bytes,
+                } => {
+                    self.lane_instructions += self.active[d] as u64;
+                    self.cp_async(
+                        *bytes,
+                        (*dst as usize, *dst_offset),
+                        (*src as usize, *src_offset),
+                        *src_bytes,
+                        d,
+                    )?;
+                }
+                CStmt::CpAsyncCommit => self.cp_commit(d),
+                CStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
+                CStmt::CpAsyncWaitAll => {
+                    self.cp_commit(d);
+                    self.cp_wait(0, d);
+                }
                 CStmt::Barrier => {
                     if self.active[d] as usize != self.n {
                         return Err(ExecError::DivergentBarrier {
@@ -649,6 +720,10 @@ impl<'a> Cta<'a> {
                 }
                 Out::R32
             }
+            Op::CvtRnaTf32F32 => {
+                map1(t, s(0), nm::cvt_rna_tf32);
+                Out::R32
+            }
             Op::Math(func) => {
                 return Err(ExecError::UnexpandedMath {
                     kernel: kname.clone(),
@@ -733,6 +808,7 @@ impl<'a> Cta<'a> {
                     if a % bytes != 0 || !self.shared_range(a, bytes) {
                         return Err(self.shared_fault(i, a, bytes, false));
                     }
+                    self.check_not_pending(i, a, bytes, "load")?;
                     let sh = &self.shared[a as usize..][..bytes as usize];
                     match bytes {
                         1 => v[0] = sh[0] as u32,
@@ -786,6 +862,7 @@ impl<'a> Cta<'a> {
                     if a % bytes != 0 || !self.shared_range(a, bytes) {
                         return Err(self.shared_fault(i, a, bytes, true));
                     }
+                    self.check_not_pending(i, a, bytes, "store")?;
                     let sh = &mut self.shared[a as usize..][..bytes as usize];
                     match bytes {
                         1 => sh[0] = v[0] as u8,
@@ -800,5 +877,257 @@ impl<'a> Cta<'a> {
             }
         }
         Ok(())
+    }
+
+    /// The first thread of each warp that reaches a warp-wide statement at depth `d`; a
+    /// warp with some but not all of its 32 lanes active (or present) is an error.
+    fn full_warps(&self, d: usize, op: &'static str) -> Result<Vec<usize>, ExecError> {
+        let (n, mask) = (self.n, &self.masks[d]);
+        let mut out = Vec::new();
+        for warp in (0..n).step_by(32) {
+            if (warp..(warp + 32).min(n)).all(|j| mask[j] == 0) {
+                continue;
+            }
+            if let Some(j) = (warp..warp + 32).find(|&j| j >= n || mask[j] == 0) {
+                return Err(ExecError::WarpDivergent {
+                    kernel: self.k.name.clone(),
+                    cta: self.cta,
+                    warp: (warp / 32) as u32,
+                    inactive: j as u32,
+                    op,
+                });
+            }
+            out.push(warp);
+        }
+        Ok(out)
+    }
+
+    /// `D = A·B + C` per warp, by the model of `Stmt::Mma`: fragments gathered with the
+    /// PTX layouts ([`MmaShape::a_pos`] and friends), then for each output element
+    /// `acc = c; acc = fma(a[i][k], b[k][j], acc)` for k = 0, 1, ..., K-1.
+    fn mma(
+        &mut self,
+        shape: MmaShape,
+        dst: &[u32; 4],
+        a: &[u32; 4],
+        b: &[u32; 2],
+        c: &[u32; 4],
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let elem = |h: u32| match shape {
+            MmaShape::M16N8K16Bf16 => h << 16,
+            MmaShape::M16N8K16F16 => nm::f16_to_f32(h),
+            MmaShape::M16N8K8Tf32 => nm::tf32_operand(h),
+        };
+        let packed = shape != MmaShape::M16N8K8Tf32;
+        for warp in self.full_warps(d, "mma")? {
+            // f32 bits: am[row][k], bm[k][col], acc[row][col].
+            let mut am = [[0u32; 16]; 16];
+            let mut bm = [[0u32; 8]; 16];
+            let mut acc = [[0u32; 8]; 16];
+            for lane in 0..32 {
+                let th = warp + lane;
+                for (i, &slot) in a.iter().enumerate() {
+                    let v = self.r32[slot as usize * n + th];
+                    let (row, col) = shape.a_pos(lane, i);
+                    if packed {
+                        am[row][col] = elem(v & 0xffff);
+                        am[row][col + 1] = elem(v >> 16);
+                    } else {
+                        am[row][col] = elem(v);
+                    }
+                }
+                for (i, &slot) in b.iter().enumerate() {
+                    let v = self.r32[slot as usize * n + th];
+                    let (k, col) = shape.b_pos(lane, i);
+                    if packed {
+                        bm[k][col] = elem(v & 0xffff);
+                        bm[k + 1][col] = elem(v >> 16);
+                    } else {
+                        bm[k][col] = elem(v);
+                    }
+                }
+                for (i, &slot) in c.iter().enumerate() {
+                    let (row, col) = MmaShape::cd_pos(lane, i);
+                    acc[row][col] = self.r32[slot as usize * n + th];
+                }
+            }
+            for (row, acc_row) in acc.iter_mut().enumerate() {
+                for (col, x) in acc_row.iter_mut().enumerate() {
+                    for (k, b_row) in bm.iter().enumerate().take(shape.k()) {
+                        *x = nm::ffma(am[row][k], b_row[col], *x);
+                    }
+                }
+            }
+            // D may be C: every input was read above.
+            for lane in 0..32 {
+                for (i, &slot) in dst.iter().enumerate() {
+                    let (row, col) = MmaShape::cd_pos(lane, i);
+                    self.r32[slot as usize * n + warp + lane] = acc[row][col];
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `ldmatrix.m8n8.x{count}{.trans}.b16` per warp: row `r` of matrix `m` from the address
+    /// of lane `8m + r`; lane `l` receives elements `(l / 4, 2(l % 4) + {0, 1})` of each
+    /// matrix, or `(2(l % 4) + {0, 1}, l / 4)` transposed.
+    fn ldmatrix(
+        &mut self,
+        dsts: &[u32],
+        trans: bool,
+        addr: usize,
+        offset: i32,
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        for warp in self.full_warps(d, "ldmatrix")? {
+            // mats[m][row][col], 16-bit elements.
+            let mut mats = [[[0u16; 8]; 8]; 4];
+            for (m, mat) in mats.iter_mut().enumerate().take(dsts.len()) {
+                for (r, row) in mat.iter_mut().enumerate() {
+                    let th = warp + 8 * m + r;
+                    let a = self.r32[addr * n + th].wrapping_add(offset as u32);
+                    if a % 16 != 0 || !self.shared_range(a, 16) {
+                        return Err(self.shared_fault(th, a, 16, false));
+                    }
+                    self.check_not_pending(th, a, 16, "ldmatrix")?;
+                    let sh = &self.shared[a as usize..][..16];
+                    for (e, c) in row.iter_mut().zip(sh.chunks_exact(2)) {
+                        *e = u16::from_le_bytes([c[0], c[1]]);
+                    }
+                }
+            }
+            // Destinations may include the address register: all rows were read above.
+            for lane in 0..32 {
+                let (g, t) = (lane / 4, 2 * (lane % 4));
+                for (m, &slot) in dsts.iter().enumerate() {
+                    let (lo, hi) = if trans {
+                        (mats[m][t][g], mats[m][t + 1][g])
+                    } else {
+                        (mats[m][g][t], mats[m][g][t + 1])
+                    };
+                    self.r32[slot as usize * n + warp + lane] = lo as u32 | (hi as u32) << 16;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn cp_error(&self, thread: usize, msg: String) -> ExecError {
+        ExecError::CpAsync {
+            kernel: self.k.name.clone(),
+            cta: self.cta,
+            thread: thread as u32,
+            msg,
+        }
+    }
+
+    /// Fails if a `cp.async` still pending writes any of the `bytes` bytes at `addr`.
+    fn check_not_pending(
+        &self,
+        thread: usize,
+        addr: u32,
+        bytes: u32,
+        access: &str,
+    ) -> Result<(), ExecError> {
+        if self.cp_outstanding == 0 {
+            return Ok(());
+        }
+        let range = addr as usize..(addr + bytes) as usize;
+        if self.cp_pending[range].iter().any(|&c| c > 0) {
+            return Err(self.cp_error(
+                thread,
+                format!(
+                    "shared {access} of {bytes} bytes at {addr:#x} touches the destination of a cp.async that no cp.async.wait has completed"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Copies at once for every active thread, marking the destination pending in the
+    /// thread's open group.
+    fn cp_async(
+        &mut self,
+        bytes: u32,
+        (dst, dst_offset): (usize, i32),
+        (src, src_offset): (usize, i32),
+        src_bytes: Option<u32>,
+        d: usize,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let mut buf = [0u8; 16];
+        for i in 0..n {
+            if self.masks[d][i] == 0 {
+                continue;
+            }
+            let a = self.r32[dst * n + i].wrapping_add(dst_offset as u32);
+            if a % bytes != 0 || !self.shared_range(a, bytes) {
+                return Err(self.shared_fault(i, a, bytes, true));
+            }
+            self.check_not_pending(i, a, bytes, "cp.async destination")?;
+            let read = src_bytes.map_or(bytes, |s| self.r32[s as usize * n + i]);
+            if read > bytes {
+                return Err(self.cp_error(
+                    i,
+                    format!("cp.async reads {read} source bytes of a {bytes}-byte copy"),
+                ));
+            }
+            buf.fill(0);
+            if read > 0 {
+                let g = self.r64[src * n + i].wrapping_add(src_offset as i64 as u64);
+                if let Err(e) = self.mem.load_bytes(g, bytes, &mut buf[..read as usize]) {
+                    return Err(self.fault(i, Space::Global, g, bytes, false, e));
+                }
+            }
+            self.shared[a as usize..][..bytes as usize].copy_from_slice(&buf[..bytes as usize]);
+            for c in &mut self.cp_pending[a as usize..][..bytes as usize] {
+                *c += 1;
+            }
+            self.cp_outstanding += 1;
+            self.cp_open[i].push((a, bytes));
+        }
+        Ok(())
+    }
+
+    /// `cp.async.commit_group` for every active thread: its open copies (maybe none)
+    /// become its newest group.
+    fn cp_commit(&mut self, d: usize) {
+        if !self.k.uses_cp_async {
+            return;
+        }
+        for i in 0..self.n {
+            if self.masks[d][i] != 0 {
+                let group = std::mem::take(&mut self.cp_open[i]);
+                self.cp_groups[i].push_back(group);
+            }
+        }
+    }
+
+    /// `cp.async.wait_group keep` for every active thread: all but its `keep` newest groups
+    /// complete.
+    fn cp_wait(&mut self, keep: usize, d: usize) {
+        if !self.k.uses_cp_async {
+            return;
+        }
+        for i in 0..self.n {
+            if self.masks[d][i] == 0 {
+                continue;
+            }
+            while self.cp_groups[i].len() > keep {
+                let Some(group) = self.cp_groups[i].pop_front() else {
+                    break;
+                };
+                for (a, bytes) in group {
+                    for c in &mut self.cp_pending[a as usize..][..bytes as usize] {
+                        *c -= 1;
+                    }
+                    self.cp_outstanding -= 1;
+                }
+            }
+        }
     }
 }

@@ -119,6 +119,26 @@ impl GlobalMem {
         Ok(())
     }
 
+    /// Loads `out.len()` bytes at `addr`, which must be `align`-byte aligned (a power of
+    /// two): the source of a `cp.async`, which may read fewer bytes than its size.
+    pub fn load_bytes(&self, addr: u64, align: u32, out: &mut [u8]) -> Result<(), Fault> {
+        let idx = (addr >> BASE_SHIFT).wrapping_sub(1) as usize;
+        let offset = addr & ((1u64 << BASE_SHIFT) - 1);
+        let buf = self.bufs.get(idx).ok_or(Fault::Wild)?;
+        if offset + out.len() as u64 > buf.size {
+            return Err(Fault::OutOfBounds { buf: idx, offset });
+        }
+        if offset & (align as u64 - 1) != 0 {
+            return Err(Fault::Misaligned);
+        }
+        for (i, o) in out.iter_mut().enumerate() {
+            let off = offset + i as u64;
+            let word = buf.words[(off >> 2) as usize].load(Relaxed);
+            *o = (word >> ((off & 3) * 8)) as u8;
+        }
+        Ok(())
+    }
+
     /// Stores `bytes` bytes at `addr` from `vals` (the low bits of `vals[0]` for 8/16-bit).
     #[inline]
     pub fn store(&self, addr: u64, bytes: u32, vals: &[u32; 4]) -> Result<(), Fault> {

@@ -13,11 +13,19 @@
 //! - global memory is the program's buffers behind fake base addresses (module `memory`), step
 //!   outputs and temporaries poisoned with `0xFF` bytes before the run like the GPU
 //!   harness does; shared memory is a per-CTA byte window, also poisoned;
-//! - scalar semantics that Rust's operators do not give directly are in [`numerics`].
+//! - scalar semantics that Rust's operators do not give directly are in [`numerics`];
+//! - warp-wide statements (`shfl.bfly`, `mma`, `ldmatrix`) need every lane of each warp
+//!   that reaches them; `mma` follows the model in `tessel_ir::kernel::Stmt::Mma`'s docs
+//!   (fma chain over k in order, f32 rounding each step), which the GPU matches only within
+//!   a tolerance;
+//! - `cp.async` copies at once (lanes run in lockstep) but its destination bytes stay
+//!   *pending* until the issuing thread's `cp.async.wait_group`/`wait_all` completes their
+//!   group; touching pending shared bytes is an [`ExecError::CpAsync`].
 //!
 //! Faults the GPU would turn into an error, a hang or silent garbage are [`ExecError`]s
 //! naming the kernel, CTA and thread: out-of-bounds or misaligned accesses, stores to step
-//! inputs, divergent barriers and shuffles, division by zero, shifts ≥ 32.
+//! inputs, divergent barriers, shuffles and warp-wide matrix instructions, division by zero,
+//! shifts ≥ 32, and shared bytes used before their `cp.async` completes.
 
 mod compile;
 mod cta;
@@ -97,6 +105,24 @@ pub enum ExecError {
         cta: u64,
         warp: u32,
         inactive: u32,
+    },
+    #[error("kernel `{kernel}`, CTA {cta}, warp {warp}: {op} while thread {inactive} of the warp is inactive or absent")]
+    WarpDivergent {
+        kernel: String,
+        cta: u64,
+        warp: u32,
+        inactive: u32,
+        /// `mma` or `ldmatrix`.
+        op: &'static str,
+    },
+    /// A misused `cp.async`: shared bytes accessed before the wait that completes the copy
+    /// writing them, two copies in flight to the same bytes, or `src_bytes` above the size.
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {msg}")]
+    CpAsync {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        msg: String,
     },
     #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: shuffle lane mask {lane_mask} ≥ 32")]
     ShuffleOutOfRange {

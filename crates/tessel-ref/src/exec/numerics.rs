@@ -199,10 +199,55 @@ pub fn f16_to_f32(h: u32) -> u32 {
     canon(half::f16::from_bits(h as u16).to_f32())
 }
 
+/// PTX `cvt.rna.tf32.f32`: round to TF32 (10 fraction bits) to nearest, ties away from
+/// zero, as f32 bits with the low 13 bits 0. Adding half of the dropped range (`0x1000`)
+/// to the magnitude bits carries into the kept bits exactly when the dropped part is at
+/// least a tie; the carry runs through the exponent, so the largest values round to
+/// infinity and subnormals round like any other value. Infinities stay; a NaN gives
+/// [`CANONICAL_NAN`] (PTX leaves the payload unspecified; the mma model ignores it).
+#[inline(always)]
+pub fn cvt_rna_tf32(x: u32) -> u32 {
+    if x & 0x7fff_ffff > 0x7f80_0000 {
+        return CANONICAL_NAN;
+    }
+    if x & 0x7fff_ffff == 0x7f80_0000 {
+        return x;
+    }
+    x.wrapping_add(0x1000) & 0xffff_e000
+}
+
+/// The value a tensor core reads from a tf32 operand register: the f32 bits with the low 13
+/// bits dropped (the PTX ISA reads only the TF32 bits of a `.tf32` operand).
+#[inline(always)]
+pub fn tf32_operand(x: u32) -> u32 {
+    x & 0xffff_e000
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use half::{bf16, f16};
+
+    #[test]
+    fn tf32_rounding_edges() {
+        let cases: &[(u32, u32)] = &[
+            (0x3f80_0000, 0x3f80_0000), // 1.0 exact
+            (0x3f80_1000, 0x3f80_2000), // tie rounds away from zero
+            (0xbf80_1000, 0xbf80_2000), // negative tie, away from zero
+            (0x3f80_0fff, 0x3f80_0000), // below tie
+            (0x3f80_3000, 0x3f80_4000), // tie with odd kept bit, still away
+            (0x3fff_f000, 0x4000_0000), // carry into the exponent
+            (0x7f7f_ffff, 0x7f80_0000), // past the largest tf32: infinity
+            (0x0000_1000, 0x0000_2000), // subnormal tie, kept
+            (0x0000_0fff, 0x0000_0000), // subnormal below tie
+            (0xff80_0000, 0xff80_0000), // -inf
+            (0x8000_0000, 0x8000_0000), // -0
+            (0x7fc0_0001, CANONICAL_NAN),
+        ];
+        for &(x, want) in cases {
+            assert_eq!(cvt_rna_tf32(x), want, "{x:#010x}");
+        }
+    }
 
     #[test]
     fn bf16_rounding_edges() {
