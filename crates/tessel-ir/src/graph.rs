@@ -143,6 +143,16 @@ pub enum Op {
         arg: Value,
         axis: u32,
     },
+    /// Matrix product over the last two axes: `lhs [.., M, K] @ rhs [.., K, N] -> [.., M, N]`,
+    /// leading (batch) dims equal; float dtypes, both operands of the result's dtype. Each
+    /// product of bf16/f16 operands is exact in f32 and is added into an f32 accumulator;
+    /// f32 operands are multiplied and added with one fma per product. The order of the
+    /// sums is fixed by the kernel's schedule (its reduction-order signature) and the f32
+    /// result is rounded once to the result dtype.
+    MatMul {
+        lhs: Value,
+        rhs: Value,
+    },
 }
 
 impl Op {
@@ -158,7 +168,7 @@ impl Op {
             | Op::Reduce { arg, .. }
             | Op::Slice { arg, .. }
             | Op::Softmax { arg, .. } => vec![*arg],
-            Op::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+            Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![*lhs, *rhs],
             Op::Select {
                 cond,
                 on_true,
@@ -171,7 +181,10 @@ impl Op {
     /// True for ops that compute each output element from operand elements at related
     /// indices only (everything but [`Op::Reduce`]).
     pub fn is_elementwise_like(&self) -> bool {
-        !matches!(self, Op::Reduce { .. } | Op::Softmax { .. })
+        !matches!(
+            self,
+            Op::Reduce { .. } | Op::Softmax { .. } | Op::MatMul { .. }
+        )
     }
 }
 
@@ -234,6 +247,10 @@ pub enum GroupKind {
     /// Rows of the outputs' last axis: per row, one or more reductions over the row
     /// (with their elementwise prologue), then an elementwise epilogue over the row.
     RowReduction,
+    /// One [`Op::MatMul`] (listed in [`GroupData::reductions`]) whose operands are
+    /// materialised, with an elementwise epilogue (scale, bias, residual, activation, cast)
+    /// applied to each result element before the store.
+    Matmul,
 }
 
 /// One fusion group: the values it writes to memory and, for a row reduction, the
@@ -245,8 +262,9 @@ pub struct GroupData {
     pub kind: GroupKind,
     /// Values written by the kernel. All have the same shape (the iteration domain).
     pub outputs: Vec<Value>,
-    /// [`Op::Reduce`] values over the last axis computed per row, in order
-    /// (empty for [`GroupKind::Elementwise`]).
+    /// [`Op::Reduce`] values over the last axis computed per row, in order, for a
+    /// [`GroupKind::RowReduction`]; the one [`Op::MatMul`] for a [`GroupKind::Matmul`];
+    /// empty for [`GroupKind::Elementwise`].
     pub reductions: Vec<Value>,
 }
 
@@ -291,6 +309,29 @@ pub enum TileConfig {
         rows_per_cta: u32,
         vector: u32,
     },
+    /// Matrix-vector product for decode (few rows of the left operand, M ≤ 16, the right
+    /// operand a `[N, K]` weight read along K): each warp computes `columns` consecutive
+    /// output columns for all M rows, `warps` warps per CTA; lane j reads `vector`
+    /// consecutive elements of each of its weight rows and of every left row at
+    /// k = j·vector + i·32·vector (the left chunk is loaded once and used for every column),
+    /// keeping M·columns f32 accumulators; then a butterfly over the warp. The weight is
+    /// streamed once with 16-byte loads.
+    Gemv {
+        warps: u32,
+        vector: u32,
+        columns: u32,
+    },
+    /// SIMT FMA tiled GEMM (the `exact` schedule): a CTA computes a `bm × bn` output tile
+    /// with `(bm/tm)·(bn/tn)` threads, each owning `tm × tn` outputs; K is walked in slices of
+    /// `bk` through shared memory, and every output is one f32 accumulator updated in k order
+    /// 0, 1, ..., K-1 (fma for f32 operands, exact product + add for 16-bit ones).
+    Simt {
+        bm: u32,
+        bn: u32,
+        bk: u32,
+        tm: u32,
+        tn: u32,
+    },
 }
 
 impl TileConfig {
@@ -303,6 +344,8 @@ impl TileConfig {
                 rows_per_cta,
                 ..
             } => threads_per_row * rows_per_cta,
+            TileConfig::Gemv { warps, .. } => 32 * warps,
+            TileConfig::Simt { bm, bn, tm, tn, .. } => (bm / tm) * (bn / tn),
         }
     }
 }
@@ -320,6 +363,18 @@ impl fmt::Display for TileConfig {
             } => write!(
                 f,
                 "row_reduction {{ threads_per_row: {threads_per_row}, rows_per_cta: {rows_per_cta}, vector: {vector} }}"
+            ),
+            TileConfig::Gemv {
+                warps,
+                vector,
+                columns,
+            } => write!(
+                f,
+                "gemv {{ warps: {warps}, vector: {vector}, columns: {columns} }}"
+            ),
+            TileConfig::Simt { bm, bn, bk, tm, tn } => write!(
+                f,
+                "simt {{ bm: {bm}, bn: {bn}, bk: {bk}, tm: {tm}, tn: {tn} }}"
             ),
         }
     }

@@ -64,7 +64,7 @@ fn remap(op: &mut Op, map: &HashMap<Value, Value>) {
         | Op::Reduce { arg, .. }
         | Op::Slice { arg, .. }
         | Op::Softmax { arg, .. } => *arg = map[arg],
-        Op::Binary { lhs, rhs, .. } => {
+        Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => {
             *lhs = map[lhs];
             *rhs = map[rhs];
         }

@@ -6,6 +6,10 @@
 //! computed inside each kernel that needs it, from materialised values.
 //!
 //! Rules, in order:
+//! 0. A matmul's operands are materialised — a transposed operand through its
+//!    permute, so a `[N, K]` weight is read in place — and the matmul's kernel writes the
+//!    tip of its epilogue: following single-use elementwise ops of the same shape whose
+//!    other operands need no reduction or matmul (scale, bias, residual, activation, cast).
 //! 1. Step outputs are materialised.
 //! 2. An expensive value crossing a broadcast is materialised: if a [`Op::Broadcast`]
 //!    multiplies the element count by 2 or more, and the value it broadcasts (looking through
@@ -36,6 +40,46 @@ pub fn run(g: &Graph) -> Fusion {
         mat.insert(*v);
     }
     let users = users(g);
+
+    // Rule 0: a matmul reads materialised operands (a transposed operand is read through
+    // its permute, so a weight stored [N, K] is used in place) and writes the tip of its
+    // epilogue: the chain of single-use elementwise ops of its own shape that follow it,
+    // whose other operands need no reduction or matmul (scale, bias, residual, activation,
+    // cast fold into the GEMM's store).
+    for (v, op) in g.ops.iter() {
+        if let Op::MatMul { lhs, rhs } = op {
+            for x in [*lhs, *rhs] {
+                let base = match &g.ops[x] {
+                    Op::Permute { arg, .. } => *arg,
+                    _ => x,
+                };
+                if !matches!(g.ops[base], Op::Input { .. }) {
+                    mat.insert(base);
+                }
+            }
+            let mut tip = v;
+            while let [u] = users[tip][..] {
+                let elementwise = matches!(
+                    g.ops[u],
+                    Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. }
+                );
+                let others_plain = g.ops[u]
+                    .args()
+                    .iter()
+                    .filter(|&&a| a != tip)
+                    .all(|&a| !needs_contraction(g, a, &mat));
+                if !elementwise
+                    || g.ty(u).shape != g.ty(v).shape
+                    || !others_plain
+                    || mat.contains(tip)
+                {
+                    break;
+                }
+                tip = u;
+            }
+            mat.insert(tip);
+        }
+    }
 
     // Rule 3: reductions used other than broadcast along their own row.
     for (v, op) in g.ops.iter() {
@@ -93,11 +137,16 @@ pub fn run(g: &Graph) -> Fusion {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
             continue;
         }
-        let reductions = cone_reductions(g, v, &mat);
-        let kind = if reductions.is_empty() {
-            GroupKind::Elementwise
+        let matmuls = cone_matmuls(g, v, &mat);
+        let (kind, reductions) = if !matmuls.is_empty() {
+            (GroupKind::Matmul, matmuls)
         } else {
-            GroupKind::RowReduction
+            let reductions = cone_reductions(g, v, &mat);
+            if reductions.is_empty() {
+                (GroupKind::Elementwise, reductions)
+            } else {
+                (GroupKind::RowReduction, reductions)
+            }
         };
         // Rule 5: an elementwise kernel of the same shape that reads a value this one reads,
         // and only values written before the earlier kernel runs, joins it (RoPE's cos and
@@ -136,6 +185,40 @@ pub fn run(g: &Graph) -> Fusion {
         fusion.new_group(gd);
     }
     fusion
+}
+
+/// True if computing `v` (stopping at materialised values) needs a reduction or a matmul.
+fn needs_contraction(g: &Graph, v: Value, mat: &EntitySet<Value>) -> bool {
+    let mut stack = vec![v];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) || mat.contains(x) {
+            continue;
+        }
+        if matches!(g.ops[x], Op::Reduce { .. } | Op::MatMul { .. }) {
+            return true;
+        }
+        stack.extend(g.ops[x].args());
+    }
+    false
+}
+
+/// The matmuls computed inside the kernel of `out` (at most one, by rule 0).
+fn cone_matmuls(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
+    let mut stack = vec![out];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    let mut found = Vec::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) || (x != out && mat.contains(x)) {
+            continue;
+        }
+        if matches!(g.ops[x], Op::MatMul { .. }) {
+            found.push(x);
+            continue;
+        }
+        stack.extend(g.ops[x].args());
+    }
+    found
 }
 
 /// The materialised values the kernel computing `out` reads.

@@ -85,6 +85,8 @@ pub struct Compiled {
     pub lowered: Program,
     /// The final program (after `expand-math` and `legalize`).
     pub program: Program,
+    /// The buffer of every materialised graph value (step inputs and kernel outputs).
+    pub buffer_of: std::collections::HashMap<tessel_ir::Value, tessel_ir::BufferId>,
 }
 
 /// Why compilation of a checked graph failed.
@@ -123,7 +125,7 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
             verify::verify_graph(&graph, Some(&fusion), Some(&schedules)),
         )?;
     }
-    let lowered = lower::run(&graph, &fusion, &schedules)?;
+    let (lowered, buffer_of) = lower::run_with_buffers(&graph, &fusion, &schedules)?;
     if opts.verify {
         verified("lower", verify::verify_program(&lowered, false))?;
     }
@@ -141,5 +143,6 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
         schedules,
         lowered,
         program,
+        buffer_of,
     })
 }

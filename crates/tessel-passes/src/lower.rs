@@ -19,6 +19,8 @@
 //!
 //! Row reductions follow the [`crate::schedule::reduction_order`] signature exactly.
 
+mod matmul;
+
 use crate::fuse::row_shape;
 use std::collections::HashMap;
 use tessel_ir::graph::{
@@ -43,6 +45,16 @@ pub enum LowerError {
 
 /// Runs the pass.
 pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program, LowerError> {
+    run_with_buffers(g, fusion, schedules).map(|(p, _)| p)
+}
+
+/// [`run`], also returning the buffer of every materialised value (step inputs and group
+/// outputs), for tools that address a kernel's operands (e.g. the cuBLAS baseline).
+pub fn run_with_buffers(
+    g: &Graph,
+    fusion: &Fusion,
+    schedules: &Schedules,
+) -> Result<(Program, HashMap<Value, BufferId>), LowerError> {
     let mut p = Program {
         name: g.name.clone(),
         ..Default::default()
@@ -86,7 +98,7 @@ pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program,
         .iter()
         .map(|(n, v)| (n.clone(), buf_of[v]))
         .collect();
-    Ok(p)
+    Ok((p, buf_of))
 }
 
 fn sanitize(s: &str) -> String {
@@ -179,7 +191,30 @@ fn lower_group(
             let ctas = gen.elementwise(&data.outputs, threads, vector)?;
             (
                 threads,
-                ctas,
+                [ctas, 1, 1],
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (
+            GroupKind::Matmul,
+            &TileConfig::Gemv {
+                warps,
+                vector,
+                columns,
+            },
+        ) => {
+            let grid = gen.gemv(out, data.reductions[0], (warps, vector, columns))?;
+            (
+                32 * warps,
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Matmul, &TileConfig::Simt { bm, bn, bk, tm, tn }) => {
+            let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn))?;
+            (
+                (bm / tm) * (bn / tn),
+                grid,
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
@@ -196,7 +231,7 @@ fn lower_group(
                 gen.row_reduction(out, &data.reductions, threads_per_row, rows_per_cta, vector)?;
             (
                 threads_per_row * rows_per_cta,
-                ctas,
+                [ctas, 1, 1],
                 format!(
                     "{tile}; {}",
                     crate::schedule::reduction_order(tile, rows.last())
@@ -212,7 +247,7 @@ fn lower_group(
     };
     gen.b.finish();
     kernel.block = [block, 1, 1];
-    kernel.grid = [grid, 1, 1];
+    kernel.grid = grid;
     kernel.schedule = schedule;
     Ok((kernel, args))
 }
@@ -794,11 +829,14 @@ impl Gen<'_> {
                 let args = args.clone();
                 self.concat(&args, &sizes, a, idx, lanes, class(dt))
             }
-            GOp::Reduce { .. } | GOp::Softmax { .. } => Err(LowerError::Unsupported {
-                what: "a reduction outside a row-reduction kernel (fuse should have grouped it)"
-                    .into(),
-                value: v,
-            }),
+            GOp::Reduce { .. } | GOp::Softmax { .. } | GOp::MatMul { .. } => {
+                Err(LowerError::Unsupported {
+                    what:
+                        "a reduction outside a row-reduction kernel (fuse should have grouped it)"
+                            .into(),
+                    value: v,
+                })
+            }
         }
     }
 

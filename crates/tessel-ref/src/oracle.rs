@@ -401,6 +401,41 @@ fn eval_op(
             }
             out
         }
+        Op::MatMul { lhs, rhs } => {
+            let (ls, rs) = (&g.ty(*lhs).shape.0, &g.ty(*rhs).shape.0);
+            let r = shape.len();
+            let ok = r >= 2
+                && ls.len() == r
+                && rs.len() == r
+                && ls[..r - 2] == shape[..r - 2]
+                && rs[..r - 2] == shape[..r - 2]
+                && ls[r - 1] == rs[r - 2]
+                && ls[r - 2] == shape[r - 2]
+                && rs[r - 1] == shape[r - 1];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!("matmul of {} and {} to {}", g.ty(*lhs), g.ty(*rhs), ty),
+                ));
+            }
+            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let (m, k, nn) = (ls[r - 2] as usize, ls[r - 1] as usize, rs[r - 1] as usize);
+            let batch: usize = shape[..r - 2].iter().product::<u64>() as usize;
+            let mut out = vec![0.0; n];
+            for bi in 0..batch {
+                let (ab, bb, ob) = (bi * m * k, bi * k * nn, bi * m * nn);
+                for i in 0..m {
+                    for j in 0..nn {
+                        // Compensated f64 sum: the reference, not a model of any order.
+                        out[ob + i * nn + j] = reduce(
+                            ReduceOp::Sum,
+                            (0..k).map(|p| a[ab + i * k + p] * b[bb + p * nn + j]),
+                        );
+                    }
+                }
+            }
+            out
+        }
         Op::Softmax { arg, axis } => {
             same_shape(*arg)?;
             let ax = *axis as usize;

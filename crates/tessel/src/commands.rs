@@ -385,6 +385,81 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     Ok(())
 }
 
+/// A cuBLAS timing of the same product on the same buffers.
+struct Baseline {
+    us: f64,
+    what: &'static str,
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+/// Times cuBLAS on kernel `ki`'s matmul when it is a plain `x @ w^T` (both operands read
+/// along K, no batch): `cublasGemmEx` with f32 accumulation (bf16/f16 in, or f32 with TF32
+/// off), on the same rotated input copies, into scratch outputs of its own. None for other
+/// kernels; a fused epilogue is extra work tessel does that cuBLAS is not asked to.
+fn cublas_baseline(
+    gpu: &tessel_cuda::Gpu,
+    step: &Step,
+    ki: usize,
+    sets: &[Vec<tessel_cuda::Buffer>],
+    rounds: u32,
+) -> Result<Option<Baseline>> {
+    use tessel_ir::graph::{GroupKind, Op};
+    let c = &step.compiled;
+    let Some((_, data)) = c.fusion.groups.iter().nth(ki) else {
+        return Ok(None);
+    };
+    if data.kind != GroupKind::Matmul {
+        return Ok(None);
+    }
+    let mm = data.reductions[0];
+    let s = tessel_passes::schedule::matmul_shape(&c.graph, mm);
+    let Op::MatMul { lhs, rhs } = c.graph.ops[mm] else {
+        return Ok(None);
+    };
+    if s.batch != 1 || !s.rhs_k_contiguous || !s.lhs_k_contiguous {
+        return Ok(None);
+    }
+    let base = |v| match &c.graph.ops[v] {
+        Op::Permute { arg, .. } => *arg,
+        _ => v,
+    };
+    let (Some(a), Some(w)) = (c.buffer_of.get(&base(lhs)), c.buffer_of.get(&base(rhs))) else {
+        return Ok(None);
+    };
+    let dtype = c.graph.ty(mm).dtype;
+    let blas = tessel_cuda::Blas::new(gpu)?;
+    let out_bytes = (s.m * s.n * dtype.size_bytes()) as usize;
+    let mut outs: Vec<tessel_cuda::Buffer> = sets
+        .iter()
+        .map(|_| tessel_cuda::Buffer::alloc(gpu, out_bytes.max(1)))
+        .collect::<std::result::Result<_, _>>()?;
+    let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
+    let (ai, wi) = (a.as_u32() as usize, w.as_u32() as usize);
+    let what = match dtype {
+        DType::Bf16 => "bf16, f32 accumulate",
+        DType::F32 => "f32, TF32 off",
+        _ => return Ok(None),
+    };
+    let t = gpu.time_graph_with(rounds, 20, || {
+        for (set, out) in sets.iter().zip(outs.iter_mut()) {
+            match dtype {
+                DType::Bf16 => blas.gemm_bf16(m, n, k, &set[ai], &set[wi], out)?,
+                _ => blas.gemm_f32(m, n, k, &set[ai], &set[wi], out, false)?,
+            }
+        }
+        Ok(())
+    })?;
+    Ok(Some(Baseline {
+        us: t.median_us / sets.len() as f64,
+        what,
+        m: s.m,
+        n: s.n,
+        k: s.k,
+    }))
+}
+
 /// `tessel bench`.
 pub fn bench(
     file: &Path,
@@ -449,12 +524,32 @@ pub fn bench(
                 floor_us,
                 bytes / 1_000_000
             );
-            recs.push(json!({
+            let mut rec = json!({
                 "file": src.name, "step": step.name, "kernel": k.name,
                 "median_us": us, "min_us": t.min_us / copies as f64, "max_us": t.max_us / copies as f64,
                 "bytes": bytes, "gb_s": gbs, "copy_gb_s": bw.median_gb_s, "floor_us": floor_us,
                 "tile": k.schedule,
-            }));
+            });
+            if let Some(base) = cublas_baseline(&gpu, &step, ki, &sets, rounds)? {
+                let flops = 2.0 * base.m as f64 * base.n as f64 * base.k as f64;
+                println!(
+                    "  {:<28} {:>9.2} µs  cuBLAS ({} M={} N={} K={}): tessel/cuBLAS time {:.3}; tessel {:.1} TFLOP/s, cuBLAS {:.1} TFLOP/s",
+                    "",
+                    base.us,
+                    base.what,
+                    base.m,
+                    base.n,
+                    base.k,
+                    us / base.us,
+                    flops / (us * 1e-6) / 1e12,
+                    flops / (base.us * 1e-6) / 1e12,
+                );
+                rec["cublas_us"] = json!(base.us);
+                rec["ratio_to_cublas"] = json!(us / base.us);
+                rec["tflop_s"] = json!(flops / (us * 1e-6) / 1e12);
+                rec["cublas_tflop_s"] = json!(flops / (base.us * 1e-6) / 1e12);
+            }
+            recs.push(rec);
         }
         let _ = BufferRole::Temp;
     }

@@ -187,10 +187,15 @@ pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
     match k {
         GroupKind::Elementwise => "elementwise",
         GroupKind::RowReduction => "row_reduction",
+        GroupKind::Matmul => "matmul",
     }
 }
 
-pub(crate) const GROUP_KINDS: [GroupKind; 2] = [GroupKind::Elementwise, GroupKind::RowReduction];
+pub(crate) const GROUP_KINDS: [GroupKind; 3] = [
+    GroupKind::Elementwise,
+    GroupKind::RowReduction,
+    GroupKind::Matmul,
+];
 
 pub(crate) fn reg_type_from_name(s: &str) -> Option<RegType> {
     [RegType::Pred, RegType::U32, RegType::U64, RegType::F32]

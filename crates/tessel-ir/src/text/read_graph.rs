@@ -215,7 +215,7 @@ fn set_args(op: &mut Op, new: &[Value]) {
         | Op::Reduce { arg, .. }
         | Op::Slice { arg, .. }
         | Op::Softmax { arg, .. } => next(arg),
-        Op::Binary { lhs, rhs, .. } => {
+        Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => {
             next(lhs);
             next(rhs);
         }
@@ -275,11 +275,11 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
     let expect: &[&str] = match k.as_str() {
         "elementwise" => &["threads", "vector"],
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
-        _ => {
-            return Err(kpos.error(format!(
-                "unknown tile kind `{k}` (expected `elementwise` or `row_reduction`)"
-            )))
-        }
+        "gemv" => &["warps", "vector", "columns"],
+        "simt" => &["bm", "bn", "bk", "tm", "tn"],
+        _ => return Err(kpos.error(format!(
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv` or `simt`)"
+        ))),
     };
     let mut vals = Vec::new();
     for e in expect {
@@ -291,13 +291,19 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
     if let Some((f, _)) = fields.iter().find(|(f, _)| !expect.contains(&f.as_str())) {
         return Err(kpos.error(format!("`{k}` tile has no field `{f}`")));
     }
-    let tile = match vals[..] {
-        [threads, vector] => TileConfig::Elementwise { threads, vector },
-        [threads_per_row, rows_per_cta, vector] => TileConfig::RowReduction {
+    let tile = match (k.as_str(), &vals[..]) {
+        ("elementwise", &[threads, vector]) => TileConfig::Elementwise { threads, vector },
+        ("row_reduction", &[threads_per_row, rows_per_cta, vector]) => TileConfig::RowReduction {
             threads_per_row,
             rows_per_cta,
             vector,
         },
+        ("gemv", &[warps, vector, columns]) => TileConfig::Gemv {
+            warps,
+            vector,
+            columns,
+        },
+        ("simt", &[bm, bn, bk, tm, tn]) => TileConfig::Simt { bm, bn, bk, tm, tn },
         _ => return Err(kpos.error("malformed tile")),
     };
     c.keyword("why")?;
@@ -413,6 +419,12 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 args,
                 axis: c.u32("an axis")?,
             }
+        }
+        "matmul" => {
+            let lhs = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let rhs = arg(c, &mut refs)?;
+            Op::MatMul { lhs, rhs }
         }
         "softmax" => {
             let a = arg(c, &mut refs)?;

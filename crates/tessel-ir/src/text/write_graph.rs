@@ -144,5 +144,6 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
         Op::Slice { arg, axis, start } => format!("slice {arg}, axis {axis}, start {start}"),
         Op::Concat { args, axis } => format!("concat [{}], axis {axis}", list(args)),
         Op::Softmax { arg, axis } => format!("softmax {arg}, axis {axis}"),
+        Op::MatMul { lhs, rhs } => format!("matmul {lhs}, {rhs}"),
     }
 }

@@ -189,6 +189,33 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 );
             }
         }
+        Op::MatMul { lhs, rhs } => {
+            let (l, r) = (at(lhs), at(rhs));
+            let (ls, rs, os) = (&l.shape.0, &r.shape.0, &rt.shape.0);
+            let ok = ls.len() >= 2
+                && ls.len() == rs.len()
+                && os.len() == ls.len()
+                && ls[..ls.len() - 2] == rs[..rs.len() - 2]
+                && os[..os.len() - 2] == ls[..ls.len() - 2]
+                && ls[ls.len() - 1] == rs[rs.len() - 2]
+                && os[os.len() - 2] == ls[ls.len() - 2]
+                && os[os.len() - 1] == rs[rs.len() - 1];
+            if !ok {
+                err(
+                    "graph.matmul",
+                    format!("{l} @ {r} does not give {rt} ([.., M, K] @ [.., K, N] -> [.., M, N])"),
+                );
+            }
+            if l.dtype != r.dtype || l.dtype != rt.dtype || !l.dtype.is_float() {
+                err(
+                    "graph.matmul",
+                    format!(
+                        "operands {} and {} and result {} must be one float dtype",
+                        l.dtype, r.dtype, rt.dtype
+                    ),
+                );
+            }
+        }
         Op::Select {
             cond,
             on_true,
@@ -525,6 +552,27 @@ fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             }
         }
         match data.kind {
+            GroupKind::Matmul => {
+                let one_matmul = data.reductions.len() == 1
+                    && exists(g, data.reductions[0])
+                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. });
+                if !one_matmul {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "a matmul group must list exactly one matmul",
+                    );
+                } else if let Some((o, s)) = shape {
+                    let m = g.ty(data.reductions[0]);
+                    if &m.shape != s {
+                        e.push(
+                            "fusion.outputs",
+                            loc.clone(),
+                            format!("output {o} is {s}, the matmul gives {}", m.shape),
+                        );
+                    }
+                }
+            }
             GroupKind::Elementwise => {
                 if !data.reductions.is_empty() {
                     e.push(
@@ -626,6 +674,7 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     let kind = match sched.tile {
                         TileConfig::Elementwise { .. } => GroupKind::Elementwise,
                         TileConfig::RowReduction { .. } => GroupKind::RowReduction,
+                        TileConfig::Gemv { .. } | TileConfig::Simt { .. } => GroupKind::Matmul,
                     };
                     if kind != data.kind {
                         e.push(
@@ -673,6 +722,41 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     e.push("schedule.tile", loc.clone(), "rows_per_cta is 0");
                 }
                 (threads_per_row as u64 * rows_per_cta as u64, vector)
+            }
+            TileConfig::Gemv {
+                warps,
+                vector,
+                columns,
+            } => {
+                if columns == 0 || columns > 8 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("gemv columns {columns} outside 1..=8"),
+                    );
+                }
+                (32 * warps as u64, vector)
+            }
+            TileConfig::Simt { bm, bn, bk, tm, tn } => {
+                let ok =
+                    [bm, bn, bk, tm, tn].iter().all(|&x| x > 0) && bm % tm == 0 && bn % tn == 0;
+                if !ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "simt tile {bm}x{bn}x{bk} is not divided by the thread tile {tm}x{tn}"
+                        ),
+                    );
+                }
+                if ok && bk > 0 && (bm * bk * 4 + bk * bn * 4) > 48 * 1024 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        "simt tile needs more than 48 KiB of shared memory",
+                    );
+                }
+                (((bm / tm.max(1)) * (bn / tn.max(1))) as u64, 1)
             }
         };
         if !(1..=1024).contains(&threads) {

@@ -457,11 +457,7 @@ impl<'m> Checker<'m> {
 
     fn binary(&mut self, op: BinaryOp, span: Span, a: Arg, b: Arg) -> R<Val> {
         if op == BinaryOp::MatMul {
-            return Err(self.error(
-                Diagnostic::error(codes::MATMUL_UNSUPPORTED, "matmul is not supported yet")
-                    .with_label(span, "`@` is not implemented")
-                    .with_note("matmul (`@`) lands in a later version of tessel"),
-            ));
+            return self.matmul(span, a, b).map(Val::T);
         }
         if let (Val::Weak(x), Val::Weak(y)) = (&a.0, &b.0) {
             return match fold_binary(op, *x, *y) {
@@ -487,6 +483,75 @@ impl<'m> Checker<'m> {
         };
         let desc = format!("`{}`", op.symbol());
         Ok(Val::T(self.elementwise(ir, &desc, span, a, b)?))
+    }
+
+    /// `a @ b`: `[.., M, K] @ [.., K, N] -> [.., M, N]` over the last two axes, leading dims
+    /// broadcast (numpy `matmul` rules, without the 1-D special cases: a vector operand is
+    /// written `x[None, :]` or `x[:, None]`). Operands are promoted to one float dtype.
+    fn matmul(&mut self, span: Span, a: Arg, b: Arg) -> R<Value> {
+        let (aspan, bspan) = (a.1, b.1);
+        let dt = self.join(&[&a.0, &b.0]);
+        if !dt.is_float() {
+            let found = self.describe(&a.0);
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::FLOAT_REQUIRED,
+                    format!("`@` needs float operands, found {dt}"),
+                )
+                .with_label(span, "matmul of non-float tensors")
+                .with_secondary(aspan, format!("this is {found}"))
+                .with_help("cast first, e.g. `f32(x) @ w`"),
+            ));
+        }
+        let x = self.operand(a.0, dt, aspan)?;
+        let y = self.operand(b.0, dt, bspan)?;
+        let (sx, sy) = (self.shape(x), self.shape(y));
+        for (s, sp) in [(&sx, aspan), (&sy, bspan)] {
+            if s.len() < 2 {
+                return Err(self.error(
+                    Diagnostic::error(
+                        codes::RANK,
+                        format!("`@` needs operands of rank 2 or more, found {}", fmt_shape(s)),
+                    )
+                    .with_label(sp, format!("this has rank {}", s.len()))
+                    .with_help("make a vector a matrix with `x[None, :]` (a row) or `x[:, None]` (a column)"),
+                ));
+            }
+        }
+        let (m, k) = (sx[sx.len() - 2], sx[sx.len() - 1]);
+        let (k2, n) = (sy[sy.len() - 2], sy[sy.len() - 1]);
+        if k != k2 {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BROADCAST,
+                    format!(
+                        "shape mismatch: `@` of {} and {}: the contracted dims differ ({k} and {k2})",
+                        fmt_shape(&sx),
+                        fmt_shape(&sy)
+                    ),
+                )
+                .with_label(span, "[.., M, K] @ [.., K, N] needs the same K")
+                .with_secondary(aspan, format!("K = {k} here"))
+                .with_secondary(bspan, format!("K = {k2} here"))
+                .with_help("a weight stored [N, K] is used as `x @ w^T`"),
+            ));
+        }
+        let batch = self.broadcast_shapes(
+            "the batch dims of `@`",
+            span,
+            &[
+                (sx[..sx.len() - 2].to_vec(), aspan),
+                (sy[..sy.len() - 2].to_vec(), bspan),
+            ],
+        )?;
+        let with = |tail: [u64; 2]| batch.iter().copied().chain(tail).collect::<Vec<u64>>();
+        let x = self.broadcast_to(x, &with([m, k]), aspan)?;
+        let y = self.broadcast_to(y, &with([k, n]), bspan)?;
+        self.push(
+            Op::MatMul { lhs: x, rhs: y },
+            TensorType::new(dt, with([m, n])),
+            span,
+        )
     }
 
     /// A binary elementwise op on two operands: promotion, casts, broadcasting.

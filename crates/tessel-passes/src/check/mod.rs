@@ -83,7 +83,7 @@ pub mod codes {
     pub const NOT_CONSTANT: &str = "E0215";
     /// `fn` calls nested deeper than [`super::MAX_CALL_DEPTH`].
     pub const CALL_DEPTH: &str = "E0216";
-    /// `@`: matmul is not supported yet.
+    /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// `x[idx]` with a tensor `idx`: gather is not supported yet.
     pub const GATHER_UNSUPPORTED: &str = "E0291";
@@ -751,6 +751,10 @@ fn remove_dead(g: &Graph) -> Graph {
                 cond: f(*cond),
                 on_true: f(*on_true),
                 on_false: f(*on_false),
+            },
+            Op::MatMul { lhs, rhs } => Op::MatMul {
+                lhs: f(*lhs),
+                rhs: f(*rhs),
             },
             Op::Cast { arg } => Op::Cast { arg: f(*arg) },
             Op::Broadcast { arg } => Op::Broadcast { arg: f(*arg) },

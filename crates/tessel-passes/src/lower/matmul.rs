@@ -1,0 +1,402 @@
+//! Lowering of matmul groups: the GEMV and SIMT FMA schedules (see `schedule.rs` for when
+//! each is chosen and `schedule::reduction_order` for the order of every sum).
+//!
+//! Both compute each output element into one f32 accumulator; the epilogue (the group's
+//! output as a function of the matmul value) is then generated per element with the
+//! accumulator standing in for the matmul, and stored once.
+
+use super::{Gen, Ix, LowerError};
+use tessel_ir::graph::Op as GOp;
+use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
+use tessel_ir::{DType, Reg, Value};
+
+impl Gen<'_> {
+    /// The materialised tensor a matmul operand reads and whether it is read transposed
+    /// (the operand is a permute of the last two axes of it).
+    fn operand_base(&self, x: Value) -> Value {
+        match &self.g.ops[x] {
+            GOp::Permute { arg, .. } => *arg,
+            _ => x,
+        }
+    }
+
+    /// `acc += a · b` for operands of `dt` held in f32 registers: one fma (a 16-bit product
+    /// is exact in f32, so the fma rounds exactly once, as a separate multiply and add would).
+    fn mac(&mut self, acc: Reg, a: Operand, b: Operand) {
+        self.b.assign(acc, Op::FFma, &[a, b, acc.into()]);
+    }
+
+    /// Stores the epilogue of output element `idx`, with `acc` as the matmul's value.
+    fn matmul_epilogue(
+        &mut self,
+        out: Value,
+        mm: Value,
+        idx: &[Ix],
+        acc: Reg,
+    ) -> Result<(), LowerError> {
+        self.row_value.insert(mm, acc.into());
+        self.open();
+        let vals = self.value(out, idx, 1)?;
+        self.store(out, idx, &vals)?;
+        // The scope only limits what is remembered: its statements run in place.
+        for s in self.close() {
+            self.b.push(s);
+        }
+        self.row_value.remove(&mm);
+        Ok(())
+    }
+
+    /// GEMV: warp w of CTA b computes output columns `(b·warps + w)·columns + j` for all M
+    /// rows. Columns past N read the last weight row (in bounds) and store nothing. Returns
+    /// the grid.
+    pub(super) fn gemv(
+        &mut self,
+        out: Value,
+        mm: Value,
+        (warps, v, cols): (u32, u32, u32),
+    ) -> Result<[u32; 3], LowerError> {
+        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
+            unreachable!("matmul group");
+        };
+        let (ls, rs) = (
+            self.g.ty(lhs).shape.0.clone(),
+            self.g.ty(rhs).shape.0.clone(),
+        );
+        let r = ls.len();
+        let (m, k, n) = (ls[r - 2], ls[r - 1], rs[r - 1]);
+        let lead: Vec<Ix> = vec![Ix::C(0); r - 2];
+        let w = self.operand_base(rhs);
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let warp = self.idiv_c(Ix::R(tid), 32);
+        let lane = self.irem_c(Ix::R(tid), 32);
+        let c0 = self.imul_c(Ix::R(cta), warps as u64);
+        let wi = self.iadd(c0, warp);
+        let col0 = self.imul_c(wi, cols as u64);
+        // Per column j: its index, whether it exists, and the (clamped) weight row read.
+        let mut col = Vec::new();
+        let mut valid = Vec::new();
+        let mut row = Vec::new();
+        for j in 0..cols {
+            let cj = self.iadd(col0, Ix::C(j as u64));
+            let cj_op = self.ix_op(cj);
+            let ok = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[cj_op, Self::imm_u(n)]);
+            let clamped = self.b.op(
+                RegType::U32,
+                Op::Select,
+                &[ok.into(), cj_op, Self::imm_u(n - 1)],
+            );
+            col.push(cj);
+            valid.push(ok);
+            row.push(Ix::R(clamped));
+        }
+        let accs: Vec<Reg> = (0..m * cols as u64)
+            .map(|_| {
+                let a = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(a, Op::Mov, &[Operand::f32(0.0)]);
+                a
+            })
+            .collect();
+        let start = self.imul_c(lane, v as u64);
+        let start = self.ix_op(start);
+        let kv = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        // The weight rows at k .. k + v: one vector load each, issued before the left rows.
+        let mut wv = Vec::new();
+        for &rj in &row {
+            let mut widx = lead.clone();
+            widx.extend([rj, Ix::R(kv)]);
+            wv.push(self.value(w, &widx, v)?);
+        }
+        for mi in 0..m as usize {
+            let mut aidx = lead.clone();
+            aidx.extend([Ix::C(mi as u64), Ix::R(kv)]);
+            let av = self.value(lhs, &aidx, v)?;
+            for (j, wj) in wv.iter().enumerate() {
+                let acc = accs[mi * cols as usize + j];
+                for i in 0..v as usize {
+                    self.mac(acc, av[i], wj[i]);
+                }
+            }
+        }
+        let body = self.close();
+        self.b.push(Stmt::For {
+            var: kv,
+            start,
+            end: Self::imm_u(k),
+            step: Operand::U32(32 * v),
+            body,
+        });
+        // Butterfly: every lane ends with the same sum (IEEE addition commutes exactly).
+        for &acc in &accs {
+            let mut x = 16;
+            while x >= 1 {
+                let t = self
+                    .b
+                    .op(RegType::F32, Op::ShflBfly, &[acc.into(), Operand::U32(x)]);
+                self.b.assign(acc, Op::FAdd, &[acc.into(), t.into()]);
+                x /= 2;
+            }
+        }
+        // Output (row i, column j) is stored by lane (i·columns + j) mod 32, so a warp's
+        // stores go out in parallel.
+        for mi in 0..m as usize {
+            for j in 0..cols as usize {
+                let slot = (mi * cols as usize + j) as u32 % 32;
+                let lane_op = self.ix_op(lane);
+                let mine = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::Eq),
+                    &[lane_op, Operand::U32(slot)],
+                );
+                let both = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[mine.into(), valid[j].into()]);
+                self.open();
+                let mut oidx = lead.clone();
+                oidx.extend([Ix::C(mi as u64), col[j]]);
+                self.matmul_epilogue(out, mm, &oidx, accs[mi * cols as usize + j])?;
+                let then_body = self.close();
+                self.b.push(Stmt::If {
+                    cond: both,
+                    then_body,
+                    else_body: vec![],
+                });
+            }
+        }
+        let per_cta = warps as u64 * cols as u64;
+        Ok([n.div_ceil(per_cta).max(1) as u32, 1, 1])
+    }
+
+    /// SIMT FMA GEMM: CTA (x, y) computes the `bm × bn` tile at columns `x·bn` and rows
+    /// `(y mod mt)·bm` of batch `y / mt`. Returns the grid.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn simt(
+        &mut self,
+        out: Value,
+        mm: Value,
+        (bm, bn, bk, tm, tn): (u32, u32, u32, u32, u32),
+    ) -> Result<[u32; 3], LowerError> {
+        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
+            unreachable!("matmul group");
+        };
+        let (ls, rs) = (
+            self.g.ty(lhs).shape.0.clone(),
+            self.g.ty(rhs).shape.0.clone(),
+        );
+        let r = ls.len();
+        let (m, k, n) = (ls[r - 2], ls[r - 1], rs[r - 1]);
+        let batch_shape = tessel_ir::Shape(ls[..r - 2].to_vec());
+        let batch = batch_shape.numel();
+        let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
+        let threads = (bm / tm) * (bn / tn);
+        let tx_n = bn / tn;
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let ctx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let cty = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
+        let bidx = self.idiv_c(Ix::R(cty), mt);
+        let mtile = self.irem_c(Ix::R(cty), mt);
+        let lead = self.unflatten(bidx, &batch_shape);
+        let m0 = self.imul_c(mtile, bm as u64);
+        let n0 = self.imul_c(Ix::R(ctx), bn as u64);
+        let tx = self.irem_c(Ix::R(tid), tx_n as u64);
+        let ty = self.idiv_c(Ix::R(tid), tx_n as u64);
+
+        // Shared tiles of f32: As[kk][i] (bk × bm) and Bs[kk][j] (bk × bn).
+        let a_s = self.b.kernel.new_shared(4 * bk * bm, 16);
+        let b_s = self.b.kernel.new_shared(4 * bk * bn, 16);
+        let a_base = self.b.op(RegType::U32, Op::SharedAddr(a_s), &[]);
+        let b_base = self.b.op(RegType::U32, Op::SharedAddr(b_s), &[]);
+
+        let accs: Vec<Reg> = (0..tm * tn)
+            .map(|_| {
+                let a = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(a, Op::Mov, &[Operand::f32(0.0)]);
+                a
+            })
+            .collect();
+
+        let k0 = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        // Cooperative, guarded tile loads: out-of-range elements are 0 and add nothing
+        // (0·b + acc = acc for every finite acc, -0 aside).
+        for (tile, rows, base, is_a) in [(bm, bm, a_base, true), (bn, bn, b_base, false)] {
+            let _ = tile;
+            let per = (rows * bk).div_ceil(threads);
+            for i in 0..per {
+                let e = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
+                let e_op = self.ix_op(e);
+                let in_tile = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[e_op, Operand::U32(rows * bk)],
+                );
+                let kk = self.irem_c(e, bk as u64);
+                let rr = self.idiv_c(e, bk as u64);
+                let gk = self.iadd(Ix::R(k0), kk);
+                let (g_row, limit) = if is_a {
+                    (self.iadd(m0, rr), m)
+                } else {
+                    (self.iadd(n0, rr), n)
+                };
+                let gk_op = self.ix_op(gk);
+                let gr_op = self.ix_op(g_row);
+                let k_ok = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gk_op, Self::imm_u(k)]);
+                let r_ok = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[gr_op, Self::imm_u(limit)],
+                );
+                let ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[k_ok.into(), r_ok.into()]);
+                let ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[ok.into(), in_tile.into()]);
+                let val = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(val, Op::Mov, &[Operand::f32(0.0)]);
+                self.open();
+                let mut idx = lead.clone();
+                if is_a {
+                    idx.extend([g_row, gk]);
+                } else {
+                    idx.extend([gk, g_row]);
+                }
+                let x = self.value(if is_a { lhs } else { rhs }, &idx, 1)?;
+                self.b.assign(val, Op::Mov, &[x[0]]);
+                let then_body = self.close();
+                self.b.push(Stmt::If {
+                    cond: ok,
+                    then_body,
+                    else_body: vec![],
+                });
+                // Shared offset (kk · rows + rr) · 4.
+                let so = self.imul_c(kk, rows as u64);
+                let so = self.iadd(so, rr);
+                let so = self.imul_c(so, 4);
+                let so_op = self.ix_op(so);
+                let addr = self.b.op(RegType::U32, Op::IAdd, &[base.into(), so_op]);
+                self.open();
+                self.b.push(Stmt::Store {
+                    space: Space::Shared,
+                    width: Width::B32,
+                    addr,
+                    offset: 0,
+                    values: vec![val.into()],
+                });
+                let st = self.close();
+                self.b.push(Stmt::If {
+                    cond: in_tile,
+                    then_body: st,
+                    else_body: vec![],
+                });
+            }
+        }
+        self.b.push(Stmt::Barrier);
+        // The slice's products in k order.
+        let ty_off = self.imul_c(ty, (tm * 4) as u64);
+        let ty_off = self.ix_op(ty_off);
+        let tx_off = self.imul_c(tx, (tn * 4) as u64);
+        let tx_off = self.ix_op(tx_off);
+        let a_row = self.b.op(RegType::U32, Op::IAdd, &[a_base.into(), ty_off]);
+        let b_row = self.b.op(RegType::U32, Op::IAdd, &[b_base.into(), tx_off]);
+        // Each slice's products are summed into a fresh partial, then the partial is added
+        // to the output's accumulator: error growth ~(bk + K/bk)·u instead of K·u.
+        let parts: Vec<Reg> = (0..tm * tn)
+            .map(|_| {
+                let p = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(p, Op::Mov, &[Operand::f32(0.0)]);
+                p
+            })
+            .collect();
+        for kk in 0..bk {
+            let av: Vec<Reg> = (0..tm)
+                .map(|_| self.b.kernel.new_reg(RegType::F32))
+                .collect();
+            let bv: Vec<Reg> = (0..tn)
+                .map(|_| self.b.kernel.new_reg(RegType::F32))
+                .collect();
+            self.load_shared_f32(&av, a_row, (kk * bm * 4) as i32);
+            self.load_shared_f32(&bv, b_row, (kk * bn * 4) as i32);
+            for i in 0..tm as usize {
+                for j in 0..tn as usize {
+                    self.mac(parts[i * tn as usize + j], av[i].into(), bv[j].into());
+                }
+            }
+        }
+        for (acc, part) in accs.iter().zip(&parts) {
+            self.b
+                .assign(*acc, Op::FAdd, &[(*acc).into(), (*part).into()]);
+        }
+        self.b.push(Stmt::Barrier);
+        let body = self.close();
+        self.b.push(Stmt::For {
+            var: k0,
+            start: Operand::U32(0),
+            end: Self::imm_u(k),
+            step: Operand::U32(bk),
+            body,
+        });
+
+        // Epilogue, guarded per element.
+        for i in 0..tm {
+            for j in 0..tn {
+                let ri = self.imul_c(ty, tm as u64);
+                let ri = self.iadd(ri, Ix::C(i as u64));
+                let gm = self.iadd(m0, ri);
+                let cj = self.imul_c(tx, tn as u64);
+                let cj = self.iadd(cj, Ix::C(j as u64));
+                let gn = self.iadd(n0, cj);
+                let (gm_op, gn_op) = (self.ix_op(gm), self.ix_op(gn));
+                let m_ok = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gm_op, Self::imm_u(m)]);
+                let n_ok = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gn_op, Self::imm_u(n)]);
+                let ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
+                self.open();
+                let mut idx = lead.clone();
+                idx.extend([gm, gn]);
+                self.matmul_epilogue(out, mm, &idx, accs[(i * tn + j) as usize])?;
+                let then_body = self.close();
+                self.b.push(Stmt::If {
+                    cond: ok,
+                    then_body,
+                    else_body: vec![],
+                });
+            }
+        }
+        let _ = DType::F32;
+        Ok([nt.max(1) as u32, (mt * batch).max(1) as u32, 1])
+    }
+
+    /// Loads consecutive f32 from shared memory at `addr + offset` into `dst`, 16 bytes at a
+    /// time where the count allows (offsets are multiples of 16 when `dst.len()` is 4).
+    fn load_shared_f32(&mut self, dst: &[Reg], addr: Reg, offset: i32) {
+        let mut i = 0;
+        while i < dst.len() {
+            let (w, n) = match dst.len() - i {
+                x if x >= 4 && (offset + 4 * i as i32) % 16 == 0 => (Width::V4, 4),
+                x if x >= 2 && (offset + 4 * i as i32) % 8 == 0 => (Width::V2, 2),
+                _ => (Width::B32, 1),
+            };
+            self.b.push(Stmt::Load {
+                dsts: dst[i..i + n].to_vec(),
+                space: Space::Shared,
+                width: w,
+                addr,
+                offset: offset + 4 * i as i32,
+            });
+            i += n;
+        }
+    }
+}
