@@ -19,7 +19,7 @@ pub mod target;
 use tessel_ir::graph::{Fusion, Graph, Schedules};
 use tessel_ir::kernel::Program;
 
-pub use target::Target;
+pub use target::{Profile, Target};
 
 /// A registered pass: its kebab-case name (for `--emit` and `--stop-after`) and what it does.
 pub struct PassInfo {
@@ -70,6 +70,8 @@ pub const PASSES: &[PassInfo] = &[
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     pub target: Target,
+    /// Which schedules are allowed (design §5).
+    pub profile: Profile,
     /// Run the IR verifier after every pass (on in tests; cheap).
     pub verify: bool,
 }
@@ -118,7 +120,7 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
     }
     let graph = decompose::run(checked);
     let fusion = fuse::run(&graph);
-    let schedules = schedule::run(&graph, &fusion, &opts.target);
+    let schedules = schedule::run(&graph, &fusion, &opts.target, opts.profile);
     if opts.verify {
         verified(
             "schedule",

@@ -35,3 +35,41 @@ impl Default for Target {
         Target::h200()
     }
 }
+
+/// The numerics profile a step is compiled for (design §5). It only changes which
+/// schedules the `schedule` pass may choose.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Profile {
+    /// Every kernel's output is bit-identical to the kernel-IR executor on the CPU: SIMT
+    /// FMA arithmetic in a fixed order, no tensor cores. Any schedule whose order the
+    /// executor follows is allowed (GEMV for decode shapes, the SIMT tile otherwise).
+    #[default]
+    Exact,
+    /// Batch-invariant: a row's result never depends on how many rows are in the batch or
+    /// where it sits. Every matmul uses one reduction order for a given K whatever M is —
+    /// the SIMT tile's k-slice order — so the decode GEMV (whose lane-strided order differs)
+    /// is not used; no split-K.
+    Invariant,
+    /// Whatever is fastest; checked by tolerance. Today the same choices as `Exact`.
+    Fast,
+}
+
+impl Profile {
+    /// Parses `exact`, `invariant` or `fast`.
+    pub fn from_name(s: &str) -> Option<Profile> {
+        Some(match s {
+            "exact" => Profile::Exact,
+            "invariant" => Profile::Invariant,
+            "fast" => Profile::Fast,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Exact => "exact",
+            Profile::Invariant => "invariant",
+            Profile::Fast => "fast",
+        }
+    }
+}

@@ -41,7 +41,9 @@ use std::path::{Path, PathBuf};
 use tessel_ir::graph::{Fusion, Graph, Schedules};
 use tessel_ir::text;
 use tessel_ir::verify;
-use tessel_passes::{check, decompose, expand_math, fuse, legalize, lower, schedule, Target};
+use tessel_passes::{
+    check, decompose, expand_math, fuse, legalize, lower, schedule, Profile, Target,
+};
 
 /// The pass directories under `ir/`, in pipeline order; each must hold at least one file.
 const PASSES: &[&str] = &[
@@ -62,6 +64,8 @@ struct FileTest {
     pass: String,
     /// For `check`: the step and its dims, from `; step: NAME dims: T=4 N=8`.
     step: Option<(String, BTreeMap<String, u64>)>,
+    /// For `schedule`: the profile, from `; profile: invariant` (default exact).
+    profile: Profile,
     /// The input, with `;` lines blanked.
     input: String,
     /// Everything up to and including the separator line (kept verbatim when blessing).
@@ -84,6 +88,7 @@ fn parse_file(text: &str) -> Result<FileTest, String> {
     };
     let mut pass = None;
     let mut step = None;
+    let mut profile = Profile::Exact;
     let mut input = String::new();
     let mut in_header = true;
     for line in head.lines() {
@@ -95,6 +100,9 @@ fn parse_file(text: &str) -> Result<FileTest, String> {
                     pass = Some(p.trim().to_string());
                 } else if let Some(s) = c.strip_prefix("step:") {
                     step = Some(parse_step(s)?);
+                } else if let Some(p) = c.strip_prefix("profile:") {
+                    profile = Profile::from_name(p.trim())
+                        .ok_or_else(|| format!("unknown profile `{}`", p.trim()))?;
                 }
             }
             input.push('\n');
@@ -108,6 +116,7 @@ fn parse_file(text: &str) -> Result<FileTest, String> {
     Ok(FileTest {
         pass,
         step,
+        profile,
         input,
         head: if head.ends_with('\n') || head.is_empty() {
             head
@@ -196,7 +205,7 @@ fn run_pass(t: &FileTest) -> Result<String, String> {
         "schedule" => {
             let (g, f, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, Some(&f), None)?;
-            let s = schedule::run(&g, &f, &Target::h200());
+            let s = schedule::run(&g, &f, &Target::h200(), t.profile);
             check_graph("output", &g, Some(&f), Some(&s))?;
             text::write_graph(&g, Some(&f), Some(&s))
         }

@@ -18,6 +18,7 @@ fn options() -> Options {
     Options {
         target: Target::h200(),
         verify: true,
+        ..Options::default()
     }
 }
 

@@ -24,6 +24,12 @@ pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
     Ok((name.trim().to_string(), size))
 }
 
+/// Parses `--profile`.
+pub fn parse_profile(s: &str) -> Result<tessel_passes::Profile, String> {
+    tessel_passes::Profile::from_name(s)
+        .ok_or_else(|| format!("`{s}`: the profiles are exact, invariant and fast"))
+}
+
 /// A parsed source file.
 pub struct Source {
     pub name: String,
@@ -64,6 +70,10 @@ pub fn load(path: &Path) -> Result<Source> {
 
 /// Checks and compiles the steps `args` selects.
 pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
+    let opts = &Options {
+        profile: args.profile,
+        ..opts.clone()
+    };
     let all = check::steps(&src.module);
     let names: Vec<String> = match &args.step {
         Some(s) if all.contains(s) => vec![s.clone()],

@@ -38,6 +38,10 @@ pub struct CompileArgs {
     /// Compile only this step (default: every step in the file).
     #[arg(long)]
     pub step: Option<String>,
+    /// Numerics profile: `exact` (bit-identical to the CPU executor), `invariant` (a row's
+    /// result never depends on the batch size) or `fast`.
+    #[arg(long, default_value = "exact", value_parser = frontend::parse_profile)]
+    pub profile: tessel_passes::Profile,
 }
 
 /// How inputs are made.

@@ -404,3 +404,159 @@ fn matmuls_match_the_oracle_at_every_shape() {
         }
     }
 }
+
+/// Compiles `step` of `path` with `profile`; the program's intermediate buffers are appended
+/// to its outputs so that a test can compare every tensor the step writes.
+fn compile_with_temps(
+    path: &Path,
+    step: &str,
+    dims: &[(&str, u64)],
+    profile: tessel_passes::Profile,
+) -> tessel_ir::kernel::Program {
+    let src = std::fs::read_to_string(path).expect("read");
+    let module = tessel_syntax::parse(&src).expect("parse");
+    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let g = check::run(&module, step, &dims).expect("check");
+    let opts = Options {
+        verify: true,
+        profile,
+        ..Default::default()
+    };
+    let mut p = compile(&g, &opts).expect("compile").program;
+    let temps: Vec<_> = p
+        .buffers
+        .iter()
+        .filter(|(_, d)| d.role == tessel_ir::kernel::BufferRole::Temp)
+        .map(|(b, d)| (d.name.clone(), b))
+        .collect();
+    p.outputs.extend(temps);
+    p
+}
+
+/// Rows `r0 .. r0 + m` of a row-major tensor whose first dim is the batch.
+fn rows(t: &Tensor, r0: usize, m: usize) -> Vec<u8> {
+    let row = t.data.len() / t.ty.shape.0[0] as usize;
+    t.data[r0 * row..(r0 + m) * row].to_vec()
+}
+
+/// Runs `step` on rows `r0 .. r0 + m` of the `full`-row inputs `x_full` (other inputs as
+/// given) and returns every tensor the step writes.
+fn run_rows(
+    path: &Path,
+    step: &str,
+    (k, r, n): (u64, u64, u64),
+    profile: tessel_passes::Profile,
+    x_full: &Tensor,
+    others: &[Tensor],
+    (r0, m): (usize, usize),
+) -> Vec<Tensor> {
+    let p = compile_with_temps(
+        path,
+        step,
+        &[("M", m as u64), ("K", k), ("R", r), ("N", n)],
+        profile,
+    );
+    let x = Tensor {
+        ty: tessel_ir::TensorType::new(x_full.ty.dtype, vec![m as u64, k]),
+        data: rows(x_full, r0, m),
+    };
+    let mut inputs = vec![x];
+    inputs.extend(others.iter().cloned());
+    run_program(&p, &inputs).expect("executor")
+}
+
+/// Issue 3, `invariant` profile: a row's result never depends on the batch — for M in
+/// {1, 2, 3, 8, 17, 64, 256}, at several positions in the batch, over two seeds, at small
+/// and production K, on every tensor the step writes (the intermediate u and the output).
+#[test]
+fn invariant_profile_rows_do_not_depend_on_the_batch() {
+    use tessel_passes::Profile;
+    let path = root().join("tests/programs/lora.tsl");
+    let (r, n) = (16u64, 32u64);
+    let full = 256usize;
+    for step in ["lora_f32", "lora_bf16"] {
+        for k in [64u64, 4096] {
+            for seed in [1u64, 2] {
+                let dt = if step == "lora_f32" {
+                    DType::F32
+                } else {
+                    DType::Bf16
+                };
+                let ty = |s: Vec<u64>| tessel_ir::TensorType::new(dt, s);
+                let x = Tensor::random(ty(vec![full as u64, k]), seed * 10 + 1);
+                let others = [
+                    Tensor::random(ty(vec![r, k]), seed * 10 + 2),
+                    Tensor::random(ty(vec![n, r]), seed * 10 + 3),
+                ];
+                let want = run_rows(
+                    &path,
+                    step,
+                    (k, r, n),
+                    Profile::Invariant,
+                    &x,
+                    &others,
+                    (0, full),
+                );
+                assert!(want.len() == 2, "{step}: u and y");
+                for m in [1usize, 2, 3, 8, 17, 64, 256] {
+                    for r0 in [0, full - m, (full - m) / 3] {
+                        let got = run_rows(
+                            &path,
+                            step,
+                            (k, r, n),
+                            Profile::Invariant,
+                            &x,
+                            &others,
+                            (r0, m),
+                        );
+                        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                            assert!(
+                                g.data == rows(w, r0, m),
+                                "{step} K={k} seed {seed}: tensor {i} of rows {r0}..{} differs between M={m} and M={full}",
+                                r0 + m
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The probe above can fail: in the `exact` profile, M ≤ 16 takes the GEMV, whose k order
+/// differs from the tile's, and at K = 4096 some row's bits change.
+#[test]
+fn exact_profile_gemv_changes_rows_the_invariance_probe_sees() {
+    use tessel_passes::Profile;
+    let path = root().join("tests/programs/lora.tsl");
+    let (k, r, n) = (4096u64, 16u64, 32u64);
+    let ty = |s: Vec<u64>| tessel_ir::TensorType::new(DType::F32, s);
+    let x = Tensor::random(ty(vec![64, k]), 7);
+    let others = [
+        Tensor::random(ty(vec![r, k]), 8),
+        Tensor::random(ty(vec![n, r]), 9),
+    ];
+    let want = run_rows(
+        &path,
+        "lora_f32",
+        (k, r, n),
+        Profile::Exact,
+        &x,
+        &others,
+        (0, 64),
+    );
+    let got = run_rows(
+        &path,
+        "lora_f32",
+        (k, r, n),
+        Profile::Exact,
+        &x,
+        &others,
+        (0, 8),
+    );
+    assert_ne!(
+        got[1].data,
+        rows(&want[1], 0, 8),
+        "GEMV (M = 8) and the SIMT tile (M = 64) gave identical u at K = 4096"
+    );
+}

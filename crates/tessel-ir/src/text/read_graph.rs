@@ -277,9 +277,11 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
         "gemv" => &["warps", "vector", "columns"],
         "simt" => &["bm", "bn", "bk", "tm", "tn"],
-        _ => return Err(kpos.error(format!(
+        _ => {
+            return Err(kpos.error(format!(
             "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv` or `simt`)"
-        ))),
+        )))
+        }
     };
     let mut vals = Vec::new();
     for e in expect {
