@@ -383,6 +383,28 @@ impl Gen<'_> {
         self.b.close()
     }
 
+    /// Closes the innermost scope as the body of `if cond { .. }`.
+    fn close_if(&mut self, cond: Reg) {
+        let then_body = self.close();
+        self.b.push(Stmt::If {
+            cond,
+            then_body,
+            else_body: vec![],
+        });
+    }
+
+    /// Closes the innermost scope as the body of `for var = start; var < end; var += step`.
+    fn close_for(&mut self, var: Reg, start: Operand, end: Operand, step: Operand) {
+        let body = self.close();
+        self.b.push(Stmt::For {
+            var,
+            start,
+            end,
+            step,
+            body,
+        });
+    }
+
     fn lookup(&self, k: &Key) -> Option<Vec<Operand>> {
         self.memo.iter().rev().find_map(|m| m.get(k).cloned())
     }
@@ -422,12 +444,7 @@ impl Gen<'_> {
             let vals = self.value(out, &idx, v)?;
             self.store(out, &idx, &vals)?;
         }
-        let then_body = self.close();
-        self.b.push(Stmt::If {
-            cond: inb,
-            then_body,
-            else_body: vec![],
-        });
+        self.close_if(inb);
         Ok(numel.div_ceil(v as u64 * threads as u64).max(1) as u32)
     }
 
@@ -493,20 +510,8 @@ impl Gen<'_> {
             for x in vals {
                 self.b.assign(acc, combine, &[acc.into(), x]);
             }
-            let body = self.close();
-            self.b.push(Stmt::For {
-                var: c,
-                start: first_op,
-                end: Self::imm_u(d),
-                step: stride,
-                body,
-            });
-            let then_body = self.close();
-            self.b.push(Stmt::If {
-                cond: valid,
-                then_body,
-                else_body: vec![],
-            });
+            self.close_for(c, first_op, Self::imm_u(d), stride);
+            self.close_if(valid);
             // Butterfly within the warp (or the sub-warp of the row).
             let mut m = tpr.min(32) / 2;
             while m >= 1 {
@@ -589,12 +594,7 @@ impl Gen<'_> {
             idx.push(Ix::C(0));
             let vals = self.value(out, &idx, 1)?;
             self.store(out, &idx, &vals)?;
-            let then_body = self.close();
-            self.b.push(Stmt::If {
-                cond: leader,
-                then_body,
-                else_body: vec![],
-            });
+            self.close_if(leader);
         } else {
             // Per-row values ([.., 1]) are computed once, before the loop.
             let mut idx0 = lead.clone();
@@ -608,21 +608,9 @@ impl Gen<'_> {
             idx.push(Ix::R(c));
             let vals = self.value(out, &idx, v)?;
             self.store(out, &idx, &vals)?;
-            let body = self.close();
-            self.b.push(Stmt::For {
-                var: c,
-                start: first_op,
-                end: Self::imm_u(d),
-                step: stride,
-                body,
-            });
+            self.close_for(c, first_op, Self::imm_u(d), stride);
         }
-        let then_body = self.close();
-        self.b.push(Stmt::If {
-            cond: valid,
-            then_body,
-            else_body: vec![],
-        });
+        self.close_if(valid);
         Ok(nrows.div_ceil(rows_per_cta as u64).max(1) as u32)
     }
 

@@ -122,14 +122,7 @@ impl Gen<'_> {
                 }
             }
         }
-        let body = self.close();
-        self.b.push(Stmt::For {
-            var: kv,
-            start,
-            end: Self::imm_u(k),
-            step: Operand::U32(32 * v),
-            body,
-        });
+        self.close_for(kv, start, Self::imm_u(k), Operand::U32(32 * v));
         // Butterfly: every lane ends with the same sum (IEEE addition commutes exactly).
         for &acc in &accs {
             let mut x = 16;
@@ -159,12 +152,7 @@ impl Gen<'_> {
                 let mut oidx = lead.clone();
                 oidx.extend([Ix::C(mi as u64), col[j]]);
                 self.matmul_epilogue(out, mm, &oidx, accs[mi * cols as usize + j])?;
-                let then_body = self.close();
-                self.b.push(Stmt::If {
-                    cond: both,
-                    then_body,
-                    else_body: vec![],
-                });
+                self.close_if(both);
             }
         }
         let per_cta = warps as u64 * cols as u64;
@@ -270,12 +258,7 @@ impl Gen<'_> {
                 }
                 let x = self.value(if is_a { lhs } else { rhs }, &idx, 1)?;
                 self.b.assign(val, Op::Mov, &[x[0]]);
-                let then_body = self.close();
-                self.b.push(Stmt::If {
-                    cond: ok,
-                    then_body,
-                    else_body: vec![],
-                });
+                self.close_if(ok);
                 // Shared offset (kk · rows + rr) · 4.
                 let so = self.imul_c(kk, rows as u64);
                 let so = self.iadd(so, rr);
@@ -290,12 +273,7 @@ impl Gen<'_> {
                     offset: 0,
                     values: vec![val.into()],
                 });
-                let st = self.close();
-                self.b.push(Stmt::If {
-                    cond: in_tile,
-                    then_body: st,
-                    else_body: vec![],
-                });
+                self.close_if(in_tile);
             }
         }
         self.b.push(Stmt::Barrier);
@@ -335,14 +313,7 @@ impl Gen<'_> {
                 .assign(*acc, Op::FAdd, &[(*acc).into(), (*part).into()]);
         }
         self.b.push(Stmt::Barrier);
-        let body = self.close();
-        self.b.push(Stmt::For {
-            var: k0,
-            start: Operand::U32(0),
-            end: Self::imm_u(k),
-            step: Operand::U32(bk),
-            body,
-        });
+        self.close_for(k0, Operand::U32(0), Self::imm_u(k), Operand::U32(bk));
 
         // Epilogue, guarded per element.
         for i in 0..tm {
@@ -367,12 +338,7 @@ impl Gen<'_> {
                 let mut idx = lead.clone();
                 idx.extend([gm, gn]);
                 self.matmul_epilogue(out, mm, &idx, accs[(i * tn + j) as usize])?;
-                let then_body = self.close();
-                self.b.push(Stmt::If {
-                    cond: ok,
-                    then_body,
-                    else_body: vec![],
-                });
+                self.close_if(ok);
             }
         }
         let _ = DType::F32;
