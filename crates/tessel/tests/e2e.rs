@@ -560,3 +560,42 @@ fn exact_profile_gemv_changes_rows_the_invariance_probe_sees() {
         "GEMV (M = 8) and the SIMT tile (M = 64) gave identical u at K = 4096"
     );
 }
+
+/// The `fast` profile's tensor-core decode schedule (mma.sync m16n8k16, M ≤ 16) on the
+/// executor's mma model, against the oracle, with rows and columns past the fragments.
+#[test]
+fn fast_profile_tensor_core_decode_matches_the_oracle() {
+    use tessel_passes::Profile;
+    let path = root().join("tests/programs/matmul.tsl");
+    for (m, k, n) in [(1u64, 16u64, 8u64), (5, 48, 37), (16, 64, 9), (8, 1024, 40)] {
+        for step in ["linear", "linear_epilogue"] {
+            let p = compile_with_temps(&path, step, &[("M", m), ("K", k), ("N", n)], Profile::Fast);
+            let has_mma = p
+                .kernels
+                .values()
+                .any(|kern| format!("{:?}", kern.body).contains("Mma"));
+            assert!(
+                has_mma,
+                "{step} M={m} K={k} N={n}: the fast profile did not use mma"
+            );
+            let src = std::fs::read_to_string(&path).expect("read");
+            let module = tessel_syntax::parse(&src).expect("parse");
+            let dims: BTreeMap<String, u64> = [("M", m), ("K", k), ("N", n)]
+                .into_iter()
+                .map(|(a, b)| (a.to_string(), b))
+                .collect();
+            let g = check::run(&module, step, &dims).expect("check");
+            let inputs: Vec<Tensor> = p
+                .inputs
+                .iter()
+                .enumerate()
+                .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), 40 + i as u64))
+                .collect();
+            let got = run_program(&p, &inputs).expect("executor");
+            let want = eval_graph(&g, &inputs).expect("oracle");
+            let s = error_stats(&got[0], &want[0]).expect("stats");
+            println!("fast {step} M={m} K={k} N={n}: rel-RMS {:.3e}", s.rel_rms);
+            assert!(s.rel_rms <= BF16_REL_RMS, "{step}: rel-RMS {:e}", s.rel_rms);
+        }
+    }
+}
