@@ -321,13 +321,6 @@ pub enum TileConfig {
         vector: u32,
         columns: u32,
     },
-    /// Tensor-core decode GEMM (`fast` profile; M ≤ 16, bf16/f16, both operands read along
-    /// K): warp w of a CTA of `warps` computes 8 output columns with `mma.sync.m16n8k16`,
-    /// the M rows padded to 16 with zeros; fragments are loaded straight from global memory
-    /// (two packed 16-bit values per 32-bit load), `unroll` K steps of 16 per loop iteration.
-    /// The accumulation order inside the tensor core is not specified by NVIDIA, so results
-    /// are checked by tolerance.
-    MmaDecode { warps: u32, unroll: u32 },
     /// SIMT FMA tiled GEMM (the `exact` schedule): a CTA computes a `bm × bn` output tile
     /// with `(bm/tm)·(bn/tn)` threads, each owning `tm × tn` outputs; K is walked in slices of
     /// `bk` through shared memory, and every output is one f32 accumulator updated in k order
@@ -351,7 +344,7 @@ impl TileConfig {
                 rows_per_cta,
                 ..
             } => threads_per_row * rows_per_cta,
-            TileConfig::Gemv { warps, .. } | TileConfig::MmaDecode { warps, .. } => 32 * warps,
+            TileConfig::Gemv { warps, .. } => 32 * warps,
             TileConfig::Simt { bm, bn, tm, tn, .. } => (bm / tm) * (bn / tn),
         }
     }
@@ -379,9 +372,6 @@ impl fmt::Display for TileConfig {
                 f,
                 "gemv {{ warps: {warps}, vector: {vector}, columns: {columns} }}"
             ),
-            TileConfig::MmaDecode { warps, unroll } => {
-                write!(f, "mma_decode {{ warps: {warps}, unroll: {unroll} }}")
-            }
             TileConfig::Simt { bm, bn, bk, tm, tn } => write!(
                 f,
                 "simt {{ bm: {bm}, bn: {bn}, bk: {bk}, tm: {tm}, tn: {tn} }}"

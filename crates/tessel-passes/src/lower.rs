@@ -210,14 +210,6 @@ fn lower_group(
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
-        (GroupKind::Matmul, &TileConfig::MmaDecode { warps, unroll }) => {
-            let grid = gen.mma_decode(out, data.reductions[0], (warps, unroll))?;
-            (
-                32 * warps,
-                grid,
-                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
-            )
-        }
         (GroupKind::Matmul, &TileConfig::Simt { bm, bn, bk, tm, tn }) => {
             let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn))?;
             (

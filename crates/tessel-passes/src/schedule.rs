@@ -149,23 +149,6 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, profile: Profile) -> Schedule {
     let s = matmul_shape(g, mm);
     let esz = g.ty(mm).dtype.size_bytes() as u32;
     let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
-    let dt = g.ty(mm).dtype;
-    let sixteen_bit = matches!(dt, tessel_ir::DType::Bf16 | tessel_ir::DType::F16);
-    if decode && profile == Profile::Fast && sixteen_bit && s.k % 16 == 0 {
-        let unroll = [4u32, 2, 1]
-            .into_iter()
-            .find(|&u| s.k % (16 * u as u64) == 0)
-            .unwrap_or(1);
-        return Schedule {
-            tile: TileConfig::MmaDecode { warps: 4, unroll },
-            why: format!(
-                "fast profile, M = {} ≤ 16, {dt} operands read along K, K = {} a multiple of 16: mma.sync m16n8k16 with the rows padded to 16, 8 output columns per warp, 4 warps per CTA, {unroll} K steps of 16 per iteration, {} CTAs",
-                s.m,
-                s.k,
-                s.n.div_ceil(32)
-            ),
-        };
-    }
     if decode && profile != Profile::Invariant {
         let v = widest_vector(s.k, 16 / esz);
         // Columns per warp: each left chunk loaded is reused for every column, so more
@@ -284,7 +267,6 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
             32 * vector
         ),
-        TileConfig::MmaDecode { .. } => "each output: mma.sync m16n8k16 in K steps of 16, in k order; the order inside the tensor core is not specified by NVIDIA (results are checked by tolerance, not bits)".to_string(),
         TileConfig::Simt { bk, .. } => format!(
             "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator (independent of M, N and the output tile)"
         ),

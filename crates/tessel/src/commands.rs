@@ -301,7 +301,6 @@ fn check_step(
     };
     let mut ok = true;
     let mut recs = Vec::new();
-    let tensor_cores = uses_tensor_cores(p);
     println!(
         "{file} step {} ({} kernels; executor {exec_s:.1} s)",
         step.name,
@@ -328,14 +327,6 @@ fn check_step(
             let d = tessel_ref::bit_diff(&go[i], e)?;
             if d.differing_elements == 0 {
                 line += "; GPU == executor bit for bit";
-            } else if tensor_cores && d.max_ulp_distance <= 1 {
-                // mma.sync's internal accumulation is not specified (the executor models
-                // it), so tensor-core kernels are checked to one ulp of the output dtype.
-                line += &format!(
-                    "; GPU within 1 ulp of the executor's mma model ({} of {} elements differ)",
-                    d.differing_elements,
-                    e.numel()
-                );
             } else {
                 ok = false;
                 line += &format!(
@@ -351,25 +342,6 @@ fn check_step(
         recs.push(rec);
     }
     Ok((recs, ok))
-}
-
-/// True if any kernel of `p` issues `mma.sync`, whose accumulation order the executor can only
-/// model.
-fn uses_tensor_cores(p: &Program) -> bool {
-    fn any(b: &[tessel_ir::kernel::Stmt]) -> bool {
-        use tessel_ir::kernel::Stmt;
-        b.iter().any(|s| match s {
-            Stmt::Mma { .. } => true,
-            Stmt::For { body, .. } => any(body),
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => any(then_body) || any(else_body),
-            _ => false,
-        })
-    }
-    p.kernels.values().any(|k| any(&k.body))
 }
 
 /// `tessel explain`.

@@ -276,11 +276,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "elementwise" => &["threads", "vector"],
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
         "gemv" => &["warps", "vector", "columns"],
-        "mma_decode" => &["warps", "unroll"],
         "simt" => &["bm", "bn", "bk", "tm", "tn"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `mma_decode` or `simt`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv` or `simt`)"
         )))
         }
     };
@@ -307,7 +306,6 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             columns,
         },
         ("simt", &[bm, bn, bk, tm, tn]) => TileConfig::Simt { bm, bn, bk, tm, tn },
-        ("mma_decode", &[warps, unroll]) => TileConfig::MmaDecode { warps, unroll },
         _ => return Err(kpos.error("malformed tile")),
     };
     c.keyword("why")?;

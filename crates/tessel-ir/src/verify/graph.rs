@@ -674,9 +674,7 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     let kind = match sched.tile {
                         TileConfig::Elementwise { .. } => GroupKind::Elementwise,
                         TileConfig::RowReduction { .. } => GroupKind::RowReduction,
-                        TileConfig::Gemv { .. }
-                        | TileConfig::Simt { .. }
-                        | TileConfig::MmaDecode { .. } => GroupKind::Matmul,
+                        TileConfig::Gemv { .. } | TileConfig::Simt { .. } => GroupKind::Matmul,
                     };
                     if kind != data.kind {
                         e.push(
@@ -738,16 +736,6 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     );
                 }
                 (32 * warps as u64, vector)
-            }
-            TileConfig::MmaDecode { warps, unroll } => {
-                if !(1..=8).contains(&unroll) {
-                    e.push(
-                        "schedule.tile",
-                        loc.clone(),
-                        format!("mma_decode unroll {unroll} outside 1..=8"),
-                    );
-                }
-                (32 * warps as u64, 1)
             }
             TileConfig::Simt { bm, bn, bk, tm, tn } => {
                 let ok =

@@ -7,7 +7,7 @@
 
 use super::{Gen, Ix, LowerError};
 use tessel_ir::graph::Op as GOp;
-use tessel_ir::kernel::{ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width};
+use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{DType, Reg, Value};
 
 impl Gen<'_> {
@@ -34,11 +34,7 @@ impl Gen<'_> {
         idx: &[Ix],
         acc: Reg,
     ) -> Result<(), LowerError> {
-        // The product is rounded once to its dtype before the epilogue uses it, as the graph
-        // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
-        let dt = self.g.ty(mm).dtype;
-        let v = self.round(acc.into(), dt);
-        self.row_value.insert(mm, v);
+        self.row_value.insert(mm, acc.into());
         self.open();
         let vals = self.value(out, idx, 1)?;
         self.store(out, idx, &vals)?;
@@ -161,164 +157,6 @@ impl Gen<'_> {
         }
         let per_cta = warps as u64 * cols as u64;
         Ok([n.div_ceil(per_cta).max(1) as u32, 1, 1])
-    }
-
-    /// Tensor-core decode GEMM: warp w of CTA b computes columns `(b·warps + w)·8 ..+ 8` for
-    /// all M ≤ 16 rows with `mma.sync.m16n8k16`. Lane (g = lane/4, t = lane%4) loads the A
-    /// fragment rows g and g + 8 (zero past M) and the B fragment of weight row n0 + g (rows
-    /// past N clamped to N - 1, their results dropped), each register one 32-bit load of two
-    /// packed 16-bit values at k0 + 2t (+ 8), as the PTX ISA's m16n8k16 fragment layout
-    /// wants them. Returns the grid.
-    pub(super) fn mma_decode(
-        &mut self,
-        out: Value,
-        mm: Value,
-        (warps, unroll): (u32, u32),
-    ) -> Result<[u32; 3], LowerError> {
-        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
-            unreachable!("matmul group");
-        };
-        let (ls, rs) = (
-            self.g.ty(lhs).shape.0.clone(),
-            self.g.ty(rhs).shape.0.clone(),
-        );
-        let r = ls.len();
-        let (m, k, n) = (ls[r - 2], ls[r - 1], rs[r - 1]);
-        let shape = match self.g.ty(mm).dtype {
-            DType::F16 => MmaShape::M16N8K16F16,
-            _ => MmaShape::M16N8K16Bf16,
-        };
-        let lead: Vec<Ix> = vec![Ix::C(0); r - 2];
-        let w = self.operand_base(rhs);
-
-        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-        let warp = self.idiv_c(Ix::R(tid), 32);
-        let lane = self.irem_c(Ix::R(tid), 32);
-        let g = self.idiv_c(lane, 4);
-        let t = self.irem_c(lane, 4);
-        let c0 = self.imul_c(Ix::R(cta), warps as u64);
-        let wi = self.iadd(c0, warp);
-        let n0 = self.imul_c(wi, 8);
-        // The weight row this lane reads (clamped), and the two left rows (clamped; zeroed
-        // past M by a select after the load, so every load stays in bounds).
-        let nrow = self.iadd(n0, g);
-        let nrow_op = self.ix_op(nrow);
-        let n_ok = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::LtU),
-            &[nrow_op, Self::imm_u(n)],
-        );
-        let nrow_c = self.b.op(
-            RegType::U32,
-            Op::Select,
-            &[n_ok.into(), nrow_op, Self::imm_u(n - 1)],
-        );
-        let mut arow = Vec::new();
-        for off in [0u64, 8] {
-            let rr = self.iadd(g, Ix::C(off));
-            let rr_op = self.ix_op(rr);
-            let ok = self
-                .b
-                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[rr_op, Self::imm_u(m)]);
-            let cl = self.b.op(
-                RegType::U32,
-                Op::Select,
-                &[ok.into(), rr_op, Self::imm_u(m - 1)],
-            );
-            arow.push((Ix::R(cl), ok));
-        }
-        let t2 = self.imul_c(t, 2);
-        let acc: [Reg; 4] = std::array::from_fn(|_| self.b.kernel.new_reg(RegType::F32));
-        for &a in &acc {
-            self.b.assign(a, Op::Mov, &[Operand::f32(0.0)]);
-        }
-        let kv = self.b.kernel.new_reg(RegType::U32);
-        self.open();
-        for u in 0..unroll {
-            let kb = self.iadd(Ix::R(kv), Ix::C(16 * u as u64));
-            let k_lo = self.iadd(kb, t2);
-            let k_hi = self.iadd(k_lo, Ix::C(8));
-            // A: (g, k_lo), (g + 8, k_lo), (g, k_hi), (g + 8, k_hi).
-            let mut a = Vec::new();
-            for kk in [k_lo, k_hi] {
-                for &(row, ok) in &arow {
-                    let mut idx = lead.clone();
-                    idx.extend([row, kk]);
-                    let addr = self.address(lhs, &idx);
-                    let x = self.b.kernel.new_reg(RegType::U32);
-                    self.b.push(Stmt::Load {
-                        dsts: vec![x],
-                        space: Space::Global,
-                        width: Width::B32,
-                        addr,
-                        offset: 0,
-                    });
-                    let z = self.b.op(
-                        RegType::U32,
-                        Op::Select,
-                        &[ok.into(), x.into(), Operand::U32(0)],
-                    );
-                    a.push(z);
-                }
-            }
-            let a = vec![a[0], a[1], a[2], a[3]];
-            // B: (k_lo, n), (k_hi, n) of the weight stored [N, K].
-            let mut b = Vec::new();
-            for kk in [k_lo, k_hi] {
-                let mut idx = lead.clone();
-                idx.extend([Ix::R(nrow_c), kk]);
-                let addr = self.address(w, &idx);
-                let x = self.b.kernel.new_reg(RegType::U32);
-                self.b.push(Stmt::Load {
-                    dsts: vec![x],
-                    space: Space::Global,
-                    width: Width::B32,
-                    addr,
-                    offset: 0,
-                });
-                b.push(x);
-            }
-            self.b.push(Stmt::Mma {
-                shape,
-                d: acc,
-                a,
-                b,
-                c: acc,
-            });
-        }
-        self.close_for(
-            kv,
-            Operand::U32(0),
-            Self::imm_u(k),
-            Operand::U32(16 * unroll),
-        );
-        // D register i holds (row g + 8·(i/2), column n0 + 2t + i%2).
-        for (i, &d) in acc.iter().enumerate() {
-            let row = self.iadd(g, Ix::C(8 * (i as u64 / 2)));
-            let c2 = self.iadd(t2, Ix::C(i as u64 % 2));
-            let col = self.iadd(n0, c2);
-            let (row_op, col_op) = (self.ix_op(row), self.ix_op(col));
-            let r_ok = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::LtU),
-                &[row_op, Self::imm_u(m)],
-            );
-            let c_ok = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::LtU),
-                &[col_op, Self::imm_u(n)],
-            );
-            let ok = self
-                .b
-                .op(RegType::Pred, Op::PAnd, &[r_ok.into(), c_ok.into()]);
-            self.open();
-            let mut idx = lead.clone();
-            idx.extend([row, col]);
-            self.matmul_epilogue(out, mm, &idx, d)?;
-            self.close_if(ok);
-        }
-        Ok([n.div_ceil(8 * warps as u64).max(1) as u32, 1, 1])
     }
 
     /// SIMT FMA GEMM: CTA (x, y) computes the `bm × bn` tile at columns `x·bn` and rows
