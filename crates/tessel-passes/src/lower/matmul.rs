@@ -34,7 +34,11 @@ impl Gen<'_> {
         idx: &[Ix],
         acc: Reg,
     ) -> Result<(), LowerError> {
-        self.row_value.insert(mm, acc.into());
+        // The product is rounded once to its dtype before the epilogue uses it, as the graph
+        // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
+        let dt = self.g.ty(mm).dtype;
+        let v = self.round(acc.into(), dt);
+        self.row_value.insert(mm, v);
         self.open();
         let vals = self.value(out, idx, 1)?;
         self.store(out, idx, &vals)?;
