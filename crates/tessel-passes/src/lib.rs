@@ -94,9 +94,9 @@ pub struct Compiled {
 /// Why compilation of a checked graph failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
-    #[error("lowering failed: {0}")]
+    #[error("lowering failed")]
     Lower(#[from] lower::LowerError),
-    #[error("legalize failed: {0}")]
+    #[error("legalize failed")]
     Legalize(#[from] legalize::LegalizeError),
     #[error("internal error: the IR verifier rejected the output of `{pass}`:\n{errors}")]
     Verify { pass: &'static str, errors: String },

@@ -486,11 +486,13 @@ impl Gen<'_> {
             };
             let dt = self.g.ty(arg).dtype;
             let cls = class(dt);
-            let (combine, identity) = match (rop, cls) {
-                (ReduceOp::Sum, RegType::F32) => (Op::FAdd, Operand::f32(-0.0)),
-                (ReduceOp::Max, RegType::F32) => (Op::FMax, Operand::f32(f32::NEG_INFINITY)),
-                (ReduceOp::Min, RegType::F32) => (Op::FMin, Operand::f32(f32::INFINITY)),
-                (ReduceOp::Sum, RegType::U32) => (Op::IAdd, Operand::U32(0)),
+            let identity = match (rop, cls) {
+                (ReduceOp::Sum, RegType::F32) => Operand::f32(-0.0),
+                (ReduceOp::Max, RegType::F32) => Operand::f32(f32::NEG_INFINITY),
+                (ReduceOp::Min, RegType::F32) => Operand::f32(f32::INFINITY),
+                (ReduceOp::Sum, RegType::U32) => Operand::U32(0),
+                (ReduceOp::Max, RegType::U32) => Operand::U32(i32::MIN as u32),
+                (ReduceOp::Min, RegType::U32) => Operand::U32(i32::MAX as u32),
                 _ => {
                     return Err(LowerError::Unsupported {
                         what: format!("reduction {rop:?} of {dt}"),
@@ -508,7 +510,7 @@ impl Gen<'_> {
             idx.push(Ix::R(c));
             let vals = self.value(arg, &idx, v)?;
             for x in vals {
-                self.b.assign(acc, combine, &[acc.into(), x]);
+                self.combine(rop, cls, acc, x);
             }
             self.close_for(c, first_op, Self::imm_u(d), stride);
             self.close_if(valid);
@@ -516,7 +518,7 @@ impl Gen<'_> {
             let mut m = tpr.min(32) / 2;
             while m >= 1 {
                 let t = self.b.op(cls, Op::ShflBfly, &[acc.into(), Operand::U32(m)]);
-                self.b.assign(acc, combine, &[acc.into(), t.into()]);
+                self.combine(rop, cls, acc, t.into());
                 m /= 2;
             }
             if tpr > 32 {
@@ -569,7 +571,7 @@ impl Gen<'_> {
                         addr: row_base,
                         offset: (4 * w) as i32,
                     });
-                    self.b.assign(acc, combine, &[acc.into(), t.into()]);
+                    self.combine(rop, cls, acc, t.into());
                 }
             }
             let mut res: Operand = acc.into();
@@ -612,6 +614,29 @@ impl Gen<'_> {
         }
         self.close_if(valid);
         Ok(nrows.div_ceil(rows_per_cta as u64).max(1) as u32)
+    }
+
+    /// `acc = acc ⊕ x` for a reduction: f32 add/max/min (NaN-propagating), i32 wrapping add
+    /// or signed max/min.
+    fn combine(&mut self, rop: ReduceOp, cls: RegType, acc: Reg, x: Operand) {
+        match (rop, cls) {
+            (ReduceOp::Sum, RegType::F32) => self.b.assign(acc, Op::FAdd, &[acc.into(), x]),
+            (ReduceOp::Max, RegType::F32) => self.b.assign(acc, Op::FMax, &[acc.into(), x]),
+            (ReduceOp::Min, RegType::F32) => self.b.assign(acc, Op::FMin, &[acc.into(), x]),
+            (ReduceOp::Sum, _) => self.b.assign(acc, Op::IAdd, &[acc.into(), x]),
+            (op, _) => {
+                let lt = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[acc.into(), x]);
+                // max keeps x when acc < x; min keeps acc when acc < x.
+                let (a, b) = if op == ReduceOp::Max {
+                    (x, acc.into())
+                } else {
+                    (acc.into(), x)
+                };
+                self.b.assign(acc, Op::Select, &[lt.into(), a, b]);
+            }
+        }
     }
 
     /// Values of shape [.., 1] computed inside this kernel from its reductions, in order.
@@ -949,6 +974,20 @@ impl Gen<'_> {
 
     fn load(&mut self, v: Value, idx: &[Ix], lanes: u32) -> Result<Vec<Operand>, LowerError> {
         let dt = self.g.ty(v).dtype;
+        // A vector access is aligned only if the tensor's rows are a multiple of the vector
+        // (the chunk's first element is then at a multiple of `lanes`, which every index
+        // rewrite keeps); otherwise (e.g. `x[:, 0:4]` of an `[T, 9]` tensor) one load per lane.
+        if lanes > 1 && self.g.ty(v).shape.last() % lanes as u64 != 0 {
+            let mut out = Vec::with_capacity(lanes as usize);
+            for j in 0..lanes {
+                let mut li = idx.to_vec();
+                if let Some(l) = li.last_mut() {
+                    *l = self.iadd(*l, Ix::C(j as u64));
+                }
+                out.extend(self.load(v, &li, 1)?);
+            }
+            return Ok(out);
+        }
         let addr = self.address(v, idx);
         let mut out = Vec::new();
         let mut byte = 0i32;
@@ -1250,7 +1289,20 @@ impl Gen<'_> {
                         .into()
                 };
                 let (ua, ub) = (abs(self, a), abs(self, b));
+                // x / 0 is defined as 0 and x % 0 as x (so a = q·b + r still holds), the same
+                // on the GPU, the executor and the oracle: the divisor 0 is replaced by 1 and
+                // the quotient by 0.
+                let zero = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[b, Operand::U32(0)]);
+                let ub = self
+                    .b
+                    .op(cls, Op::Select, &[zero.into(), Operand::U32(1), ub])
+                    .into();
                 let uq = self.b.op(cls, Op::UDiv, &[ua, ub]);
+                let uq = self
+                    .b
+                    .op(cls, Op::Select, &[zero.into(), Operand::U32(0), uq.into()]);
                 let sx = self.b.op(cls, Op::Xor, &[a, b]);
                 let neg = self.b.op(
                     RegType::Pred,

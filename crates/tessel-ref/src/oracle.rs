@@ -505,7 +505,7 @@ fn eval_op(
     })
 }
 
-/// One element of a binary op; `None` for an integer division by zero.
+/// One element of a binary op (`None` only where i64 arithmetic itself would fail).
 fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
     let int = dtype == DType::I32;
     let (i, j) = (x as i64, y as i64);
@@ -516,8 +516,11 @@ fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
         BinaryOp::Mul if int => wrap(i * j),
         // i64 quotient of i32 operands: MIN / -1 wraps to MIN, as the kernels' 32-bit
         // arithmetic gives.
-        BinaryOp::Div if int => wrap(i.checked_div(j).filter(|_| j != 0)?),
-        BinaryOp::Rem if int => wrap(i.checked_rem(j).filter(|_| j != 0)?),
+        // Division by zero is defined, as the kernels compute it: x / 0 = 0, x % 0 = x.
+        BinaryOp::Div if int && j == 0 => 0.0,
+        BinaryOp::Rem if int && j == 0 => x,
+        BinaryOp::Div if int => wrap(i.checked_div(j)?),
+        BinaryOp::Rem if int => wrap(i.checked_rem(j)?),
         BinaryOp::Add => x + y,
         BinaryOp::Sub => x - y,
         BinaryOp::Mul => x * y,

@@ -25,7 +25,8 @@ fn options() -> Options {
 /// `tessel build`.
 pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Result<()> {
     const STAGES: [&str; 6] = ["ast", "graph", "fused", "lowered", "kernel", "ptx"];
-    for e in emit {
+    let emit: Vec<String> = emit.iter().map(|e| e.trim().to_string()).collect();
+    for e in &emit {
         if !STAGES.contains(&e.as_str()) {
             bail!("--emit {e}: the stages are {}", STAGES.join(", "));
         }
@@ -47,7 +48,7 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
     }
     for step in compile_steps(&src, args, &options())? {
         let c = &step.compiled;
-        for e in emit {
+        for e in &emit {
             let n = &step.name;
             match e.as_str() {
                 "graph" => write(
@@ -230,6 +231,9 @@ fn tsl_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
 
 /// The f32 rel-RMS bound of the numerics contract (design §5).
 const F32_REL_RMS: f64 = 1e-6;
+/// The bound for bf16/f16 outputs: rel-RMS within the 16-bit unit roundoff 2^-8 (bf16), the
+/// size of a few roundings of at most half an ulp each; the same as the CPU tests assert.
+const HALF_REL_RMS: f64 = 1.0 / 256.0;
 
 /// `tessel check`. Returns false if any check failed.
 pub fn check(
@@ -262,12 +266,29 @@ pub fn check(
     }
     let mut ok = true;
     let mut records = Vec::new();
+    // A file or step that fails to compile or run is a failure of the check, reported, and
+    // the remaining ones are still checked.
     for f in &files {
-        let src = load(f)?;
-        for step in compile_steps(&src, args, &options())? {
-            let r = check_step(&src.name, &step, in_args, gpu.as_ref().ok())?;
-            ok &= r.1;
-            records.extend(r.0);
+        let steps = load(f).and_then(|src| Ok((compile_steps(&src, args, &options())?, src)));
+        let (steps, src) = match steps {
+            Ok(x) => x,
+            Err(e) => {
+                println!("{}: FAIL: {e:#}", f.display());
+                ok = false;
+                continue;
+            }
+        };
+        for step in steps {
+            match check_step(&src.name, &step, in_args, gpu.as_ref().ok()) {
+                Ok(r) => {
+                    ok &= r.1;
+                    records.extend(r.0);
+                }
+                Err(e) => {
+                    println!("{} step {}: FAIL: {e:#}", src.name, step.name);
+                    ok = false;
+                }
+            }
         }
     }
     if let Some(path) = json_out {
@@ -319,9 +340,15 @@ fn check_step(
             "oracle_rel_rms": stats.rel_rms, "oracle_max_abs": stats.max_abs,
             "oracle_max_ulp": stats.max_ulp,
         });
-        if e.ty.dtype == DType::F32 && stats.rel_rms > F32_REL_RMS {
+        let bound = match e.ty.dtype {
+            DType::F32 => Some(F32_REL_RMS),
+            DType::Bf16 | DType::F16 => Some(HALF_REL_RMS),
+            // Integers and bools have no rounding: they must equal the oracle exactly.
+            DType::I32 | DType::Bool => Some(0.0),
+        };
+        if let Some(b) = bound.filter(|&b| stats.rel_rms > b || stats.nan_mismatch > 0) {
             ok = false;
-            line += &format!(" — FAIL: above the f32 bound {F32_REL_RMS:e}");
+            line += &format!(" — FAIL: above the {} bound {b:e}", e.ty.dtype);
         }
         if let Some(go) = &gpu_out {
             let d = tessel_ref::bit_diff(&go[i], e)?;

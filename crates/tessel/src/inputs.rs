@@ -63,6 +63,16 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
             );
         }
     }
+    if let Some(s) = &st {
+        for (name, _) in s.tensors() {
+            if !p.inputs.iter().any(|(n, _)| *n == name) {
+                eprintln!(
+                    "note: --inputs has `{name}`, which step `{}` does not take; ignored",
+                    p.name
+                );
+            }
+        }
+    }
     let mut out = Vec::new();
     for (i, (name, b)) in p.inputs.iter().enumerate() {
         let ty = p.buffers[*b].ty.clone();
@@ -83,6 +93,12 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
                 data: t.data().to_vec(),
             }
         } else {
+            if st.is_some() {
+                eprintln!(
+                    "note: --inputs has no `{name}` for step `{}`; using seeded random values",
+                    p.name
+                );
+            }
             Tensor::random(ty, args.seed.wrapping_mul(1000).wrapping_add(i as u64))
         };
         out.push(t);

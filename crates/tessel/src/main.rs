@@ -133,6 +133,24 @@ enum Command {
 }
 
 fn main() {
+    // The passes recurse over expressions (an expression of tens of thousands of terms is
+    // valid source); a large stack keeps such programs from overflowing the main thread's.
+    let worker = std::thread::Builder::new()
+        .name("tessel".into())
+        .stack_size(1 << 30)
+        .spawn(real_main);
+    match worker.map(|h| h.join()) {
+        Ok(Ok(())) => {}
+        // A panic has printed its message; keep Rust's exit status for it.
+        Ok(Err(_)) => std::process::exit(101),
+        Err(e) => {
+            eprintln!("error: cannot start the compiler thread: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn real_main() {
     let cli = Cli::parse();
     let r: Result<bool> = match cli.command {
         Command::Build {
