@@ -978,58 +978,35 @@ impl Gen<'_> {
         // (the chunk's first element is then at a multiple of `lanes`, which every index
         // rewrite keeps); otherwise (e.g. `x[:, 0:4]` of an `[T, 9]` tensor) one load per lane.
         if lanes > 1 && self.g.ty(v).shape.last() % lanes as u64 != 0 {
-            let mut out = Vec::with_capacity(lanes as usize);
-            for j in 0..lanes {
-                let mut li = idx.to_vec();
-                if let Some(l) = li.last_mut() {
-                    *l = self.iadd(*l, Ix::C(j as u64));
-                }
-                out.extend(self.load(v, &li, 1)?);
-            }
-            return Ok(out);
+            return self.per_lane(v, idx, lanes);
         }
         let addr = self.address(v, idx);
         let mut out = Vec::new();
         let mut byte = 0i32;
-        for (w, n) in Self::accesses(dt, lanes) {
-            let lanes_here = if dt == DType::Bool || lanes == 1 {
-                1
-            } else {
-                n
-            };
+        for (w, _) in Self::accesses(dt, lanes) {
             let cls = if dt == DType::F32 && matches!(w, Width::B32 | Width::V2 | Width::V4) {
                 RegType::F32
             } else {
                 RegType::U32
             };
             let dsts: Vec<Reg> = (0..w.regs()).map(|_| self.b.kernel.new_reg(cls)).collect();
-            // Per-lane fallback accesses (lanes == 1 per access) need their own addresses.
-            let (a, off) = if dt == DType::Bool || lanes == 1 {
-                if byte == 0 {
-                    (addr, 0)
-                } else {
-                    (addr, byte)
-                }
-            } else {
-                (addr, byte)
-            };
             self.b.push(Stmt::Load {
                 dsts: dsts.clone(),
                 space: Space::Global,
                 width: w,
-                addr: a,
-                offset: off,
+                addr,
+                offset: byte,
             });
             byte += w.bytes() as i32;
             for d in dsts {
-                out.extend(self.unpack(d, dt, w, lanes_here));
+                out.extend(self.unpack(d, dt, w));
             }
         }
         Ok(out)
     }
 
     /// The elements held in one loaded 32-bit (or narrower) register.
-    fn unpack(&mut self, r: Reg, dt: DType, w: Width, _lanes: u32) -> Vec<Operand> {
+    fn unpack(&mut self, r: Reg, dt: DType, w: Width) -> Vec<Operand> {
         match dt {
             DType::F32 => vec![r.into()],
             DType::I32 => vec![r.into()],

@@ -579,7 +579,6 @@ pub fn bench(
             }
             recs.push(rec);
         }
-        let _ = BufferRole::Temp;
     }
     if let Some(path) = json_out {
         std::fs::write(path, serde_json::to_string_pretty(&recs)?)?;

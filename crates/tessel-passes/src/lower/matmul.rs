@@ -8,7 +8,7 @@
 use super::{Gen, Ix, LowerError};
 use tessel_ir::graph::Op as GOp;
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
-use tessel_ir::{DType, Reg, Value};
+use tessel_ir::{Reg, Value};
 
 impl Gen<'_> {
     /// The materialised tensor a matmul operand reads and whether it is read transposed
@@ -216,8 +216,7 @@ impl Gen<'_> {
         self.open();
         // Cooperative, guarded tile loads: out-of-range elements are 0 and add nothing
         // (0·b + acc = acc for every finite acc, -0 aside).
-        for (tile, rows, base, is_a) in [(bm, bm, a_base, true), (bn, bn, b_base, false)] {
-            let _ = tile;
+        for (rows, base, is_a) in [(bm, a_base, true), (bn, b_base, false)] {
             let per = (rows * bk).div_ceil(threads);
             for i in 0..per {
                 let e = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
@@ -345,7 +344,6 @@ impl Gen<'_> {
                 self.close_if(ok);
             }
         }
-        let _ = DType::F32;
         Ok([nt.max(1) as u32, (mt * batch).max(1) as u32, 1])
     }
 
