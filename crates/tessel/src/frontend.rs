@@ -14,14 +14,23 @@ pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
     let (name, size) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}`: expected NAME=SIZE, e.g. T=4096"))?;
-    let size: u64 = size
-        .trim()
-        .parse()
-        .map_err(|_| format!("`{s}`: the size must be a non-negative integer"))?;
+    let name = name.trim();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!(
+            "`{s}`: the dim's name must be an identifier, e.g. T"
+        ));
+    }
+    let size: u64 = size.trim().parse().map_err(|e: std::num::ParseIntError| {
+        if matches!(e.kind(), std::num::IntErrorKind::PosOverflow) {
+            format!("`{s}`: the size is too large")
+        } else {
+            format!("`{s}`: the size must be a non-negative integer")
+        }
+    })?;
     if size == 0 {
         return Err(format!("`{s}`: a dim must be at least 1"));
     }
-    Ok((name.trim().to_string(), size))
+    Ok((name.to_string(), size))
 }
 
 /// Parses `--profile`.
@@ -87,7 +96,14 @@ pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result
     if names.is_empty() {
         bail!("{} has no `step` to compile", src.name);
     }
-    let dims: BTreeMap<String, u64> = args.dims.iter().cloned().collect();
+    let mut dims: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, size) in &args.dims {
+        if let Some(prev) = dims.insert(name.clone(), *size) {
+            if prev != *size {
+                bail!("--dim {name} is given twice ({prev} and {size})");
+            }
+        }
+    }
     let mut steps = Vec::new();
     for name in names {
         let checked = check::run(&src.module, &name, &dims).map_err(|d| {
