@@ -557,6 +557,64 @@ impl Kernel {
     pub fn threads_per_cta(&self) -> u32 {
         self.block.iter().product()
     }
+
+    /// Rebuilds the body statement by statement, for passes that rewrite in place: `For` and
+    /// `If` bodies are rebuilt recursively, in order, and every other statement is handed to
+    /// `f` with the kernel (to make registers) and the block being built, to which `f`
+    /// appends the statement's replacement. While `f` runs, `self.body` is empty.
+    ///
+    /// # Errors
+    /// The first error `f` returns; the body is then left partly rewritten.
+    pub fn rewrite<E>(
+        &mut self,
+        mut f: impl FnMut(&mut Kernel, Stmt, &mut Vec<Stmt>) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let body = std::mem::take(&mut self.body);
+        self.body = rewrite_block(self, body, &mut f)?;
+        Ok(())
+    }
+}
+
+fn rewrite_block<E, F>(k: &mut Kernel, block: Vec<Stmt>, f: &mut F) -> Result<Vec<Stmt>, E>
+where
+    F: FnMut(&mut Kernel, Stmt, &mut Vec<Stmt>) -> Result<(), E>,
+{
+    let mut out = Vec::with_capacity(block.len());
+    for s in block {
+        match s {
+            Stmt::For {
+                var,
+                start,
+                end,
+                step,
+                body,
+            } => {
+                let body = rewrite_block(k, body, f)?;
+                out.push(Stmt::For {
+                    var,
+                    start,
+                    end,
+                    step,
+                    body,
+                });
+            }
+            Stmt::If {
+                cond,
+                then_body,
+                else_body,
+            } => {
+                let then_body = rewrite_block(k, then_body, f)?;
+                let else_body = rewrite_block(k, else_body, f)?;
+                out.push(Stmt::If {
+                    cond,
+                    then_body,
+                    else_body,
+                });
+            }
+            other => f(k, other, &mut out)?,
+        }
+    }
+    Ok(out)
 }
 
 /// What a program buffer is for.

@@ -14,60 +14,27 @@ use tessel_math::{MathOps, Native};
 
 /// Runs the pass on one kernel.
 pub fn run(k: &mut Kernel) {
-    let body = std::mem::take(&mut k.body);
-    let mut b = Builder::new(k);
-    expand_block(&mut b, body);
-    b.finish();
-}
-
-fn expand_block(b: &mut Builder, stmts: Vec<Stmt>) {
-    for s in stmts {
+    let r: Result<(), std::convert::Infallible> = k.rewrite(|k, s, out| {
         match s {
             Stmt::Op {
                 dst,
                 op: Op::Math(f),
                 args,
             } => {
-                let r = emit(b, f, &args);
+                // The builder appends to the (empty, during a rewrite) body; the sequence
+                // is then moved to where the placeholder was.
+                let mut b = Builder::new(k);
+                let r = emit(&mut b, f, &args);
                 b.assign(dst, Op::Mov, &[r]);
+                b.finish();
+                out.append(&mut k.body);
             }
-            Stmt::For {
-                var,
-                start,
-                end,
-                step,
-                body,
-            } => {
-                b.open();
-                expand_block(b, body);
-                let body = b.close();
-                b.push(Stmt::For {
-                    var,
-                    start,
-                    end,
-                    step,
-                    body,
-                });
-            }
-            Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } => {
-                b.open();
-                expand_block(b, then_body);
-                let then_body = b.close();
-                b.open();
-                expand_block(b, else_body);
-                let else_body = b.close();
-                b.push(Stmt::If {
-                    cond,
-                    then_body,
-                    else_body,
-                });
-            }
-            other => b.push(other),
+            other => out.push(other),
         }
+        Ok(())
+    });
+    if let Err(never) = r {
+        match never {}
     }
 }
 

@@ -55,16 +55,9 @@ pub enum LegalizeError {
 /// [`LegalizeError::UnexpandedMath`] for the first [`Op::Math`] found (in body order); the
 /// kernel is left partly rewritten in that case and should be dropped.
 pub fn run(kernel: &mut Kernel) -> Result<(), LegalizeError> {
-    let body = std::mem::take(&mut kernel.body);
-    kernel.body = legalize_block(kernel, body)?;
-    Ok(())
-}
-
-fn legalize_block(kernel: &mut Kernel, block: Vec<Stmt>) -> Result<Vec<Stmt>, LegalizeError> {
-    let mut out = Vec::with_capacity(block.len());
-    for stmt in block {
+    kernel.rewrite(|kernel, stmt, out| {
         match stmt {
-            Stmt::Op { dst, op, args } => legalize_op(kernel, &mut out, dst, op, args)?,
+            Stmt::Op { dst, op, args } => legalize_op(kernel, out, dst, op, args)?,
             Stmt::Store {
                 space,
                 width,
@@ -74,7 +67,7 @@ fn legalize_block(kernel: &mut Kernel, block: Vec<Stmt>) -> Result<Vec<Stmt>, Le
             } => {
                 let values = values
                     .into_iter()
-                    .map(|v| in_register(kernel, &mut out, v))
+                    .map(|v| in_register(kernel, out, v))
                     .collect();
                 out.push(Stmt::Store {
                     space,
@@ -84,46 +77,10 @@ fn legalize_block(kernel: &mut Kernel, block: Vec<Stmt>) -> Result<Vec<Stmt>, Le
                     values,
                 });
             }
-            Stmt::For {
-                var,
-                start,
-                end,
-                step,
-                body,
-            } => {
-                let body = legalize_block(kernel, body)?;
-                out.push(Stmt::For {
-                    var,
-                    start,
-                    end,
-                    step,
-                    body,
-                });
-            }
-            Stmt::If {
-                cond,
-                then_body,
-                else_body,
-            } => {
-                let then_body = legalize_block(kernel, then_body)?;
-                let else_body = legalize_block(kernel, else_body)?;
-                out.push(Stmt::If {
-                    cond,
-                    then_body,
-                    else_body,
-                });
-            }
-            s @ (Stmt::Load { .. }
-            | Stmt::Barrier
-            | Stmt::Mma { .. }
-            | Stmt::Ldmatrix { .. }
-            | Stmt::CpAsync { .. }
-            | Stmt::CpAsyncCommit
-            | Stmt::CpAsyncWait(_)
-            | Stmt::CpAsyncWaitAll) => out.push(s),
+            other => out.push(other),
         }
-    }
-    Ok(out)
+        Ok(())
+    })
 }
 
 fn legalize_op(
