@@ -178,6 +178,28 @@ impl Op {
         }
     }
 
+    /// The operand slots of this op, in the order of [`Op::args`], for rewriting them.
+    pub fn args_mut(&mut self) -> Vec<&mut Value> {
+        match self {
+            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => vec![],
+            Op::Unary { arg, .. }
+            | Op::Cast { arg }
+            | Op::Broadcast { arg }
+            | Op::Reshape { arg }
+            | Op::Permute { arg, .. }
+            | Op::Reduce { arg, .. }
+            | Op::Slice { arg, .. }
+            | Op::Softmax { arg, .. } => vec![arg],
+            Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![lhs, rhs],
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => vec![cond, on_true, on_false],
+            Op::Concat { args, .. } => args.iter_mut().collect(),
+        }
+    }
+
     /// True for ops that compute each output element from operand elements at related
     /// indices only (everything but [`Op::Reduce`]).
     pub fn is_elementwise_like(&self) -> bool {

@@ -54,30 +54,8 @@ pub fn run(g: &Graph) -> Graph {
 }
 
 fn remap(op: &mut Op, map: &HashMap<Value, Value>) {
-    match op {
-        Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => {}
-        Op::Unary { arg, .. }
-        | Op::Cast { arg }
-        | Op::Broadcast { arg }
-        | Op::Reshape { arg }
-        | Op::Permute { arg, .. }
-        | Op::Reduce { arg, .. }
-        | Op::Slice { arg, .. }
-        | Op::Softmax { arg, .. } => *arg = map[arg],
-        Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => {
-            *lhs = map[lhs];
-            *rhs = map[rhs];
-        }
-        Op::Select {
-            cond,
-            on_true,
-            on_false,
-        } => {
-            *cond = map[cond];
-            *on_true = map[on_true];
-            *on_false = map[on_false];
-        }
-        Op::Concat { args, .. } => args.iter_mut().for_each(|a| *a = map[a]),
+    for a in op.args_mut() {
+        *a = map[a];
     }
 }
 

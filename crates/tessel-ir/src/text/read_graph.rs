@@ -199,36 +199,8 @@ impl GraphReader {
 
 /// Replaces the operands of `op`, in [`Op::args`] order.
 fn set_args(op: &mut Op, new: &[Value]) {
-    let mut it = new.iter().copied();
-    let mut next = |v: &mut Value| {
-        if let Some(n) = it.next() {
-            *v = n;
-        }
-    };
-    match op {
-        Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => {}
-        Op::Unary { arg, .. }
-        | Op::Cast { arg }
-        | Op::Broadcast { arg }
-        | Op::Reshape { arg }
-        | Op::Permute { arg, .. }
-        | Op::Reduce { arg, .. }
-        | Op::Slice { arg, .. }
-        | Op::Softmax { arg, .. } => next(arg),
-        Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => {
-            next(lhs);
-            next(rhs);
-        }
-        Op::Select {
-            cond,
-            on_true,
-            on_false,
-        } => {
-            next(cond);
-            next(on_true);
-            next(on_false);
-        }
-        Op::Concat { args, .. } => args.iter_mut().for_each(next),
+    for (slot, v) in op.args_mut().into_iter().zip(new) {
+        *slot = *v;
     }
 }
 

@@ -731,57 +731,10 @@ fn remove_dead(g: &Graph) -> Graph {
         if !live.contains(&v) {
             continue;
         }
-        let f = |a: Value| map.get(&a).copied().unwrap_or(a);
-        let new_op = match op {
-            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => op.clone(),
-            Op::Unary { op, arg } => Op::Unary {
-                op: *op,
-                arg: f(*arg),
-            },
-            Op::Binary { op, lhs, rhs } => Op::Binary {
-                op: *op,
-                lhs: f(*lhs),
-                rhs: f(*rhs),
-            },
-            Op::Select {
-                cond,
-                on_true,
-                on_false,
-            } => Op::Select {
-                cond: f(*cond),
-                on_true: f(*on_true),
-                on_false: f(*on_false),
-            },
-            Op::MatMul { lhs, rhs } => Op::MatMul {
-                lhs: f(*lhs),
-                rhs: f(*rhs),
-            },
-            Op::Cast { arg } => Op::Cast { arg: f(*arg) },
-            Op::Broadcast { arg } => Op::Broadcast { arg: f(*arg) },
-            Op::Reshape { arg } => Op::Reshape { arg: f(*arg) },
-            Op::Permute { arg, perm } => Op::Permute {
-                arg: f(*arg),
-                perm: perm.clone(),
-            },
-            Op::Reduce { op, arg, axis } => Op::Reduce {
-                op: *op,
-                arg: f(*arg),
-                axis: *axis,
-            },
-            Op::Slice { arg, axis, start } => Op::Slice {
-                arg: f(*arg),
-                axis: *axis,
-                start: *start,
-            },
-            Op::Concat { args, axis } => Op::Concat {
-                args: args.iter().map(|a| f(*a)).collect(),
-                axis: *axis,
-            },
-            Op::Softmax { arg, axis } => Op::Softmax {
-                arg: f(*arg),
-                axis: *axis,
-            },
-        };
+        let mut new_op = op.clone();
+        for a in new_op.args_mut() {
+            *a = map.get(a).copied().unwrap_or(*a);
+        }
         let nv = out.push(new_op, g.ty(v).clone());
         map.insert(v, nv);
     }
