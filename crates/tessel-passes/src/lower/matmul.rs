@@ -20,6 +20,17 @@ impl Gen<'_> {
         }
     }
 
+    /// The operands of the matmul `mm`, its batch shape and (M, K, N).
+    fn matmul_operands(&self, mm: Value) -> (Value, Value, tessel_ir::Shape, (u64, u64, u64)) {
+        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
+            unreachable!("matmul groups list their matmul");
+        };
+        let (ls, rs) = (&self.g.ty(lhs).shape.0, &self.g.ty(rhs).shape.0);
+        let r = ls.len();
+        let batch = tessel_ir::Shape(ls[..r - 2].to_vec());
+        (lhs, rhs, batch, (ls[r - 2], ls[r - 1], rs[r - 1]))
+    }
+
     /// `acc += a · b` for operands of `dt` held in f32 registers: one fma (a 16-bit product
     /// is exact in f32, so the fma rounds exactly once, as a separate multiply and add would).
     fn mac(&mut self, acc: Reg, a: Operand, b: Operand) {
@@ -59,16 +70,8 @@ impl Gen<'_> {
         mm: Value,
         (warps, v, cols): (u32, u32, u32),
     ) -> Result<[u32; 3], LowerError> {
-        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
-            unreachable!("matmul group");
-        };
-        let (ls, rs) = (
-            self.g.ty(lhs).shape.0.clone(),
-            self.g.ty(rhs).shape.0.clone(),
-        );
-        let r = ls.len();
-        let (m, k, n) = (ls[r - 2], ls[r - 1], rs[r - 1]);
-        let lead: Vec<Ix> = vec![Ix::C(0); r - 2];
+        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let lead: Vec<Ix> = vec![Ix::C(0); batch_shape.rank()];
         let w = self.operand_base(rhs);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
@@ -172,16 +175,7 @@ impl Gen<'_> {
         mm: Value,
         (bm, bn, bk, tm, tn): (u32, u32, u32, u32, u32),
     ) -> Result<[u32; 3], LowerError> {
-        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
-            unreachable!("matmul group");
-        };
-        let (ls, rs) = (
-            self.g.ty(lhs).shape.0.clone(),
-            self.g.ty(rhs).shape.0.clone(),
-        );
-        let r = ls.len();
-        let (m, k, n) = (ls[r - 2], ls[r - 1], rs[r - 1]);
-        let batch_shape = tessel_ir::Shape(ls[..r - 2].to_vec());
+        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let batch = batch_shape.numel();
         let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
         let threads = (bm / tm) * (bn / tn);
