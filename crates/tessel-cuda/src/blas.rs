@@ -1,12 +1,13 @@
 //! cuBLAS GEMM baselines, for the side-by-side benchmarks of design §10.
 //!
-//! Both entry points compute, in row-major storage,
-//! `C[M, N] = A[M, K] · B[N, K]^T` (the `x @ W^T` of a linear layer, `W` stored `[out, in]`),
-//! with f32 accumulation. cuBLAS is column-major: a row-major `[R, C]` matrix is a
-//! column-major `[C, R]` one with leading dimension `C`. So the call computes
-//! `C^T[N, M] = B[N, K] · A^T[K, M]` column-major: first operand `B` (stored column-major as
-//! `[K, N]`, ld `K`, transposed), second `A` (column-major `[K, M]`, ld `K`, not
-//! transposed), result ld `N`.
+//! Every entry point computes, in row-major storage, `C[M, N] = A · B` with f32
+//! accumulation, `A` stored `[M, K]` or (transposed) `[K, M]`, `B` stored `[N, K]` (the
+//! `x @ W^T` of a linear layer, `W` stored `[out, in]`) or `[K, N]`. cuBLAS is column-major:
+//! a row-major `[R, C]` matrix is a column-major `[C, R]` one with leading dimension `C`. So
+//! the call computes `C^T[N, M] = B^T · A^T` column-major: first operand `B` (`[N, K]`
+//! row-major is column-major `[K, N]` with ld `K`, used transposed; `[K, N]` is column-major
+//! `[N, K]` with ld `N`, used as is), second `A` (`[M, K]` is column-major `[K, M]`, ld `K`,
+//! as is; `[K, M]` is column-major `[M, K]`, ld `M`, transposed), result ld `N`.
 
 use std::ffi::{c_int, c_void};
 
@@ -32,6 +33,47 @@ struct Types {
     data: sys::cudaDataType_t,
     bytes: usize,
     compute: sys::cublasComputeType_t,
+}
+
+/// The data and compute type of a [`Blas::gemm`]: f32 accumulation always.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmType {
+    /// bf16 A, B, C (`CUDA_R_16BF`, `CUBLAS_COMPUTE_32F`).
+    Bf16,
+    /// f16 A, B, C (`CUDA_R_16F`, `CUBLAS_COMPUTE_32F`).
+    F16,
+    /// f32 A, B, C, IEEE f32 products (`CUBLAS_COMPUTE_32F`).
+    F32,
+    /// f32 A, B, C with inputs rounded to TF32 for tensor cores
+    /// (`CUBLAS_COMPUTE_32F_FAST_TF32`, as PyTorch's `allow_tf32`).
+    Tf32,
+}
+
+impl GemmType {
+    fn types(self) -> Types {
+        use sys::cublasComputeType_t::{CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32};
+        use sys::cudaDataType_t::{CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F};
+        let (data, bytes, compute) = match self {
+            GemmType::Bf16 => (CUDA_R_16BF, 2, CUBLAS_COMPUTE_32F),
+            GemmType::F16 => (CUDA_R_16F, 2, CUBLAS_COMPUTE_32F),
+            GemmType::F32 => (CUDA_R_32F, 4, CUBLAS_COMPUTE_32F),
+            GemmType::Tf32 => (CUDA_R_32F, 4, CUBLAS_COMPUTE_32F_FAST_TF32),
+        };
+        Types {
+            data,
+            bytes,
+            compute,
+        }
+    }
+}
+
+/// How a GEMM operand is stored (row-major).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// K is the last (contiguous) dim: `A[M, K]`, `B[N, K]`.
+    KContiguous,
+    /// K is the first dim: `A[K, M]`, `B[K, N]`.
+    KStrided,
 }
 
 impl Blas {
@@ -73,12 +115,8 @@ impl Blas {
         b: &Buffer,
         c: &mut Buffer,
     ) -> Result<(), Error> {
-        let types = Types {
-            data: sys::cudaDataType_t::CUDA_R_16BF,
-            bytes: 2,
-            compute: sys::cublasComputeType_t::CUBLAS_COMPUTE_32F,
-        };
-        self.gemm("gemm_bf16", types, [m, n, k], a, b, c)
+        let ab = (Layout::KContiguous, Layout::KContiguous);
+        self.gemm(GemmType::Bf16, [m, n, k], (a, b), ab, c)
     }
 
     /// Row-major `C[M, N] = A[M, K] · B[N, K]^T` on f32 data with f32 accumulation. With
@@ -99,29 +137,26 @@ impl Blas {
         c: &mut Buffer,
         tf32: bool,
     ) -> Result<(), Error> {
-        let compute = if tf32 {
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32
-        } else {
-            sys::cublasComputeType_t::CUBLAS_COMPUTE_32F
-        };
-        let types = Types {
-            data: sys::cudaDataType_t::CUDA_R_32F,
-            bytes: 4,
-            compute,
-        };
-        self.gemm("gemm_f32", types, [m, n, k], a, b, c)
+        let ty = if tf32 { GemmType::Tf32 } else { GemmType::F32 };
+        let ab = (Layout::KContiguous, Layout::KContiguous);
+        self.gemm(ty, [m, n, k], (a, b), ab, c)
     }
 
-    fn gemm(
+    /// Row-major `C[M, N] = A · B` with `A` and `B` stored as `layouts` say (`A[M, K]` or
+    /// `[K, M]`, `B[N, K]` or `[K, N]`), of type `ty`.
+    ///
+    /// # Errors
+    /// As [`Blas::gemm_bf16`].
+    pub fn gemm(
         &self,
-        name: &str,
-        types: Types,
+        ty: GemmType,
         [m, n, k]: [usize; 3],
-        a: &Buffer,
-        b: &Buffer,
+        (a, b): (&Buffer, &Buffer),
+        (la, lb): (Layout, Layout),
         c: &mut Buffer,
     ) -> Result<(), Error> {
-        let op = format!("{name} M={m} N={n} K={k}");
+        let types = ty.types();
+        let op = format!("gemm {ty:?} M={m} N={n} K={k} A {la:?} B {lb:?}");
         let dim = |d: usize| -> Result<c_int, Error> {
             c_int::try_from(d)
                 .ok()
@@ -152,21 +187,30 @@ impl Blas {
         // SAFETY: the three buffers are live device allocations of this Gpu, at least as
         // large as the matrices (checked above); alpha/beta are host f32 values as the
         // default host pointer mode and a 32F compute type require.
+        use sys::cublasOperation_t::{CUBLAS_OP_N, CUBLAS_OP_T};
+        let (op_b, ld_b) = match lb {
+            Layout::KContiguous => (CUBLAS_OP_T, ki),
+            Layout::KStrided => (CUBLAS_OP_N, ni),
+        };
+        let (op_a, ld_a) = match la {
+            Layout::KContiguous => (CUBLAS_OP_N, ki),
+            Layout::KStrided => (CUBLAS_OP_T, mi),
+        };
         unsafe {
             result::gemm_ex(
                 *self.blas.handle(),
-                sys::cublasOperation_t::CUBLAS_OP_T,
-                sys::cublasOperation_t::CUBLAS_OP_N,
+                op_b,
+                op_a,
                 ni,
                 mi,
                 ki,
                 (&alpha as *const f32).cast::<c_void>(),
                 b.device_ptr() as *const c_void,
                 types.data,
-                ki,
+                ld_b,
                 a.device_ptr() as *const c_void,
                 types.data,
-                ki,
+                ld_a,
                 (&beta as *const f32).cast::<c_void>(),
                 c.device_ptr() as *mut c_void,
                 types.data,

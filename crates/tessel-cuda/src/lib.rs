@@ -22,7 +22,7 @@ mod module;
 mod timing;
 
 pub use bandwidth::{measure_copy_bandwidth, Bandwidth};
-pub use blas::Blas;
+pub use blas::{Blas, GemmType, Layout};
 pub use buffer::Buffer;
 pub use error::Error;
 pub use gpu::{Gpu, Properties};

@@ -345,15 +345,45 @@ pub enum TileConfig {
     },
     /// SIMT FMA tiled GEMM (the `exact` schedule): a CTA computes a `bm × bn` output tile
     /// with `(bm/tm)·(bn/tn)` threads, each owning `tm × tn` outputs; K is walked in slices of
-    /// `bk` through shared memory, and every output is one f32 accumulator updated in k order
-    /// 0, 1, ..., K-1 (fma for f32 operands, exact product + add for 16-bit ones).
+    /// `bk` through shared memory; each slice's products are summed in k order into a
+    /// partial, the partials added in slice order (fma for f32 operands, exact product + add
+    /// for 16-bit ones). With `split_k` > 1 the K slices are cut into `split_k` contiguous
+    /// ranges computed by separate CTAs, whose f32 partial results go to a scratch buffer and
+    /// are summed in range order by a second kernel that also runs the epilogue.
     Simt {
         bm: u32,
         bn: u32,
         bk: u32,
         tm: u32,
         tn: u32,
+        split_k: u32,
     },
+    /// Tensor-core GEMM (`mma.sync`; bf16/f16 operands as m16n8k16, f32 operands rounded to
+    /// TF32 as m16n8k8; f32 accumulators): a CTA of `warps_m × warps_n` warps computes a
+    /// `bm × bn` output tile, each warp a `(bm / warps_m) × (bn / warps_n)` sub-tile of
+    /// 16 × 8 fragments. K is walked in slices of `bk` through a ring of `stages` shared
+    /// memory buffers filled by 16-byte `cp.async` copies (`stages - 1` slices in flight
+    /// while one is multiplied; plain loads where rows are not 16-byte aligned), swizzled so
+    /// that `ldmatrix` reads are free of bank conflicts. `split_k` as for [`TileConfig::Simt`].
+    Mma {
+        bm: u32,
+        bn: u32,
+        bk: u32,
+        warps_m: u32,
+        warps_n: u32,
+        stages: u32,
+        split_k: u32,
+    },
+    /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
+    /// read along K, K a multiple of 8 elements, 16-bit dtypes): `Yᵀ = W·Xᵀ` with the weight
+    /// as the mma's A operand (16 weight rows per warp) and the M ≤ 16 left rows as B (one or
+    /// two 8-column fragments). Every lane loads its operands straight from global memory
+    /// with 16-byte loads; the k order inside a 32-element chunk is permuted identically for
+    /// both operands, which leaves the sum's terms unchanged. The `warps` warps of a CTA
+    /// share the same 16 weight rows and take every `warps`-th chunk of 32 k; each warp
+    /// processes `unroll` chunks per loop iteration (loads issued before the mma), and the
+    /// warps' partial results are added in warp order through shared memory.
+    GemvMma { warps: u32, unroll: u32 },
 }
 
 impl TileConfig {
@@ -368,6 +398,18 @@ impl TileConfig {
             } => threads_per_row * rows_per_cta,
             TileConfig::Gemv { warps, .. } => 32 * warps,
             TileConfig::Simt { bm, bn, tm, tn, .. } => (bm / tm) * (bn / tn),
+            TileConfig::Mma {
+                warps_m, warps_n, ..
+            } => 32 * warps_m * warps_n,
+            TileConfig::GemvMma { warps, .. } => 32 * warps,
+        }
+    }
+
+    /// The number of K ranges a matmul tile splits its reduction into (1: no split).
+    pub fn split_k(&self) -> u32 {
+        match *self {
+            TileConfig::Simt { split_k, .. } | TileConfig::Mma { split_k, .. } => split_k,
+            _ => 1,
         }
     }
 }
@@ -394,10 +436,32 @@ impl fmt::Display for TileConfig {
                 f,
                 "gemv {{ warps: {warps}, vector: {vector}, columns: {columns} }}"
             ),
-            TileConfig::Simt { bm, bn, bk, tm, tn } => write!(
+            TileConfig::Simt {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split_k,
+            } => write!(
                 f,
-                "simt {{ bm: {bm}, bn: {bn}, bk: {bk}, tm: {tm}, tn: {tn} }}"
+                "simt {{ bm: {bm}, bn: {bn}, bk: {bk}, tm: {tm}, tn: {tn}, split_k: {split_k} }}"
             ),
+            TileConfig::Mma {
+                bm,
+                bn,
+                bk,
+                warps_m,
+                warps_n,
+                stages,
+                split_k,
+            } => write!(
+                f,
+                "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k} }}"
+            ),
+            TileConfig::GemvMma { warps, unroll } => {
+                write!(f, "gemv_mma {{ warps: {warps}, unroll: {unroll} }}")
+            }
         }
     }
 }

@@ -89,6 +89,8 @@ pub struct Compiled {
     pub program: Program,
     /// The buffer of every materialised graph value (step inputs and kernel outputs).
     pub buffer_of: std::collections::HashMap<tessel_ir::Value, tessel_ir::BufferId>,
+    /// The fusion group of every kernel, by kernel index (a split-K matmul group has two).
+    pub group_of_kernel: Vec<tessel_ir::Group>,
 }
 
 /// Why compilation of a checked graph failed.
@@ -127,7 +129,11 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
             verify::verify_graph(&graph, Some(&fusion), Some(&schedules)),
         )?;
     }
-    let (lowered, buffer_of) = lower::run_with_buffers(&graph, &fusion, &schedules)?;
+    let lower::Lowered {
+        program: lowered,
+        buffer_of,
+        group_of_kernel,
+    } = lower::run_with_buffers(&graph, &fusion, &schedules)?;
     if opts.verify {
         verified("lower", verify::verify_program(&lowered, false))?;
     }
@@ -146,5 +152,6 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
         lowered,
         program,
         buffer_of,
+        group_of_kernel,
     })
 }

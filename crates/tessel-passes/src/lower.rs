@@ -20,6 +20,7 @@
 //! Row reductions follow the [`crate::schedule::reduction_order`] signature exactly.
 
 mod matmul;
+mod mma;
 
 use crate::fuse::row_shape;
 use std::collections::HashMap;
@@ -45,16 +46,26 @@ pub enum LowerError {
 
 /// Runs the pass.
 pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program, LowerError> {
-    run_with_buffers(g, fusion, schedules).map(|(p, _)| p)
+    run_with_buffers(g, fusion, schedules).map(|l| l.program)
 }
 
-/// [`run`], also returning the buffer of every materialised value (step inputs and group
-/// outputs), for tools that address a kernel's operands (e.g. the cuBLAS baseline).
+/// The result of [`run_with_buffers`].
+pub struct Lowered {
+    pub program: Program,
+    /// The buffer of every materialised value (step inputs and group outputs).
+    pub buffer_of: HashMap<Value, BufferId>,
+    /// The group each kernel computes, by kernel index (a split-K group has two kernels).
+    pub group_of_kernel: Vec<Group>,
+}
+
+/// [`run`], also returning the buffer of every materialised value and the group of every
+/// kernel, for tools that address a kernel's operands (e.g. the cuBLAS baseline).
 pub fn run_with_buffers(
     g: &Graph,
     fusion: &Fusion,
     schedules: &Schedules,
-) -> Result<(Program, HashMap<Value, BufferId>), LowerError> {
+) -> Result<Lowered, LowerError> {
+    let mut group_of_kernel = Vec::new();
     let mut p = Program {
         name: g.name.clone(),
         ..Default::default()
@@ -89,16 +100,49 @@ pub fn run_with_buffers(
         }
         let sched = schedules[grp].as_ref().ok_or(LowerError::NoSchedule(grp))?;
         let name = format!("{}_{}", sanitize(&g.name), grp.as_u32());
-        let (kernel, args) = lower_group(g, fusion, grp, &sched.tile, name, &buf_of)?;
-        let k = p.kernels.push(kernel);
-        p.launches.push(Launch { kernel: k, args });
+        let split = sched.tile.split_k();
+        let parts = if data.kind == GroupKind::Matmul && split > 1 {
+            // Split-K: the partial products go to an f32 scratch buffer [split, ..mm shape],
+            // then a second kernel sums them in range order and runs the epilogue.
+            let mm = data.reductions[0];
+            let mut shape = vec![split as u64];
+            shape.extend(&g.ty(mm).shape.0);
+            let numel: u64 = shape.iter().product();
+            if numel >= u32::MAX as u64 {
+                return Err(LowerError::TooLarge { value: mm, numel });
+            }
+            let scratch = p.buffers.push(BufferDecl {
+                name: format!("t{}_split_k", mm.as_u32()),
+                ty: tessel_ir::TensorType {
+                    dtype: DType::F32,
+                    shape: Shape(shape),
+                },
+                role: BufferRole::Temp,
+            });
+            vec![
+                (Part::Partials { scratch, split }, format!("{name}_split")),
+                (Part::SumPartials { scratch, split }, format!("{name}_sum")),
+            ]
+        } else {
+            vec![(Part::Whole, name)]
+        };
+        for (part, name) in parts {
+            let (kernel, args) = lower_group(g, fusion, grp, &sched.tile, name, &buf_of, part)?;
+            let k = p.kernels.push(kernel);
+            p.launches.push(Launch { kernel: k, args });
+            group_of_kernel.push(grp);
+        }
     }
     p.outputs = g
         .outputs
         .iter()
         .map(|(n, v)| (n.clone(), buf_of[v]))
         .collect();
-    Ok((p, buf_of))
+    Ok(Lowered {
+        program: p,
+        buffer_of: buf_of,
+        group_of_kernel,
+    })
 }
 
 fn sanitize(s: &str) -> String {
@@ -140,6 +184,35 @@ struct Gen<'a> {
     /// Flat indices that were unflattened, so flattening the same index in the same shape
     /// gives the original register back instead of recomputing it.
     flat_of: HashMap<(Vec<Ix>, Vec<u64>), Ix>,
+    /// The split-K scratch buffer of a split-K kernel.
+    scratch: Option<Scratch>,
+}
+
+/// The f32 scratch buffer `[split, ..matmul shape]` of a split-K matmul.
+struct Scratch {
+    ptr: Reg,
+    split: u32,
+    /// In the partials kernel: the K range this CTA computes (set by the schedule's code).
+    range: Option<Ix>,
+    /// True in the partials kernel (which stores the matmul's value instead of the epilogue).
+    writes: bool,
+}
+
+/// Which kernel of a group to generate: the whole group, or one of the two kernels of a
+/// split-K matmul (see [`TileConfig::Simt`]).
+#[derive(Copy, Clone, Debug)]
+enum Part {
+    Whole,
+    /// The matmul's K ranges, each CTA's f32 result stored to `scratch[range, ..]`.
+    Partials {
+        scratch: BufferId,
+        split: u32,
+    },
+    /// `scratch` summed over the ranges in order, then the epilogue.
+    SumPartials {
+        scratch: BufferId,
+        split: u32,
+    },
 }
 
 fn lower_group(
@@ -149,6 +222,7 @@ fn lower_group(
     tile: &TileConfig,
     name: String,
     buf_of: &HashMap<Value, BufferId>,
+    part: Part,
 ) -> Result<(Kernel, Vec<LaunchArg>), LowerError> {
     let data = &fusion.groups[grp];
     let out = data.outputs[0];
@@ -156,22 +230,44 @@ fn lower_group(
         name,
         ..Default::default()
     };
-    // Parameters: every materialised value the kernel reads, then its outputs.
-    let leaves = leaves(g, fusion, &data.outputs);
+    // Parameters: every materialised value the kernel reads, then its outputs; the scratch
+    // buffer of a split-K part comes last.
+    let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
+        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
+        Part::Partials { .. } => (leaves(g, fusion, &data.reductions, None), vec![]),
+        Part::SumPartials { .. } => (
+            leaves(g, fusion, &data.outputs, Some(data.reductions[0])),
+            data.outputs.clone(),
+        ),
+    };
     let mut args = Vec::new();
     let mut params: Vec<Value> = Vec::new();
-    for &v in leaves.iter().chain(data.outputs.iter()) {
-        let writes = data.outputs.contains(&v);
+    for &v in reads.iter().chain(writes.iter()) {
+        let w = writes.contains(&v);
         kernel.params.push(Param {
-            name: format!("{}{}", if writes { "out" } else { "in" }, params.len()),
+            name: format!("{}{}", if w { "out" } else { "in" }, params.len()),
             kind: ParamKind::Ptr {
                 dtype: g.ty(v).dtype,
-                writes,
+                writes: w,
             },
         });
         args.push(LaunchArg::Buffer(buf_of[&v]));
         params.push(v);
     }
+    let scratch = match part {
+        Part::Whole => None,
+        Part::Partials { scratch, split } | Part::SumPartials { scratch, split } => {
+            kernel.params.push(Param {
+                name: format!("scratch{}", params.len()),
+                kind: ParamKind::Ptr {
+                    dtype: DType::F32,
+                    writes: matches!(part, Part::Partials { .. }),
+                },
+            });
+            args.push(LaunchArg::Buffer(scratch));
+            Some(split)
+        }
+    };
     let mut gen = Gen {
         g,
         fusion,
@@ -181,10 +277,32 @@ fn lower_group(
         memo: vec![HashMap::new()],
         row_value: HashMap::new(),
         flat_of: HashMap::new(),
+        scratch: None,
     };
     for (i, &v) in params.iter().enumerate() {
         let r = gen.b.op(RegType::U64, Op::Param(i as u32), &[]);
         gen.ptr.insert(v, r);
+    }
+    if let Some(split) = scratch {
+        let r = gen.b.op(RegType::U64, Op::Param(params.len() as u32), &[]);
+        gen.scratch = Some(Scratch {
+            ptr: r,
+            split,
+            range: None,
+            writes: matches!(part, Part::Partials { .. }),
+        });
+    }
+    if let Part::SumPartials { split, .. } = part {
+        let mm = data.reductions[0];
+        let threads = 256;
+        let ctas = gen.sum_partials(out, mm, split, threads)?;
+        gen.b.finish();
+        kernel.block = [threads, 1, 1];
+        kernel.grid = [ctas, 1, 1];
+        kernel.schedule = format!(
+            "split-K sum of {tile}: each output element adds its {split} range results in range order into an f32 accumulator starting at 0, then the epilogue"
+        );
+        return Ok((kernel, args));
     }
     let (block, grid, schedule) = match (data.kind, tile) {
         (GroupKind::Elementwise, &TileConfig::Elementwise { threads, vector }) => {
@@ -210,10 +328,36 @@ fn lower_group(
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
-        (GroupKind::Matmul, &TileConfig::Simt { bm, bn, bk, tm, tn }) => {
-            let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn))?;
+        (
+            GroupKind::Matmul,
+            &TileConfig::Simt {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split_k,
+            },
+        ) => {
+            let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn, split_k))?;
             (
                 (bm / tm) * (bn / tn),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Matmul, &TileConfig::Mma { .. }) => {
+            let grid = gen.mma(out, data.reductions[0], tile)?;
+            (
+                tile.threads_per_cta(),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll }) => {
+            let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;
+            (
+                32 * warps,
                 grid,
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
@@ -252,13 +396,14 @@ fn lower_group(
     Ok((kernel, args))
 }
 
-/// Materialised values read by the kernel writing `outputs`, in value order.
-fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value]) -> Vec<Value> {
+/// Materialised values read by the kernel writing `outputs`, in value order; the walk does
+/// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch).
+fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     let mut found = std::collections::BTreeSet::new();
     let mut stack: Vec<Value> = outputs.to_vec();
     while let Some(v) = stack.pop() {
-        if !seen.insert(v) {
+        if !seen.insert(v) || Some(v) == stop {
             continue;
         }
         if !outputs.contains(&v) && fusion.is_materialized(g, v) {

@@ -18,7 +18,7 @@
 
 use crate::target::{Profile, Target};
 use tessel_ir::graph::{Fusion, Graph, GroupKind, Schedule, Schedules, TileConfig};
-use tessel_ir::Group;
+use tessel_ir::{DType, Group};
 
 /// Runs the pass.
 pub fn run(g: &Graph, fusion: &Fusion, target: &Target, profile: Profile) -> Schedules {
@@ -34,7 +34,7 @@ fn choose(
     fusion: &Fusion,
     grp: Group,
     kind: GroupKind,
-    _t: &Target,
+    t: &Target,
     profile: Profile,
 ) -> Schedule {
     let data = &fusion.groups[grp];
@@ -47,7 +47,7 @@ fn choose(
         .unwrap_or(4);
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
     match kind {
-        GroupKind::Matmul => matmul(g, data.reductions[0], profile),
+        GroupKind::Matmul => matmul(g, data.reductions[0], t, profile),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
@@ -100,6 +100,9 @@ pub struct MatmulShape {
     pub rhs_k_contiguous: bool,
     /// The left operand is a plain `[.., M, K]` tensor, contiguous along K.
     pub lhs_k_contiguous: bool,
+    /// Each operand is a stored tensor or the swap of its last two dims (what the
+    /// tensor-core tile copies; any other permute goes through the SIMT tile).
+    pub operands_2d: bool,
 }
 
 /// Reads M, N, K and the operand layouts of the matmul `mm`.
@@ -129,34 +132,75 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
         n: rs[r - 1],
         rhs_k_contiguous: swaps_last_two(rhs),
         lhs_k_contiguous: !matches!(g.ops[lhs], tessel_ir::graph::Op::Permute { .. }),
+        operands_2d: [lhs, rhs].iter().all(|&x| {
+            !matches!(g.ops[x], tessel_ir::graph::Op::Permute { .. }) || swaps_last_two(x)
+        }),
     }
 }
 
-/// GEMV for decode shapes; the SIMT FMA tile otherwise.
+/// The matmul schedule: a deterministic function of M, N, K, the batch, the operand
+/// layouts and dtype, the profile and the target's SM count. In order:
 ///
-/// - GEMV when M ≤ 16, there is no batch, and both operands are read along K (the usual
-///   `x @ w^T` with `w` stored `[N, K]`): the weight dominates the traffic (N·K elements
-///   against M·K), so the kernel streams it once with 16-byte loads, 4 warps (one output
-///   column each) per CTA — N/4 CTAs, 4352 for the 17408 columns of Qwen3-14B's gate
-///   projection, enough to cover 132 SMs many times over.
-/// - SIMT FMA otherwise: a 64×64 output tile per CTA of 256 threads, 4×4 outputs per thread,
-///   K in slices of 16 through shared memory (8 KiB); every output sums each slice's products
-///   in k order into a partial and adds the partials in order — two levels, so the rounding
-///   error grows like (16 + K/16)·u instead of K·u (an f32 product at K = 4096 summed in one
-///   chain measured rel-RMS 1.16e-6, above the 1e-6 contract) — and its bits depend on
-///   neither the output tile nor M (batch-invariant by construction).
-fn matmul(g: &Graph, mm: tessel_ir::Value, profile: Profile) -> Schedule {
+/// 1. **Decode** — M ≤ 16, no batch, both operands read along K (`x @ w^T` with `w` stored
+///    `[N, K]`): the weight dominates the traffic (N·K elements against M·K), so the kernel
+///    streams it once with 16-byte loads.
+///    - `fast`, 16-bit operands, K a multiple of 8: the tensor-core GEMV (`gemv_mma`):
+///      16 weight rows per CTA of 4 warps splitting K, 4 chunks of 32 k in flight per warp —
+///      N/16 CTAs (1088 for Qwen3-14B's gate projection, 8 per SM).
+///    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
+///      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM).
+///    - `invariant`: neither (their k orders differ from the tile's); the tile below.
+/// 2. **Tensor-core tile** (`mma`) — `fast` and `invariant`, for bf16/f16 operands, and
+///    f32 operands in `fast` only (rounded to TF32: `invariant` keeps f32 accuracy), when
+///    both operands are stored tensors or their transposes:
+///    - skinny N (N ≤ 64, the LoRA ranks): `bn` = N rounded up to a power of two ≥ 16,
+///      `bm` = 64 over 4 warps stacked along M;
+///    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
+///    - otherwise 128 × 128 over 2 × 4 warps (64 × 32 per warp), or 64 × 64 over 2 × 2
+///      when 128-tiles would not give every SM one CTA;
+///    - K slices of 64 bytes per row (`bk` 32 for 16-bit, 16 for TF32), as many stages as
+///      fit in 48 KiB of static shared memory, at most 4 (2 for the largest tile: 3).
+/// 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
+///    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
+///    through shared memory; each slice's products are summed in k order into a partial,
+///    the partials added in order — two levels, so the rounding error grows like
+///    (16 + K/16)·u instead of K·u (a single f32 chain at K = 4096 measured rel-RMS
+///    1.16e-6, above the 1e-6 contract) — and bits depend on neither the output tile nor M.
+///    Skinny N ≤ 32: 128 × 16 tiles, 8 × 1 outputs per thread.
+/// 4. **Split-K** (`exact` and `fast`; never `invariant`, where it would make the order
+///    depend on M): when the tiles do not give every SM a CTA and K has at least 8 slices,
+///    K is cut into `split_k` ranges of whole slices, enough for two CTAs per SM and at
+///    least 4 slices each; partials go to scratch and are summed in range order.
+fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Schedule {
     let s = matmul_shape(g, mm);
-    let esz = g.ty(mm).dtype.size_bytes() as u32;
+    let dt = match g.ops[mm] {
+        tessel_ir::graph::Op::MatMul { lhs, .. } => g.ty(lhs).dtype,
+        _ => unreachable!("matmul groups list their matmul"),
+    };
+    let esz = dt.size_bytes() as u32;
+    let sixteen_bit = matches!(dt, DType::Bf16 | DType::F16);
     let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
+    let sms = t.sm_count as u64;
+    if decode && profile == Profile::Fast && sixteen_bit && s.k % 8 == 0 {
+        return Schedule {
+            tile: TileConfig::GemvMma {
+                warps: 4,
+                unroll: 4,
+            },
+            why: format!(
+                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 16 weight rows per CTA, 4 warps splitting K in chunks of 32, 4 chunks in flight per warp, {} CTAs",
+                s.m,
+                s.n,
+                s.k,
+                s.n.div_ceil(16)
+            ),
+        };
+    }
     if decode && profile != Profile::Invariant {
         let v = widest_vector(s.k, 16 / esz);
-        // Columns per warp: each left chunk loaded is reused for every column, so more
-        // columns cut the left-operand loads per weight byte; bounded by the accumulators
-        // (M·columns ≤ 32 registers) and by keeping at least 2 CTAs per SM's worth of warps.
         let columns = [4u32, 2, 1]
             .into_iter()
-            .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 264)
+            .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 2 * sms)
             .unwrap_or(1);
         return Schedule {
             tile: TileConfig::Gemv {
@@ -165,36 +209,127 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, profile: Profile) -> Schedule {
                 columns,
             },
             why: format!(
-                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ 264 CTAs), vector {v} (widest dividing K within 16 bytes), 4 warps per CTA, {} CTAs",
+                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes), 4 warps per CTA, {} CTAs",
                 s.m,
                 s.n,
                 s.k,
+                2 * sms,
                 s.n.div_ceil(4 * columns as u64)
             ),
         };
     }
-    let tile = TileConfig::Simt {
-        bm: 64,
-        bn: 64,
-        bk: 16,
-        tm: 4,
-        tn: 4,
-    };
     let because = if decode {
-        "the invariant profile keeps one k order for every M, so no GEMV: "
+        "the invariant profile keeps one k order for every M, so no GEMV; "
     } else {
         ""
     };
+    let tensor_cores = s.operands_2d
+        && match profile {
+            Profile::Exact => false,
+            Profile::Invariant => sixteen_bit,
+            Profile::Fast => sixteen_bit || dt == DType::F32,
+        };
+    let may_split = profile != Profile::Invariant;
+    if tensor_cores {
+        let pow2 = |x: u64| x.max(16).next_power_of_two() as u32;
+        let (bm, bn, warps_m, warps_n, shape_why) = if s.n <= 64 {
+            (64, pow2(s.n), 4, 1, "skinny-N")
+        } else if s.m <= 64 {
+            (pow2(s.m), 128, 1, 4, "skinny-M")
+        } else if s.m.div_ceil(128) * s.n.div_ceil(128) * s.batch >= sms {
+            (128, 128, 2, 4, "large")
+        } else {
+            (64, 64, 2, 2, "mid-size (128-tiles would leave SMs idle)")
+        };
+        let bk = 64 / esz;
+        let stage = (bm + bn) * bk * esz;
+        let stages = (48 * 1024 / stage).min(4);
+        let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
+        let split = if may_split {
+            split_k(tiles, s.k, bk, sms)
+        } else {
+            1
+        };
+        let tile = TileConfig::Mma {
+            bm,
+            bn,
+            bk,
+            warps_m,
+            warps_n,
+            stages,
+            split_k: split,
+        };
+        let mma = if dt == DType::F32 {
+            "m16n8k8 on TF32-rounded f32"
+        } else {
+            "m16n8k16"
+        };
+        return Schedule {
+            why: format!(
+                "{because}M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma}), {shape_why} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
+                s.m,
+                s.n,
+                s.k,
+                s.batch,
+                profile.name(),
+                split_why(split, tiles)
+            ),
+            tile,
+        };
+    }
+    let (bm, bn, tm, tn, shape_why) = if s.n <= 32 {
+        (128, 16, 8, 1, "skinny N: 128×16 tile, 8×1")
+    } else {
+        (64, 64, 4, 4, "64×64 tile, 4×4")
+    };
+    let bk = 16;
+    let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
+    let split = if may_split {
+        split_k(tiles, s.k, bk, sms)
+    } else {
+        1
+    };
     Schedule {
         why: format!(
-            "{because}M = {}, N = {}, K = {}, batch {}: SIMT FMA tile 64×64, K slices of 16, 4×4 outputs per thread, {} CTAs",
+            "{because}M = {}, N = {}, K = {}, batch {}: SIMT FMA, {shape_why} outputs per thread, K slices of 16, {tiles} tiles{}",
             s.m,
             s.n,
             s.k,
             s.batch,
-            s.n.div_ceil(64) * s.m.div_ceil(64) * s.batch
+            split_why(split, tiles)
         ),
-        tile,
+        tile: TileConfig::Simt {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            split_k: split,
+        },
+    }
+}
+
+/// Split-K ranges for `tiles` output tiles: 1 when the tiles give every SM a CTA or K has
+/// fewer than 8 slices of `bk`; else enough ranges for two CTAs per SM with at least 4
+/// slices each, normalised so that no range is empty (`lower` checks the same).
+fn split_k(tiles: u64, k: u64, bk: u32, sms: u64) -> u32 {
+    let slices = k.div_ceil(bk as u64);
+    if tiles >= sms || slices < 8 {
+        return 1;
+    }
+    let want = (2 * sms).div_ceil(tiles).min(slices / 4).max(1);
+    let per = slices.div_ceil(want);
+    slices.div_ceil(per) as u32
+}
+
+fn split_why(split: u32, tiles: u64) -> String {
+    if split > 1 {
+        format!(
+            "; split-K into {split} ranges ({} CTAs), partials summed in range order by a second kernel",
+            tiles * split as u64
+        )
+    } else {
+        String::new()
     }
 }
 
@@ -267,8 +402,27 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
             32 * vector
         ),
-        TileConfig::Simt { bk, .. } => format!(
-            "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator (independent of M, N and the output tile)"
+        TileConfig::Simt { bk, split_k, .. } => format!(
+            "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator starting at 0 (independent of M, N and the output tile){}",
+            split_order(split_k)
         ),
+        TileConfig::Mma { split_k, .. } => format!(
+            "each output: one f32 accumulator starting at 0, updated by one mma.sync per k step of 16 (8 for TF32) in k order; inside a step the tensor core's order is not specified by NVIDIA (the executor models it as an fma chain in k order){}",
+            split_order(split_k)
+        ),
+        TileConfig::GemvMma { warps, .. } => format!(
+            "each output: warp w of {warps} accumulates, in one f32 register starting at 0, one mma.sync per 16 products of the chunks of 32 k numbered w, w+{warps}, ... in order (in chunk c, k = 32c + 8t + j sits at fragment position 2t + (j mod 2) + 8*(j div 2 mod 2) of mma j div 4); then the {warps} warp results added in warp order to 0"
+        ),
+    }
+}
+
+/// The second phase of a split-K matmul, in words (empty without split-K).
+fn split_order(split_k: u32) -> String {
+    if split_k > 1 {
+        format!(
+            "; K cut into {split_k} ranges of whole slices, each range's sum (as above) stored to scratch, then the {split_k} range sums added in range order to 0"
+        )
+    } else {
+        String::new()
     }
 }

@@ -208,9 +208,21 @@ impl<W: fmt::Write> Writer<W> {
             "// {}: block [{bx}, {by}, {bz}], grid [{gx}, {gy}, {gz}]",
             k.name
         )?;
+        // ptxas accepts ASCII only, comments included: anything else is escaped.
         for (i, line) in k.schedule.lines().enumerate() {
             let lead = if i == 0 { "schedule: " } else { "          " };
-            writeln!(self.out, "// {lead}{}", line.trim_end())?;
+            let ascii: String = line
+                .trim_end()
+                .chars()
+                .map(|c| {
+                    if c.is_ascii() {
+                        c.to_string()
+                    } else {
+                        c.escape_unicode().to_string()
+                    }
+                })
+                .collect();
+            writeln!(self.out, "// {lead}{ascii}")?;
         }
         Ok(())
     }

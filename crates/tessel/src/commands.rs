@@ -234,6 +234,40 @@ const F32_REL_RMS: f64 = 1e-6;
 /// The bound for bf16/f16 outputs: rel-RMS within the 16-bit unit roundoff 2^-8 (bf16), the
 /// size of a few roundings of at most half an ulp each; the same as the CPU tests assert.
 const HALF_REL_RMS: f64 = 1.0 / 256.0;
+/// The bound for f32 outputs of a step whose matmuls run on TF32 tensor cores (the `fast`
+/// profile): 2^-10, twice TF32's unit roundoff 2^-11 (10 stored fraction bits, NVIDIA
+/// A100 whitepaper, "TF32"), since each product rounds both of its inputs.
+const TF32_REL_RMS: f64 = 1.0 / 1024.0;
+
+/// The tensor-core statements a program uses: (any `mma.sync`, any TF32 one).
+fn tensor_cores(p: &tessel_ir::kernel::Program) -> (bool, bool) {
+    use tessel_ir::kernel::{MmaShape, Stmt};
+    fn walk(body: &[Stmt], found: &mut (bool, bool)) {
+        for s in body {
+            match s {
+                Stmt::Mma { shape, .. } => {
+                    found.0 = true;
+                    found.1 |= *shape == MmaShape::M16N8K8Tf32;
+                }
+                Stmt::For { body, .. } => walk(body, found),
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, found);
+                    walk(else_body, found);
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut found = (false, false);
+    for k in p.kernels.values() {
+        walk(&k.body, &mut found);
+    }
+    found
+}
 
 /// `tessel check`. Returns false if any check failed.
 pub fn check(
@@ -346,10 +380,18 @@ fn check_step(
     };
     let mut ok = true;
     let mut recs = Vec::new();
+    // Tensor cores accumulate in an order NVIDIA does not specify: their kernels are held to
+    // the oracle bound on the GPU too, instead of to the executor's bits.
+    let (mma, tf32) = tensor_cores(p);
     println!(
-        "{file} step {} ({} kernels; executor {exec_s:.1} s)",
+        "{file} step {} ({} kernels; executor {exec_s:.1} s{})",
         step.name,
-        p.kernels.len()
+        p.kernels.len(),
+        match (mma, tf32) {
+            (_, true) => "; TF32 tensor cores: f32 bound 2^-10, GPU checked against the oracle",
+            (true, false) => "; tensor cores: GPU checked against the oracle",
+            _ => "",
+        }
     );
     for (i, (name, _)) in p.outputs.iter().enumerate() {
         let e = &exec[i];
@@ -365,18 +407,39 @@ fn check_step(
             "oracle_max_ulp": stats.max_ulp,
         });
         let bound = match e.ty.dtype {
-            DType::F32 => Some(F32_REL_RMS),
-            DType::Bf16 | DType::F16 => Some(HALF_REL_RMS),
+            DType::F32 if tf32 => TF32_REL_RMS,
+            DType::F32 => F32_REL_RMS,
+            DType::Bf16 | DType::F16 => HALF_REL_RMS,
             // Integers and bools have no rounding: they must equal the oracle exactly.
-            DType::I32 | DType::Bool => Some(0.0),
+            DType::I32 | DType::Bool => 0.0,
         };
-        if let Some(b) = bound.filter(|&b| stats.rel_rms > b || stats.nan_mismatch > 0) {
+        if stats.rel_rms > bound || stats.nan_mismatch > 0 {
             ok = false;
-            line += &format!(" — FAIL: above the {} bound {b:e}", e.ty.dtype);
+            line += &format!(" — FAIL: above the {} bound {bound:e}", e.ty.dtype);
         }
         if let Some(go) = &gpu_out {
             let d = tessel_ref::bit_diff(&go[i], e)?;
-            if d.differing_elements == 0 {
+            if mma {
+                let g = tessel_ref::error_stats(&go[i], &oracle[i])
+                    .with_context(|| format!("comparing the GPU's `{name}` with the oracle"))?;
+                let exec_as_ref = tessel_ref::OracleTensor {
+                    dtype: e.ty.dtype,
+                    shape: e.ty.shape.0.clone(),
+                    data: e.to_f64_vec(),
+                };
+                let vs_exec = tessel_ref::error_stats(&go[i], &exec_as_ref)
+                    .with_context(|| format!("comparing the GPU's `{name}` with the executor"))?;
+                line += &format!(
+                    "; GPU vs oracle rel-RMS {:.3e} (vs executor {:.3e}, {} elements differ)",
+                    g.rel_rms, vs_exec.rel_rms, d.differing_elements
+                );
+                rec["gpu_oracle_rel_rms"] = json!(g.rel_rms);
+                rec["gpu_executor_rel_rms"] = json!(vs_exec.rel_rms);
+                if g.rel_rms > bound || g.nan_mismatch > 0 {
+                    ok = false;
+                    line += &format!(" — FAIL: GPU above the {} bound {bound:e}", e.ty.dtype);
+                }
+            } else if d.differing_elements == 0 {
                 line += "; GPU == executor bit for bit";
             } else {
                 ok = false;
@@ -424,7 +487,8 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             Some(p) => Some(p.assemble(&device::ptx_of(&c.program)?, "sm_90")?),
             None => None,
         };
-        for ((grp, data), (_, k)) in c.fusion.groups.iter().zip(c.program.kernels.iter()) {
+        for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
+            let data = &c.fusion.groups[grp];
             let outs: Vec<String> = data
                 .outputs
                 .iter()
@@ -454,6 +518,35 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     Ok(())
 }
 
+/// The multiply-adds (as 2·M·N·K·batch flops) of group `grp` if it is a matmul, with the
+/// H200 SXM datasheet's dense peak for the arithmetic its kernel uses (NVIDIA H200 Tensor
+/// Core GPU datasheet, 2024: BF16/FP16 tensor 989 TFLOP/s, TF32 tensor 494 TFLOP/s, FP32
+/// 67 TFLOP/s) and that arithmetic's name. Peaks assume the boost clock; sustained clocks
+/// are lower, so no kernel reaches 100%.
+fn matmul_peak(
+    c: &tessel_passes::Compiled,
+    grp: tessel_ir::Group,
+) -> Option<(f64, f64, &'static str)> {
+    use tessel_ir::graph::{GroupKind, TileConfig};
+    let data = &c.fusion.groups[grp];
+    if data.kind != GroupKind::Matmul {
+        return None;
+    }
+    let s = tessel_passes::schedule::matmul_shape(&c.graph, data.reductions[0]);
+    let flops = 2.0 * (s.batch * s.m * s.n * s.k) as f64;
+    let tensor = matches!(
+        c.schedules[grp].as_ref().map(|s| &s.tile),
+        Some(TileConfig::Mma { .. } | TileConfig::GemvMma { .. })
+    );
+    let dt = c.graph.ty(data.reductions[0]).dtype;
+    let (peak, what) = match (tensor, dt) {
+        (true, DType::F32) => (494e12, "TF32 tensor"),
+        (true, _) => (989e12, "BF16/FP16 tensor"),
+        (false, _) => (67e12, "FP32 FMA"),
+    };
+    Some((flops, peak, what))
+}
+
 /// A cuBLAS timing of the same product on the same buffers.
 struct Baseline {
     us: f64,
@@ -463,22 +556,22 @@ struct Baseline {
     k: u64,
 }
 
-/// Times cuBLAS on kernel `ki`'s matmul when it is a plain `x @ w^T` (both operands read
-/// along K, no batch): `cublasGemmEx` with f32 accumulation (bf16/f16 in, or f32 with TF32
-/// off), on the same rotated input copies, into scratch outputs of its own. None for other
-/// kernels; a fused epilogue is extra work tessel does that cuBLAS is not asked to.
+/// Times cuBLAS on the matmul of group `grp` when it has no batch and each operand is a
+/// stored tensor or its transpose: `cublasGemmEx` with f32 accumulation, the same dtypes and
+/// the same precision (TF32 tensor cores for f32 exactly when tessel's kernel uses them),
+/// on the same rotated input copies, into scratch outputs of its own. None for other groups;
+/// a fused epilogue is extra work tessel does that cuBLAS is not asked to.
 fn cublas_baseline(
     gpu: &tessel_cuda::Gpu,
     step: &Step,
-    ki: usize,
+    grp: tessel_ir::Group,
     sets: &[Vec<tessel_cuda::Buffer>],
     rounds: u32,
 ) -> Result<Option<Baseline>> {
+    use tessel_cuda::{GemmType, Layout};
     use tessel_ir::graph::{GroupKind, Op};
     let c = &step.compiled;
-    let Some((_, data)) = c.fusion.groups.iter().nth(ki) else {
-        return Ok(None);
-    };
+    let data = &c.fusion.groups[grp];
     if data.kind != GroupKind::Matmul {
         return Ok(None);
     }
@@ -487,9 +580,17 @@ fn cublas_baseline(
     let Op::MatMul { lhs, rhs } = c.graph.ops[mm] else {
         return Ok(None);
     };
-    if s.batch != 1 || !s.rhs_k_contiguous || !s.lhs_k_contiguous {
+    if s.batch != 1 || !s.operands_2d {
         return Ok(None);
     }
+    let layout = |k_contiguous| {
+        if k_contiguous {
+            Layout::KContiguous
+        } else {
+            Layout::KStrided
+        }
+    };
+    let layouts = (layout(s.lhs_k_contiguous), layout(s.rhs_k_contiguous));
     let base = |v| match &c.graph.ops[v] {
         Op::Permute { arg, .. } => *arg,
         _ => v,
@@ -506,17 +607,17 @@ fn cublas_baseline(
         .collect::<std::result::Result<_, _>>()?;
     let (m, n, k) = (s.m as usize, s.n as usize, s.k as usize);
     let (ai, wi) = (a.as_u32() as usize, w.as_u32() as usize);
-    let what = match dtype {
-        DType::Bf16 => "bf16, f32 accumulate",
-        DType::F32 => "f32, TF32 off",
+    let tf32 = tensor_cores(&c.program).1;
+    let (ty, what) = match dtype {
+        DType::Bf16 => (GemmType::Bf16, "bf16, f32 accumulate"),
+        DType::F16 => (GemmType::F16, "f16, f32 accumulate"),
+        DType::F32 if tf32 => (GemmType::Tf32, "f32, TF32 tensor cores"),
+        DType::F32 => (GemmType::F32, "f32, TF32 off"),
         _ => return Ok(None),
     };
     let t = gpu.time_graph_with(rounds, 20, || {
         for (set, out) in sets.iter().zip(outs.iter_mut()) {
-            match dtype {
-                DType::Bf16 => blas.gemm_bf16(m, n, k, &set[ai], &set[wi], out)?,
-                _ => blas.gemm_f32(m, n, k, &set[ai], &set[wi], out, false)?,
-            }
+            blas.gemm(ty, [m, n, k], (&set[ai], &set[wi]), layouts, out)?;
         }
         Ok(())
     })?;
@@ -569,37 +670,86 @@ pub fn bench(
         }
         println!("step {} ({} buffer copies rotated)", step.name, copies);
         let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect();
-        for (ki, (_, k)) in p.kernels.iter().enumerate() {
-            let launch = &p.launches[ki];
-            let bytes: u64 = launch
-                .args
+        // One timing per fusion group: a split-K matmul's two kernels are timed together.
+        let c = &step.compiled;
+        let mut groups: Vec<(tessel_ir::Group, Vec<usize>)> = Vec::new();
+        for (ki, &grp) in c.group_of_kernel.iter().enumerate() {
+            match groups.last_mut() {
+                Some((g, ks)) if *g == grp => ks.push(ki),
+                _ => groups.push((grp, vec![ki])),
+            }
+        }
+        for (grp, kis) in groups {
+            let name = kis
                 .iter()
+                .map(|&ki| {
+                    p.kernels[tessel_ir::KernelId::from_u32(ki as u32)]
+                        .name
+                        .clone()
+                })
+                .collect::<Vec<_>>()
+                .join(" + ");
+            let bytes: u64 = kis
+                .iter()
+                .flat_map(|&ki| p.launches[ki].args.iter())
                 .filter_map(|a| match a {
                     tessel_ir::kernel::LaunchArg::Buffer(b) => Some(p.buffers[*b].ty.size_bytes()),
                     _ => None,
                 })
                 .sum();
-            let calls: Vec<_> = all_calls.iter().map(|c| c[ki].clone()).collect();
+            let calls: Vec<_> = all_calls
+                .iter()
+                .flat_map(|c| kis.iter().map(|&ki| c[ki].clone()))
+                .collect();
             let t = gpu.time_graph(&calls, rounds, 20)?;
             let us = t.median_us / copies as f64;
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
-            let floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
+            let mem_floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
+            // A matmul's floor is also its multiply-adds at the datasheet's peak rate.
+            let compute = matmul_peak(c, grp);
+            let (floor_us, bound) = match compute {
+                Some((flops, peak, _)) if flops / peak * 1e6 > mem_floor_us => {
+                    (flops / peak * 1e6, "compute")
+                }
+                _ => (mem_floor_us, "memory"),
+            };
             println!(
-                "  {:<28} {:>9.2} µs  {:>7.0} GB/s  {:>5.1}% of copy bw  floor {:>8.2} µs  ({} MB moved)",
-                k.name,
+                "  {:<28} {:>9.2} µs  {:>7.0} GB/s  {:>5.1}% of copy bw  floor {:>8.2} µs ({bound}; {:.2}x)  ({} MB moved)",
+                name,
                 us,
                 gbs,
                 100.0 * gbs / bw.median_gb_s,
                 floor_us,
+                us / floor_us,
                 bytes / 1_000_000
             );
+            let tile = kis
+                .iter()
+                .map(|&ki| {
+                    p.kernels[tessel_ir::KernelId::from_u32(ki as u32)]
+                        .schedule
+                        .clone()
+                })
+                .collect::<Vec<_>>()
+                .join(" | ");
             let mut rec = json!({
-                "file": src.name, "step": step.name, "kernel": k.name,
+                "file": src.name, "step": step.name, "kernel": name,
                 "median_us": us, "min_us": t.min_us / copies as f64, "max_us": t.max_us / copies as f64,
                 "bytes": bytes, "gb_s": gbs, "copy_gb_s": bw.median_gb_s, "floor_us": floor_us,
-                "tile": k.schedule,
+                "floor_bound": bound, "ratio_to_floor": us / floor_us, "tile": tile,
             });
-            if let Some(base) = cublas_baseline(&gpu, &step, ki, &sets, rounds)? {
+            if let Some((flops, peak, what)) = compute {
+                rec["peak_tflop_s"] = json!(peak / 1e12);
+                rec["peak"] = json!(what);
+                println!(
+                    "  {:<28} {:>9.1} TFLOP/s ({:.1}% of the {what} peak {:.0} TFLOP/s)",
+                    "",
+                    flops / (us * 1e-6) / 1e12,
+                    100.0 * flops / (us * 1e-6) / peak,
+                    peak / 1e12
+                );
+            }
+            if let Some(base) = cublas_baseline(&gpu, &step, grp, &sets, rounds)? {
                 let flops = 2.0 * base.m as f64 * base.n as f64 * base.k as f64;
                 println!(
                     "  {:<28} {:>9.2} µs  cuBLAS ({} M={} N={} K={}): tessel/cuBLAS time {:.3}; tessel {:.1} TFLOP/s, cuBLAS {:.1} TFLOP/s",

@@ -248,10 +248,12 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "elementwise" => &["threads", "vector"],
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
         "gemv" => &["warps", "vector", "columns"],
-        "simt" => &["bm", "bn", "bk", "tm", "tn"],
+        "simt" => &["bm", "bn", "bk", "tm", "tn", "split_k"],
+        "mma" => &["bm", "bn", "bk", "warps_m", "warps_n", "stages", "split_k"],
+        "gemv_mma" => &["warps", "unroll"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv` or `simt`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma` or `gemv_mma`)"
         )))
         }
     };
@@ -277,7 +279,24 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             vector,
             columns,
         },
-        ("simt", &[bm, bn, bk, tm, tn]) => TileConfig::Simt { bm, bn, bk, tm, tn },
+        ("simt", &[bm, bn, bk, tm, tn, split_k]) => TileConfig::Simt {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            split_k,
+        },
+        ("mma", &[bm, bn, bk, warps_m, warps_n, stages, split_k]) => TileConfig::Mma {
+            bm,
+            bn,
+            bk,
+            warps_m,
+            warps_n,
+            stages,
+            split_k,
+        },
+        ("gemv_mma", &[warps, unroll]) => TileConfig::GemvMma { warps, unroll },
         _ => return Err(kpos.error("malformed tile")),
     };
     c.keyword("why")?;

@@ -674,7 +674,10 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     let kind = match sched.tile {
                         TileConfig::Elementwise { .. } => GroupKind::Elementwise,
                         TileConfig::RowReduction { .. } => GroupKind::RowReduction,
-                        TileConfig::Gemv { .. } | TileConfig::Simt { .. } => GroupKind::Matmul,
+                        TileConfig::Gemv { .. }
+                        | TileConfig::Simt { .. }
+                        | TileConfig::Mma { .. }
+                        | TileConfig::GemvMma { .. } => GroupKind::Matmul,
                     };
                     if kind != data.kind {
                         e.push(
@@ -737,7 +740,17 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                 }
                 (32 * warps as u64, vector)
             }
-            TileConfig::Simt { bm, bn, bk, tm, tn } => {
+            TileConfig::Simt {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split_k,
+            } => {
+                if split_k == 0 {
+                    e.push("schedule.tile", loc.clone(), "split_k is 0");
+                }
                 let ok =
                     [bm, bn, bk, tm, tn].iter().all(|&x| x > 0) && bm % tm == 0 && bn % tn == 0;
                 if !ok {
@@ -757,6 +770,61 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                     );
                 }
                 (((bm / tm.max(1)) * (bn / tn.max(1))) as u64, 1)
+            }
+            TileConfig::Mma {
+                bm,
+                bn,
+                bk,
+                warps_m,
+                warps_n,
+                stages,
+                split_k,
+            } => {
+                // Warp tiles of whole 16 × 16 fragments (pairs of 8-column B fragments, one
+                // ldmatrix.x4 each), power-of-two tile sides (the shared-memory swizzle XORs
+                // 16-byte chunk indices), K slices of whole k16 steps.
+                let wm = bm / warps_m.max(1);
+                let wn = bn / warps_n.max(1);
+                let ok = warps_m > 0
+                    && warps_n > 0
+                    && bm % warps_m == 0
+                    && bn % warps_n == 0
+                    && wm % 16 == 0
+                    && wn % 16 == 0
+                    && wm > 0
+                    && wn > 0
+                    && [bm, bn, bk].iter().all(|x| x.is_power_of_two())
+                    && bk >= 16;
+                if !ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "mma tile {bm}x{bn}x{bk} over {warps_m}x{warps_n} warps: sides must be powers of two, bk ≥ 16, and each warp's tile a multiple of 16 × 16"
+                        ),
+                    );
+                }
+                if !(2..=8).contains(&stages) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("mma stages {stages} outside 2..=8"),
+                    );
+                }
+                if split_k == 0 {
+                    e.push("schedule.tile", loc.clone(), "split_k is 0");
+                }
+                (32 * warps_m as u64 * warps_n as u64, 1)
+            }
+            TileConfig::GemvMma { warps, unroll } => {
+                if unroll == 0 || unroll > 8 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("gemv_mma unroll {unroll} outside 1..=8"),
+                    );
+                }
+                (32 * warps as u64, 1)
             }
         };
         if !(1..=1024).contains(&threads) {

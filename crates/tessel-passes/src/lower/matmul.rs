@@ -5,7 +5,7 @@
 //! output as a function of the matmul value) is then generated per element with the
 //! accumulator standing in for the matmul, and stored once.
 
-use super::{Gen, Ix, LowerError};
+use super::{Gen, Ix, LowerError, Scratch};
 use tessel_ir::graph::Op as GOp;
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{Reg, Value};
@@ -21,7 +21,10 @@ impl Gen<'_> {
     }
 
     /// The operands of the matmul `mm`, its batch shape and (M, K, N).
-    fn matmul_operands(&self, mm: Value) -> (Value, Value, tessel_ir::Shape, (u64, u64, u64)) {
+    pub(super) fn matmul_operands(
+        &self,
+        mm: Value,
+    ) -> (Value, Value, tessel_ir::Shape, (u64, u64, u64)) {
         let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
             unreachable!("matmul groups list their matmul");
         };
@@ -38,13 +41,42 @@ impl Gen<'_> {
     }
 
     /// Stores the epilogue of output element `idx`, with `acc` as the matmul's value.
-    fn matmul_epilogue(
+    pub(super) fn matmul_epilogue(
         &mut self,
         out: Value,
         mm: Value,
         idx: &[Ix],
         acc: Reg,
     ) -> Result<(), LowerError> {
+        if let Some(Scratch {
+            ptr,
+            writes: true,
+            range: Some(range),
+            ..
+        }) = self.scratch
+        {
+            // Split-K partials kernel: the range's f32 sum, unrounded, to scratch.
+            let shape = self.g.ty(mm).shape.clone();
+            let numel = shape.numel();
+            let flat = self.flatten(idx, &shape);
+            let base = self.imul_c(range, numel);
+            let flat = self.iadd(base, flat);
+            let fo = self.ix_op(flat);
+            let bytes = self
+                .b
+                .op(RegType::U64, Op::MulWideU32, &[fo, Operand::U32(4)]);
+            let addr = self
+                .b
+                .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+            self.b.push(Stmt::Store {
+                space: Space::Global,
+                width: Width::B32,
+                addr,
+                offset: 0,
+                values: vec![acc.into()],
+            });
+            return Ok(());
+        }
         // The product is rounded once to its dtype before the epilogue uses it, as the graph
         // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
         let dt = self.g.ty(mm).dtype;
@@ -59,6 +91,60 @@ impl Gen<'_> {
         }
         self.row_value.remove(&mm);
         Ok(())
+    }
+
+    /// The second kernel of a split-K matmul: thread `e` (one per element of the matmul's
+    /// value, `threads` per CTA) adds the `split` range results `scratch[r][e]` in order
+    /// r = 0, 1, ... into an f32 accumulator starting at 0 and stores the epilogue of that
+    /// sum. Returns the grid size.
+    pub(super) fn sum_partials(
+        &mut self,
+        out: Value,
+        mm: Value,
+        split: u32,
+        threads: u32,
+    ) -> Result<u32, LowerError> {
+        let shape = self.g.ty(mm).shape.clone();
+        if self.g.ty(out).shape != shape {
+            return Err(LowerError::Unsupported {
+                what: "a split-K epilogue whose output shape differs from the matmul's".into(),
+                value: out,
+            });
+        }
+        let numel = shape.numel();
+        let ptr = self.scratch.as_ref().map(|s| s.ptr).expect("scratch set");
+        let gid = self.global_thread(threads);
+        let inb = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[gid.into(), Self::imm_u(numel)],
+        );
+        self.open();
+        let acc = self.b.kernel.new_reg(RegType::F32);
+        self.b.assign(acc, Op::Mov, &[Operand::f32(0.0)]);
+        for r in 0..split as u64 {
+            let e = self.iadd(Ix::R(gid), Ix::C(r * numel));
+            let eo = self.ix_op(e);
+            let bytes = self
+                .b
+                .op(RegType::U64, Op::MulWideU32, &[eo, Operand::U32(4)]);
+            let addr = self
+                .b
+                .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+            let x = self.b.kernel.new_reg(RegType::F32);
+            self.b.push(Stmt::Load {
+                dsts: vec![x],
+                space: Space::Global,
+                width: Width::B32,
+                addr,
+                offset: 0,
+            });
+            self.b.assign(acc, Op::FAdd, &[acc.into(), x.into()]);
+        }
+        let idx = self.unflatten(Ix::R(gid), &shape);
+        self.matmul_epilogue(out, mm, &idx, acc)?;
+        self.close_if(inb);
+        Ok(numel.div_ceil(threads as u64).max(1) as u32)
     }
 
     /// GEMV: warp w of CTA b computes output columns `(b·warps + w)·columns + j` for all M
@@ -166,27 +252,76 @@ impl Gen<'_> {
         Ok([n.div_ceil(per_cta).max(1) as u32, 1, 1])
     }
 
+    /// The CTA's place in a matmul grid of `nt` column tiles (x) by `split · batch · mt`
+    /// (y, row tile fastest, then batch, then K range): (column tile, row tile, batch
+    /// index, K range start and end). Without split-K the range is all of K.
+    pub(super) fn matmul_cta(
+        &mut self,
+        mt: u64,
+        batch_shape: &tessel_ir::Shape,
+        k: u64,
+        range_len: u64,
+    ) -> Result<(Reg, Ix, Vec<Ix>, Operand, Operand), LowerError> {
+        let ctx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let cty = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
+        let mtile = self.irem_c(Ix::R(cty), mt);
+        let rest = self.idiv_c(Ix::R(cty), mt);
+        let batch = batch_shape.numel().max(1);
+        let bidx = self.irem_c(rest, batch);
+        let lead = self.unflatten(bidx, batch_shape);
+        let Some(split) = self.scratch.as_ref().map(|s| s.split) else {
+            return Ok((ctx, mtile, lead, Operand::U32(0), Self::imm_u(k)));
+        };
+        if k.div_ceil(range_len) != split as u64 {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "split_k {split} with K = {k}: ranges of {range_len} give {} ranges (the schedule must pick a split that leaves no range empty)",
+                    k.div_ceil(range_len)
+                ),
+                value: self.own[0],
+            });
+        }
+        let range = self.idiv_c(rest, batch);
+        if let Some(s) = self.scratch.as_mut() {
+            s.range = Some(range);
+        }
+        let start = self.imul_c(range, range_len);
+        let start = self.ix_op(start);
+        let end = self
+            .b
+            .op(RegType::U32, Op::IAdd, &[start, Self::imm_u(range_len)]);
+        let past = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::GtU),
+            &[end.into(), Self::imm_u(k)],
+        );
+        let end = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[past.into(), Self::imm_u(k), end.into()],
+        );
+        Ok((ctx, mtile, lead, start, end.into()))
+    }
+
     /// SIMT FMA GEMM: CTA (x, y) computes the `bm × bn` tile at columns `x·bn` and rows
-    /// `(y mod mt)·bm` of batch `y / mt`. Returns the grid.
+    /// `(y mod mt)·bm` of batch `(y / mt) mod batch`, over the K range `y / (mt · batch)`
+    /// (see [`Gen::matmul_cta`]). Returns the grid.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn simt(
         &mut self,
         out: Value,
         mm: Value,
-        (bm, bn, bk, tm, tn): (u32, u32, u32, u32, u32),
+        (bm, bn, bk, tm, tn, split): (u32, u32, u32, u32, u32, u32),
     ) -> Result<[u32; 3], LowerError> {
         let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let batch = batch_shape.numel();
         let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
         let threads = (bm / tm) * (bn / tn);
         let tx_n = bn / tn;
+        let range_len = split_range(k, bk, split);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let ctx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-        let cty = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
-        let bidx = self.idiv_c(Ix::R(cty), mt);
-        let mtile = self.irem_c(Ix::R(cty), mt);
-        let lead = self.unflatten(bidx, &batch_shape);
+        let (ctx, mtile, lead, k_start, k_end) = self.matmul_cta(mt, &batch_shape, k, range_len)?;
         let m0 = self.imul_c(mtile, bm as u64);
         let n0 = self.imul_c(Ix::R(ctx), bn as u64);
         let tx = self.irem_c(Ix::R(tid), tx_n as u64);
@@ -310,7 +445,7 @@ impl Gen<'_> {
                 .assign(*acc, Op::FAdd, &[(*acc).into(), (*part).into()]);
         }
         self.b.push(Stmt::Barrier);
-        self.close_for(k0, Operand::U32(0), Self::imm_u(k), Operand::U32(bk));
+        self.close_for(k0, k_start, k_end, Operand::U32(bk));
 
         // Epilogue, guarded per element.
         for i in 0..tm {
@@ -338,7 +473,11 @@ impl Gen<'_> {
                 self.close_if(ok);
             }
         }
-        Ok([nt.max(1) as u32, (mt * batch).max(1) as u32, 1])
+        Ok([
+            nt.max(1) as u32,
+            (mt * batch * k.div_ceil(range_len).max(1)).max(1) as u32,
+            1,
+        ])
     }
 
     /// Loads consecutive f32 from shared memory at `addr + offset` into `dst`, 16 bytes at a
@@ -361,4 +500,13 @@ impl Gen<'_> {
             i += n;
         }
     }
+}
+
+/// The K range length of each of `split` ranges: whole slices of `bk`, the last range
+/// possibly shorter (K itself when `split` is 1).
+pub(super) fn split_range(k: u64, bk: u32, split: u32) -> u64 {
+    if split <= 1 {
+        return k.max(1);
+    }
+    k.div_ceil(bk as u64).div_ceil(split as u64).max(1) * bk as u64
 }

@@ -1,0 +1,1058 @@
+//! Lowering of the tensor-core schedules: the tiled `mma.sync` GEMM ([`TileConfig::Mma`])
+//! and the decode GEMV ([`TileConfig::GemvMma`]). When each is chosen: `schedule.rs`; the
+//! order of every sum: `schedule::reduction_order`.
+//!
+//! Fragment layouts are those of PTX ISA §9.7.14.5.7–8 ("Matrix Fragments for mma.m16n8k8 /
+//! mma.m16n8k16"), as documented on [`MmaShape::a_pos`]; `ldmatrix` (§9.7.14.5.15) delivers
+//! exactly those fragments from 16-byte shared-memory rows, transposing where the operand
+//! is stored the other way round.
+
+use super::matmul::split_range;
+use super::{Gen, Ix, LowerError};
+use tessel_ir::graph::{Op as GOp, TileConfig};
+use tessel_ir::kernel::{
+    CpAsyncCache, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
+};
+use tessel_ir::{DType, Reg, Value};
+
+/// The largest static shared-memory allocation of one CTA (48 KiB; more needs the dynamic
+/// opt-in, CUDA C++ Programming Guide, "Shared Memory").
+const STATIC_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// One matmul operand as the tile copies it: the materialised tensor `base` with its last
+/// dim `cols` (contiguous), and whether `cols` is the K dim.
+#[derive(Copy, Clone)]
+struct Operand2d {
+    base: Value,
+    cols: u64,
+    k_contiguous: bool,
+}
+
+/// One operand's ring of `stages` shared-memory tiles of `rows × cols` elements of `esz`
+/// bytes (`cols` contiguous). Rows are split into 16-byte chunks and chunk `c` of row `r`
+/// is stored at chunk `c ^ swizzle(r)`, so that the 8 rows one `ldmatrix` matrix reads
+/// fall in 8 different 16-byte bank groups.
+#[derive(Copy, Clone)]
+struct Ring {
+    base: Reg,
+    rows: u32,
+    cols: u32,
+    esz: u32,
+}
+
+impl Ring {
+    fn row_bytes(&self) -> u32 {
+        self.cols * self.esz
+    }
+
+    fn stage_bytes(&self) -> u32 {
+        self.rows * self.row_bytes()
+    }
+
+    /// 16-byte chunks per row (a power of two).
+    fn chunks(&self) -> u32 {
+        self.row_bytes() / 16
+    }
+
+    /// The swizzle of row `r` is `(r >> shift) & mask`: with 8 or more chunks per row, row
+    /// `r mod 8` itself; with fewer, rows that share a 128-byte bank line are told apart
+    /// by the higher bits.
+    fn swizzle(&self) -> (u32, u32) {
+        let c = self.chunks();
+        if c >= 8 {
+            (0, 7)
+        } else {
+            ((8 / c).trailing_zeros(), c - 1)
+        }
+    }
+}
+
+impl Gen<'_> {
+    /// The operand `x` of a matmul as a 2-d tile source, or `None` if it is neither a
+    /// materialised tensor nor the swap of the last two dims of one.
+    fn operand_2d(&self, x: Value, k_is_last: bool) -> Option<Operand2d> {
+        let (base, swapped) = match &self.g.ops[x] {
+            GOp::Permute { arg, perm } => {
+                let n = perm.len();
+                let swap = n >= 2
+                    && perm[n - 1] as usize == n - 2
+                    && perm[n - 2] as usize == n - 1
+                    && perm[..n - 2]
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &p)| p as usize == i);
+                if !swap {
+                    return None;
+                }
+                (*arg, true)
+            }
+            _ => (x, false),
+        };
+        if !self.fusion.is_materialized(self.g, base) {
+            return None;
+        }
+        let s = &self.g.ty(base).shape.0;
+        let r = s.len();
+        Some(Operand2d {
+            base,
+            cols: s[r - 1],
+            // The lhs [M, K] has K last unless swapped; the rhs [K, N] has K last only if
+            // swapped (a [N, K] weight read transposed).
+            k_contiguous: k_is_last != swapped,
+        })
+    }
+
+    /// Swizzled byte offset in one stage of `ring` of element `col` of row `row`.
+    fn ring_offset(&mut self, ring: &Ring, row: Ix, col: Ix) -> Ix {
+        let epc = (16 / ring.esz) as u64;
+        let chunk = self.idiv_c(col, epc);
+        let within = self.irem_c(col, epc);
+        let (shift, mask) = ring.swizzle();
+        let swz = match row {
+            Ix::C(r) => Ix::C((r >> shift) & mask as u64),
+            Ix::R(r) => {
+                let s = self
+                    .b
+                    .op(RegType::U32, Op::ShrU, &[r.into(), Operand::U32(shift)]);
+                Ix::R(
+                    self.b
+                        .op(RegType::U32, Op::And, &[s.into(), Operand::U32(mask)]),
+                )
+            }
+        };
+        let phys = match (chunk, swz) {
+            (Ix::C(a), Ix::C(b)) => Ix::C(a ^ b),
+            (_, Ix::C(0)) => chunk,
+            _ => {
+                let (a, b) = (self.ix_op(chunk), self.ix_op(swz));
+                Ix::R(self.b.op(RegType::U32, Op::Xor, &[a, b]))
+            }
+        };
+        let r = self.imul_c(row, ring.row_bytes() as u64);
+        let c = self.imul_c(phys, 16);
+        let w = self.imul_c(within, ring.esz as u64);
+        let rc = self.iadd(r, c);
+        self.iadd(rc, w)
+    }
+
+    /// A U32 register holding `base + off`.
+    fn shared_addr(&mut self, base: Reg, off: Ix) -> Reg {
+        match off {
+            Ix::C(0) => base,
+            _ => {
+                let o = self.ix_op(off);
+                self.b.op(RegType::U32, Op::IAdd, &[base.into(), o])
+            }
+        }
+    }
+
+    /// Tensor-core GEMM. CTA (x, y) computes the `bm × bn` tile at columns `x·bn`, rows
+    /// `(y mod mt)·bm` of batch `(y / mt) mod batch`, over K range `y / (mt·batch)`
+    /// ([`Gen::matmul_cta`]). Returns the grid.
+    pub(super) fn mma(
+        &mut self,
+        out: Value,
+        mm: Value,
+        tile: &TileConfig,
+    ) -> Result<[u32; 3], LowerError> {
+        let TileConfig::Mma {
+            bm,
+            bn,
+            bk,
+            warps_m,
+            warps_n,
+            stages,
+            split_k,
+        } = *tile
+        else {
+            unreachable!("called for mma tiles")
+        };
+        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
+            unreachable!("matmul groups list their matmul");
+        };
+        let dt = self.g.ty(lhs).dtype;
+        let shape = match dt {
+            DType::Bf16 => MmaShape::M16N8K16Bf16,
+            DType::F16 => MmaShape::M16N8K16F16,
+            DType::F32 => MmaShape::M16N8K8Tf32,
+            _ => {
+                return Err(LowerError::Unsupported {
+                    what: format!("a tensor-core matmul of {dt} operands"),
+                    value: mm,
+                })
+            }
+        };
+        let esz = dt.size_bytes() as u32;
+        let kstep = shape.k() as u32;
+        let (Some(a), Some(b)) = (self.operand_2d(lhs, true), self.operand_2d(rhs, false)) else {
+            return Err(LowerError::Unsupported {
+                what: "a tensor-core matmul operand that is not a stored tensor or its transpose"
+                    .into(),
+                value: mm,
+            });
+        };
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let batch = batch_shape.numel().max(1);
+        let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
+        let threads = 32 * warps_m * warps_n;
+        let (wm, wn) = (bm / warps_m, bn / warps_n);
+        let (mi, ni) = (wm / 16, wn / 8);
+        let range_len = split_range(k, bk, split_k);
+        let shared = stages * (bm + bn) * bk * esz;
+        if shared > STATIC_SHARED_LIMIT {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "{tile} with {dt} operands: {shared} bytes of shared memory, above the {STATIC_SHARED_LIMIT}-byte static limit"
+                ),
+                value: mm,
+            });
+        }
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let (ctx, mtile, lead, k_start, k_end) = self.matmul_cta(mt, &batch_shape, k, range_len)?;
+        let m0 = self.imul_c(mtile, bm as u64);
+        let n0 = self.imul_c(Ix::R(ctx), bn as u64);
+        let warp = self.idiv_c(Ix::R(tid), 32);
+        let lane = self.irem_c(Ix::R(tid), 32);
+        let wi = self.idiv_c(warp, warps_n as u64);
+        let wj = self.irem_c(warp, warps_n as u64);
+        let wm0 = self.imul_c(wi, wm as u64);
+        let wn0 = self.imul_c(wj, wn as u64);
+
+        // Shared rings: A as [bm][bk] (K contiguous) or [bk][bm]; B as [bn][bk] or [bk][bn].
+        let ring_of = |this: &mut Self, op: &Operand2d, outer: u32| -> Ring {
+            let (rows, cols) = if op.k_contiguous {
+                (outer, bk)
+            } else {
+                (bk, outer)
+            };
+            let buf = this.b.kernel.new_shared(stages * rows * cols * esz, 128);
+            let base = this.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+            Ring {
+                base,
+                rows,
+                cols,
+                esz,
+            }
+        };
+        let ra = ring_of(self, &a, bm);
+        let rb = ring_of(self, &b, bn);
+
+        // The copy plan of each operand: per thread, which chunks of a stage it fills.
+        let ca = self.copy_plan(&a, &ra, &lead, m0, m, threads, Ix::R(tid))?;
+        let cb = self.copy_plan(&b, &rb, &lead, n0, n, threads, Ix::R(tid))?;
+
+        // Fragment addresses (offsets within a stage) for every k step of a slice.
+        let frag = FragPlan::new(
+            self,
+            shape,
+            &ra,
+            &rb,
+            &a,
+            &b,
+            (wm0, wn0),
+            lane,
+            (mi, ni),
+            bk,
+        );
+
+        let accs: Vec<[Reg; 4]> = (0..mi * ni)
+            .map(|_| {
+                std::array::from_fn(|_| {
+                    let r = self.b.kernel.new_reg(RegType::F32);
+                    self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                    r
+                })
+            })
+            .collect();
+
+        // Prologue: slices 0 .. stages-2 in flight.
+        for s in 0..stages - 1 {
+            let k0 = match k_start {
+                Operand::U32(x) => Ix::C((x + s * bk) as u64),
+                Operand::Reg(r) => self.iadd(Ix::R(r), Ix::C((s * bk) as u64)),
+                _ => unreachable!("K range starts are u32"),
+            };
+            let sa = Ix::C((s * ra.stage_bytes()) as u64);
+            let sb = Ix::C((s * rb.stage_bytes()) as u64);
+            self.issue_copies(&ca, &ra, sa, k0, k_end)?;
+            self.issue_copies(&cb, &rb, sb, k0, k_end)?;
+            self.b.push(Stmt::CpAsyncCommit);
+        }
+        let rd = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
+        let wr = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(wr, Op::Mov, &[Operand::U32(stages - 1)]);
+
+        let kt = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        self.b.push(Stmt::CpAsyncWait(stages - 2));
+        self.b.push(Stmt::Barrier);
+        let rda = self.imul_c(Ix::R(rd), ra.stage_bytes() as u64);
+        let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
+        let stage_a = self.shared_addr(ra.base, rda);
+        let stage_b = self.shared_addr(rb.base, rdb);
+        for step in 0..(bk / kstep) as usize {
+            let af: Vec<Vec<Reg>> = (0..mi as usize)
+                .map(|i| self.load_frag(shape, stage_a, &frag.a[step][i], frag.a_trans))
+                .collect();
+            // One ldmatrix.x4 (or four scalar loads) gives fragments 2p and 2p + 1.
+            let mut bf: Vec<Vec<Reg>> = Vec::new();
+            for p in 0..(ni / 2) as usize {
+                let regs = self.load_frag(shape, stage_b, &frag.b[step][p], frag.b_trans);
+                bf.push(regs[..2].to_vec());
+                bf.push(regs[2..].to_vec());
+            }
+            for i in 0..mi as usize {
+                for j in 0..ni as usize {
+                    let acc = accs[i * ni as usize + j];
+                    self.b.push(Stmt::Mma {
+                        shape,
+                        d: acc,
+                        a: af[i].clone(),
+                        b: bf[j].clone(),
+                        c: acc,
+                    });
+                }
+            }
+        }
+        // The slice `stages - 1` ahead goes into the stage multiplied one iteration ago.
+        let k_ahead = self.iadd(Ix::R(kt), Ix::C(((stages - 1) * bk) as u64));
+        let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
+        let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
+        self.issue_copies(&ca, &ra, wra, k_ahead, k_end)?;
+        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end)?;
+        self.b.push(Stmt::CpAsyncCommit);
+        for r in [rd, wr] {
+            let next = self
+                .b
+                .op(RegType::U32, Op::IAdd, &[r.into(), Operand::U32(1)]);
+            let wrap = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::Eq),
+                &[next.into(), Operand::U32(stages)],
+            );
+            self.b
+                .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
+        }
+        self.close_for(kt, k_start, k_end, Operand::U32(bk));
+        // Copies past the end (zero-filled, never read) must land before the CTA exits.
+        self.b.push(Stmt::CpAsyncWaitAll);
+
+        // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        let t2 = self.imul_c(t, 2);
+        let row0 = self.iadd(m0, wm0);
+        let row0 = self.iadd(row0, g);
+        let col0 = self.iadd(n0, wn0);
+        let col0 = self.iadd(col0, t2);
+        for i in 0..mi as usize {
+            for j in 0..ni as usize {
+                for (q, &acc) in accs[i * ni as usize + j].iter().enumerate() {
+                    let (dr, dc) = MmaShape::cd_pos(0, q);
+                    let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
+                    let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
+                    let (ro, co) = (self.ix_op(row), self.ix_op(col));
+                    let m_ok = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
+                    let n_ok = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
+                    let ok = self
+                        .b
+                        .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
+                    self.open();
+                    let mut idx = lead.clone();
+                    idx.extend([row, col]);
+                    self.matmul_epilogue(out, mm, &idx, acc)?;
+                    self.close_if(ok);
+                }
+            }
+        }
+        Ok([
+            nt.max(1) as u32,
+            (mt * batch * k.div_ceil(range_len).max(1)).max(1) as u32,
+            1,
+        ])
+    }
+
+    /// Tensor-core GEMV for decode: CTA `x` computes output columns `16x .. 16x + 15` for
+    /// all M ≤ 16 rows as `D = W[16 rows, K] · Xᵀ[K, M]` (one or two 8-wide n-fragments).
+    /// In each chunk of 32 k, lane (g, t) = (lane / 4, lane mod 4) loads the 16 bytes at
+    /// k = 8t .. 8t + 7 of weight rows g and g + 8 and of left row g (and g + 8 for M > 8);
+    /// k = 8t + 2u, 8t + 2u + 1 take the place of the fragment's k = 2t, 2t + 1 (u = 0, 2)
+    /// and k = 2t + 8, 2t + 9 (u = 1, 3) — the same permutation for both operands, so the
+    /// chunk's products are those of the matmul. Warp w of the CTA takes chunks w, w + warps,
+    /// ...; the warps' results are added in warp order through shared memory and warp 0
+    /// stores the epilogue. Returns the grid.
+    pub(super) fn gemv_mma(
+        &mut self,
+        out: Value,
+        mm: Value,
+        warps: u32,
+        unroll: u32,
+    ) -> Result<[u32; 3], LowerError> {
+        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
+            unreachable!("matmul groups list their matmul");
+        };
+        let dt = self.g.ty(lhs).dtype;
+        let shape = match dt {
+            DType::Bf16 => MmaShape::M16N8K16Bf16,
+            DType::F16 => MmaShape::M16N8K16F16,
+            _ => {
+                return Err(LowerError::Unsupported {
+                    what: format!("the tensor-core GEMV for {dt} operands"),
+                    value: mm,
+                })
+            }
+        };
+        let (Some(x), Some(w)) = (self.operand_2d(lhs, true), self.operand_2d(rhs, false)) else {
+            return Err(LowerError::Unsupported {
+                what: "a GEMV operand that is not a stored tensor or its transpose".into(),
+                value: mm,
+            });
+        };
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        if !x.k_contiguous || !w.k_contiguous || m > 16 || k % 8 != 0 || batch_shape.numel() != 1 {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "the tensor-core GEMV for M = {m}, K = {k} (it needs M ≤ 16, K a multiple of 8, both operands read along K, no batch)"
+                ),
+                value: mm,
+            });
+        }
+        let lead: Vec<Ix> = vec![Ix::C(0); batch_shape.rank()];
+        let nfrag = m.div_ceil(8) as usize;
+        let esz = 2u64;
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let warp = self.idiv_c(Ix::R(tid), 32);
+        let lane = self.irem_c(Ix::R(tid), 32);
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        let t8 = self.imul_c(t, 8);
+        let n0 = self.imul_c(Ix::R(cta), 16);
+
+        // Row pointers at k = 8t (rows clamped into the tensor; rows past the edge read a
+        // real row and their results are not stored), and whether each row exists.
+        let row_ptr = |this: &mut Self, base: Value, row: Ix, limit: u64| -> (Reg, Reg) {
+            let ro = this.ix_op(row);
+            let ok = this.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[ro, Self::imm_u(limit)],
+            );
+            let clamped = this
+                .b
+                .op(RegType::U32, Op::Select, &[ok.into(), ro, Operand::U32(0)]);
+            let mut idx = lead.clone();
+            idx.extend([Ix::R(clamped), t8]);
+            (this.address(base, &idx), ok)
+        };
+        let wa = self.iadd(n0, g);
+        let wb = self.iadd(wa, Ix::C(8));
+        let (pa, _) = row_ptr(self, w.base, wa, n);
+        let (pb, _) = row_ptr(self, w.base, wb, n);
+        let mut px = Vec::new();
+        for f in 0..nfrag as u64 {
+            let row = self.iadd(g, Ix::C(8 * f));
+            px.push(row_ptr(self, x.base, row, m));
+        }
+        let accs: Vec<[Reg; 4]> = (0..nfrag)
+            .map(|_| {
+                std::array::from_fn(|_| {
+                    let r = self.b.kernel.new_reg(RegType::F32);
+                    self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                    r
+                })
+            })
+            .collect();
+
+        let stride = 32 * warps as u64;
+        let kb = self.b.kernel.new_reg(RegType::U32);
+        let start = self.imul_c(warp, 32);
+        let start = self.ix_op(start);
+        self.open();
+        let kbo = Operand::Reg(kb);
+        let step = self.b.op(
+            RegType::U64,
+            Op::MulWideU32,
+            &[kbo, Operand::U32(esz as u32)],
+        );
+        let at = |this: &mut Self, p: Reg| -> Reg {
+            this.b
+                .op(RegType::U64, Op::AddU64, &[p.into(), step.into()])
+        };
+        let (qa, qb) = (at(self, pa), at(self, pb));
+        let qx: Vec<(Reg, Reg)> = px.iter().map(|&(p, ok)| (at(self, p), ok)).collect();
+        // All loads of the iteration first, then the mma.
+        let mut loaded = Vec::new();
+        for u in 0..unroll as u64 {
+            let off = u * stride;
+            let kpos = self.iadd(Ix::R(kb), t8);
+            let kpos = self.iadd(kpos, Ix::C(off));
+            let ko = self.ix_op(kpos);
+            let k_ok = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, Self::imm_u(k)]);
+            let load16 = |this: &mut Self, p: Reg, ok: Reg| -> Vec<Reg> {
+                let d: Vec<Reg> = (0..4)
+                    .map(|_| {
+                        let r = this.b.kernel.new_reg(RegType::U32);
+                        this.b.assign(r, Op::Mov, &[Operand::U32(0)]);
+                        r
+                    })
+                    .collect();
+                this.open();
+                this.b.push(Stmt::Load {
+                    dsts: d.clone(),
+                    space: Space::Global,
+                    width: Width::V4,
+                    addr: p,
+                    offset: (off * esz) as i32,
+                });
+                this.close_if(ok);
+                d
+            };
+            let a_lo = load16(self, qa, k_ok);
+            let a_hi = load16(self, qb, k_ok);
+            let xs: Vec<Vec<Reg>> = qx
+                .iter()
+                .map(|&(p, row_ok)| {
+                    let ok = self
+                        .b
+                        .op(RegType::Pred, Op::PAnd, &[k_ok.into(), row_ok.into()]);
+                    load16(self, p, ok)
+                })
+                .collect();
+            loaded.push((a_lo, a_hi, xs));
+        }
+        for (a_lo, a_hi, xs) in &loaded {
+            for half in 0..2 {
+                let (u0, u1) = (2 * half, 2 * half + 1);
+                let a = vec![a_lo[u0], a_hi[u0], a_lo[u1], a_hi[u1]];
+                for (f, xf) in xs.iter().enumerate() {
+                    self.b.push(Stmt::Mma {
+                        shape,
+                        d: accs[f],
+                        a: a.clone(),
+                        b: vec![xf[u0], xf[u1]],
+                        c: accs[f],
+                    });
+                }
+            }
+        }
+        self.close_for(
+            kb,
+            start,
+            Self::imm_u(k),
+            Self::imm_u(stride * unroll as u64),
+        );
+
+        // Warp partials to shared memory, [warp][fragment][lane][4], then warp 0 adds them
+        // in warp order and stores.
+        let frag_bytes = 32 * 16;
+        let red = self
+            .b
+            .kernel
+            .new_shared(warps * nfrag as u32 * frag_bytes, 16);
+        let red = self.b.op(RegType::U32, Op::SharedAddr(red), &[]);
+        let wo = self.imul_c(warp, nfrag as u64 * frag_bytes as u64);
+        let lo = self.imul_c(lane, 16);
+        let mine = self.iadd(wo, lo);
+        let mine = self.shared_addr(red, mine);
+        for (f, acc) in accs.iter().enumerate() {
+            self.b.push(Stmt::Store {
+                space: Space::Shared,
+                width: Width::V4,
+                addr: mine,
+                offset: (f as u32 * frag_bytes) as i32,
+                values: acc.iter().map(|&r| r.into()).collect(),
+            });
+        }
+        self.b.push(Stmt::Barrier);
+        let wo = self.ix_op(warp);
+        let first = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[wo, Operand::U32(0)]);
+        self.open();
+        let lane_off = self.imul_c(lane, 16);
+        let lane_addr = self.shared_addr(red, lane_off);
+        for f in 0..nfrag {
+            let sum: [Reg; 4] = std::array::from_fn(|_| {
+                let r = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                r
+            });
+            for wi in 0..warps {
+                let part: Vec<Reg> = (0..4)
+                    .map(|_| self.b.kernel.new_reg(RegType::F32))
+                    .collect();
+                self.b.push(Stmt::Load {
+                    dsts: part.clone(),
+                    space: Space::Shared,
+                    width: Width::V4,
+                    addr: lane_addr,
+                    offset: ((wi * nfrag as u32 + f as u32) * frag_bytes) as i32,
+                });
+                for q in 0..4 {
+                    self.b
+                        .assign(sum[q], Op::FAdd, &[sum[q].into(), part[q].into()]);
+                }
+            }
+            // D element q of lane (g, t): weight row g + 8(q / 2) → output column, token
+            // 2t + (q mod 2) + 8f → output row.
+            for (q, &acc) in sum.iter().enumerate() {
+                let (dr, dc) = MmaShape::cd_pos(0, q);
+                let col = self.iadd(n0, g);
+                let col = self.iadd(col, Ix::C(dr as u64));
+                let t2 = self.imul_c(t, 2);
+                let row = self.iadd(t2, Ix::C((dc + 8 * f) as u64));
+                let (ro, co) = (self.ix_op(row), self.ix_op(col));
+                let m_ok = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
+                let n_ok = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
+                let ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
+                self.open();
+                let mut idx = lead.clone();
+                idx.extend([row, col]);
+                self.matmul_epilogue(out, mm, &idx, acc)?;
+                self.close_if(ok);
+            }
+        }
+        self.close_if(first);
+        Ok([n.div_ceil(16).max(1) as u32, 1, 1])
+    }
+
+    /// Plans how `threads` threads fill one stage of `ring` from operand `op`: chunk
+    /// `e = tid + i·threads` of the stage is row `e / chunks`, chunk `e mod chunks`. For each
+    /// of the thread's chunks: its swizzled shared offset, its global address at k = 0 (the
+    /// non-K coordinate clamped into the tensor), whether the non-K coordinate is inside
+    /// the tensor, and its K offset within the slice. `outer0` is the tile's first row (A)
+    /// or column (B), `outer` that dim's size (M or N).
+    #[allow(clippy::too_many_arguments)]
+    fn copy_plan(
+        &mut self,
+        op: &Operand2d,
+        ring: &Ring,
+        lead: &[Ix],
+        outer0: Ix,
+        outer: u64,
+        threads: u32,
+        tid: Ix,
+    ) -> Result<CopyPlan, LowerError> {
+        let epc = 16 / ring.esz;
+        let chunks = ring.chunks();
+        let total = ring.rows * chunks;
+        let aligned = (op.cols * ring.esz as u64) % 16 == 0;
+        let mut items = Vec::new();
+        for i in 0..total.div_ceil(threads) {
+            let e = self.iadd(tid, Ix::C((i * threads) as u64));
+            let in_tile = if (i + 1) * threads <= total {
+                None
+            } else {
+                let eo = self.ix_op(e);
+                Some(self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[eo, Operand::U32(total)],
+                ))
+            };
+            let r = self.idiv_c(e, chunks as u64);
+            let c = self.irem_c(e, chunks as u64);
+            let col = self.imul_c(c, epc as u64);
+            let shared = self.ring_offset(ring, r, col);
+            // The non-K coordinate (row of a K-contiguous operand, column otherwise).
+            let (outer_ix, k_off) = if op.k_contiguous { (r, col) } else { (col, r) };
+            let pos = self.iadd(outer0, outer_ix);
+            let po = self.ix_op(pos);
+            let inside = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[po, Self::imm_u(outer)],
+            );
+            let clamped = Ix::R(self.b.op(
+                RegType::U32,
+                Op::Select,
+                &[inside.into(), po, Operand::U32(0)],
+            ));
+            let mut idx = lead.to_vec();
+            if op.k_contiguous {
+                idx.extend([clamped, k_off]);
+            } else {
+                idx.extend([k_off, clamped]);
+            }
+            let global = if aligned {
+                Some(self.address(op.base, &idx))
+            } else {
+                None
+            };
+            items.push(CopyItem {
+                in_tile,
+                shared,
+                global,
+                inside,
+                outer_ix: clamped,
+                k_off,
+            });
+        }
+        Ok(CopyPlan {
+            op: *op,
+            lead: lead.to_vec(),
+            items,
+            k_stride: if op.k_contiguous { 1 } else { op.cols },
+        })
+    }
+
+    /// Issues the copies of one slice starting at `k0` into the stage at byte offset
+    /// `stage` of `ring`: 16-byte `cp.async.cg` with zero fill past `k_end` and past the
+    /// tensor's edge where rows are 16-byte aligned; otherwise element loads, packed and
+    /// stored to shared memory (synchronously).
+    fn issue_copies(
+        &mut self,
+        plan: &CopyPlan,
+        ring: &Ring,
+        stage: Ix,
+        k0: Ix,
+        k_end: Operand,
+    ) -> Result<(), LowerError> {
+        let esz = ring.esz;
+        let epc = 16 / esz;
+        for it in &plan.items {
+            let off = self.iadd(stage, it.shared);
+            let dst = self.shared_addr(ring.base, off);
+            if let Some(in_tile) = it.in_tile {
+                self.open();
+                self.copy_chunk(plan, it, dst, k0, k_end, epc)?;
+                self.close_if(in_tile);
+            } else {
+                self.copy_chunk(plan, it, dst, k0, k_end, epc)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn copy_chunk(
+        &mut self,
+        plan: &CopyPlan,
+        it: &CopyItem,
+        dst: Reg,
+        k0: Ix,
+        k_end: Operand,
+        epc: u32,
+    ) -> Result<(), LowerError> {
+        let esz = 16 / epc;
+        let kpos = self.iadd(k0, it.k_off);
+        if let Some(g0) = it.global {
+            let ko = self.ix_op(kpos);
+            let k_ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, k_end]);
+            let ok = self
+                .b
+                .op(RegType::Pred, Op::PAnd, &[k_ok.into(), it.inside.into()]);
+            let step = self.ix_op(k0);
+            let bytes = self.b.op(
+                RegType::U64,
+                Op::MulWideU32,
+                &[step, Self::imm_u(plan.k_stride * esz as u64)],
+            );
+            let src = self
+                .b
+                .op(RegType::U64, Op::AddU64, &[g0.into(), bytes.into()]);
+            let base = self.ptr[&plan.op.base];
+            let src = self.b.op(
+                RegType::U64,
+                Op::Select,
+                &[ok.into(), src.into(), base.into()],
+            );
+            let n = self.b.op(
+                RegType::U32,
+                Op::Select,
+                &[ok.into(), Operand::U32(16), Operand::U32(0)],
+            );
+            self.b.push(Stmt::CpAsync {
+                cache: CpAsyncCache::Cg,
+                bytes: 16,
+                dst,
+                dst_offset: 0,
+                src,
+                src_offset: 0,
+                src_bytes: Some(n.into()),
+            });
+            return Ok(());
+        }
+        // Unaligned rows: element by element, zero outside.
+        let mut elems = Vec::new();
+        for j in 0..epc as u64 {
+            let (row, col, klim) = if plan.op.k_contiguous {
+                let kc = self.iadd(kpos, Ix::C(j));
+                (it.outer_ix, kc, kc)
+            } else {
+                let oc = self.iadd(it.outer_ix, Ix::C(j));
+                (kpos, oc, kpos)
+            };
+            let ko = self.ix_op(klim);
+            let k_ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, k_end]);
+            // The non-K coordinate of element j: the chunk's, or (for a K-strided operand)
+            // that plus j, which must stay inside the row.
+            let in_row = if plan.op.k_contiguous {
+                it.inside
+            } else {
+                let co = self.ix_op(col);
+                let c_ok = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[co, Self::imm_u(plan.op.cols)],
+                );
+                self.b
+                    .op(RegType::Pred, Op::PAnd, &[c_ok.into(), it.inside.into()])
+            };
+            let ok = self
+                .b
+                .op(RegType::Pred, Op::PAnd, &[k_ok.into(), in_row.into()]);
+            let v = self.b.kernel.new_reg(RegType::U32);
+            self.b.assign(v, Op::Mov, &[Operand::U32(0)]);
+            self.open();
+            let mut idx = plan.lead.clone();
+            idx.extend([row, col]);
+            let addr = self.address(plan.op.base, &idx);
+            self.b.push(Stmt::Load {
+                dsts: vec![v],
+                space: Space::Global,
+                width: if esz == 2 { Width::B16 } else { Width::B32 },
+                addr,
+                offset: 0,
+            });
+            self.close_if(ok);
+            elems.push(v);
+        }
+        let words: Vec<Operand> = if esz == 2 {
+            elems
+                .chunks(2)
+                .map(|p| {
+                    let hi = self
+                        .b
+                        .op(RegType::U32, Op::Shl, &[p[1].into(), Operand::U32(16)]);
+                    self.b
+                        .op(RegType::U32, Op::Or, &[p[0].into(), hi.into()])
+                        .into()
+                })
+                .collect()
+        } else {
+            elems.into_iter().map(Operand::from).collect()
+        };
+        self.b.push(Stmt::Store {
+            space: Space::Shared,
+            width: Width::V4,
+            addr: dst,
+            offset: 0,
+            values: words,
+        });
+        Ok(())
+    }
+
+    /// Loads one A fragment (or a pair of B fragments) with `ldmatrix.x4` from the stage at
+    /// `stage` (TF32 values are then rounded with `cvt.rna.tf32.f32`), or element by
+    /// element for TF32 operands stored transposed (`ldmatrix` moves 16-bit halves).
+    fn load_frag(&mut self, shape: MmaShape, stage: Reg, src: &FragSrc, trans: bool) -> Vec<Reg> {
+        let regs: Vec<Reg> = match src {
+            FragSrc::Ldmatrix(off) => {
+                let addr = self.shared_addr(stage, *off);
+                let dsts: Vec<Reg> = (0..4)
+                    .map(|_| self.b.kernel.new_reg(RegType::U32))
+                    .collect();
+                self.b.push(Stmt::Ldmatrix {
+                    dsts: dsts.clone(),
+                    trans,
+                    addr,
+                    offset: 0,
+                });
+                dsts
+            }
+            FragSrc::Scalar(offs) => offs
+                .iter()
+                .map(|off| {
+                    let addr = self.shared_addr(stage, *off);
+                    let d = self.b.kernel.new_reg(RegType::U32);
+                    self.b.push(Stmt::Load {
+                        dsts: vec![d],
+                        space: Space::Shared,
+                        width: Width::B32,
+                        addr,
+                        offset: 0,
+                    });
+                    d
+                })
+                .collect(),
+        };
+        if shape != MmaShape::M16N8K8Tf32 {
+            return regs;
+        }
+        regs.into_iter()
+            .map(|r| {
+                let f = self.b.op(RegType::F32, Op::BitsToF32, &[r.into()]);
+                self.b.op(RegType::U32, Op::CvtRnaTf32F32, &[f.into()])
+            })
+            .collect()
+    }
+}
+
+/// One chunk a thread copies per slice.
+struct CopyItem {
+    /// False for the thread's last chunk if the stage's chunk count is not a multiple of the
+    /// thread count and this one is past it.
+    in_tile: Option<Reg>,
+    /// Swizzled byte offset in the stage.
+    shared: Ix,
+    /// Global address at k = 0 when rows are 16-byte aligned.
+    global: Option<Reg>,
+    /// Whether the non-K coordinate is inside the tensor.
+    inside: Reg,
+    /// The non-K coordinate, clamped to 0 when outside.
+    outer_ix: Ix,
+    /// The chunk's K offset within the slice.
+    k_off: Ix,
+}
+
+struct CopyPlan {
+    op: Operand2d,
+    lead: Vec<Ix>,
+    items: Vec<CopyItem>,
+    /// Elements between consecutive k.
+    k_stride: u64,
+}
+
+/// Where a fragment's registers come from in a stage.
+#[derive(Clone)]
+enum FragSrc {
+    /// One `ldmatrix.x4`; the lane's row address offset.
+    Ldmatrix(Ix),
+    /// One 32-bit load per register (TF32 stored transposed).
+    Scalar(Vec<Ix>),
+}
+
+/// The fragment sources of a warp for every k step of a slice: `a[step][i]` for
+/// m-fragment i, `b[step][p]` for the pair of n-fragments 2p, 2p + 1.
+struct FragPlan {
+    a: Vec<Vec<FragSrc>>,
+    b: Vec<Vec<FragSrc>>,
+    a_trans: bool,
+    b_trans: bool,
+}
+
+impl FragPlan {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        gen: &mut Gen<'_>,
+        shape: MmaShape,
+        ra: &Ring,
+        rb: &Ring,
+        a: &Operand2d,
+        b: &Operand2d,
+        (wm0, wn0): (Ix, Ix),
+        lane: Ix,
+        (mi, ni): (u32, u32),
+        bk: u32,
+    ) -> FragPlan {
+        let tf32 = shape == MmaShape::M16N8K8Tf32;
+        let kstep = shape.k() as u64;
+        // Element columns per 8-wide ldmatrix matrix column: 8 16-bit or 4 f32 elements.
+        let half = if tf32 { 4 } else { 8 };
+        let r8 = gen.irem_c(lane, 8);
+        let j8 = gen.idiv_c(lane, 8);
+        let j_lo = gen.irem_c(j8, 2);
+        let j_hi = gen.idiv_c(j8, 2);
+        let l16 = gen.irem_c(lane, 16);
+        let h16 = gen.idiv_c(lane, 16);
+        let g = gen.idiv_c(lane, 4);
+        let t = gen.irem_c(lane, 4);
+        let steps = (bk as u64 / kstep) as usize;
+        let mut fa = Vec::new();
+        let mut fb = Vec::new();
+        for s in 0..steps {
+            let kk = s as u64 * kstep;
+            let mut row_a = Vec::new();
+            for i in 0..mi as u64 {
+                let m = gen.iadd(wm0, Ix::C(16 * i));
+                row_a.push(if a.k_contiguous {
+                    // Matrices (rows 0-7 | 8-15) × (k 0.. | k half..): lane l → row l mod 16,
+                    // k half·(l / 16).
+                    let row = gen.iadd(m, l16);
+                    let kc = gen.imul_c(h16, half);
+                    let col = gen.iadd(Ix::C(kk), kc);
+                    FragSrc::Ldmatrix(gen.ring_offset(ra, row, col))
+                } else if !tf32 {
+                    // Stored [k][m]: matrix j holds k 8·(j / 2).., m 8·(j mod 2)..; trans.
+                    let kr = gen.imul_c(j_hi, 8);
+                    let kr = gen.iadd(kr, r8);
+                    let row = gen.iadd(Ix::C(kk), kr);
+                    let mc = gen.imul_c(j_lo, 8);
+                    let col = gen.iadd(m, mc);
+                    FragSrc::Ldmatrix(gen.ring_offset(ra, row, col))
+                } else {
+                    // Register q: (m g + 8·(q mod 2), k t + 4·(q / 2)), stored at [k][m].
+                    FragSrc::Scalar(
+                        (0..4u64)
+                            .map(|q| {
+                                let kr = gen.iadd(t, Ix::C(kk + 4 * (q / 2)));
+                                let mc = gen.iadd(m, g);
+                                let mc = gen.iadd(mc, Ix::C(8 * (q % 2)));
+                                gen.ring_offset(ra, kr, mc)
+                            })
+                            .collect(),
+                    )
+                });
+            }
+            fa.push(row_a);
+            let mut row_b = Vec::new();
+            for p in 0..(ni as u64).div_ceil(2) {
+                let nb = gen.iadd(wn0, Ix::C(16 * p));
+                row_b.push(if b.k_contiguous {
+                    // Matrices: (n 0-7, k 0..), (n 0-7, k half..), (n 8-15, k 0..), (n 8-15,
+                    // k half..): B registers 0, 1 of fragment 2p, then of 2p + 1.
+                    let nr = gen.imul_c(j_hi, 8);
+                    let nr = gen.iadd(nr, r8);
+                    let row = gen.iadd(nb, nr);
+                    let kc = gen.imul_c(j_lo, half);
+                    let col = gen.iadd(Ix::C(kk), kc);
+                    FragSrc::Ldmatrix(gen.ring_offset(rb, row, col))
+                } else if !tf32 {
+                    // Stored [k][n]: matrix j holds k 8·(j mod 2).., n 8·(j / 2)..; trans.
+                    let kr = gen.imul_c(j_lo, 8);
+                    let kr = gen.iadd(kr, r8);
+                    let row = gen.iadd(Ix::C(kk), kr);
+                    let nc = gen.imul_c(j_hi, 8);
+                    let col = gen.iadd(nb, nc);
+                    FragSrc::Ldmatrix(gen.ring_offset(rb, row, col))
+                } else {
+                    // Fragment 2p + f, register q: (k t + 4q, n g + 8f), stored at [k][n].
+                    FragSrc::Scalar(
+                        (0..4u64)
+                            .map(|fq| {
+                                let (f, q) = (fq / 2, fq % 2);
+                                let kr = gen.iadd(t, Ix::C(kk + 4 * q));
+                                let nc = gen.iadd(nb, g);
+                                let nc = gen.iadd(nc, Ix::C(8 * f));
+                                gen.ring_offset(rb, kr, nc)
+                            })
+                            .collect(),
+                    )
+                });
+            }
+            fb.push(row_b);
+        }
+        FragPlan {
+            a: fa,
+            b: fb,
+            a_trans: !a.k_contiguous,
+            b_trans: !b.k_contiguous,
+        }
+    }
+}
