@@ -17,7 +17,7 @@ failed=()
 step() { local name=$1 log=$2; shift 2
   echo "+ $*" | tee -a "$OUT/$log"
   "$@" >>"$OUT/$log" 2>&1 || failed+=("$name")
-  tail -n 40 "$OUT/$log" | grep -E "PASS|FAIL|ERROR SUMMARY|RACECHECK SUMMARY|cuBLAS|µs|TFLOP" | tail -n 12
+  tail -n 40 "$OUT/$log" | grep -E "PASS|FAIL|ERROR SUMMARY|RACECHECK SUMMARY|cuBLAS|µs|TFLOP|identical|differ" | tail -n 12
 }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/device.txt"
 M=tests/programs/matmul.tsl
@@ -28,6 +28,7 @@ for prof in exact invariant fast; do
   done
   step "check-lora-$prof" check_lora.log "$BIN" check examples/lora/lora_step.tsl --profile $prof --dim M=300 --dim K=520 --dim N=260 --dim R=16
 done
+step check-lora-full-fast check_lora.log "$BIN" check examples/lora/lora_step.tsl --profile fast --dim M=8192 --dim K=4096 --dim N=4096 --dim R=16 --json "$OUT/json/check_lora_full_fast.json"
 for t in 1 8 13; do
   step "check-gate-fast-T$t" check_gate.log "$BIN" check examples/qwen3_14b/gate_proj.tsl --profile fast --dim T=$t --json "$OUT/json/check_gate_fast_T$t.json"
 done
@@ -38,6 +39,22 @@ step memcheck-lora-fast sanitizer.log $SAN --tool memcheck "$BIN" run examples/l
 step memcheck-lora-exact sanitizer.log $SAN --tool memcheck "$BIN" run examples/lora/lora_step.tsl --profile exact --dim M=300 --dim K=520 --dim N=260 --dim R=16 -o /tmp/m4.safetensors
 step racecheck-mma sanitizer.log $SAN --tool racecheck "$BIN" run $M --profile fast --dim M=70 --dim K=100 --dim N=130 -o /tmp/r1.safetensors
 step racecheck-lora sanitizer.log $SAN --tool racecheck "$BIN" run examples/lora/lora_step.tsl --profile fast --dim M=300 --dim K=520 --dim N=260 --dim R=16 -o /tmp/r2.safetensors
+# Batch invariance on the GPU: rows bit-identical for M in {1, 2, 3, 8, 17, 64, 256}, two
+# seeds, every tensor the step writes, at small and production K; then a control that must
+# fail (the fast profile's GEMV and split-K change the order with M).
+L=tests/programs/lora.tsl
+for k in 64 4096; do
+  step "invariance-lora-K$k" invariance.log "$BIN" invariance $L --batch-dim M --dim K=$k --dim R=16 --dim N=32 --profile invariant
+done
+step invariance-lora-step invariance.log "$BIN" invariance examples/lora/lora_step.tsl --batch-dim M --dim K=4096 --dim N=4096 --dim R=16 --profile invariant
+step invariance-gate invariance.log "$BIN" invariance examples/qwen3_14b/gate_proj.tsl --batch-dim T --profile invariant
+step invariance-down invariance.log "$BIN" invariance examples/qwen3_14b/projections.tsl --step down_proj --batch-dim T --profile invariant --seeds 1
+echo "+ control: the fast profile must FAIL" | tee -a "$OUT/invariance.log"
+if "$BIN" invariance $L --batch-dim M --dim K=4096 --dim R=16 --dim N=32 --profile fast --seeds 1 >>"$OUT/invariance.log" 2>&1; then
+  failed+=("invariance-control-passed"); echo "control unexpectedly passed"
+else
+  echo "control failed as it must"
+fi
 G=examples/qwen3_14b/gate_proj.tsl
 for t in 1 8; do
   for prof in exact fast; do

@@ -375,14 +375,14 @@ pub enum TileConfig {
         split_k: u32,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
-    /// read along K, K a multiple of 8 elements, 16-bit dtypes): `Yᵀ = W·Xᵀ` with the weight
-    /// as the mma's A operand (16 weight rows per warp) and the M ≤ 16 left rows as B (one or
-    /// two 8-column fragments). Every lane loads its operands straight from global memory
-    /// with 16-byte loads; the k order inside a 32-element chunk is permuted identically for
-    /// both operands, which leaves the sum's terms unchanged. The `warps` warps of a CTA
-    /// share the same 16 weight rows and take every `warps`-th chunk of 32 k; each warp
-    /// processes `unroll` chunks per loop iteration (loads issued before the mma), and the
-    /// warps' partial results are added in warp order through shared memory.
+    /// read along K, K a multiple of 8 elements, 16-bit dtypes): the M ≤ 16 left rows are
+    /// the mma's A operand (rows past M are zeros) and 8 weight rows per CTA its B operand.
+    /// Every lane loads its operands straight from global memory with 16-byte loads; the k
+    /// order inside a 32-element chunk is permuted identically for both operands, which
+    /// leaves the sum's terms unchanged. The `warps` warps of a CTA share the same 8 weight
+    /// rows and take every `warps`-th chunk of 32 k; each warp processes `unroll` chunks per
+    /// loop iteration (loads issued before the mma), and with more than one warp their
+    /// results are added in warp order through shared memory.
     GemvMma { warps: u32, unroll: u32 },
 }
 

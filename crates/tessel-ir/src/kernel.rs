@@ -519,6 +519,9 @@ pub struct Param {
     pub kind: ParamKind,
 }
 
+/// The most shared memory a CTA may declare statically, bytes (48 KiB).
+pub const STATIC_SHARED_BYTES: u32 = 48 * 1024;
+
 /// A statically sized shared-memory buffer.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub struct SharedDecl {
@@ -536,6 +539,10 @@ pub struct Kernel {
     pub block: [u32; 3],
     /// Grid shape in CTAs.
     pub grid: [u32; 3],
+    /// CTAs that should fit on one SM at once (0: no request): PTX `.minnctapersm`, which
+    /// makes ptxas keep registers within `65536 / (n · threads)` per thread (PTX ISA
+    /// §11.4, "Performance-Tuning Directives").
+    pub min_ctas_per_sm: u32,
     pub shared: PrimaryMap<SharedBuf, SharedDecl>,
     pub regs: PrimaryMap<Reg, RegType>,
     pub body: Vec<Stmt>,
@@ -556,6 +563,20 @@ impl Kernel {
     /// Threads per CTA.
     pub fn threads_per_cta(&self) -> u32 {
         self.block.iter().product()
+    }
+
+    /// The dynamic shared memory a launch of this kernel must request, in bytes: 0 when its
+    /// buffers fit in the 48 KiB a CTA may declare statically (CUDA C++ Programming Guide,
+    /// "Shared Memory"); otherwise the kernel has exactly one buffer (the verifier checks),
+    /// which the PTX declares `.extern` and the launch sizes — up to the device's opt-in
+    /// limit (227 KiB on the H200).
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        let total: u64 = self.shared.values().map(|d| d.bytes as u64).sum();
+        if total > STATIC_SHARED_BYTES as u64 {
+            total.min(u32::MAX as u64) as u32
+        } else {
+            0
+        }
     }
 
     /// Rebuilds the body statement by statement, for passes that rewrite in place: `For` and

@@ -181,6 +181,8 @@ struct Gen<'a> {
     memo: Vec<HashMap<Key, Vec<Operand>>>,
     /// Per-row results of the group's reductions.
     row_value: HashMap<Value, Operand>,
+    /// Per-lane values standing in for a value (a matmul's accumulators in its epilogue).
+    lane_value: HashMap<Value, Vec<Operand>>,
     /// Flat indices that were unflattened, so flattening the same index in the same shape
     /// gives the original register back instead of recomputing it.
     flat_of: HashMap<(Vec<Ix>, Vec<u64>), Ix>,
@@ -276,6 +278,7 @@ fn lower_group(
         ptr: HashMap::new(),
         memo: vec![HashMap::new()],
         row_value: HashMap::new(),
+        lane_value: HashMap::new(),
         flat_of: HashMap::new(),
         scratch: None,
     };
@@ -393,6 +396,17 @@ fn lower_group(
     kernel.block = [block, 1, 1];
     kernel.grid = grid;
     kernel.schedule = schedule;
+    let sixteen_bit = |v: Value| matches!(g.ty(v).dtype, DType::Bf16 | DType::F16);
+    if matches!(tile, TileConfig::Mma { .. }) && sixteen_bit(data.reductions[0]) {
+        // Two CTAs per SM, so one's mma overlaps the other's barrier and copies: registers
+        // capped at 65536 / (2 · threads) when the shared memory allows two (227 KiB). Not
+        // for TF32 tiles, whose transposed operands load fragments element by element and
+        // spill under the cap.
+        let smem: u32 = kernel.shared.values().map(|d| d.bytes).sum();
+        if 2 * smem <= 227 * 1024 {
+            kernel.min_ctas_per_sm = 2;
+        }
+    }
     Ok((kernel, args))
 }
 
@@ -846,6 +860,15 @@ impl Gen<'_> {
         idx: &[Ix],
         lanes: u32,
     ) -> Result<Vec<Operand>, LowerError> {
+        if let Some(xs) = self.lane_value.get(&v) {
+            if xs.len() == lanes as usize {
+                return Ok(xs.clone());
+            }
+            return Err(LowerError::Unsupported {
+                what: format!("{lanes} lanes of a value held for {}", xs.len()),
+                value: v,
+            });
+        }
         if let Some(&x) = self.row_value.get(&v) {
             return Ok(vec![x; lanes as usize]);
         }

@@ -145,8 +145,11 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    `[N, K]`): the weight dominates the traffic (N·K elements against M·K), so the kernel
 ///    streams it once with 16-byte loads.
 ///    - `fast`, 16-bit operands, K a multiple of 8: the tensor-core GEMV (`gemv_mma`):
-///      16 weight rows per CTA of 4 warps splitting K, 4 chunks of 32 k in flight per warp —
-///      N/16 CTAs (1088 for Qwen3-14B's gate projection, 8 per SM).
+///      8 weight rows per CTA — N/8 CTAs, 2176 for Qwen3-14B's gate projection, so that
+///      every SM gets within 3% of the same number of weight bytes (with 16 rows, 1088 CTAs
+///      leave some SMs 9 and others 8: 12% idle) — one warp per CTA unless that gives fewer
+///      than 8 warps per SM, then 2 or 4 splitting K; 8 chunks of 32 k in flight per warp
+///      (4 for M > 8, whose second left fragment doubles the registers).
 ///    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
 ///      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM).
 ///    - `invariant`: neither (their k orders differ from the tile's); the tile below.
@@ -158,8 +161,12 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
 ///    - otherwise 128 × 128 over 2 × 4 warps (64 × 32 per warp), or 64 × 64 over 2 × 2
 ///      when 128-tiles would not give every SM one CTA;
-///    - K slices of 64 bytes per row (`bk` 32 for 16-bit, 16 for TF32), as many stages as
-///      fit in 48 KiB of static shared memory, at most 4 (2 for the largest tile: 3).
+///    - K slices of 128 bytes per row (`bk` 64 for 16-bit, 32 for TF32: every 16-byte
+///      chunk of a row in a different bank group of one 128-byte line, after the swizzle),
+///      or K rounded up to a power of two ≥ 16 when that is less (a LoRA up-projection's
+///      K = 16 is one slice of 16),
+///      as many stages as fit in 96 KiB, at most 4 — 3 for the 128 × 128 tile, so that two
+///      CTAs share an SM's 227 KiB (dynamic shared memory beyond 48 KiB).
 /// 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
 ///    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
 ///    through shared memory; each slice's products are summed in k order into a partial,
@@ -182,17 +189,20 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
     let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
     let sms = t.sm_count as u64;
     if decode && profile == Profile::Fast && sixteen_bit && s.k % 8 == 0 {
+        let ctas = s.n.div_ceil(8);
+        let warps = [1u32, 2, 4]
+            .into_iter()
+            .find(|&w| ctas * w as u64 >= 8 * sms)
+            .unwrap_or(4);
+        let unroll = if s.m <= 8 { 8 } else { 4 };
         return Schedule {
-            tile: TileConfig::GemvMma {
-                warps: 4,
-                unroll: 4,
-            },
+            tile: TileConfig::GemvMma { warps, unroll },
             why: format!(
-                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 16 weight rows per CTA, 4 warps splitting K in chunks of 32, 4 chunks in flight per warp, {} CTAs",
+                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (≥ {} warps in all), {unroll} chunks of 32 k in flight per warp",
                 s.m,
                 s.n,
                 s.k,
-                s.n.div_ceil(16)
+                8 * sms
             ),
         };
     }
@@ -241,9 +251,9 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
         } else {
             (64, 64, 2, 2, "mid-size (128-tiles would leave SMs idle)")
         };
-        let bk = 64 / esz;
+        let bk = (128 / esz).min(s.k.next_power_of_two().max(16) as u32);
         let stage = (bm + bn) * bk * esz;
-        let stages = (48 * 1024 / stage).min(4);
+        let stages = (96 * 1024 / stage).min(4);
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
         let split = if may_split {
             split_k(tiles, s.k, bk, sms)
@@ -410,9 +420,15 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             "each output: one f32 accumulator starting at 0, updated by one mma.sync per k step of 16 (8 for TF32) in k order; inside a step the tensor core's order is not specified by NVIDIA (the executor models it as an fma chain in k order){}",
             split_order(split_k)
         ),
-        TileConfig::GemvMma { warps, .. } => format!(
-            "each output: warp w of {warps} accumulates, in one f32 register starting at 0, one mma.sync per 16 products of the chunks of 32 k numbered w, w+{warps}, ... in order (in chunk c, k = 32c + 8t + j sits at fragment position 2t + (j mod 2) + 8*(j div 2 mod 2) of mma j div 4); then the {warps} warp results added in warp order to 0"
-        ),
+        TileConfig::GemvMma { warps, .. } => {
+            let mut o = format!(
+                "each output: warp w of {warps} accumulates, in one f32 register starting at 0, one mma.sync per 16 products of the chunks of 32 k numbered w, w+{warps}, ... in order (in chunk c, k = 32c + 8t + j sits at fragment position 2t + (j mod 2) + 8*(j div 2 mod 2) of mma j div 4)"
+            );
+            if warps > 1 {
+                o += &format!("; then the {warps} warp results added in warp order to 0");
+            }
+            o
+        }
     }
 }
 

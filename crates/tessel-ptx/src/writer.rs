@@ -189,6 +189,7 @@ impl<W: fmt::Write> Writer<W> {
         self.names = names;
 
         writeln!(self.out)?;
+        self.write_dynamic_shared(k)?;
         self.write_entry_comment(k)?;
         self.write_signature(k)?;
         writeln!(self.out, "{{")?;
@@ -255,6 +256,38 @@ impl<W: fmt::Write> Writer<W> {
         writeln!(self.out, ")")?;
         let [x, y, z] = k.block;
         writeln!(self.out, ".reqntid {x}, {y}, {z}")?;
+        if k.min_ctas_per_sm > 0 {
+            writeln!(self.out, ".minnctapersm {}", k.min_ctas_per_sm)?;
+        }
+        Ok(())
+    }
+
+    /// A kernel with more than 48 KiB of shared memory has one buffer, the launch's dynamic
+    /// shared memory: an `.extern .shared` array of unknown size at module scope (PTX ISA
+    /// §5.1.5, "Shared State Space"), named after the kernel.
+    fn write_dynamic_shared(&mut self, k: &Kernel) -> Result<(), PtxError> {
+        let bytes = k.dynamic_shared_bytes();
+        if bytes == 0 {
+            return Ok(());
+        }
+        let [decl] = k.shared.values().copied().collect::<Vec<_>>()[..] else {
+            return Err(malformed(
+                k,
+                "more than 48 KiB of shared memory in more than one buffer",
+            ));
+        };
+        if !decl.align.is_power_of_two() {
+            return Err(malformed(
+                k,
+                "a shared buffer's alignment is not a power of two",
+            ));
+        }
+        writeln!(
+            self.out,
+            ".extern .shared .align {} .b8 {}[]; // {bytes} bytes, dynamic",
+            decl.align,
+            dynamic_shared_name(k)
+        )?;
         Ok(())
     }
 
@@ -262,6 +295,11 @@ impl<W: fmt::Write> Writer<W> {
         let mut bufs: Vec<(u32, SharedBuf)> =
             k.shared.keys().map(|b| (self.names.shared(b), b)).collect();
         bufs.sort_unstable();
+        // Beyond the static limit, the kernel's one buffer is the launch's dynamic shared
+        // memory (`Kernel::dynamic_shared_bytes`), declared before the entry.
+        if k.dynamic_shared_bytes() > 0 {
+            return Ok(());
+        }
         for (n, b) in bufs {
             let decl = k.shared[b];
             if !decl.align.is_power_of_two() {
@@ -636,7 +674,12 @@ impl<W: fmt::Write> Writer<W> {
             }
             Op::SharedAddr(b) => {
                 let n = self.names.shared(b);
-                row("mov", &["u32"]).arg(Arg::Symbol(shared_name(n)))
+                let name = if k.dynamic_shared_bytes() > 0 {
+                    dynamic_shared_name(k)
+                } else {
+                    shared_name(n)
+                };
+                row("mov", &["u32"]).arg(Arg::Symbol(name))
             }
             Op::ShflBfly => row("shfl", &["sync", "bfly", "b32"])
                 .args(s)
@@ -1072,4 +1115,9 @@ fn is_identifier(s: &str) -> bool {
         }
         _ => false,
     }
+}
+
+/// The symbol of a kernel's dynamic shared memory.
+fn dynamic_shared_name(k: &Kernel) -> String {
+    format!("{}_dynamic_smem", k.name)
 }

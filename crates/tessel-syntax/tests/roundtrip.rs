@@ -15,8 +15,10 @@ fn tsl_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn examples() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/qwen3_14b");
-    tsl_files(&dir)
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let mut v = tsl_files(&root.join("qwen3_14b"));
+    v.extend(tsl_files(&root.join("lora")));
+    v
 }
 
 fn corpus() -> Vec<PathBuf> {

@@ -54,7 +54,7 @@ impl Loaded<'_> {
                     launch: Launch {
                         grid: k.grid,
                         block: k.block,
-                        shared_bytes: 0,
+                        shared_bytes: k.dynamic_shared_bytes(),
                     },
                     args: l
                         .args

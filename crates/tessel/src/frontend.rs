@@ -77,6 +77,23 @@ pub fn load(path: &Path) -> Result<Source> {
     Ok(Source { name, text, module })
 }
 
+/// A step whose only errors are dims without a value (E0214): `check` over the default
+/// example list reports it as skipped rather than failed.
+#[derive(Debug)]
+pub struct UnboundDims {
+    pub step: String,
+    pub dims: Vec<String>,
+    rendered: String,
+}
+
+impl std::fmt::Display for UnboundDims {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.rendered)
+    }
+}
+
+impl std::error::Error for UnboundDims {}
+
 /// Checks and compiles the steps `args` selects.
 pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
     let opts = &Options {
@@ -107,11 +124,24 @@ pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result
     let mut steps = Vec::new();
     for name in names {
         let checked = check::run(&src.module, &name, &dims).map_err(|d| {
-            anyhow!(
+            let rendered = format!(
                 "{}\n{} error(s) in step `{name}`",
                 render(&d, &src.name, &src.text),
                 d.len()
-            )
+            );
+            if d.iter().all(|x| x.code == "E0214") {
+                let dims = d
+                    .iter()
+                    .filter_map(|x| x.message.split('`').nth(1).map(str::to_string))
+                    .collect();
+                anyhow::Error::new(UnboundDims {
+                    step: name.clone(),
+                    dims,
+                    rendered,
+                })
+            } else {
+                anyhow!(rendered)
+            }
         })?;
         let compiled = compile(&checked, opts)
             .with_context(|| format!("compiling step `{name}` of {}", src.name))?;

@@ -7,6 +7,7 @@
 //! tessel check   [FILES...] [--dim ...]     GPU vs executor (bits), vs the f64 oracle
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
+//! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! ```
 
 mod commands;
@@ -115,6 +116,29 @@ enum Command {
         #[command(flatten)]
         compile: CompileArgs,
     },
+    /// Check batch invariance: run the step at every size of `--batch-dim` in `--sizes` on
+    /// rows taken from one set of inputs (at the start, the end and a third of the way in)
+    /// and require every row of every tensor the step writes (outputs and intermediates)
+    /// to be bit-identical to the same row of the largest batch. On the GPU (the
+    /// executor with --cpu).
+    Invariance {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+        /// The dim that is the batch: the first dim of every input and written tensor that
+        /// has it.
+        #[arg(long, value_name = "NAME")]
+        batch_dim: String,
+        /// Batch sizes to compare; the largest is the reference.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,8,17,64,256")]
+        sizes: Vec<u64>,
+        /// Random input sets to try (seeds 0, 1, ...).
+        #[arg(long, default_value_t = 2)]
+        seeds: u64,
+        /// Use the CPU executor even if a GPU is present.
+        #[arg(long)]
+        cpu: bool,
+    },
     /// Time each kernel and the whole step on the GPU; report bandwidth against the
     /// measured copy bandwidth.
     Bench {
@@ -187,6 +211,14 @@ fn real_main() {
             json,
         } => commands::check(&files, &compile, &inputs, cpu, json.as_deref()),
         Command::Explain { file, compile } => commands::explain(&file, &compile).map(|_| true),
+        Command::Invariance {
+            file,
+            compile,
+            batch_dim,
+            sizes,
+            seeds,
+            cpu,
+        } => commands::invariance(&file, &compile, &batch_dim, &sizes, seeds, cpu),
         Command::Bench {
             file,
             compile,

@@ -38,10 +38,6 @@ struct Step {
     program: tessel_ir::kernel::Program,
 }
 
-fn compile_file(path: &Path, dims: &[(&str, u64)]) -> Vec<Step> {
-    compile_file_with(path, dims, tessel_passes::Profile::Exact)
-}
-
 fn compile_file_with(
     path: &Path,
     dims: &[(&str, u64)],
@@ -86,7 +82,10 @@ fn ptx(p: &tessel_ir::kernel::Program) -> String {
 /// and the tensor-core schedules in the `fast` profile — the GEMV at T = 8, the large tile
 /// (the projections at T = 4096), and the LoRA step's skinny and split-K TF32 GEMMs (with
 /// its `exact` SIMT counterparts).
-fn golden_cases() -> Vec<(PathBuf, Vec<(&'static str, u64)>, tessel_passes::Profile)> {
+/// A golden case: a file, its dims and the profile.
+type GoldenCase = (PathBuf, Vec<(&'static str, u64)>, tessel_passes::Profile);
+
+fn golden_cases() -> Vec<GoldenCase> {
     use tessel_passes::Profile;
     let mut v: Vec<_> = examples()
         .into_iter()

@@ -236,7 +236,7 @@ impl Names {
     }
 }
 
-/// `kernel NAME block [..] grid [..] { items }`.
+/// `kernel NAME block [..] grid [..] [min_ctas_per_sm N] { items }`.
 fn kernel(c: &mut Cursor) -> Result<Kernel, ReadError> {
     c.keyword("kernel")?;
     let mut k = Kernel {
@@ -247,6 +247,9 @@ fn kernel(c: &mut Cursor) -> Result<Kernel, ReadError> {
     k.block = dims(c)?;
     c.keyword("grid")?;
     k.grid = dims(c)?;
+    if c.eat_word("min_ctas_per_sm") {
+        k.min_ctas_per_sm = c.u32("a CTA count")?;
+    }
     c.punct('{')?;
     let mut names = Names::default();
     let mut body = Vec::new();

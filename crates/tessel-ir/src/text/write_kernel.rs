@@ -87,9 +87,14 @@ pub fn write_op_stmt(dst: crate::Reg, op: Op, args: &[Operand]) -> String {
 }
 
 fn kernel_into(out: &mut String, k: &Kernel, indent: &str, prefix: &str) {
+    let occupancy = if k.min_ctas_per_sm > 0 {
+        format!(" min_ctas_per_sm {}", k.min_ctas_per_sm)
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         out,
-        "{indent}{prefix}kernel {} block {} grid {} {{",
+        "{indent}{prefix}kernel {} block {} grid {}{occupancy} {{",
         name(&k.name),
         dims(k.block),
         dims(k.grid)

@@ -40,13 +40,15 @@ impl Gen<'_> {
         self.b.assign(acc, Op::FFma, &[a, b, acc.into()]);
     }
 
-    /// Stores the epilogue of output element `idx`, with `acc` as the matmul's value.
+    /// Stores the epilogue of output elements `idx .. idx + accs.len()` along the last dim
+    /// (one element, or two whose address is aligned to two elements), with `accs` as the
+    /// matmul's values there. In a split-K partials kernel, stores the f32 sums to scratch.
     pub(super) fn matmul_epilogue(
         &mut self,
         out: Value,
         mm: Value,
         idx: &[Ix],
-        acc: Reg,
+        accs: &[Reg],
     ) -> Result<(), LowerError> {
         if let Some(Scratch {
             ptr,
@@ -55,7 +57,7 @@ impl Gen<'_> {
             ..
         }) = self.scratch
         {
-            // Split-K partials kernel: the range's f32 sum, unrounded, to scratch.
+            // Split-K partials kernel: the range's f32 sums, unrounded, to scratch.
             let shape = self.g.ty(mm).shape.clone();
             let numel = shape.numel();
             let flat = self.flatten(idx, &shape);
@@ -68,28 +70,30 @@ impl Gen<'_> {
             let addr = self
                 .b
                 .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
-            self.b.push(Stmt::Store {
-                space: Space::Global,
-                width: Width::B32,
-                addr,
-                offset: 0,
-                values: vec![acc.into()],
-            });
+            for (j, &acc) in accs.iter().enumerate() {
+                self.b.push(Stmt::Store {
+                    space: Space::Global,
+                    width: Width::B32,
+                    addr,
+                    offset: 4 * j as i32,
+                    values: vec![acc.into()],
+                });
+            }
             return Ok(());
         }
         // The product is rounded once to its dtype before the epilogue uses it, as the graph
         // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
         let dt = self.g.ty(mm).dtype;
-        let v = self.round(acc.into(), dt);
-        self.row_value.insert(mm, v);
+        let vals: Vec<Operand> = accs.iter().map(|&a| self.round(a.into(), dt)).collect();
+        self.lane_value.insert(mm, vals);
         self.open();
-        let vals = self.value(out, idx, 1)?;
+        let vals = self.value(out, idx, accs.len() as u32)?;
         self.store(out, idx, &vals)?;
         // The scope only limits what is remembered: its statements run in place.
         for s in self.close() {
             self.b.push(s);
         }
-        self.row_value.remove(&mm);
+        self.lane_value.remove(&mm);
         Ok(())
     }
 
@@ -142,7 +146,7 @@ impl Gen<'_> {
             self.b.assign(acc, Op::FAdd, &[acc.into(), x.into()]);
         }
         let idx = self.unflatten(Ix::R(gid), &shape);
-        self.matmul_epilogue(out, mm, &idx, acc)?;
+        self.matmul_epilogue(out, mm, &idx, &[acc])?;
         self.close_if(inb);
         Ok(numel.div_ceil(threads as u64).max(1) as u32)
     }
@@ -244,7 +248,7 @@ impl Gen<'_> {
                 self.open();
                 let mut oidx = lead.clone();
                 oidx.extend([Ix::C(mi as u64), col[j]]);
-                self.matmul_epilogue(out, mm, &oidx, accs[mi * cols as usize + j])?;
+                self.matmul_epilogue(out, mm, &oidx, &[accs[mi * cols as usize + j]])?;
                 self.close_if(both);
             }
         }
@@ -252,25 +256,64 @@ impl Gen<'_> {
         Ok([n.div_ceil(per_cta).max(1) as u32, 1, 1])
     }
 
-    /// The CTA's place in a matmul grid of `nt` column tiles (x) by `split · batch · mt`
-    /// (y, row tile fastest, then batch, then K range): (column tile, row tile, batch
-    /// index, K range start and end). Without split-K the range is all of K.
+    /// The CTA's place in a matmul grid: (column tile, row tile, batch index, K range start
+    /// and end; the range is all of K without split-K).
+    ///
+    /// - `group = None`: grid x counts the `nt` column tiles, grid y is
+    ///   `split · batch · mt` (row tile fastest, then batch, then K range).
+    /// - `group = Some(G)`: grid x numbers the `mt · nt` tiles of one batch entry in groups
+    ///   of G row tiles, grid y is `split · batch`. Tile `p` is in group `p / (G·nt)`, whose
+    ///   first row tile is `first = G·(p / (G·nt))` and whose height is
+    ///   `h = min(G, mt − first)`; inside it, row tile `first + (p mod G·nt) mod h` and column
+    ///   tile `(p mod G·nt) / h`. Consecutive CTAs sweep G row tiles before moving to the next
+    ///   column tile, so one wave of CTAs reads G row tiles of A and a few column tiles of B,
+    ///   which stay in L2 (Triton's grouped ordering, `GROUP_SIZE_M`).
     pub(super) fn matmul_cta(
         &mut self,
-        mt: u64,
+        (mt, nt): (u64, u64),
+        group: Option<u64>,
         batch_shape: &tessel_ir::Shape,
         k: u64,
         range_len: u64,
-    ) -> Result<(Reg, Ix, Vec<Ix>, Operand, Operand), LowerError> {
+    ) -> Result<(Ix, Ix, Vec<Ix>, Operand, Operand), LowerError> {
         let ctx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
         let cty = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
-        let mtile = self.irem_c(Ix::R(cty), mt);
-        let rest = self.idiv_c(Ix::R(cty), mt);
+        let (ntile, mtile, rest) = match group {
+            None => {
+                let mtile = self.irem_c(Ix::R(cty), mt);
+                let rest = self.idiv_c(Ix::R(cty), mt);
+                (Ix::R(ctx), mtile, rest)
+            }
+            Some(g) => {
+                let span = g * nt;
+                let grp = self.idiv_c(Ix::R(ctx), span);
+                let inner = self.irem_c(Ix::R(ctx), span);
+                let first = self.imul_c(grp, g);
+                // Height of this group: min(G, mt - first).
+                let fo = self.ix_op(first);
+                let left = self.b.op(RegType::U32, Op::ISub, &[Self::imm_u(mt), fo]);
+                let short = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[left.into(), Self::imm_u(g)],
+                );
+                let height = self.b.op(
+                    RegType::U32,
+                    Op::Select,
+                    &[short.into(), left.into(), Self::imm_u(g)],
+                );
+                let io = self.ix_op(inner);
+                let r = self.b.op(RegType::U32, Op::URem, &[io, height.into()]);
+                let c = self.b.op(RegType::U32, Op::UDiv, &[io, height.into()]);
+                let mtile = self.iadd(first, Ix::R(r));
+                (Ix::R(c), mtile, Ix::R(cty))
+            }
+        };
         let batch = batch_shape.numel().max(1);
         let bidx = self.irem_c(rest, batch);
         let lead = self.unflatten(bidx, batch_shape);
         let Some(split) = self.scratch.as_ref().map(|s| s.split) else {
-            return Ok((ctx, mtile, lead, Operand::U32(0), Self::imm_u(k)));
+            return Ok((ntile, mtile, lead, Operand::U32(0), Self::imm_u(k)));
         };
         if k.div_ceil(range_len) != split as u64 {
             return Err(LowerError::Unsupported {
@@ -300,7 +343,7 @@ impl Gen<'_> {
             Op::Select,
             &[past.into(), Self::imm_u(k), end.into()],
         );
-        Ok((ctx, mtile, lead, start, end.into()))
+        Ok((ntile, mtile, lead, start, end.into()))
     }
 
     /// SIMT FMA GEMM: CTA (x, y) computes the `bm × bn` tile at columns `x·bn` and rows
@@ -321,9 +364,10 @@ impl Gen<'_> {
         let range_len = split_range(k, bk, split);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let (ctx, mtile, lead, k_start, k_end) = self.matmul_cta(mt, &batch_shape, k, range_len)?;
+        let (ntile, mtile, lead, k_start, k_end) =
+            self.matmul_cta((mt, nt), None, &batch_shape, k, range_len)?;
         let m0 = self.imul_c(mtile, bm as u64);
-        let n0 = self.imul_c(Ix::R(ctx), bn as u64);
+        let n0 = self.imul_c(ntile, bn as u64);
         let tx = self.irem_c(Ix::R(tid), tx_n as u64);
         let ty = self.idiv_c(Ix::R(tid), tx_n as u64);
 
@@ -469,7 +513,7 @@ impl Gen<'_> {
                 self.open();
                 let mut idx = lead.clone();
                 idx.extend([gm, gn]);
-                self.matmul_epilogue(out, mm, &idx, accs[(i * tn + j) as usize])?;
+                self.matmul_epilogue(out, mm, &idx, &[accs[(i * tn + j) as usize]])?;
                 self.close_if(ok);
             }
         }

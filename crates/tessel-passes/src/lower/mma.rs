@@ -15,9 +15,15 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::{DType, Reg, Value};
 
-/// The largest static shared-memory allocation of one CTA (48 KiB; more needs the dynamic
-/// opt-in, CUDA C++ Programming Guide, "Shared Memory").
-const STATIC_SHARED_LIMIT: u32 = 48 * 1024;
+/// Row tiles per group of the grouped CTA order ([`Gen::matmul_cta`]). A wave of
+/// W = 2 · 132 CTAs then reads G row tiles of A and W / G column tiles of B; their sum,
+/// G + W / G, is least at G = √W ≈ 16 (42 MB for the bf16 128 × 128 × K = 5120 tile, inside
+/// the H200's 50 MB L2).
+const GROUP_M: u64 = 16;
+
+/// The most shared memory one CTA may use with the dynamic opt-in (227 KiB on the H200,
+/// Hopper tuning guide, "Shared Memory").
+const MAX_SHARED: u32 = 227 * 1024;
 
 /// One matmul operand as the tile copies it: the materialised tensor `base` with its last
 /// dim `cols` (contiguous), and whether `cols` is the K dim.
@@ -199,19 +205,20 @@ impl Gen<'_> {
         let (mi, ni) = (wm / 16, wn / 8);
         let range_len = split_range(k, bk, split_k);
         let shared = stages * (bm + bn) * bk * esz;
-        if shared > STATIC_SHARED_LIMIT {
+        if shared > MAX_SHARED {
             return Err(LowerError::Unsupported {
                 what: format!(
-                    "{tile} with {dt} operands: {shared} bytes of shared memory, above the {STATIC_SHARED_LIMIT}-byte static limit"
+                    "{tile} with {dt} operands: {shared} bytes of shared memory, above the {MAX_SHARED} bytes a CTA may have"
                 ),
                 value: mm,
             });
         }
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let (ctx, mtile, lead, k_start, k_end) = self.matmul_cta(mt, &batch_shape, k, range_len)?;
+        let (ntile, mtile, lead, k_start, k_end) =
+            self.matmul_cta((mt, nt), Some(GROUP_M), &batch_shape, k, range_len)?;
         let m0 = self.imul_c(mtile, bm as u64);
-        let n0 = self.imul_c(Ix::R(ctx), bn as u64);
+        let n0 = self.imul_c(ntile, bn as u64);
         let warp = self.idiv_c(Ix::R(tid), 32);
         let lane = self.irem_c(Ix::R(tid), 32);
         let wi = self.idiv_c(warp, warps_n as u64);
@@ -220,14 +227,16 @@ impl Gen<'_> {
         let wn0 = self.imul_c(wj, wn as u64);
 
         // Shared rings: A as [bm][bk] (K contiguous) or [bk][bm]; B as [bn][bk] or [bk][bn].
-        let ring_of = |this: &mut Self, op: &Operand2d, outer: u32| -> Ring {
+        // Both rings in one buffer (A's stages, then B's), so that beyond 48 KiB it can be
+        // the launch's dynamic shared memory.
+        let buf = self.b.kernel.new_shared(shared, 128);
+        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+        let ring_of = |op: &Operand2d, outer: u32, base: Reg| -> Ring {
             let (rows, cols) = if op.k_contiguous {
                 (outer, bk)
             } else {
                 (bk, outer)
             };
-            let buf = this.b.kernel.new_shared(stages * rows * cols * esz, 128);
-            let base = this.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
             Ring {
                 base,
                 rows,
@@ -235,12 +244,20 @@ impl Gen<'_> {
                 esz,
             }
         };
-        let ra = ring_of(self, &a, bm);
-        let rb = ring_of(self, &b, bn);
+        let ra = ring_of(&a, bm, base);
+        let b_base = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[base.into(), Operand::U32(stages * ra.stage_bytes())],
+        );
+        let rb = ring_of(&b, bn, b_base);
 
         // The copy plan of each operand: per thread, which chunks of a stage it fills.
-        let ca = self.copy_plan(&a, &ra, &lead, m0, m, threads, Ix::R(tid))?;
-        let cb = self.copy_plan(&b, &rb, &lead, n0, n, threads, Ix::R(tid))?;
+        let ca = self.copy_plan(&a, &ra, &lead, (m0, m, bm), threads, Ix::R(tid))?;
+        let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), threads, Ix::R(tid))?;
+        // K slices never straddle K's end when it is a multiple of the slice (split ranges
+        // are whole slices): one test per slice then replaces one per chunk.
+        let k_whole = k % bk as u64 == 0;
 
         // Fragment addresses (offsets within a stage) for every k step of a slice.
         let frag = FragPlan::new(
@@ -275,8 +292,8 @@ impl Gen<'_> {
             };
             let sa = Ix::C((s * ra.stage_bytes()) as u64);
             let sb = Ix::C((s * rb.stage_bytes()) as u64);
-            self.issue_copies(&ca, &ra, sa, k0, k_end)?;
-            self.issue_copies(&cb, &rb, sb, k0, k_end)?;
+            self.issue_copies(&ca, &ra, sa, k0, k_end, k_whole)?;
+            self.issue_copies(&cb, &rb, sb, k0, k_end, k_whole)?;
             self.b.push(Stmt::CpAsyncCommit);
         }
         let rd = self.b.kernel.new_reg(RegType::U32);
@@ -320,8 +337,8 @@ impl Gen<'_> {
         let k_ahead = self.iadd(Ix::R(kt), Ix::C(((stages - 1) * bk) as u64));
         let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
         let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
-        self.issue_copies(&ca, &ra, wra, k_ahead, k_end)?;
-        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end)?;
+        self.issue_copies(&ca, &ra, wra, k_ahead, k_end, k_whole)?;
+        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end, k_whole)?;
         self.b.push(Stmt::CpAsyncCommit);
         for r in [rd, wr] {
             let next = self
@@ -347,9 +364,21 @@ impl Gen<'_> {
         let row0 = self.iadd(row0, g);
         let col0 = self.iadd(n0, wn0);
         let col0 = self.iadd(col0, t2);
+        // Registers q = 2h, 2h + 1 are columns 2t, 2t + 1 of one row: one two-element store
+        // when rows have an even length (the pair is then aligned), else one each.
+        let pairs = n % 2 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
         for i in 0..mi as usize {
             for j in 0..ni as usize {
-                for (q, &acc) in accs[i * ni as usize + j].iter().enumerate() {
+                let frag = accs[i * ni as usize + j];
+                let groups: Vec<(usize, Vec<Reg>)> = if pairs {
+                    vec![(0, frag[..2].to_vec()), (2, frag[2..].to_vec())]
+                } else {
+                    frag.iter()
+                        .enumerate()
+                        .map(|(q, &a)| (q, vec![a]))
+                        .collect()
+                };
+                for (q, regs) in groups {
                     let (dr, dc) = MmaShape::cd_pos(0, q);
                     let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
                     let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
@@ -366,27 +395,28 @@ impl Gen<'_> {
                     self.open();
                     let mut idx = lead.clone();
                     idx.extend([row, col]);
-                    self.matmul_epilogue(out, mm, &idx, acc)?;
+                    self.matmul_epilogue(out, mm, &idx, &regs)?;
                     self.close_if(ok);
                 }
             }
         }
         Ok([
-            nt.max(1) as u32,
-            (mt * batch * k.div_ceil(range_len).max(1)).max(1) as u32,
+            (mt * nt).max(1) as u32,
+            (batch * k.div_ceil(range_len).max(1)).max(1) as u32,
             1,
         ])
     }
 
-    /// Tensor-core GEMV for decode: CTA `x` computes output columns `16x .. 16x + 15` for
-    /// all M ≤ 16 rows as `D = W[16 rows, K] · Xᵀ[K, M]` (one or two 8-wide n-fragments).
+    /// Tensor-core GEMV for decode: CTA `x` computes output columns `8x .. 8x + 7` for all
+    /// M ≤ 16 rows as `D[16 tokens, 8 columns] = X[16, K] · Wᵀ[K, 8]` — the M ≤ 16 left rows
+    /// are the mma's A operand (rows past M are zeros) and 8 weight rows its B operand.
     /// In each chunk of 32 k, lane (g, t) = (lane / 4, lane mod 4) loads the 16 bytes at
-    /// k = 8t .. 8t + 7 of weight rows g and g + 8 and of left row g (and g + 8 for M > 8);
-    /// k = 8t + 2u, 8t + 2u + 1 take the place of the fragment's k = 2t, 2t + 1 (u = 0, 2)
-    /// and k = 2t + 8, 2t + 9 (u = 1, 3) — the same permutation for both operands, so the
-    /// chunk's products are those of the matmul. Warp w of the CTA takes chunks w, w + warps,
-    /// ...; the warps' results are added in warp order through shared memory and warp 0
-    /// stores the epilogue. Returns the grid.
+    /// k = 8t .. 8t + 7 of weight row g and of left rows g and g + 8; k = 8t + 2u, 8t + 2u + 1
+    /// take the place of the fragment's k = 2t, 2t + 1 (u = 0, 2) and k = 2t + 8, 2t + 9
+    /// (u = 1, 3) — the same permutation for both operands, so each chunk's products are
+    /// those of the matmul. The `warps` warps of a CTA take chunks w, w + warps, ..., each
+    /// `unroll` chunks per iteration (all loads issued before the mma); with more than one
+    /// warp their results are added in warp order through shared memory. Returns the grid.
     pub(super) fn gemv_mma(
         &mut self,
         out: Value,
@@ -424,7 +454,6 @@ impl Gen<'_> {
             });
         }
         let lead: Vec<Ix> = vec![Ix::C(0); batch_shape.rank()];
-        let nfrag = m.div_ceil(8) as usize;
         let esz = 2u64;
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
@@ -434,10 +463,10 @@ impl Gen<'_> {
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
         let t8 = self.imul_c(t, 8);
-        let n0 = self.imul_c(Ix::R(cta), 16);
+        let n0 = self.imul_c(Ix::R(cta), 8);
 
-        // Row pointers at k = 8t (rows clamped into the tensor; rows past the edge read a
-        // real row and their results are not stored), and whether each row exists.
+        // Row pointers at k = 8t (rows clamped into the tensor: a row past the edge reads
+        // a real row, and its results are not stored), and whether each row exists.
         let row_ptr = |this: &mut Self, base: Value, row: Ix, limit: u64| -> (Reg, Reg) {
             let ro = this.ix_op(row);
             let ok = this.b.op(
@@ -452,22 +481,24 @@ impl Gen<'_> {
             idx.extend([Ix::R(clamped), t8]);
             (this.address(base, &idx), ok)
         };
-        let wa = self.iadd(n0, g);
-        let wb = self.iadd(wa, Ix::C(8));
-        let (pa, _) = row_ptr(self, w.base, wa, n);
-        let (pb, _) = row_ptr(self, w.base, wb, n);
-        let mut px = Vec::new();
-        for f in 0..nfrag as u64 {
-            let row = self.iadd(g, Ix::C(8 * f));
-            px.push(row_ptr(self, x.base, row, m));
+        let wrow = self.iadd(n0, g);
+        let (pw, _) = row_ptr(self, w.base, wrow, n);
+        // Left rows g and g + 8 (the second only when M > 8; zeros otherwise).
+        let mut px = vec![row_ptr(self, x.base, g, m)];
+        if m > 8 {
+            let g8 = self.iadd(g, Ix::C(8));
+            px.push(row_ptr(self, x.base, g8, m));
         }
-        let accs: Vec<[Reg; 4]> = (0..nfrag)
+        let acc: [Reg; 4] = std::array::from_fn(|_| {
+            let r = self.b.kernel.new_reg(RegType::F32);
+            self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+            r
+        });
+        let zero: Vec<Reg> = (0..4)
             .map(|_| {
-                std::array::from_fn(|_| {
-                    let r = self.b.kernel.new_reg(RegType::F32);
-                    self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
-                    r
-                })
+                let r = self.b.kernel.new_reg(RegType::U32);
+                self.b.assign(r, Op::Mov, &[Operand::U32(0)]);
+                r
             })
             .collect();
 
@@ -476,17 +507,16 @@ impl Gen<'_> {
         let start = self.imul_c(warp, 32);
         let start = self.ix_op(start);
         self.open();
-        let kbo = Operand::Reg(kb);
         let step = self.b.op(
             RegType::U64,
             Op::MulWideU32,
-            &[kbo, Operand::U32(esz as u32)],
+            &[kb.into(), Operand::U32(esz as u32)],
         );
         let at = |this: &mut Self, p: Reg| -> Reg {
             this.b
                 .op(RegType::U64, Op::AddU64, &[p.into(), step.into()])
         };
-        let (qa, qb) = (at(self, pa), at(self, pb));
+        let qw = at(self, pw);
         let qx: Vec<(Reg, Reg)> = px.iter().map(|&(p, ok)| (at(self, p), ok)).collect();
         // All loads of the iteration first, then the mma.
         let mut loaded = Vec::new();
@@ -517,8 +547,7 @@ impl Gen<'_> {
                 this.close_if(ok);
                 d
             };
-            let a_lo = load16(self, qa, k_ok);
-            let a_hi = load16(self, qb, k_ok);
+            let wv = load16(self, qw, k_ok);
             let xs: Vec<Vec<Reg>> = qx
                 .iter()
                 .map(|&(p, row_ok)| {
@@ -528,21 +557,19 @@ impl Gen<'_> {
                     load16(self, p, ok)
                 })
                 .collect();
-            loaded.push((a_lo, a_hi, xs));
+            loaded.push((wv, xs));
         }
-        for (a_lo, a_hi, xs) in &loaded {
+        for (wv, xs) in &loaded {
+            let hi = xs.get(1).unwrap_or(&zero);
             for half in 0..2 {
                 let (u0, u1) = (2 * half, 2 * half + 1);
-                let a = vec![a_lo[u0], a_hi[u0], a_lo[u1], a_hi[u1]];
-                for (f, xf) in xs.iter().enumerate() {
-                    self.b.push(Stmt::Mma {
-                        shape,
-                        d: accs[f],
-                        a: a.clone(),
-                        b: vec![xf[u0], xf[u1]],
-                        c: accs[f],
-                    });
-                }
+                self.b.push(Stmt::Mma {
+                    shape,
+                    d: acc,
+                    a: vec![xs[0][u0], hi[u0], xs[0][u1], hi[u1]],
+                    b: vec![wv[u0], wv[u1]],
+                    c: acc,
+                });
             }
         }
         self.close_for(
@@ -552,36 +579,23 @@ impl Gen<'_> {
             Self::imm_u(stride * unroll as u64),
         );
 
-        // Warp partials to shared memory, [warp][fragment][lane][4], then warp 0 adds them
-        // in warp order and stores.
-        let frag_bytes = 32 * 16;
-        let red = self
-            .b
-            .kernel
-            .new_shared(warps * nfrag as u32 * frag_bytes, 16);
-        let red = self.b.op(RegType::U32, Op::SharedAddr(red), &[]);
-        let wo = self.imul_c(warp, nfrag as u64 * frag_bytes as u64);
-        let lo = self.imul_c(lane, 16);
-        let mine = self.iadd(wo, lo);
-        let mine = self.shared_addr(red, mine);
-        for (f, acc) in accs.iter().enumerate() {
+        // With several warps: their results to shared memory, [warp][lane][4], and warp 0
+        // adds them in warp order.
+        let total = if warps > 1 {
+            let red = self.b.kernel.new_shared(warps * 32 * 16, 16);
+            let red = self.b.op(RegType::U32, Op::SharedAddr(red), &[]);
+            let off = self.imul_c(Ix::R(tid), 16);
+            let mine = self.shared_addr(red, off);
             self.b.push(Stmt::Store {
                 space: Space::Shared,
                 width: Width::V4,
                 addr: mine,
-                offset: (f as u32 * frag_bytes) as i32,
+                offset: 0,
                 values: acc.iter().map(|&r| r.into()).collect(),
             });
-        }
-        self.b.push(Stmt::Barrier);
-        let wo = self.ix_op(warp);
-        let first = self
-            .b
-            .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[wo, Operand::U32(0)]);
-        self.open();
-        let lane_off = self.imul_c(lane, 16);
-        let lane_addr = self.shared_addr(red, lane_off);
-        for f in 0..nfrag {
+            self.b.push(Stmt::Barrier);
+            let lane_off = self.imul_c(lane, 16);
+            let lane_addr = self.shared_addr(red, lane_off);
             let sum: [Reg; 4] = std::array::from_fn(|_| {
                 let r = self.b.kernel.new_reg(RegType::F32);
                 self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
@@ -596,21 +610,37 @@ impl Gen<'_> {
                     space: Space::Shared,
                     width: Width::V4,
                     addr: lane_addr,
-                    offset: ((wi * nfrag as u32 + f as u32) * frag_bytes) as i32,
+                    offset: (wi * 32 * 16) as i32,
                 });
                 for q in 0..4 {
                     self.b
                         .assign(sum[q], Op::FAdd, &[sum[q].into(), part[q].into()]);
                 }
             }
-            // D element q of lane (g, t): weight row g + 8(q / 2) → output column, token
-            // 2t + (q mod 2) + 8f → output row.
-            for (q, &acc) in sum.iter().enumerate() {
-                let (dr, dc) = MmaShape::cd_pos(0, q);
-                let col = self.iadd(n0, g);
-                let col = self.iadd(col, Ix::C(dr as u64));
-                let t2 = self.imul_c(t, 2);
-                let row = self.iadd(t2, Ix::C((dc + 8 * f) as u64));
+            sum
+        } else {
+            acc
+        };
+        let wo = self.ix_op(warp);
+        let first = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[wo, Operand::U32(0)]);
+        self.open();
+        // D element q of lane (g, t): token g + 8(q / 2) → output row, weight row
+        // 2t + (q mod 2) → output column; columns 2t, 2t + 1 side by side.
+        let pairs = n % 2 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
+        let t2 = self.imul_c(t, 2);
+        let col = self.iadd(n0, t2);
+        for h in 0..2usize {
+            let row = self.iadd(g, Ix::C(8 * h as u64));
+            let regs = [total[2 * h], total[2 * h + 1]];
+            let groups: Vec<(u64, Vec<Reg>)> = if pairs {
+                vec![(0, regs.to_vec())]
+            } else {
+                vec![(0, vec![regs[0]]), (1, vec![regs[1]])]
+            };
+            for (dc, rs) in groups {
+                let col = self.iadd(col, Ix::C(dc));
                 let (ro, co) = (self.ix_op(row), self.ix_op(col));
                 let m_ok = self
                     .b
@@ -624,12 +654,12 @@ impl Gen<'_> {
                 self.open();
                 let mut idx = lead.clone();
                 idx.extend([row, col]);
-                self.matmul_epilogue(out, mm, &idx, acc)?;
+                self.matmul_epilogue(out, mm, &idx, &rs)?;
                 self.close_if(ok);
             }
         }
         self.close_if(first);
-        Ok([n.div_ceil(16).max(1) as u32, 1, 1])
+        Ok([n.div_ceil(8).max(1) as u32, 1, 1])
     }
 
     /// Plans how `threads` threads fill one stage of `ring` from operand `op`: chunk
@@ -637,15 +667,13 @@ impl Gen<'_> {
     /// of the thread's chunks: its swizzled shared offset, its global address at k = 0 (the
     /// non-K coordinate clamped into the tensor), whether the non-K coordinate is inside
     /// the tensor, and its K offset within the slice. `outer0` is the tile's first row (A)
-    /// or column (B), `outer` that dim's size (M or N).
-    #[allow(clippy::too_many_arguments)]
+    /// or column (B), `outer` that dim's size (M or N), `tile_outer` the tile's (bm or bn).
     fn copy_plan(
         &mut self,
         op: &Operand2d,
         ring: &Ring,
         lead: &[Ix],
-        outer0: Ix,
-        outer: u64,
+        (outer0, outer, tile_outer): (Ix, u64, u32),
         threads: u32,
         tid: Ix,
     ) -> Result<CopyPlan, LowerError> {
@@ -709,6 +737,7 @@ impl Gen<'_> {
             lead: lead.to_vec(),
             items,
             k_stride: if op.k_contiguous { 1 } else { op.cols },
+            always_inside: outer % tile_outer as u64 == 0,
         })
     }
 
@@ -723,9 +752,14 @@ impl Gen<'_> {
         stage: Ix,
         k0: Ix,
         k_end: Operand,
+        k_whole: bool,
     ) -> Result<(), LowerError> {
         let esz = ring.esz;
         let epc = 16 / esz;
+        let aligned = plan.items.iter().all(|it| it.global.is_some());
+        if aligned && k_whole {
+            return self.issue_whole_slice(plan, ring, stage, k0, k_end);
+        }
         for it in &plan.items {
             let off = self.iadd(stage, it.shared);
             let dst = self.shared_addr(ring.base, off);
@@ -737,6 +771,70 @@ impl Gen<'_> {
                 self.copy_chunk(plan, it, dst, k0, k_end, epc)?;
             }
         }
+        Ok(())
+    }
+
+    /// [`Gen::issue_copies`] for 16-byte aligned rows and a slice that lies wholly inside
+    /// or wholly past the K range: one test of the slice, one 64-bit add per chunk; the
+    /// tensor's edge (a partial last tile) zero-fills per chunk, a full tile needs no test.
+    fn issue_whole_slice(
+        &mut self,
+        plan: &CopyPlan,
+        ring: &Ring,
+        stage: Ix,
+        k0: Ix,
+        k_end: Operand,
+    ) -> Result<(), LowerError> {
+        let ko = self.ix_op(k0);
+        let slice_ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, k_end]);
+        let step = self.b.op(
+            RegType::U64,
+            Op::MulWideU32,
+            &[ko, Self::imm_u(plan.k_stride * ring.esz as u64)],
+        );
+        self.open();
+        for it in &plan.items {
+            let off = self.iadd(stage, it.shared);
+            let dst = self.shared_addr(ring.base, off);
+            let g0 = it.global.expect("aligned plan");
+            let src = self
+                .b
+                .op(RegType::U64, Op::AddU64, &[g0.into(), step.into()]);
+            let (src, n) = if plan.always_inside {
+                (src, None)
+            } else {
+                let base = self.ptr[&plan.op.base];
+                let src = self.b.op(
+                    RegType::U64,
+                    Op::Select,
+                    &[it.inside.into(), src.into(), base.into()],
+                );
+                let n = self.b.op(
+                    RegType::U32,
+                    Op::Select,
+                    &[it.inside.into(), Operand::U32(16), Operand::U32(0)],
+                );
+                (src, Some(n.into()))
+            };
+            let copy = Stmt::CpAsync {
+                cache: CpAsyncCache::Cg,
+                bytes: 16,
+                dst,
+                dst_offset: 0,
+                src,
+                src_offset: 0,
+                src_bytes: n,
+            };
+            match it.in_tile {
+                Some(in_tile) => {
+                    self.open();
+                    self.b.push(copy);
+                    self.close_if(in_tile);
+                }
+                None => self.b.push(copy),
+            }
+        }
+        self.close_if(slice_ok);
         Ok(())
     }
 
@@ -927,6 +1025,8 @@ struct CopyPlan {
     items: Vec<CopyItem>,
     /// Elements between consecutive k.
     k_stride: u64,
+    /// The tile never reaches past the tensor's edge in its non-K dim.
+    always_inside: bool,
 }
 
 /// Where a fragment's registers come from in a stage.
