@@ -133,7 +133,7 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
         program: lowered,
         buffer_of,
         group_of_kernel,
-    } = lower::run_with_buffers(&graph, &fusion, &schedules)?;
+    } = lower::run_with_buffers(&graph, &fusion, &schedules, &opts.target)?;
     if opts.verify {
         verified("lower", verify::verify_program(&lowered, false))?;
     }

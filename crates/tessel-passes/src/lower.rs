@@ -31,6 +31,7 @@ use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op, Operand,
     Param, ParamKind, Program, RegType, Space, Special, Stmt, Width,
 };
+use crate::target::Target;
 use tessel_ir::{BufferId, DType, Group, Reg, Shape, Value};
 
 /// Why a group could not be lowered.
@@ -45,8 +46,13 @@ pub enum LowerError {
 }
 
 /// Runs the pass.
-pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program, LowerError> {
-    run_with_buffers(g, fusion, schedules).map(|l| l.program)
+pub fn run(
+    g: &Graph,
+    fusion: &Fusion,
+    schedules: &Schedules,
+    target: &Target,
+) -> Result<Program, LowerError> {
+    run_with_buffers(g, fusion, schedules, target).map(|l| l.program)
 }
 
 /// The result of [`run_with_buffers`].
@@ -64,6 +70,7 @@ pub fn run_with_buffers(
     g: &Graph,
     fusion: &Fusion,
     schedules: &Schedules,
+    target: &Target,
 ) -> Result<Lowered, LowerError> {
     let mut group_of_kernel = Vec::new();
     let mut p = Program {
@@ -127,7 +134,8 @@ pub fn run_with_buffers(
             vec![(Part::Whole, name)]
         };
         for (part, name) in parts {
-            let (kernel, args) = lower_group(g, fusion, grp, &sched.tile, name, &buf_of, part)?;
+            let (kernel, args) =
+                lower_group(g, fusion, (grp, &sched.tile), name, &buf_of, part, target)?;
             let k = p.kernels.push(kernel);
             p.launches.push(Launch { kernel: k, args });
             group_of_kernel.push(grp);
@@ -220,11 +228,11 @@ enum Part {
 fn lower_group(
     g: &Graph,
     fusion: &Fusion,
-    grp: Group,
-    tile: &TileConfig,
+    (grp, tile): (Group, &TileConfig),
     name: String,
     buf_of: &HashMap<Value, BufferId>,
     part: Part,
+    target: &Target,
 ) -> Result<(Kernel, Vec<LaunchArg>), LowerError> {
     let data = &fusion.groups[grp];
     let out = data.outputs[0];
@@ -403,9 +411,15 @@ fn lower_group(
         // for TF32 tiles, whose transposed operands load fragments element by element and
         // spill under the cap.
         let smem: u32 = kernel.shared.values().map(|d| d.bytes).sum();
-        if 2 * smem <= 227 * 1024 {
+        if 2 * smem <= target.max_shared_per_cta {
             kernel.min_ctas_per_sm = 2;
         }
+    }
+    if matches!(tile, TileConfig::GemvMma { .. }) {
+        // Every CTA of the grid resident at once (the schedule sized the grid and `unroll`
+        // for it): ptxas otherwise aims at full occupancy (32 registers for 64 threads) and
+        // interleaves the loads with the mma, leaving one or two loads in flight per warp.
+        kernel.min_ctas_per_sm = kernel.grid[0].div_ceil(target.sm_count).max(1);
     }
     Ok((kernel, args))
 }

@@ -147,9 +147,10 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    - `fast`, 16-bit operands, K a multiple of 8: the tensor-core GEMV (`gemv_mma`):
 ///      8 weight rows per CTA — N/8 CTAs, 2176 for Qwen3-14B's gate projection, so that
 ///      every SM gets within 3% of the same number of weight bytes (with 16 rows, 1088 CTAs
-///      leave some SMs 9 and others 8: 12% idle) — one warp per CTA unless that gives fewer
-///      than 8 warps per SM, then 2 or 4 splitting K; 8 chunks of 32 k in flight per warp
-///      (4 for M > 8, whose second left fragment doubles the registers).
+///      leave some SMs 9 and others 8: 12% idle) — with the most warps per CTA (4, 2 or 1)
+///      splitting K that keeps every warp of the grid resident at once (64 per SM: one
+///      wave, and the most loads in flight); 8 chunks of 32 k in flight per warp (4 for
+///      M > 8, whose second left fragment doubles the registers).
 ///    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
 ///      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM).
 ///    - `invariant`: neither (their k orders differ from the tile's); the tile below.
@@ -159,14 +160,18 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    - skinny N (N ≤ 64, the LoRA ranks): `bn` = N rounded up to a power of two ≥ 16,
 ///      `bm` = 64 over 4 warps stacked along M;
 ///    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
-///    - otherwise 128 × 128 over 2 × 4 warps (64 × 32 per warp), or 64 × 64 over 2 × 2
-///      when 128-tiles would not give every SM one CTA;
+///    - short K (K ≤ 32, a LoRA up-projection): 64 × 64 over 2 × 2 warps — the output's
+///      stores dominate, and many small CTAs overlap them;
+///    - otherwise 128 × 128 over 2 × 2 warps (64 × 64 per warp: 8 ldmatrix.x4 feed 32 mma
+///      per k step, 128 bytes of shared memory read per mma instead of 192 with 64 × 32),
+///      or 64 × 64 over 2 × 2 when 128-tiles would not give every SM one CTA;
 ///    - K slices of 128 bytes per row (`bk` 64 for 16-bit, 32 for TF32: every 16-byte
 ///      chunk of a row in a different bank group of one 128-byte line, after the swizzle),
 ///      or K rounded up to a power of two ≥ 16 when that is less (a LoRA up-projection's
 ///      K = 16 is one slice of 16),
-///      as many stages as fit in 96 KiB, at most 4 — 3 for the 128 × 128 tile, so that two
-///      CTAs share an SM's 227 KiB (dynamic shared memory beyond 48 KiB).
+///      as many stages as fit in 96 KiB, at most 4 and at most one more than K has slices
+///      — 3 for the 128 × 128 tile, so that two CTAs share an SM's 227 KiB (dynamic shared
+///      memory beyond 48 KiB).
 /// 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
 ///    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
 ///    through shared memory; each slice's products are summed in k order into a partial,
@@ -190,19 +195,26 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
     let sms = t.sm_count as u64;
     if decode && profile == Profile::Fast && sixteen_bit && s.k % 8 == 0 {
         let ctas = s.n.div_ceil(8);
-        let warps = [1u32, 2, 4]
+        let warps = [4u32, 2, 1]
             .into_iter()
-            .find(|&w| ctas * w as u64 >= 8 * sms)
-            .unwrap_or(4);
-        let unroll = if s.m <= 8 { 8 } else { 4 };
+            .find(|&w| ctas * w as u64 <= 64 * sms)
+            .unwrap_or(1);
+        // Registers: every CTA resident means ⌈CTAs / SMs⌉ per SM, so 65536 / (that ·
+        // threads) per thread (255 at most); about 24 go to the accumulators, pointers and
+        // indices, the rest hold the loads in flight: 16 bytes of the weight and of each
+        // left fragment (one for M ≤ 8, two above) per chunk.
+        let per_sm = ctas.div_ceil(sms).max(1);
+        let cap = (65536 / (per_sm * 32 * warps as u64)).min(255);
+        let per_chunk = 4 * (1 + s.m.div_ceil(8));
+        let unroll = (cap.saturating_sub(24) / per_chunk).clamp(1, 8) as u32;
         return Schedule {
             tile: TileConfig::GemvMma { warps, unroll },
             why: format!(
-                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (≥ {} warps in all), {unroll} chunks of 32 k in flight per warp",
+                "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (the most that keeps every warp resident at once: ≤ {} warps), {unroll} chunks of 32 k in flight per warp",
                 s.m,
                 s.n,
                 s.k,
-                8 * sms
+                64 * sms
             ),
         };
     }
@@ -246,14 +258,17 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
             (64, pow2(s.n), 4, 1, "skinny-N")
         } else if s.m <= 64 {
             (pow2(s.m), 128, 1, 4, "skinny-M")
+        } else if s.k <= 32 {
+            (64, 64, 2, 2, "short-K (the output's stores dominate: many small CTAs)")
         } else if s.m.div_ceil(128) * s.n.div_ceil(128) * s.batch >= sms {
-            (128, 128, 2, 4, "large")
+            (128, 128, 2, 2, "large")
         } else {
             (64, 64, 2, 2, "mid-size (128-tiles would leave SMs idle)")
         };
         let bk = (128 / esz).min(s.k.next_power_of_two().max(16) as u32);
         let stage = (bm + bn) * bk * esz;
-        let stages = (96 * 1024 / stage).min(4);
+        let slices = s.k.div_ceil(bk as u64).max(1) as u32;
+        let stages = (96 * 1024 / stage).min(4).min(slices + 1).max(2);
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
         let split = if may_split {
             split_k(tiles, s.k, bk, sms)

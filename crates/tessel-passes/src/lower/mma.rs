@@ -13,6 +13,7 @@ use tessel_ir::graph::{Op as GOp, TileConfig};
 use tessel_ir::kernel::{
     CpAsyncCache, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
 };
+use std::collections::HashMap;
 use tessel_ir::{DType, Reg, Value};
 
 /// Row tiles per group of the grouped CTA order ([`Gen::matmul_cta`]). A wave of
@@ -253,11 +254,12 @@ impl Gen<'_> {
         let rb = ring_of(&b, bn, b_base);
 
         // The copy plan of each operand: per thread, which chunks of a stage it fills.
-        let ca = self.copy_plan(&a, &ra, &lead, (m0, m, bm), threads, Ix::R(tid))?;
-        let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), threads, Ix::R(tid))?;
         // K slices never straddle K's end when it is a multiple of the slice (split ranges
         // are whole slices): one test per slice then replaces one per chunk.
         let k_whole = k % bk as u64 == 0;
+        let thr = (threads, Ix::R(tid));
+        let ca = self.copy_plan(&a, &ra, &lead, (m0, m, bm), thr, k_whole)?;
+        let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), thr, k_whole)?;
 
         // Fragment addresses (offsets within a stage) for every k step of a slice.
         let frag = FragPlan::new(
@@ -309,14 +311,20 @@ impl Gen<'_> {
         let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
         let stage_a = self.shared_addr(ra.base, rda);
         let stage_b = self.shared_addr(rb.base, rdb);
+        // The stage address plus each distinct fragment offset, added once per slice.
+        let (mut addrs_a, mut addrs_b) = (HashMap::new(), HashMap::new());
         for step in 0..(bk / kstep) as usize {
             let af: Vec<Vec<Reg>> = (0..mi as usize)
-                .map(|i| self.load_frag(shape, stage_a, &frag.a[step][i], frag.a_trans))
+                .map(|i| {
+                    let src = &frag.a[step][i];
+                    self.load_frag(shape, (stage_a, &mut addrs_a), src, frag.a_trans)
+                })
                 .collect();
             // One ldmatrix.x4 (or four scalar loads) gives fragments 2p and 2p + 1.
             let mut bf: Vec<Vec<Reg>> = Vec::new();
             for p in 0..(ni / 2) as usize {
-                let regs = self.load_frag(shape, stage_b, &frag.b[step][p], frag.b_trans);
+                let src = &frag.b[step][p];
+                let regs = self.load_frag(shape, (stage_b, &mut addrs_b), src, frag.b_trans);
                 bf.push(regs[..2].to_vec());
                 bf.push(regs[2..].to_vec());
             }
@@ -502,82 +510,113 @@ impl Gen<'_> {
             })
             .collect();
 
+        // Main loop: iterations whose `unroll` chunks all lie inside K, loads issued without
+        // tests (rows past M or N read clamped rows whose results are never stored). Tail
+        // loop: one chunk at a time, lanes past K load nothing and contribute zeros.
         let stride = 32 * warps as u64;
-        let kb = self.b.kernel.new_reg(RegType::U32);
+        let span = stride * unroll as u64;
+        let reach = (unroll as u64 - 1) * stride + 32;
+        let main_end = (k + 1).saturating_sub(reach);
         let start = self.imul_c(warp, 32);
-        let start = self.ix_op(start);
-        self.open();
-        let step = self.b.op(
-            RegType::U64,
-            Op::MulWideU32,
-            &[kb.into(), Operand::U32(esz as u32)],
-        );
-        let at = |this: &mut Self, p: Reg| -> Reg {
-            this.b
-                .op(RegType::U64, Op::AddU64, &[p.into(), step.into()])
-        };
-        let qw = at(self, pw);
-        let qx: Vec<(Reg, Reg)> = px.iter().map(|&(p, ok)| (at(self, p), ok)).collect();
-        // All loads of the iteration first, then the mma.
-        let mut loaded = Vec::new();
-        for u in 0..unroll as u64 {
-            let off = u * stride;
-            let kpos = self.iadd(Ix::R(kb), t8);
-            let kpos = self.iadd(kpos, Ix::C(off));
-            let ko = self.ix_op(kpos);
-            let k_ok = self
-                .b
-                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, Self::imm_u(k)]);
-            let load16 = |this: &mut Self, p: Reg, ok: Reg| -> Vec<Reg> {
-                let d: Vec<Reg> = (0..4)
-                    .map(|_| {
-                        let r = this.b.kernel.new_reg(RegType::U32);
-                        this.b.assign(r, Op::Mov, &[Operand::U32(0)]);
-                        r
-                    })
-                    .collect();
-                this.open();
-                this.b.push(Stmt::Load {
-                    dsts: d.clone(),
-                    space: Space::Global,
-                    width: Width::V4,
-                    addr: p,
-                    offset: (off * esz) as i32,
-                });
-                this.close_if(ok);
-                d
+        let start_op = self.ix_op(start);
+        let main_loop = |this: &mut Self, kb: Reg, count: u32, tested: bool| {
+            let step = this.b.op(
+                RegType::U64,
+                Op::MulWideU32,
+                &[kb.into(), Operand::U32(esz as u32)],
+            );
+            let at = |this: &mut Self, p: Reg| -> Reg {
+                this.b
+                    .op(RegType::U64, Op::AddU64, &[p.into(), step.into()])
             };
-            let wv = load16(self, qw, k_ok);
-            let xs: Vec<Vec<Reg>> = qx
-                .iter()
-                .map(|&(p, row_ok)| {
-                    let ok = self
-                        .b
-                        .op(RegType::Pred, Op::PAnd, &[k_ok.into(), row_ok.into()]);
-                    load16(self, p, ok)
-                })
-                .collect();
-            loaded.push((wv, xs));
-        }
-        for (wv, xs) in &loaded {
-            let hi = xs.get(1).unwrap_or(&zero);
-            for half in 0..2 {
-                let (u0, u1) = (2 * half, 2 * half + 1);
-                self.b.push(Stmt::Mma {
-                    shape,
-                    d: acc,
-                    a: vec![xs[0][u0], hi[u0], xs[0][u1], hi[u1]],
-                    b: vec![wv[u0], wv[u1]],
-                    c: acc,
-                });
+            let qw = at(this, pw);
+            let qx: Vec<Reg> = px.iter().map(|&(p, _)| at(this, p)).collect();
+            // All loads of the iteration first, then the mma.
+            let mut loaded = Vec::new();
+            for u in 0..count as u64 {
+                let off = u * stride;
+                let k_ok = if tested {
+                    let kpos = this.iadd(Ix::R(kb), t8);
+                    let kpos = this.iadd(kpos, Ix::C(off));
+                    let ko = this.ix_op(kpos);
+                    Some(
+                        this.b
+                            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ko, Self::imm_u(k)]),
+                    )
+                } else {
+                    None
+                };
+                let load16 = |this: &mut Self, p: Reg| -> Vec<Reg> {
+                    let d: Vec<Reg> = (0..4)
+                        .map(|_| this.b.kernel.new_reg(RegType::U32))
+                        .collect();
+                    let load = Stmt::Load {
+                        dsts: d.clone(),
+                        space: Space::Global,
+                        width: Width::V4,
+                        addr: p,
+                        offset: (off * esz) as i32,
+                    };
+                    match k_ok {
+                        Some(ok) => {
+                            for &r in &d {
+                                this.b.assign(r, Op::Mov, &[Operand::U32(0)]);
+                            }
+                            this.open();
+                            this.b.push(load);
+                            this.close_if(ok);
+                        }
+                        None => this.b.push(load),
+                    }
+                    d
+                };
+                let wv = load16(this, qw);
+                let xs: Vec<Vec<Reg>> = qx.iter().map(|&p| load16(this, p)).collect();
+                loaded.push((wv, xs));
             }
-        }
-        self.close_for(
-            kb,
-            start,
-            Self::imm_u(k),
-            Self::imm_u(stride * unroll as u64),
+            for (wv, xs) in &loaded {
+                let hi = xs.get(1).unwrap_or(&zero);
+                for half in 0..2 {
+                    let (u0, u1) = (2 * half, 2 * half + 1);
+                    this.b.push(Stmt::Mma {
+                        shape,
+                        d: acc,
+                        a: vec![xs[0][u0], hi[u0], xs[0][u1], hi[u1]],
+                        b: vec![wv[u0], wv[u1]],
+                        c: acc,
+                    });
+                }
+            }
+        };
+        let kb = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        main_loop(self, kb, unroll, false);
+        self.close_for(kb, start_op, Self::imm_u(main_end), Self::imm_u(span));
+        // Where the main loop stopped: start + ceil((main_end - start) / span) · span.
+        let left = self
+            .b
+            .op(RegType::U32, Op::ISub, &[Self::imm_u(main_end), start_op]);
+        let some = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[start_op, Self::imm_u(main_end)],
         );
+        let left = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[some.into(), left.into(), Operand::U32(0)],
+        );
+        let iters = self
+            .b
+            .op(RegType::U32, Op::IAdd, &[left.into(), Self::imm_u(span - 1)]);
+        let iters = self.idiv_c(Ix::R(iters), span);
+        let done = self.imul_c(iters, span);
+        let tail_start = self.iadd(start, done);
+        let tail_start = self.ix_op(tail_start);
+        let kt = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        main_loop(self, kt, 1, true);
+        self.close_for(kt, tail_start, Self::imm_u(k), Self::imm_u(stride));
 
         // With several warps: their results to shared memory, [warp][lane][4], and warp 0
         // adds them in warp order.
@@ -674,15 +713,52 @@ impl Gen<'_> {
         ring: &Ring,
         lead: &[Ix],
         (outer0, outer, tile_outer): (Ix, u64, u32),
-        threads: u32,
-        tid: Ix,
+        (threads, tid): (u32, Ix),
+        k_whole: bool,
     ) -> Result<CopyPlan, LowerError> {
         let epc = 16 / ring.esz;
         let chunks = ring.chunks();
         let total = ring.rows * chunks;
         let aligned = (op.cols * ring.esz as u64) % 16 == 0;
-        let mut items = Vec::new();
+        let always_inside = outer % tile_outer as u64 == 0;
+        // When the threads cover whole rows a whole number of times, a thread's chunks are
+        // one column, `step` rows apart: with `step` a multiple of the swizzle period (8
+        // rows) they share one shared offset and one global address, plus immediates — when
+        // no chunk needs its own test (the tile stays inside the tensor and K is whole
+        // slices, so only the slice is tested).
+        let step = threads / chunks.max(1);
+        let row_bytes = op.cols * ring.esz as u64;
+        let last_row = (total / threads.max(1)).saturating_sub(1) as u64 * step as u64;
+        let uniform = aligned
+            && threads % chunks == 0
+            && step % 8 == 0
+            && total % threads == 0
+            && always_inside
+            && k_whole
+            && last_row * row_bytes < i32::MAX as u64
+            && last_row * (ring.row_bytes() as u64) < i32::MAX as u64;
+        let mut items: Vec<CopyItem> = Vec::new();
         for i in 0..total.div_ceil(threads) {
+            if uniform && i > 0 {
+                let first = &items[0];
+                let rows = (i * step) as u64;
+                let (inside, k_off) = if op.k_contiguous {
+                    (first.inside, first.k_off)
+                } else {
+                    (first.inside, self.iadd(first.k_off, Ix::C(rows)))
+                };
+                items.push(CopyItem {
+                    in_tile: None,
+                    shared: first.shared,
+                    shared_imm: (rows * ring.row_bytes() as u64) as i32,
+                    global: first.global,
+                    global_imm: (rows * row_bytes) as i32,
+                    inside,
+                    outer_ix: first.outer_ix,
+                    k_off,
+                });
+                continue;
+            }
             let e = self.iadd(tid, Ix::C((i * threads) as u64));
             let in_tile = if (i + 1) * threads <= total {
                 None
@@ -726,7 +802,9 @@ impl Gen<'_> {
             items.push(CopyItem {
                 in_tile,
                 shared,
+                shared_imm: 0,
                 global,
+                global_imm: 0,
                 inside,
                 outer_ix: clamped,
                 k_off,
@@ -737,7 +815,7 @@ impl Gen<'_> {
             lead: lead.to_vec(),
             items,
             k_stride: if op.k_contiguous { 1 } else { op.cols },
-            always_inside: outer % tile_outer as u64 == 0,
+            always_inside,
         })
     }
 
@@ -793,13 +871,29 @@ impl Gen<'_> {
             &[ko, Self::imm_u(plan.k_stride * ring.esz as u64)],
         );
         self.open();
+        let mut dsts: HashMap<Ix, Reg> = HashMap::new();
+        let mut srcs: HashMap<Reg, Reg> = HashMap::new();
         for it in &plan.items {
-            let off = self.iadd(stage, it.shared);
-            let dst = self.shared_addr(ring.base, off);
+            let dst = match dsts.get(&it.shared) {
+                Some(&d) => d,
+                None => {
+                    let off = self.iadd(stage, it.shared);
+                    let d = self.shared_addr(ring.base, off);
+                    dsts.insert(it.shared, d);
+                    d
+                }
+            };
             let g0 = it.global.expect("aligned plan");
-            let src = self
-                .b
-                .op(RegType::U64, Op::AddU64, &[g0.into(), step.into()]);
+            let src = match srcs.get(&g0) {
+                Some(&s) => s,
+                None => {
+                    let s = self
+                        .b
+                        .op(RegType::U64, Op::AddU64, &[g0.into(), step.into()]);
+                    srcs.insert(g0, s);
+                    s
+                }
+            };
             let (src, n) = if plan.always_inside {
                 (src, None)
             } else {
@@ -820,9 +914,9 @@ impl Gen<'_> {
                 cache: CpAsyncCache::Cg,
                 bytes: 16,
                 dst,
-                dst_offset: 0,
+                dst_offset: it.shared_imm,
                 src,
-                src_offset: 0,
+                src_offset: it.global_imm,
                 src_bytes: n,
             };
             match it.in_tile {
@@ -959,10 +1053,23 @@ impl Gen<'_> {
     /// Loads one A fragment (or a pair of B fragments) with `ldmatrix.x4` from the stage at
     /// `stage` (TF32 values are then rounded with `cvt.rna.tf32.f32`), or element by
     /// element for TF32 operands stored transposed (`ldmatrix` moves 16-bit halves).
-    fn load_frag(&mut self, shape: MmaShape, stage: Reg, src: &FragSrc, trans: bool) -> Vec<Reg> {
+    fn load_frag(
+        &mut self,
+        shape: MmaShape,
+        (stage, addrs): (Reg, &mut HashMap<Ix, Reg>),
+        src: &FragSrc,
+        trans: bool,
+    ) -> Vec<Reg> {
         let regs: Vec<Reg> = match src {
-            FragSrc::Ldmatrix(off) => {
-                let addr = self.shared_addr(stage, *off);
+            FragSrc::Ldmatrix(off, imm) => {
+                let addr = match addrs.get(off) {
+                    Some(&a) => a,
+                    None => {
+                        let a = self.shared_addr(stage, *off);
+                        addrs.insert(*off, a);
+                        a
+                    }
+                };
                 let dsts: Vec<Reg> = (0..4)
                     .map(|_| self.b.kernel.new_reg(RegType::U32))
                     .collect();
@@ -970,7 +1077,7 @@ impl Gen<'_> {
                     dsts: dsts.clone(),
                     trans,
                     addr,
-                    offset: 0,
+                    offset: *imm,
                 });
                 dsts
             }
@@ -1007,10 +1114,12 @@ struct CopyItem {
     /// False for the thread's last chunk if the stage's chunk count is not a multiple of the
     /// thread count and this one is past it.
     in_tile: Option<Reg>,
-    /// Swizzled byte offset in the stage.
+    /// Swizzled byte offset in the stage, plus an immediate.
     shared: Ix,
-    /// Global address at k = 0 when rows are 16-byte aligned.
+    shared_imm: i32,
+    /// Global address at k = 0 when rows are 16-byte aligned, plus an immediate.
     global: Option<Reg>,
+    global_imm: i32,
     /// Whether the non-K coordinate is inside the tensor.
     inside: Reg,
     /// The non-K coordinate, clamped to 0 when outside.
@@ -1032,8 +1141,9 @@ struct CopyPlan {
 /// Where a fragment's registers come from in a stage.
 #[derive(Clone)]
 enum FragSrc {
-    /// One `ldmatrix.x4`; the lane's row address offset.
-    Ldmatrix(Ix),
+    /// One `ldmatrix.x4`; the lane's row address: a byte offset in the stage (shared by the
+    /// fragments whose rows differ by whole swizzle periods) plus an immediate.
+    Ldmatrix(Ix, i32),
     /// One 32-bit load per register (TF32 stored transposed).
     Scalar(Vec<Ix>),
 }
@@ -1074,6 +1184,11 @@ impl FragPlan {
         let g = gen.idiv_c(lane, 4);
         let t = gen.irem_c(lane, 4);
         let steps = (bk as u64 / kstep) as usize;
+        // Rows 16 apart have the same swizzle (its period is at most 8 rows), so a fragment
+        // 16·q rows further down is the same offset plus 16·q row lengths, an immediate: the
+        // K-contiguous layouts (rows are m or n) need one offset per k step, the transposed
+        // ones (rows are k, steps of 8 or 16 rows) one per fragment.
+        let (rba, rbb) = (ra.row_bytes() as i32, rb.row_bytes() as i32);
         let mut fa = Vec::new();
         let mut fb = Vec::new();
         for s in 0..steps {
@@ -1084,18 +1199,19 @@ impl FragPlan {
                 row_a.push(if a.k_contiguous {
                     // Matrices (rows 0-7 | 8-15) × (k 0.. | k half..): lane l → row l mod 16,
                     // k half·(l / 16).
-                    let row = gen.iadd(m, l16);
+                    let row = gen.iadd(wm0, l16);
                     let kc = gen.imul_c(h16, half);
                     let col = gen.iadd(Ix::C(kk), kc);
-                    FragSrc::Ldmatrix(gen.ring_offset(ra, row, col))
+                    let off = gen.ring_offset(ra, row, col);
+                    FragSrc::Ldmatrix(off, 16 * i as i32 * rba)
                 } else if !tf32 {
                     // Stored [k][m]: matrix j holds k 8·(j / 2).., m 8·(j mod 2)..; trans.
                     let kr = gen.imul_c(j_hi, 8);
-                    let kr = gen.iadd(kr, r8);
-                    let row = gen.iadd(Ix::C(kk), kr);
+                    let row = gen.iadd(kr, r8);
                     let mc = gen.imul_c(j_lo, 8);
                     let col = gen.iadd(m, mc);
-                    FragSrc::Ldmatrix(gen.ring_offset(ra, row, col))
+                    let off = gen.ring_offset(ra, row, col);
+                    FragSrc::Ldmatrix(off, kk as i32 * rba)
                 } else {
                     // Register q: (m g + 8·(q mod 2), k t + 4·(q / 2)), stored at [k][m].
                     FragSrc::Scalar(
@@ -1119,18 +1235,19 @@ impl FragPlan {
                     // k half..): B registers 0, 1 of fragment 2p, then of 2p + 1.
                     let nr = gen.imul_c(j_hi, 8);
                     let nr = gen.iadd(nr, r8);
-                    let row = gen.iadd(nb, nr);
+                    let row = gen.iadd(wn0, nr);
                     let kc = gen.imul_c(j_lo, half);
                     let col = gen.iadd(Ix::C(kk), kc);
-                    FragSrc::Ldmatrix(gen.ring_offset(rb, row, col))
+                    let off = gen.ring_offset(rb, row, col);
+                    FragSrc::Ldmatrix(off, 16 * p as i32 * rbb)
                 } else if !tf32 {
                     // Stored [k][n]: matrix j holds k 8·(j mod 2).., n 8·(j / 2)..; trans.
                     let kr = gen.imul_c(j_lo, 8);
-                    let kr = gen.iadd(kr, r8);
-                    let row = gen.iadd(Ix::C(kk), kr);
+                    let row = gen.iadd(kr, r8);
                     let nc = gen.imul_c(j_hi, 8);
                     let col = gen.iadd(nb, nc);
-                    FragSrc::Ldmatrix(gen.ring_offset(rb, row, col))
+                    let off = gen.ring_offset(rb, row, col);
+                    FragSrc::Ldmatrix(off, kk as i32 * rbb)
                 } else {
                     // Fragment 2p + f, register q: (k t + 4q, n g + 8f), stored at [k][n].
                     FragSrc::Scalar(
