@@ -22,9 +22,22 @@ use tessel_ir::{DType, Reg, Value};
 /// the H200's 50 MB L2).
 const GROUP_M: u64 = 16;
 
+/// Floats of padding per row of the staged epilogue's tile (see `Gen::staged_epilogue`).
+const STAGE_PAD: u32 = 8;
+
 /// The most shared memory one CTA may use with the dynamic opt-in (227 KiB on the H200,
 /// Hopper tuning guide, "Shared Memory").
 const MAX_SHARED: u32 = 227 * 1024;
+
+/// The grid of the tensor-core tile: all `mt · nt` tiles along x (grouped order), the
+/// batch and the K ranges along y.
+fn tile_grid((mt, nt): (u64, u64), batch: u64, ranges: u64) -> [u32; 3] {
+    [
+        (mt * nt).max(1) as u32,
+        (batch * ranges.max(1)).max(1) as u32,
+        1,
+    ]
+}
 
 /// One matmul operand as the tile copies it: the materialised tensor `base` with its last
 /// dim `cols` (contiguous), and whether `cols` is the K dim.
@@ -205,7 +218,16 @@ impl Gen<'_> {
         let (wm, wn) = (bm / warps_m, bn / warps_n);
         let (mi, ni) = (wm / 16, wn / 8);
         let range_len = split_range(k, bk, split_k);
-        let shared = stages * (bm + bn) * bk * esz;
+        // The epilogue goes through shared memory when rows are whole 16-byte vectors (see
+        // below): the output tile of f32, rows padded by 8 floats, reuses the ring.
+        let staged = n % 4 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
+        let tile_bytes = bm * (bn + STAGE_PAD) * 4;
+        let ring_bytes = stages * (bm + bn) * bk * esz;
+        let shared = if staged {
+            ring_bytes.max(tile_bytes)
+        } else {
+            ring_bytes
+        };
         if shared > MAX_SHARED {
             return Err(LowerError::Unsupported {
                 what: format!(
@@ -364,6 +386,11 @@ impl Gen<'_> {
         // Copies past the end (zero-filled, never read) must land before the CTA exits.
         self.b.push(Stmt::CpAsyncWaitAll);
 
+        if staged {
+            let tile = (base, bm, bn, threads);
+            self.staged_epilogue(out, mm, tile, (&accs, mi, ni), (&lead, m0, n0))?;
+            return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
+        }
         // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
@@ -408,11 +435,110 @@ impl Gen<'_> {
                 }
             }
         }
-        Ok([
-            (mt * nt).max(1) as u32,
-            (batch * k.div_ceil(range_len).max(1)).max(1) as u32,
-            1,
-        ])
+        Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)))
+    }
+
+    /// The tile's epilogue through shared memory: every warp writes its f32 accumulators
+    /// to a `bm × (bn + 8)` f32 tile (the ring, no longer read: all copies waited for, and a
+    /// barrier), then each thread takes 4 consecutive columns of a row at a time — 32
+    /// threads cover 512 contiguous bytes of f32 — and stores their epilogue as one vector
+    /// (16 bytes of f32, 8 of bf16): the output and any tensor the epilogue reads go
+    /// through whole cache lines. The padding of 8 floats puts the 8 rows of a fragment
+    /// store in different banks. Needs N a multiple of 4 (aligned vectors).
+    fn staged_epilogue(
+        &mut self,
+        out: Value,
+        mm: Value,
+        (base, bm, bn, threads): (Reg, u32, u32, u32),
+        (accs, mi, ni): (&[[Reg; 4]], u32, u32),
+        (lead, m0, n0): (&[Ix], Ix, Ix),
+    ) -> Result<(), LowerError> {
+        let (_, _, _, (m, _, n)) = self.matmul_operands(mm);
+        let stride = (bn + STAGE_PAD) * 4;
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let warp = self.idiv_c(Ix::R(tid), 32);
+        let lane = self.irem_c(Ix::R(tid), 32);
+        let warps_n = bn / (8 * ni);
+        let wi = self.idiv_c(warp, warps_n as u64);
+        let wj = self.irem_c(warp, warps_n as u64);
+        let wm0 = self.imul_c(wi, 16 * mi as u64);
+        let wn0 = self.imul_c(wj, 8 * ni as u64);
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        // Lane (g, t) writes rows g, g + 8 at columns 2t, 2t + 1 of each fragment.
+        let r = self.iadd(wm0, g);
+        let r = self.imul_c(r, stride as u64);
+        let c = self.imul_c(t, 2);
+        let c = self.iadd(wn0, c);
+        let c = self.imul_c(c, 4);
+        let off = self.iadd(r, c);
+        let mine = self.shared_addr(base, off);
+        self.b.push(Stmt::Barrier);
+        for i in 0..mi {
+            for j in 0..ni {
+                let frag = accs[(i * ni + j) as usize];
+                for h in 0..2u32 {
+                    let imm = ((16 * i + 8 * h) * stride + 8 * j * 4) as i32;
+                    self.b.push(Stmt::Store {
+                        space: Space::Shared,
+                        width: Width::V2,
+                        addr: mine,
+                        offset: imm,
+                        values: vec![frag[2 * h as usize].into(), frag[2 * h as usize + 1].into()],
+                    });
+                }
+            }
+        }
+        self.b.push(Stmt::Barrier);
+        // Read back 4 columns at a time, row by row.
+        let per_row = bn / 4;
+        let vecs = bm * per_row;
+        for it in 0..vecs.div_ceil(threads) {
+            let e = self.iadd(Ix::R(tid), Ix::C((it * threads) as u64));
+            let row = self.idiv_c(e, per_row as u64);
+            let c4 = self.irem_c(e, per_row as u64);
+            let col = self.imul_c(c4, 4);
+            let gr = self.iadd(m0, row);
+            let gc = self.iadd(n0, col);
+            let (ro, co, eo) = (self.ix_op(gr), self.ix_op(gc), self.ix_op(e));
+            let m_ok = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
+            let n_ok = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
+            let mut ok = self
+                .b
+                .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
+            if (it + 1) * threads > vecs {
+                let in_tile = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[eo, Operand::U32(vecs)],
+                );
+                ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[ok.into(), in_tile.into()]);
+            }
+            self.open();
+            let ro = self.imul_c(row, stride as u64);
+            let cb = self.imul_c(col, 4);
+            let so = self.iadd(ro, cb);
+            let addr = self.shared_addr(base, so);
+            let vals: Vec<Reg> = (0..4).map(|_| self.b.kernel.new_reg(RegType::F32)).collect();
+            self.b.push(Stmt::Load {
+                dsts: vals.clone(),
+                space: Space::Shared,
+                width: Width::V4,
+                addr,
+                offset: 0,
+            });
+            let mut idx = lead.to_vec();
+            idx.extend([gr, gc]);
+            self.matmul_epilogue(out, mm, &idx, &vals)?;
+            self.close_if(ok);
+        }
+        Ok(())
     }
 
     /// Tensor-core GEMV for decode: CTA `x` computes output columns `8x .. 8x + 7` for all
