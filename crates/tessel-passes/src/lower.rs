@@ -23,6 +23,7 @@ mod matmul;
 mod mma;
 
 use crate::fuse::row_shape;
+use crate::target::Target;
 use std::collections::HashMap;
 use tessel_ir::graph::{
     BinaryOp, Fusion, Graph, GroupKind, Op as GOp, ReduceOp, Schedules, TileConfig, UnaryOp,
@@ -31,7 +32,6 @@ use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op, Operand,
     Param, ParamKind, Program, RegType, Space, Special, Stmt, Width,
 };
-use crate::target::Target;
 use tessel_ir::{BufferId, DType, Group, Reg, Shape, Value};
 
 /// Why a group could not be lowered.

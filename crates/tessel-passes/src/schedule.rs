@@ -180,7 +180,8 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    the partials added in order — two levels, so the rounding error grows like
 ///    (16 + K/16)·u instead of K·u (a single f32 chain at K = 4096 measured rel-RMS
 ///    1.16e-6, above the 1e-6 contract) — and bits depend on neither the output tile nor M.
-///    Skinny N ≤ 32: 128 × 16 tiles, 8 × 1 outputs per thread.
+///    Skinny N ≤ 32: 128 × 16 tiles, 8 × 1 outputs per thread; skinny M ≤ 32: 16 × 128,
+///    1 × 8 (a 64-row tile would compute 48 rows of zeros for a rank-16 LoRA's dA).
 /// 4. **Split-K** (`exact` and `fast`; never `invariant`, where it would make the order
 ///    depend on M): when the tiles do not give every SM a CTA and K has at least 8 slices,
 ///    K is cut into `split_k` ranges of whole slices, enough for two CTAs per SM and at
@@ -261,7 +262,13 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
         } else if s.m <= 64 {
             (pow2(s.m), 128, 1, 4, "skinny-M")
         } else if s.k <= 32 {
-            (64, 64, 2, 2, "short-K (the output's stores dominate: many small CTAs)")
+            (
+                64,
+                64,
+                2,
+                2,
+                "short-K (the output's stores dominate: many small CTAs)",
+            )
         } else if s.m.div_ceil(128) * s.n.div_ceil(128) * s.batch >= sms {
             (128, 128, 2, 2, "large")
         } else {
@@ -306,6 +313,8 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
     }
     let (bm, bn, tm, tn, shape_why) = if s.n <= 32 {
         (128, 16, 8, 1, "skinny N: 128×16 tile, 8×1")
+    } else if s.m <= 32 {
+        (16, 128, 1, 8, "skinny M: 16×128 tile, 1×8")
     } else {
         (64, 64, 4, 4, "64×64 tile, 4×4")
     };

@@ -388,8 +388,16 @@ impl Gen<'_> {
         let k0 = self.b.kernel.new_reg(RegType::U32);
         self.open();
         // Cooperative, guarded tile loads: out-of-range elements are 0 and add nothing
-        // (0·b + acc = acc for every finite acc, -0 aside).
-        for (rows, base, is_a) in [(bm, a_base, true), (bn, b_base, false)] {
+        // (0·b + acc = acc for every finite acc, -0 aside). Consecutive threads take
+        // consecutive elements of the operand's contiguous dim — k for `x` and a `[N, K]`
+        // weight, m or n for a transposed left operand or a plain `[K, N]` right one — so a
+        // warp's loads are coalesced.
+        let s = crate::schedule::matmul_shape(self.g, mm);
+        let layouts = [
+            (bm, a_base, true, s.lhs_k_contiguous),
+            (bn, b_base, false, s.rhs_k_contiguous),
+        ];
+        for (rows, base, is_a, k_fastest) in layouts {
             let per = (rows * bk).div_ceil(threads);
             for i in 0..per {
                 let e = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
@@ -399,8 +407,11 @@ impl Gen<'_> {
                     Op::ICmp(ICmp::LtU),
                     &[e_op, Operand::U32(rows * bk)],
                 );
-                let kk = self.irem_c(e, bk as u64);
-                let rr = self.idiv_c(e, bk as u64);
+                let (kk, rr) = if k_fastest {
+                    (self.irem_c(e, bk as u64), self.idiv_c(e, bk as u64))
+                } else {
+                    (self.idiv_c(e, rows as u64), self.irem_c(e, rows as u64))
+                };
                 let gk = self.iadd(Ix::R(k0), kk);
                 let (g_row, limit) = if is_a {
                     (self.iadd(m0, rr), m)

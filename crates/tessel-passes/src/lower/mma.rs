@@ -9,11 +9,11 @@
 
 use super::matmul::split_range;
 use super::{Gen, Ix, LowerError};
+use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, TileConfig};
 use tessel_ir::kernel::{
     CpAsyncCache, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
 };
-use std::collections::HashMap;
 use tessel_ir::{DType, Reg, Value};
 
 /// Row tiles per group of the grouped CTA order ([`Gen::matmul_cta`]). A wave of
@@ -329,6 +329,15 @@ impl Gen<'_> {
         self.open();
         self.b.push(Stmt::CpAsyncWait(stages - 2));
         self.b.push(Stmt::Barrier);
+        // The slice `stages - 1` ahead goes into the stage multiplied one iteration ago,
+        // which every warp has finished (the barrier): issued before this slice's mma, so
+        // the copies overlap them.
+        let k_ahead = self.iadd(Ix::R(kt), Ix::C(((stages - 1) * bk) as u64));
+        let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
+        let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
+        self.issue_copies(&ca, &ra, wra, k_ahead, k_end, k_whole)?;
+        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end, k_whole)?;
+        self.b.push(Stmt::CpAsyncCommit);
         let rda = self.imul_c(Ix::R(rd), ra.stage_bytes() as u64);
         let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
         let stage_a = self.shared_addr(ra.base, rda);
@@ -363,13 +372,6 @@ impl Gen<'_> {
                 }
             }
         }
-        // The slice `stages - 1` ahead goes into the stage multiplied one iteration ago.
-        let k_ahead = self.iadd(Ix::R(kt), Ix::C(((stages - 1) * bk) as u64));
-        let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
-        let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
-        self.issue_copies(&ca, &ra, wra, k_ahead, k_end, k_whole)?;
-        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end, k_whole)?;
-        self.b.push(Stmt::CpAsyncCommit);
         for r in [rd, wr] {
             let next = self
                 .b
@@ -525,7 +527,9 @@ impl Gen<'_> {
             let cb = self.imul_c(col, 4);
             let so = self.iadd(ro, cb);
             let addr = self.shared_addr(base, so);
-            let vals: Vec<Reg> = (0..4).map(|_| self.b.kernel.new_reg(RegType::F32)).collect();
+            let vals: Vec<Reg> = (0..4)
+                .map(|_| self.b.kernel.new_reg(RegType::F32))
+                .collect();
             self.b.push(Stmt::Load {
                 dsts: vals.clone(),
                 space: Space::Shared,
@@ -732,9 +736,11 @@ impl Gen<'_> {
             Op::Select,
             &[some.into(), left.into(), Operand::U32(0)],
         );
-        let iters = self
-            .b
-            .op(RegType::U32, Op::IAdd, &[left.into(), Self::imm_u(span - 1)]);
+        let iters = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[left.into(), Self::imm_u(span - 1)],
+        );
         let iters = self.idiv_c(Ix::R(iters), span);
         let done = self.imul_c(iters, span);
         let tail_start = self.iadd(start, done);
