@@ -43,6 +43,8 @@ for prof in exact invariant fast; do
     set -- $mkn
     step "check-$prof-$1-$2-$3" check_matmul.log "$BIN" check $M --profile $prof --dim M=$1 --dim K=$2 --dim N=$3
   done
+  # The large tensor-core tile (128 x 256) at a size the CPU references still finish.
+  step "check-$prof-large" check_matmul.log "$BIN" check $M --profile $prof --dim M=2048 --dim K=264 --dim N=2312
   step "check-lora-$prof" check_lora.log "$BIN" check examples/lora/lora_step.tsl --profile $prof --dim M=300 --dim K=520 --dim N=260 --dim R=16
 done
 step check-lora-full-fast check_lora.log "$BIN" check examples/lora/lora_step.tsl --profile fast --dim M=8192 --dim K=4096 --dim N=4096 --dim R=16 --json "$OUT/json/check_lora_full_fast.json"
@@ -54,6 +56,8 @@ step memcheck-mma sanitizer.log $SAN --tool memcheck "$BIN" run $M --profile fas
 step memcheck-gemv-mma sanitizer.log $SAN --tool memcheck "$BIN" run $M --profile fast --dim M=13 --dim K=264 --dim N=37 -o /tmp/m2.safetensors
 step memcheck-lora-fast sanitizer.log $SAN --tool memcheck "$BIN" run examples/lora/lora_step.tsl --profile fast --dim M=300 --dim K=520 --dim N=260 --dim R=16 -o /tmp/m3.safetensors
 step memcheck-lora-exact sanitizer.log $SAN --tool memcheck "$BIN" run examples/lora/lora_step.tsl --profile exact --dim M=300 --dim K=520 --dim N=260 --dim R=16 -o /tmp/m4.safetensors
+step memcheck-large sanitizer.log $SAN --tool memcheck "$BIN" run $M --step linear --profile fast --dim M=2048 --dim K=264 --dim N=2312 -o /tmp/m5.safetensors
+step racecheck-large sanitizer.log $SAN --tool racecheck "$BIN" run $M --step linear --profile fast --dim M=2048 --dim K=264 --dim N=2312 -o /tmp/r3.safetensors
 step racecheck-mma sanitizer.log $SAN --tool racecheck "$BIN" run $M --profile fast --dim M=70 --dim K=100 --dim N=130 -o /tmp/r1.safetensors
 step racecheck-lora sanitizer.log $SAN --tool racecheck "$BIN" run examples/lora/lora_step.tsl --profile fast --dim M=300 --dim K=520 --dim N=260 --dim R=16 -o /tmp/r2.safetensors
 # Batch invariance on the GPU: rows bit-identical for M in {1, 2, 3, 8, 17, 64, 256}, two

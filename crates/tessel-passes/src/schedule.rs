@@ -164,16 +164,18 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
 ///    - short K (K ≤ 32, a LoRA up-projection): 64 × 64 over 2 × 2 warps — the output's
 ///      stores dominate, and many small CTAs overlap them;
-///    - otherwise 128 × 128 over 2 × 2 warps (64 × 64 per warp: 8 ldmatrix.x4 feed 32 mma
+///    - otherwise 128 × 256 over 2 × 4 warps (64 × 64 per warp: 8 ldmatrix.x4 feed 32 mma
 ///      per k step, 128 bytes of shared memory read per mma instead of 192 with 64 × 32),
-///      or 64 × 64 over 2 × 2 when 128-tiles would not give every SM one CTA;
+///      or 64 × 64 over 2 × 2 when the large tiles would not give every SM one CTA. Measured
+///      on the Qwen3-14B projections at T = 4096 (docs/perf/2026-11-29-h200-issue3-part2.md):
+///      128 × 256 over 2 × 4 warps 1.59–1.65× cuBLAS's time, 128 × 128 over 2 × 2 1.70–1.73×,
+///      256 × 128 over 4 × 2 1.63–1.68×; 3 stages instead of 2 no different;
 ///    - K slices of 128 bytes per row (`bk` 64 for 16-bit, 32 for TF32: every 16-byte
 ///      chunk of a row in a different bank group of one 128-byte line, after the swizzle),
 ///      or K rounded up to a power of two ≥ 16 when that is less (a LoRA up-projection's
 ///      K = 16 is one slice of 16),
 ///      as many stages as fit in 96 KiB, at most 4 and at most one more than K has slices
-///      — 3 for the 128 × 128 tile, so that two CTAs share an SM's 227 KiB (dynamic shared
-///      memory beyond 48 KiB).
+///      (2 for the 128 × 256 tile; dynamic shared memory beyond 48 KiB).
 /// 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
 ///    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
 ///    through shared memory; each slice's products are summed in k order into a partial,
@@ -269,8 +271,8 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
                 2,
                 "short-K (the output's stores dominate: many small CTAs)",
             )
-        } else if s.m.div_ceil(128) * s.n.div_ceil(128) * s.batch >= sms {
-            (128, 128, 2, 2, "large")
+        } else if s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= sms {
+            (128, 256, 2, 4, "large")
         } else {
             (64, 64, 2, 2, "mid-size (128-tiles would leave SMs idle)")
         };
