@@ -1,8 +1,10 @@
 //! `lower`: turns every fusion group into a kernel of the kernel IR, and the step into a
 //! [`Program`] (buffers, kernels, launches).
 //!
-//! Before: a graph with its [`Fusion`] and a [`Schedule`] per group. After: a program whose
-//! kernels still contain [`Op::Math`] placeholders (`expand-math` replaces them).
+//! Before: a graph with its [`Fusion`] and a [`Schedule`](tessel_ir::graph::Schedule) per
+//! group. After: a program whose kernels still contain [`Op::Math`] placeholders
+//! (`expand-math` replaces them). A split-K matmul group becomes two kernels over an f32
+//! scratch buffer; every other group one kernel.
 //!
 //! Every value is computed at an *index* — one index per dim of its shape, each a constant
 //! or a register — by walking from a group's output back to materialised values, which are

@@ -2,6 +2,8 @@
 //! and the decode GEMV ([`TileConfig::GemvMma`]). When each is chosen: `schedule.rs`; the
 //! order of every sum: `schedule::reduction_order`.
 //!
+//! Measured on the H200 and chosen against alternatives: docs/perf/2026-11-29-h200-issue3-part2.md.
+//!
 //! Fragment layouts are those of PTX ISA §9.7.14.5.7–8 ("Matrix Fragments for mma.m16n8k8 /
 //! mma.m16n8k16"), as documented on [`MmaShape::a_pos`]; `ldmatrix` (§9.7.14.5.15) delivers
 //! exactly those fragments from 16-byte shared-memory rows, transposing where the operand
@@ -166,9 +168,20 @@ impl Gen<'_> {
         }
     }
 
-    /// Tensor-core GEMM. CTA (x, y) computes the `bm × bn` tile at columns `x·bn`, rows
-    /// `(y mod mt)·bm` of batch `(y / mt) mod batch`, over K range `y / (mt·batch)`
-    /// ([`Gen::matmul_cta`]). Returns the grid.
+    /// Tensor-core GEMM. CTA x of grid row y computes tile x of the grouped order
+    /// ([`Gen::matmul_cta`]) for batch `y mod batch` over K range `y / batch`:
+    ///
+    /// 1. both operands' tiles go through one ring of `stages` shared-memory slices, filled
+    ///    by 16-byte `cp.async` (zero-filled past the tensor's edges and K; element copies
+    ///    where rows are not 16-byte aligned), 16-byte chunks swizzled by row;
+    /// 2. per slice: wait for it, barrier, issue the copies of the slice `stages - 1` ahead
+    ///    into the stage read one iteration ago, then per k step `ldmatrix.x4` (or element
+    ///    loads for transposed TF32) and one `mma.sync` per 16 × 8 fragment of the warp's tile;
+    /// 3. the epilogue (the group's output of the f32 accumulators, each rounded once to the
+    ///    matmul's dtype) through shared memory in 16-byte row vectors when N is a multiple
+    ///    of 4 ([`Gen::staged_epilogue`]), else per fragment.
+    ///
+    /// Returns the grid.
     pub(super) fn mma(
         &mut self,
         out: Value,
