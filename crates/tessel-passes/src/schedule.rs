@@ -183,7 +183,9 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    (16 + K/16)·u instead of K·u (a single f32 chain at K = 4096 measured rel-RMS
 ///    1.16e-6, above the 1e-6 contract) — and bits depend on neither the output tile nor M.
 ///    Skinny N ≤ 32: 128 × 16 tiles, 8 × 1 outputs per thread; skinny M ≤ 32: 16 × 128,
-///    1 × 8 (a 64-row tile would compute 48 rows of zeros for a rank-16 LoRA's dA).
+///    2 × 4 (a 64-row tile would compute 48 rows of zeros for a rank-16 LoRA's dA; 1 × 8
+///    made ptxas spill). Operand slices are loaded 16 bytes at a time along whichever dim
+///    the stored tensor is contiguous in, when its rows are a multiple of 4.
 /// 4. **Split-K** (`exact` and `fast`; never `invariant`, where it would make the order
 ///    depend on M): when the tiles do not give every SM a CTA and K has at least 8 slices,
 ///    K is cut into `split_k` ranges of whole slices, enough for two CTAs per SM and at
@@ -316,7 +318,7 @@ fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Sche
     let (bm, bn, tm, tn, shape_why) = if s.n <= 32 {
         (128, 16, 8, 1, "skinny N: 128×16 tile, 8×1")
     } else if s.m <= 32 {
-        (16, 128, 1, 8, "skinny M: 16×128 tile, 1×8")
+        (16, 128, 2, 4, "skinny M: 16×128 tile, 2×4")
     } else {
         (64, 64, 4, 4, "64×64 tile, 4×4")
     };

@@ -398,6 +398,23 @@ impl Gen<'_> {
             (bn, b_base, false, s.rhs_k_contiguous),
         ];
         for (rows, base, is_a, k_fastest) in layouts {
+            // Four consecutive elements of the stored tensor per load when its rows are a
+            // multiple of 4 (every vector then lies wholly inside or outside the tensor).
+            let operand = if is_a { lhs } else { rhs };
+            let stored = self.operand_base(operand);
+            let vec4 = s.operands_2d && self.g.ty(stored).shape.last() % 4 == 0 && rows % 4 == 0;
+            if vec4 {
+                let (outer0, limit) = if is_a { (m0, m) } else { (n0, n) };
+                let tile = SimtTile {
+                    base,
+                    rows,
+                    bk,
+                    k0,
+                    k_fastest,
+                };
+                self.simt_load_vec4(stored, &lead, tile, (outer0, limit, k), (tid, threads))?;
+                continue;
+            }
             let per = (rows * bk).div_ceil(threads);
             for i in 0..per {
                 let e = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
@@ -535,6 +552,111 @@ impl Gen<'_> {
         ])
     }
 
+    /// Copies one K slice of a SIMT tile operand from the stored tensor `stored` to the
+    /// shared tile `Xs[kk][r]` (`bk × rows` f32), four consecutive elements of the stored
+    /// tensor's rows per load — along k (`k_fastest`, stored `[.., rows, K]`) or along the
+    /// rows (stored `[.., K, rows]`) — so a warp reads contiguous memory; vectors outside
+    /// the tensor or past K are zeros (they add nothing).
+    fn simt_load_vec4(
+        &mut self,
+        stored: Value,
+        lead: &[Ix],
+        t: SimtTile,
+        (outer0, limit, k): (Ix, u64, u64),
+        (tid, threads): (Reg, u32),
+    ) -> Result<(), LowerError> {
+        let vecs = t.rows * t.bk / 4;
+        for i in 0..vecs.div_ceil(threads) {
+            let e = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
+            let in_tile = if (i + 1) * threads <= vecs {
+                None
+            } else {
+                let eo = self.ix_op(e);
+                Some(self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[eo, Operand::U32(vecs)],
+                ))
+            };
+            let (kk, rr) = if t.k_fastest {
+                let q = self.irem_c(e, (t.bk / 4) as u64);
+                (self.imul_c(q, 4), self.idiv_c(e, (t.bk / 4) as u64))
+            } else {
+                let q = self.irem_c(e, (t.rows / 4) as u64);
+                (self.idiv_c(e, (t.rows / 4) as u64), self.imul_c(q, 4))
+            };
+            let gk = self.iadd(Ix::R(t.k0), kk);
+            let gr = self.iadd(outer0, rr);
+            let (gko, gro) = (self.ix_op(gk), self.ix_op(gr));
+            let k_ok = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gko, Self::imm_u(k)]);
+            let r_ok = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[gro, Self::imm_u(limit)],
+            );
+            let mut ok = self
+                .b
+                .op(RegType::Pred, Op::PAnd, &[k_ok.into(), r_ok.into()]);
+            if let Some(it) = in_tile {
+                ok = self.b.op(RegType::Pred, Op::PAnd, &[ok.into(), it.into()]);
+            }
+            let vals: Vec<Reg> = (0..4)
+                .map(|_| {
+                    let v = self.b.kernel.new_reg(RegType::F32);
+                    self.b.assign(v, Op::Mov, &[Operand::f32(0.0)]);
+                    v
+                })
+                .collect();
+            self.open();
+            let mut idx = lead.to_vec();
+            if t.k_fastest {
+                idx.extend([gr, gk]);
+            } else {
+                idx.extend([gk, gr]);
+            }
+            let x = self.value(stored, &idx, 4)?;
+            for (v, xv) in vals.iter().zip(x) {
+                self.b.assign(*v, Op::Mov, &[xv]);
+            }
+            self.close_if(ok);
+            // Shared offset (kk · rows + rr) · 4: four along k are a column of Xs, four
+            // along the rows one 16-byte row piece.
+            let so = self.imul_c(kk, t.rows as u64);
+            let so = self.iadd(so, rr);
+            let so = self.imul_c(so, 4);
+            let so_op = self.ix_op(so);
+            let addr = self.b.op(RegType::U32, Op::IAdd, &[t.base.into(), so_op]);
+            if in_tile.is_some() {
+                self.open();
+            }
+            if t.k_fastest {
+                for (j, v) in vals.iter().enumerate() {
+                    self.b.push(Stmt::Store {
+                        space: Space::Shared,
+                        width: Width::B32,
+                        addr,
+                        offset: (j as u32 * t.rows * 4) as i32,
+                        values: vec![(*v).into()],
+                    });
+                }
+            } else {
+                self.b.push(Stmt::Store {
+                    space: Space::Shared,
+                    width: Width::V4,
+                    addr,
+                    offset: 0,
+                    values: vals.iter().map(|&v| v.into()).collect(),
+                });
+            }
+            if let Some(it) = in_tile {
+                self.close_if(it);
+            }
+        }
+        Ok(())
+    }
+
     /// Loads consecutive f32 from shared memory at `addr + offset` into `dst`, 16 bytes at a
     /// time where the count allows (offsets are multiples of 16 when `dst.len()` is 4).
     fn load_shared_f32(&mut self, dst: &[Reg], addr: Reg, offset: i32) {
@@ -564,4 +686,15 @@ pub(super) fn split_range(k: u64, bk: u32, split: u32) -> u64 {
         return k.max(1);
     }
     k.div_ceil(bk as u64).div_ceil(split as u64).max(1) * bk as u64
+}
+
+/// One operand's shared tile of the SIMT GEMM: `Xs[kk][r]`, `bk × rows` f32 at `base`, for
+/// the K slice starting at `k0`; `k_fastest` when the stored tensor is contiguous along K.
+#[derive(Copy, Clone)]
+struct SimtTile {
+    base: Reg,
+    rows: u32,
+    bk: u32,
+    k0: Reg,
+    k_fastest: bool,
 }
