@@ -240,6 +240,27 @@ const HALF_REL_RMS: f64 = 1.0 / 256.0;
 /// A100 whitepaper, "TF32"), since each product rounds both of its inputs.
 const TF32_REL_RMS: f64 = 1.0 / 1024.0;
 
+/// Whether the value `out` of `g` depends on a bf16/f16 value the step computes (not a step
+/// input, whose values the oracle shares exactly): its rounding then bounds `out`'s error.
+fn computes_16_bit(g: &tessel_ir::graph::Graph, out: tessel_ir::Value) -> bool {
+    use tessel_ir::graph::Op;
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![out];
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        if matches!(g.ops[v], Op::Input { .. }) {
+            continue;
+        }
+        if matches!(g.ty(v).dtype, DType::Bf16 | DType::F16) {
+            return true;
+        }
+        stack.extend(g.ops[v].args());
+    }
+    false
+}
+
 /// The tensor-core statements a program uses: (any `mma.sync`, any TF32 one).
 fn tensor_cores(p: &tessel_ir::kernel::Program) -> (bool, bool) {
     use tessel_ir::kernel::{MmaShape, Stmt};
@@ -425,7 +446,16 @@ fn check_step(
             "oracle_rel_rms": stats.rel_rms, "oracle_max_abs": stats.max_abs,
             "oracle_max_ulp": stats.max_ulp,
         });
+        // The oracle rounds nothing in between (tessel-ref's oracle docs), so an f32 output
+        // computed through a 16-bit value (`f32(a @ b)` with bf16 a, b) carries that
+        // value's rounding: it is held to the 16-bit bound.
+        let through_16_bit = step
+            .checked
+            .outputs
+            .get(i)
+            .is_some_and(|&(_, v)| computes_16_bit(&step.checked, v));
         let bound = match e.ty.dtype {
+            DType::F32 if through_16_bit => HALF_REL_RMS,
             DType::F32 if tf32 => TF32_REL_RMS,
             DType::F32 => F32_REL_RMS,
             DType::Bf16 | DType::F16 => HALF_REL_RMS,
@@ -952,5 +982,35 @@ fn rows_of(t: &Tensor, r0: u64, m: u64) -> Tensor {
     Tensor {
         ty: tessel_ir::TensorType::new(t.ty.dtype, shape),
         data: t.data[(r0 * row) as usize..((r0 + m) * row) as usize].to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::computes_16_bit;
+    use std::collections::BTreeMap;
+
+    /// The checked graph of `step` in `src`, dims bound to 4.
+    fn graph(src: &str, step: &str) -> tessel_ir::graph::Graph {
+        let module = tessel_syntax::parse(src).expect("parses");
+        let dims: BTreeMap<String, u64> = [("M", 4), ("K", 4), ("N", 4)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        tessel_passes::check::run(&module, step, &dims).expect("checks")
+    }
+
+    #[test]
+    fn an_f32_output_through_a_bf16_product_is_a_16_bit_path() {
+        let src = "
+            step through(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] { f32(a @ b) }
+            step widened(a: bf16[M, K], b: bf16[K, N]) -> f32[M, N] { f32(a) @ f32(b) }
+            step plain(a: f32[M, K], b: f32[K, N]) -> f32[M, N] { a @ b }
+        ";
+        for (step, want) in [("through", true), ("widened", false), ("plain", false)] {
+            let g = graph(src, step);
+            let out = g.outputs[0].1;
+            assert_eq!(computes_16_bit(&g, out), want, "step {step}");
+        }
     }
 }
