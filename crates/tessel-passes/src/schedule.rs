@@ -105,6 +105,19 @@ pub struct MatmulShape {
     pub operands_2d: bool,
 }
 
+/// Whether the permutation `perm` swaps the last two dims and keeps the others in place
+/// (a matrix transpose, the form `x^T` and `w^T` take).
+pub fn swaps_last_two(perm: &[u32]) -> bool {
+    let n = perm.len();
+    n >= 2
+        && perm[n - 1] as usize == n - 2
+        && perm[n - 2] as usize == n - 1
+        && perm[..n - 2]
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| p as usize == i)
+}
+
 /// Reads M, N, K and the operand layouts of the matmul `mm`.
 pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
     let tessel_ir::graph::Op::MatMul { lhs, rhs } = g.ops[mm] else {
@@ -113,16 +126,7 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
     let (ls, rs) = (&g.ty(lhs).shape.0, &g.ty(rhs).shape.0);
     let r = ls.len();
     let swaps_last_two = |v: tessel_ir::Value| match &g.ops[v] {
-        tessel_ir::graph::Op::Permute { perm, .. } => {
-            let n = perm.len();
-            n >= 2
-                && perm[n - 1] as usize == n - 2
-                && perm[n - 2] as usize == n - 1
-                && perm[..n - 2]
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &p)| p as usize == i)
-        }
+        tessel_ir::graph::Op::Permute { perm, .. } => swaps_last_two(perm),
         _ => false,
     };
     MatmulShape {
@@ -192,10 +196,8 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
 ///    least 4 slices each; partials go to scratch and are summed in range order.
 fn matmul(g: &Graph, mm: tessel_ir::Value, t: &Target, profile: Profile) -> Schedule {
     let s = matmul_shape(g, mm);
-    let dt = match g.ops[mm] {
-        tessel_ir::graph::Op::MatMul { lhs, .. } => g.ty(lhs).dtype,
-        _ => unreachable!("matmul groups list their matmul"),
-    };
+    // A matmul's operands and result have one dtype (the graph verifier's rule).
+    let dt = g.ty(mm).dtype;
     let esz = dt.size_bytes() as u32;
     let sixteen_bit = matches!(dt, DType::Bf16 | DType::F16);
     let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;

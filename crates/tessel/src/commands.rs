@@ -729,13 +729,13 @@ pub fn bench(
             }
         }
         for (grp, kis) in groups {
-            let name = kis
+            let kernels: Vec<&tessel_ir::kernel::Kernel> = kis
                 .iter()
-                .map(|&ki| {
-                    p.kernels[tessel_ir::KernelId::from_u32(ki as u32)]
-                        .name
-                        .clone()
-                })
+                .map(|&ki| &p.kernels[tessel_ir::KernelId::from_u32(ki as u32)])
+                .collect();
+            let name = kernels
+                .iter()
+                .map(|k| k.name.clone())
                 .collect::<Vec<_>>()
                 .join(" + ");
             let bytes: u64 = kis
@@ -772,13 +772,9 @@ pub fn bench(
                 us / floor_us,
                 bytes / 1_000_000
             );
-            let tile = kis
+            let tile = kernels
                 .iter()
-                .map(|&ki| {
-                    p.kernels[tessel_ir::KernelId::from_u32(ki as u32)]
-                        .schedule
-                        .clone()
-                })
+                .map(|k| k.schedule.clone())
                 .collect::<Vec<_>>()
                 .join(" | ");
             let mut rec = json!({
@@ -868,13 +864,19 @@ pub fn invariance(
             None => execute(p, inputs, "executor"),
         }
     };
+    // Every step at every size, compiled once: the reference size, one row fewer (to tell
+    // batched tensors from ones whose first dim equals the batch by chance), the others.
+    let prev = compile_at(full.max(2) - 1)?;
+    let others: Vec<(u64, Vec<Step>)> = sizes
+        .iter()
+        .filter(|&&m| m != full)
+        .map(|&m| compile_at(m).map(|s| (m, s)))
+        .collect::<Result<_>>()?;
     let mut ok = true;
     for (si, step) in compile_at(full)?.into_iter().enumerate() {
         let p = with_temps(&step.compiled.program);
-        // Batched tensors: those whose first dim is the batch at every size (compared with
-        // the program at one row fewer, so a dim equal to the batch by chance is not taken).
-        let other = &compile_at(full.max(2) - 1)?[si];
-        let q = with_temps(&other.compiled.program);
+        // Batched tensors: those whose first dim is the batch at every size.
+        let q = with_temps(&prev[si].compiled.program);
         let batched =
             |p: &Program, q: &Program, b: tessel_ir::BufferId, qb: tessel_ir::BufferId| {
                 let (s, t) = (&p.buffers[b].ty.shape.0, &q.buffers[qb].ty.shape.0);
@@ -914,12 +916,10 @@ pub fn invariance(
             );
             continue;
         }
-        let mut steps_at: Vec<(u64, Program)> = Vec::new();
-        for &m in sizes {
-            if m != full {
-                steps_at.push((m, with_temps(&compile_at(m)?[si].compiled.program)));
-            }
-        }
+        let steps_at: Vec<(u64, Program)> = others
+            .iter()
+            .map(|(m, steps)| (*m, with_temps(&steps[si].compiled.program)))
+            .collect();
         let mut step_ok = true;
         for seed in 0..seeds {
             let inputs = make_inputs(

@@ -41,6 +41,16 @@ fn tile_grid((mt, nt): (u64, u64), batch: u64, ranges: u64) -> [u32; 3] {
     ]
 }
 
+/// Where a thread's warp sits in the CTA's tile: the thread index, its lane, and the warp
+/// tile's first row and column.
+#[derive(Copy, Clone)]
+struct WarpTile {
+    tid: Reg,
+    lane: Ix,
+    wm0: Ix,
+    wn0: Ix,
+}
+
 /// One matmul operand as the tile copies it: the materialised tensor `base` with its last
 /// dim `cols` (contiguous), and whether `cols` is the K dim.
 #[derive(Copy, Clone)]
@@ -95,15 +105,7 @@ impl Gen<'_> {
     fn operand_2d(&self, x: Value, k_is_last: bool) -> Option<Operand2d> {
         let (base, swapped) = match &self.g.ops[x] {
             GOp::Permute { arg, perm } => {
-                let n = perm.len();
-                let swap = n >= 2
-                    && perm[n - 1] as usize == n - 2
-                    && perm[n - 2] as usize == n - 1
-                    && perm[..n - 2]
-                        .iter()
-                        .enumerate()
-                        .all(|(i, &p)| p as usize == i);
-                if !swap {
+                if !crate::schedule::swaps_last_two(perm) {
                     return None;
                 }
                 (*arg, true)
@@ -200,9 +202,7 @@ impl Gen<'_> {
         else {
             unreachable!("called for mma tiles")
         };
-        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
-            unreachable!("matmul groups list their matmul");
-        };
+        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let dt = self.g.ty(lhs).dtype;
         let shape = match dt {
             DType::Bf16 => MmaShape::M16N8K16Bf16,
@@ -224,7 +224,6 @@ impl Gen<'_> {
                 value: mm,
             });
         };
-        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let batch = batch_shape.numel().max(1);
         let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
         let threads = 32 * warps_m * warps_n;
@@ -403,7 +402,14 @@ impl Gen<'_> {
 
         if staged {
             let tile = (base, bm, bn, threads);
-            self.staged_epilogue(out, mm, tile, (&accs, mi, ni), (&lead, m0, n0))?;
+            let warp_tile = WarpTile {
+                tid,
+                lane,
+                wm0,
+                wn0,
+            };
+            let edges = (&lead[..], m0, n0, m, n);
+            self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
             return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
         }
         // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
@@ -466,18 +472,15 @@ impl Gen<'_> {
         mm: Value,
         (base, bm, bn, threads): (Reg, u32, u32, u32),
         (accs, mi, ni): (&[[Reg; 4]], u32, u32),
-        (lead, m0, n0): (&[Ix], Ix, Ix),
+        WarpTile {
+            tid,
+            lane,
+            wm0,
+            wn0,
+        }: WarpTile,
+        (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
     ) -> Result<(), LowerError> {
-        let (_, _, _, (m, _, n)) = self.matmul_operands(mm);
         let stride = (bn + STAGE_PAD) * 4;
-        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let warp = self.idiv_c(Ix::R(tid), 32);
-        let lane = self.irem_c(Ix::R(tid), 32);
-        let warps_n = bn / (8 * ni);
-        let wi = self.idiv_c(warp, warps_n as u64);
-        let wj = self.irem_c(warp, warps_n as u64);
-        let wm0 = self.imul_c(wi, 16 * mi as u64);
-        let wn0 = self.imul_c(wj, 8 * ni as u64);
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
         // Lane (g, t) writes rows g, g + 8 at columns 2t, 2t + 1 of each fragment.
@@ -575,9 +578,7 @@ impl Gen<'_> {
         warps: u32,
         unroll: u32,
     ) -> Result<[u32; 3], LowerError> {
-        let GOp::MatMul { lhs, rhs } = self.g.ops[mm] else {
-            unreachable!("matmul groups list their matmul");
-        };
+        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let dt = self.g.ty(lhs).dtype;
         let shape = match dt {
             DType::Bf16 => MmaShape::M16N8K16Bf16,
@@ -595,7 +596,6 @@ impl Gen<'_> {
                 value: mm,
             });
         };
-        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         if !x.k_contiguous || !w.k_contiguous || m > 16 || k % 8 != 0 || batch_shape.numel() != 1 {
             return Err(LowerError::Unsupported {
                 what: format!(
@@ -617,8 +617,8 @@ impl Gen<'_> {
         let n0 = self.imul_c(Ix::R(cta), 8);
 
         // Row pointers at k = 8t (rows clamped into the tensor: a row past the edge reads
-        // a real row, and its results are not stored), and whether each row exists.
-        let row_ptr = |this: &mut Self, base: Value, row: Ix, limit: u64| -> (Reg, Reg) {
+        // a real row, and its results are not stored).
+        let row_ptr = |this: &mut Self, base: Value, row: Ix, limit: u64| -> Reg {
             let ro = this.ix_op(row);
             let ok = this.b.op(
                 RegType::Pred,
@@ -630,10 +630,10 @@ impl Gen<'_> {
                 .op(RegType::U32, Op::Select, &[ok.into(), ro, Operand::U32(0)]);
             let mut idx = lead.clone();
             idx.extend([Ix::R(clamped), t8]);
-            (this.address(base, &idx), ok)
+            this.address(base, &idx)
         };
         let wrow = self.iadd(n0, g);
-        let (pw, _) = row_ptr(self, w.base, wrow, n);
+        let pw = row_ptr(self, w.base, wrow, n);
         // Left rows g and g + 8 (the second only when M > 8; zeros otherwise).
         let mut px = vec![row_ptr(self, x.base, g, m)];
         if m > 8 {
@@ -673,7 +673,7 @@ impl Gen<'_> {
                     .op(RegType::U64, Op::AddU64, &[p.into(), step.into()])
             };
             let qw = at(this, pw);
-            let qx: Vec<Reg> = px.iter().map(|&(p, _)| at(this, p)).collect();
+            let qx: Vec<Reg> = px.iter().map(|&p| at(this, p)).collect();
             // All loads of the iteration first, then the mma.
             let mut loaded = Vec::new();
             for u in 0..count as u64 {
