@@ -685,6 +685,47 @@ pub struct Program {
     pub outputs: Vec<(String, BufferId)>,
 }
 
+/// Which tensor-core instructions a program issues (see [`Program::tensor_cores`]).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct TensorCoreUse {
+    /// Any `mma.sync`: its accumulation order inside one instruction is not specified by
+    /// NVIDIA, so such kernels are checked by tolerance, not against the executor's bits.
+    pub mma: bool,
+    /// Any TF32 `mma.sync` (m16n8k8): f32 operands rounded to 10 fraction bits.
+    pub tf32: bool,
+}
+
+impl Program {
+    /// The tensor-core instructions any kernel of the program issues.
+    pub fn tensor_cores(&self) -> TensorCoreUse {
+        fn walk(body: &[Stmt], found: &mut TensorCoreUse) {
+            for s in body {
+                match s {
+                    Stmt::Mma { shape, .. } => {
+                        found.mma = true;
+                        found.tf32 |= *shape == MmaShape::M16N8K8Tf32;
+                    }
+                    Stmt::For { body, .. } => walk(body, found),
+                    Stmt::If {
+                        then_body,
+                        else_body,
+                        ..
+                    } => {
+                        walk(then_body, found);
+                        walk(else_body, found);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut found = TensorCoreUse::default();
+        for k in self.kernels.values() {
+            walk(&k.body, &mut found);
+        }
+        found
+    }
+}
+
 /// Appends statements to a kernel body with nested blocks (`For`, `If`) opened and closed
 /// in stack order.
 pub struct Builder<'k> {

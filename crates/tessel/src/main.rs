@@ -10,6 +10,7 @@
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! ```
 
+mod check;
 mod commands;
 mod device;
 mod frontend;
@@ -209,7 +210,7 @@ fn real_main() {
             inputs,
             cpu,
             json,
-        } => commands::check(&files, &compile, &inputs, cpu, json.as_deref()),
+        } => check::check(&files, &compile, &inputs, cpu, json.as_deref()),
         Command::Explain { file, compile } => commands::explain(&file, &compile).map(|_| true),
         Command::Invariance {
             file,
