@@ -441,3 +441,161 @@ fn deep_expressions_do_not_overflow_the_stack() {
     };
     let _ = check::run(&m, "s", &dims(2));
 }
+
+/// The diagnostics of checking step `s` of `src` at `T = 4`; panics if it checks.
+fn errors(src: &str) -> Vec<tessel_syntax::Diagnostic> {
+    let m = tessel_syntax::parse(src).unwrap_or_else(|d| panic!("parse: {d:?}"));
+    match check::run(&m, "s", &dims(4)) {
+        Ok(_) => panic!("checked without errors:\n{src}"),
+        Err(ds) => ds,
+    }
+}
+
+/// The source text under a diagnostic's primary label.
+fn primary<'a>(src: &'a str, d: &tessel_syntax::Diagnostic) -> &'a str {
+    &src[d.primary_span().range()]
+}
+
+#[test]
+fn iota_counts_at_most_to_the_largest_i32() {
+    // iota(2^31) ends at i32::MAX: fine. One more would wrap to a negative value.
+    let ok = "step s() -> i32[2147483648] { iota(2147483648) }";
+    let m = tessel_syntax::parse(ok).unwrap();
+    assert!(check::run(&m, "s", &dims(4)).is_ok());
+    for n in ["2147483649", "3000000000", "9223372036854775807"] {
+        let src = format!("step s() -> i32[T] {{ iota({n})[0:T] }}");
+        let ds = errors(&src);
+        assert_eq!(ds.len(), 1, "{ds:?}");
+        assert_eq!(ds[0].code, check::codes::LITERAL_RANGE);
+        assert_eq!(primary(&src, &ds[0]), n);
+    }
+}
+
+#[test]
+fn tensors_past_32_bit_offsets_are_refused_at_their_source() {
+    // The largest tensor kernels can index checks; one element more does not.
+    let limit = check::MAX_NUMEL;
+    assert_eq!(limit, u32::MAX as u64 - 1);
+    let ok = format!("step s(x: i32[{limit}]) -> i32[{limit}] {{ x }}");
+    let m = tessel_syntax::parse(&ok).unwrap();
+    assert!(check::run(&m, "s", &dims(4)).is_ok());
+
+    // An input: blamed on its declared type, named, with the size and the limit.
+    let src = "step s(x: bf16[3, 4294967295]) -> bf16[T] { x[0, 0:T] }";
+    let ds = errors(src);
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::BAD_DIM);
+    assert_eq!(primary(src, &ds[0]), "bf16[3, 4294967295]");
+    assert!(ds[0].message.contains("input `x`"), "{}", ds[0].message);
+    assert!(
+        ds[0].message.contains("12884901885 elements"),
+        "{}",
+        ds[0].message
+    );
+    assert!(ds[0].notes[0].contains("4294967294"), "{:?}", ds[0].notes);
+
+    // Computed values: a broadcast sum, a reshape, a `where` and a matmul, each blamed on
+    // its own expression.
+    for (body, blamed) in [
+        ("x[None, :] + x[:, None]", "x[None, :] + x[:, None]"),
+        (
+            "where(x[None, :] > 0.0, x[:, None], 0.0)",
+            "where(x[None, :] > 0.0, x[:, None], 0.0)",
+        ),
+        ("x[:, None] @ x[None, :]", "x[:, None] @ x[None, :]"),
+    ] {
+        let src = format!("step s(x: f32[65536]) -> f32[T] {{ let y = {body}; y[0, 0:T] }}");
+        let ds = errors(&src);
+        assert_eq!(ds.len(), 1, "{body}: {ds:?}");
+        assert_eq!(ds[0].code, check::codes::BAD_DIM, "{body}");
+        assert_eq!(primary(&src, &ds[0]), blamed);
+        assert!(
+            ds[0].message.contains("f32[65536, 65536]"),
+            "{}",
+            ds[0].message
+        );
+    }
+}
+
+#[test]
+fn exponential_inlining_stops_with_the_call_chain() {
+    // h40 doubles h39 doubles ... : 2^40 nodes if inlined. It must stop quickly, once,
+    // naming the chain outermost first.
+    let mut src = String::from("fn h0(a: f32[T]) -> f32[T] { a * 2.0 }\n");
+    for i in 1..=40 {
+        src.push_str(&format!(
+            "fn h{i}(a: f32[T]) -> f32[T] {{ h{}(a) + h{}(a) }}\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    src.push_str("step s(x: f32[T]) -> f32[T] { h40(x) }\n");
+    let start = std::time::Instant::now();
+    let ds = errors(&src);
+    assert!(start.elapsed().as_secs() < 60, "took {:?}", start.elapsed());
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::EXPANSION);
+    assert_eq!(primary(&src, &ds[0]), "h40(x)");
+    let chain: Vec<String> = (0..=40).rev().map(|i| format!("h{i}")).collect();
+    let want = chain[..chain.len() - 1].join(" -> ");
+    assert!(
+        ds[0].notes.iter().any(|n| n.contains(&want)),
+        "{:?}",
+        ds[0].notes
+    );
+
+    // Calls that add no node still count: `let`s that are never used.
+    let mut src = String::from("fn h0(a: f32[T]) -> f32[T] { a }\n");
+    for i in 1..=40 {
+        src.push_str(&format!(
+            "fn h{i}(a: f32[T]) -> f32[T] {{ let b = h{}(a); let c = h{}(a); a }}\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    src.push_str("step s(x: f32[T]) -> f32[T] { h40(x) }\n");
+    let ds = errors(&src);
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::EXPANSION);
+}
+
+#[test]
+fn long_misspelled_names_are_answered_at_once() {
+    // Two 100,000-character names one letter apart: the edit distance alone took 16 s.
+    let long = "a".repeat(100_000);
+    let src = format!("step s(x: f32[T]) -> f32[T] {{ let {long} = x; x + {long}b }}");
+    let start = std::time::Instant::now();
+    let ds = errors(&src);
+    assert!(
+        start.elapsed().as_millis() < 2000,
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::UNKNOWN_NAME);
+    assert_eq!(ds[0].help, None);
+    // Short typos are still suggested.
+    let ds = errors("step s(x: f32[T]) -> f32[T] { let hidden = x; hiden }");
+    assert_eq!(ds[0].help.as_deref(), Some("did you mean `hidden`?"));
+}
+
+#[test]
+fn pytorch_argument_names_point_to_tessels() {
+    for (call, help) in [
+        (
+            "softmax(x, dim: -1)",
+            "PyTorch's `dim` is `axis` in tessel: `softmax(x, axis: ...)`",
+        ),
+        (
+            "sum(x, axis: -1, keepdim: true)",
+            "PyTorch's `keepdim` is `keep` in tessel: `sum(x, keep: ...)`",
+        ),
+    ] {
+        let src = format!("step s(x: f32[T, T]) -> f32[T, T] {{ {call} }}");
+        let ds = errors(&src);
+        // One error: `axis:` is not reported missing a second time.
+        assert_eq!(ds.len(), 1, "{call}: {ds:?}");
+        assert_eq!(ds[0].code, check::codes::UNKNOWN_NAMED_ARG);
+        assert_eq!(ds[0].help.as_deref(), Some(help));
+    }
+}

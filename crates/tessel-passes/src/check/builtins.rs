@@ -127,6 +127,20 @@ impl Checker<'_> {
                             .with_label(vspan, "the length must be at least 1"),
                     ));
                 }
+                // The last value, n - 1, must be an i32.
+                if n - 1 > i64::from(i32::MAX) {
+                    return Err(self.error(
+                        Diagnostic::error(
+                            codes::LITERAL_RANGE,
+                            format!("`iota({n})` counts past the largest i32"),
+                        )
+                        .with_label(vspan, format!("its last value would be {}", n - 1))
+                        .with_note(format!(
+                            "iota gives i32 values 0 ..= n - 1, so n is at most 2^31 = {}",
+                            i64::from(i32::MAX) + 1
+                        )),
+                    ));
+                }
                 Ok(Val::T(self.push(
                     Op::Iota { axis: 0 },
                     TensorType::new(DType::I32, vec![n as u64]),
@@ -244,7 +258,14 @@ impl Checker<'_> {
                     format!("`{name}` has no argument named `{}`", arg.name.node),
                 )
                 .with_label(arg.name.span, "unknown argument name");
-                if let Some(s) = suggest(&arg.name.node, allowed.iter().map(|(a, _)| *a)) {
+                if let Some(t) =
+                    torch_name(&arg.name.node).filter(|t| allowed.iter().any(|(a, _)| a == t))
+                {
+                    d = d.with_help(format!(
+                        "PyTorch's `{}` is `{t}` in tessel: `{name}(x, {t}: ...)`",
+                        arg.name.node
+                    ));
+                } else if let Some(s) = suggest(&arg.name.node, allowed.iter().map(|(a, _)| *a)) {
                     d = d.with_help(format!("did you mean `{s}`?"));
                 } else if allowed.is_empty() {
                     d = d.with_note(format!("`{name}` takes no named arguments"));
@@ -257,7 +278,9 @@ impl Checker<'_> {
             }
         }
         for (a, required) in allowed {
-            if *required && !named.iter().any(|(n, _)| n.name.node == *a) {
+            // `dim:` given for a missing `axis:` is reported above, with the name to use.
+            let given = |n: &str| n == *a || torch_name(n) == Some(*a);
+            if *required && !named.iter().any(|(n, _)| given(&n.name.node)) {
                 ok = false;
                 self.error(
                     Diagnostic::error(
@@ -428,6 +451,7 @@ impl Checker<'_> {
             (self.shape(y), bspan),
         ];
         let shape = self.broadcast_shapes("`where`", span, &shapes)?;
+        self.addressable(&TensorType::new(dt, shape.clone()), span, None)?;
         let cond = self.broadcast_to(cond, &shape, cspan)?;
         let x = self.broadcast_to(x, &shape, aspan)?;
         let y = self.broadcast_to(y, &shape, bspan)?;
@@ -632,5 +656,14 @@ fn two(pos: Vec<Arg>) -> R<(Arg, Arg)> {
     match (it.next(), it.next()) {
         (Some(a), Some(b)) => Ok((a, b)),
         _ => Err(Reported),
+    }
+}
+
+/// The tessel name of a named argument spelled as in PyTorch (`dim`, `keepdim`).
+fn torch_name(name: &str) -> Option<&'static str> {
+    match name {
+        "dim" => Some("axis"),
+        "keepdim" => Some("keep"),
+        _ => None,
     }
 }

@@ -584,9 +584,12 @@ impl<'m> Checker<'m> {
             span,
             &[(self.shape(x), aspan), (self.shape(y), bspan)],
         )?;
+        let rdt = if compare { DType::Bool } else { dt };
+        // A result too large to index is blamed on the operator, not on the operand whose
+        // broadcast would be the first tensor of that size.
+        self.addressable(&TensorType::new(rdt, shape.clone()), span, None)?;
         let x = self.broadcast_to(x, &shape, aspan)?;
         let y = self.broadcast_to(y, &shape, bspan)?;
-        let rdt = if compare { DType::Bool } else { dt };
         self.push(
             Op::Binary { op, lhs: x, rhs: y },
             TensorType::new(rdt, shape),
@@ -795,6 +798,12 @@ impl<'m> Checker<'m> {
         named: &[(&ast::NamedArg, Val)],
     ) -> R<Val> {
         let name = f.name.node.as_str();
+        // Each inlined call counts against the expansion bound (a fn whose body adds no
+        // node still costs its call), with the callee at the end of the reported chain.
+        self.call_stack.push((name.to_string(), span));
+        let within = self.expand(span);
+        self.call_stack.pop();
+        within?;
         if let Some(i) = self.call_stack.iter().position(|(n, _)| n == name) {
             let chain: Vec<&str> = self.call_stack[i..]
                 .iter()

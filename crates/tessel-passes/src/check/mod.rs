@@ -13,7 +13,8 @@
 //! What it guarantees after: the graph satisfies `tessel_ir::verify::verify_graph` — no op
 //! broadcasts or promotes implicitly (the pass inserts [`Op::Reshape`], [`Op::Broadcast`] and
 //! [`Op::Cast`]), every literal is an [`Op::Const`] holding the exact value of the dtype it
-//! took, every tensor dim is at least 1, and no value is dead (unused values, such as one
+//! took, every tensor dim is at least 1 and every tensor holds at most [`MAX_NUMEL`]
+//! elements (kernels index with 32-bit offsets), and no value is dead (unused values, such as one
 //! half of a `split`, are removed; every step input stays). The result types equal the
 //! declared ones exactly.
 //!
@@ -25,7 +26,9 @@
 //! `E04xx` shapes, `E029x` not supported yet). Name errors are collected over the whole
 //! module first (every `fn`, `step` and `const`, used or not); if there are none, the step is
 //! checked, collecting independent errors and stopping at the first error of each chain
-//! (a value whose operand failed is not diagnosed again). The pass never panics on any AST.
+//! (a value whose operand failed is not diagnosed again). The pass never panics on any AST,
+//! and its work is bounded: [`MAX_CALL_DEPTH`] nested calls, [`MAX_EXPANSION`] graph nodes
+//! and inlined calls per step.
 //!
 //! The language's semantics (promotion, broadcasting, builtins, indexing) are written down
 //! in `docs/language.md`, section "Semantics".
@@ -83,6 +86,9 @@ pub mod codes {
     pub const NOT_CONSTANT: &str = "E0215";
     /// `fn` calls nested deeper than [`super::MAX_CALL_DEPTH`].
     pub const CALL_DEPTH: &str = "E0216";
+    /// Inlining `fn` calls expands the step past [`super::MAX_EXPANSION`] graph nodes and
+    /// calls.
+    pub const EXPANSION: &str = "E0217";
     /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// `x[idx]` with a tensor `idx`: gather is not supported yet.
@@ -131,8 +137,18 @@ pub mod codes {
 /// bounds the checker's own stack).
 pub const MAX_CALL_DEPTH: usize = 64;
 
-/// Largest element count of one tensor (2^48): offsets stay far inside `u64`/`i64`.
-const MAX_NUMEL: u64 = 1 << 48;
+/// Largest element count of one tensor: 2^32 - 2 = 4294967294. Kernels index with 32-bit
+/// offsets, and `lower` refuses a tensor of `u32::MAX` elements or more (a loop bound of
+/// `numel` must itself fit in a `u32`). Refusing here puts the error at the source span, before
+/// anything is allocated.
+pub const MAX_NUMEL: u64 = u32::MAX as u64 - 1;
+
+/// Most graph nodes plus inlined `fn` calls one step may expand to. Every `fn` is inlined
+/// at each call, so `fn g(a) { h(a) + h(a) }` nested 40 deep is 2^40 nodes; past this bound
+/// the check stops with [`codes::EXPANSION`] naming the chain of calls being inlined. A
+/// Qwen3 decoder layer is a few hundred nodes, so 2^21 leaves room for whole models while
+/// the check of a step at the limit stays around a second.
+pub const MAX_EXPANSION: u64 = 1 << 21;
 
 /// The builtin functions (casts `f32(x)` etc. are separate: dtype keywords).
 pub(crate) const BUILTINS: &[&str] = &[
@@ -258,6 +274,11 @@ pub(crate) struct Checker<'m> {
     pub(crate) funcs: HashMap<&'m str, &'m Func>,
     /// The `fn`s being inlined, outermost first, with their call sites.
     pub(crate) call_stack: Vec<(String, Span)>,
+    /// Graph nodes pushed plus `fn` calls inlined so far (bounded by [`MAX_EXPANSION`]).
+    pub(crate) expansion: u64,
+    /// Set once [`MAX_EXPANSION`] is reached and reported: every later push and call fails
+    /// silently, so the rest of the call tree is not walked.
+    pub(crate) exhausted: bool,
 }
 
 impl<'m> Checker<'m> {
@@ -273,6 +294,8 @@ impl<'m> Checker<'m> {
             consts: HashMap::new(),
             funcs,
             call_stack: Vec::new(),
+            expansion: 0,
+            exhausted: false,
         }
     }
 
@@ -323,6 +346,7 @@ impl<'m> Checker<'m> {
         let mut bad = false;
         for (index, p) in func.params.iter().enumerate() {
             let v = self.resolve_type(&p.ty, &env.dims, None).and_then(|ty| {
+                self.addressable(&ty, p.ty.span, Some(&p.name.node))?;
                 self.push(
                     Op::Input {
                         index: index as u32,
@@ -460,23 +484,96 @@ impl<'m> Checker<'m> {
     }
 
     /// Pushes an op after checking that its result is addressable (at most [`MAX_NUMEL`]
-    /// elements); `span` is blamed otherwise.
+    /// elements; `span` is blamed otherwise) and that the step stays within
+    /// [`MAX_EXPANSION`].
     pub(crate) fn push(&mut self, op: Op, ty: TensorType, span: Span) -> R<Value> {
+        self.expand(span)?;
+        self.addressable(&ty, span, None)?;
+        Ok(self.graph.push(op, ty))
+    }
+
+    /// Refuses a tensor of more than [`MAX_NUMEL`] elements at `span`; `input` names a step
+    /// parameter whose declared type it is.
+    pub(crate) fn addressable(
+        &mut self,
+        ty: &TensorType,
+        span: Span,
+        input: Option<&str>,
+    ) -> R<()> {
         let numel = ty
             .shape
             .0
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d));
-        match numel {
-            Some(n) if n <= MAX_NUMEL => Ok(self.graph.push(op, ty)),
-            _ => Err(self.error(
-                Diagnostic::error(codes::BAD_DIM, format!("tensor {ty} is too large"))
-                    .with_label(span, format!("this has type {ty}"))
-                    .with_note(format!(
-                        "a tensor holds at most 2^48 elements ({MAX_NUMEL})"
-                    )),
-            )),
+        if numel.is_some_and(|n| n <= MAX_NUMEL) {
+            return Ok(());
         }
+        let count = match numel {
+            Some(n) => format!("{n} elements"),
+            None => "more than 2^64 elements".to_string(),
+        };
+        let what = match input {
+            Some(name) => format!("input `{name}`"),
+            None => "this value".to_string(),
+        };
+        Err(self.error(
+            Diagnostic::error(
+                codes::BAD_DIM,
+                format!("{what} is too large: {ty} has {count}"),
+            )
+            .with_label(span, format!("{ty}: {count}"))
+            .with_note(format!(
+                "a tensor holds at most 2^32 - 2 = {MAX_NUMEL} elements, because kernels \
+                 index with 32-bit offsets"
+            )),
+        ))
+    }
+
+    /// Counts one graph node or inlined call against [`MAX_EXPANSION`]; the first time the
+    /// bound is passed, reports it with the chain of `fn` calls being inlined.
+    pub(crate) fn expand(&mut self, span: Span) -> R<()> {
+        if self.exhausted {
+            return Err(Reported);
+        }
+        self.expansion += 1;
+        if self.expansion <= MAX_EXPANSION {
+            return Ok(());
+        }
+        self.exhausted = true;
+        let d = match self.call_stack.first() {
+            Some((outer, site)) => {
+                let chain: Vec<&str> = self.call_stack.iter().map(|(n, _)| n.as_str()).collect();
+                Diagnostic::error(
+                    codes::EXPANSION,
+                    format!(
+                        "inlining `{outer}` expands the step to more than {MAX_EXPANSION} \
+                         graph nodes and calls"
+                    ),
+                )
+                .with_label(
+                    *site,
+                    format!("this call of `{outer}` is too large once inlined"),
+                )
+                .with_note(format!(
+                    "while inlining {} (outermost first)",
+                    chain.join(" -> ")
+                ))
+                .with_note(
+                    "every fn is inlined at each of its calls, so a fn that calls another \
+                     twice doubles the size at each level",
+                )
+                .with_help(
+                    "where a fn calls another twice with the same arguments, bind the result \
+                     once with `let` and use the name twice",
+                )
+            }
+            None => Diagnostic::error(
+                codes::EXPANSION,
+                format!("the step expands to more than {MAX_EXPANSION} graph nodes"),
+            )
+            .with_label(span, "the limit is reached here"),
+        };
+        Err(self.error(d))
     }
 
     /// Checks a body's result against the declared return type(s) and returns the values.
@@ -637,16 +734,27 @@ pub(crate) fn dtype_rank(d: DType) -> u8 {
     }
 }
 
+/// Names longer than this get no "did you mean" suggestion: a typo in such a name is rare,
+/// and the edit distance costs the product of the two lengths (two 100,000-character names
+/// took 16 s).
+pub(crate) const MAX_SUGGEST_LEN: usize = 64;
+
 /// The closest of `candidates` to `name` by edit distance, if close enough to be a typo
-/// (at most a third of the name's length, and at least 1).
+/// (at most a third of the name's length, and at least 1). Names longer than
+/// [`MAX_SUGGEST_LEN`] characters get none; candidates whose length differs by more than
+/// the bound are skipped without computing the distance.
 pub(crate) fn suggest<'a>(
     name: &str,
     candidates: impl Iterator<Item = &'a str>,
 ) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
+    let len = name.chars().count();
+    if len > MAX_SUGGEST_LEN {
+        return None;
+    }
+    let limit = (len / 3).max(1);
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
-        if c == name {
+        if c == name || c.chars().count().abs_diff(len) > limit {
             continue;
         }
         let d = edit_distance(name, c);
