@@ -54,7 +54,13 @@ impl LexError {
         let text = source.get(self.span.range()).unwrap_or("");
         match &self.kind {
             LexErrorKind::UnknownChar(c) => {
+                if *c == Some('.') {
+                    if let Some(d) = method_or_attribute(source, self.span) {
+                        return d;
+                    }
+                }
                 let shown = match c {
+                    Some('\u{feff}') => "U+FEFF (a byte-order mark)".to_string(),
                     Some(c) if c.is_control() || c.is_whitespace() => format!("{:?}", c),
                     Some(c) => format!("`{c}`"),
                     None => format!("`{text}`"),
@@ -68,6 +74,9 @@ impl LexError {
                         "a float literal needs digits on both sides of the point (`0.5`); `...` is the ellipsis",
                     ),
                     Some('"') | Some('\'') => d.with_note("tessel has no string literals"),
+                    Some('\u{feff}') => {
+                        d.with_note("a byte-order mark is skipped only at the start of a file")
+                    }
                     _ => d,
                 }
             }
@@ -90,6 +99,144 @@ impl LexError {
             }
         }
     }
+}
+
+/// The diagnostic for a `.` that follows an expression and starts a name, as in PyTorch's
+/// `x.sum(-1)`, `w.T` or `x.shape`: tessel has no methods or attributes, so the help spells
+/// the tessel form. `None` when the `.` is not in such a place.
+fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
+    let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let before = source.get(..dot.start)?;
+    let after = source.get(dot.end..)?;
+    let prev = before.chars().next_back()?;
+    if !(is_ident(prev) || prev == ')' || prev == ']') {
+        return None;
+    }
+    let name_len = after.find(|c: char| !is_ident(c)).unwrap_or(after.len());
+    let name = after.get(..name_len)?;
+    if !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        return None;
+    }
+    // The receiver when it is a plain name; `x` stands for anything longer.
+    let recv = if is_ident(prev) {
+        let start = before.rfind(|c: char| !is_ident(c)).map_or(0, |i| i + 1);
+        before
+            .get(start..)
+            .filter(|r| !r.starts_with(|c: char| c.is_ascii_digit()))
+    } else {
+        None
+    };
+    let (recv, stand_in) = match recv {
+        Some(r) => (r, false),
+        None => ("x", true),
+    };
+    let span = Span::new(dot.start, dot.end + name_len);
+    let rest = after.get(name_len..).unwrap_or("");
+    let d = if let Some(args) = rest.strip_prefix('(') {
+        let call = method_as_call(recv, name, call_args(args));
+        Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no method calls: `.{name}(...)`"),
+        )
+        .with_label(span, "a method call")
+        .with_help(format!("call the function with the tensor first: `{call}`"))
+    } else if name == "T" {
+        Diagnostic::error(codes::UNKNOWN_CHAR, "tessel has no attributes: `.T`")
+            .with_label(span, "an attribute")
+            .with_help(format!("the transpose of the last two axes is `{recv}^T`"))
+    } else {
+        let d = Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no attributes: `.{name}`"),
+        )
+        .with_label(span, "an attribute");
+        match name {
+            "shape" | "dtype" | "ndim" => d.with_note(
+                "a tensor's dtype and shape are in its declared type, e.g. `bf16[T, 5120]`",
+            ),
+            "mT" => d.with_help(format!("the transpose of the last two axes is `{recv}^T`")),
+            _ => d.with_note("functions take the tensor as their first argument: `exp(x)`"),
+        }
+    };
+    Some(if stand_in {
+        d.with_note("`x` stands for the expression before the `.`")
+    } else {
+        d
+    })
+}
+
+/// The arguments of a call that starts right after its `(` in `text`, split at top-level
+/// commas and trimmed; `None` when the `)` is not on the same line or the list is long.
+fn call_args(text: &str) -> Option<Vec<&str>> {
+    let mut depth = 0usize;
+    let mut args = Vec::new();
+    let mut start = 0;
+    for (i, c) in text.char_indices().take(200) {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' if depth == 0 => {
+                let last = text.get(start..i)?.trim();
+                if !last.is_empty() || !args.is_empty() {
+                    args.push(last);
+                }
+                return Some(args);
+            }
+            ')' | ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                args.push(text.get(start..i)?.trim());
+                start = i + 1;
+            }
+            '\n' => return None,
+            _ => {}
+        }
+    }
+    None
+}
+
+/// PyTorch's `x.NAME(args)` as a tessel call: reductions take their dim as `axis:`, dtype
+/// methods are casts, `name=value` is `name: value` with PyTorch's names mapped
+/// (`dim` is `axis`, `keepdim` is `keep`).
+fn method_as_call(recv: &str, name: &str, args: Option<Vec<&str>>) -> String {
+    let cast = match name {
+        "float" => Some("f32"),
+        "half" => Some("f16"),
+        "bfloat16" => Some("bf16"),
+        "int" => Some("i32"),
+        "bool" => Some("bool"),
+        _ => None,
+    };
+    if let Some(dt) = cast {
+        return format!("{dt}({recv})");
+    }
+    let Some(args) = args else {
+        return format!("{name}({recv}, ...)");
+    };
+    let reduction = matches!(name, "sum" | "mean" | "max" | "min" | "softmax");
+    let mut out = vec![recv.to_string()];
+    for (i, a) in args.iter().enumerate() {
+        let named = a
+            .split_once('=')
+            .filter(|(k, v)| !v.starts_with('=') && !k.ends_with(['!', '<', '>', '=']));
+        out.push(match named {
+            Some((k, v)) => {
+                let (k, v) = (k.trim(), v.trim());
+                let k = match k {
+                    "dim" => "axis",
+                    "keepdim" => "keep",
+                    other => other,
+                };
+                let v = match v {
+                    "True" => "true",
+                    "False" => "false",
+                    other => other,
+                };
+                format!("{k}: {v}")
+            }
+            None if reduction && i == 0 => format!("axis: {a}"),
+            None => a.to_string(),
+        });
+    }
+    format!("{name}({})", out.join(", "))
 }
 
 /// Scans past a (nesting) block comment whose `/*` was just matched.
@@ -372,6 +519,11 @@ pub fn lex(source: &str) -> (Vec<SpannedToken<'_>>, Vec<LexError>) {
     let mut tokens = Vec::new();
     let mut errors = Vec::new();
     let mut lexer = Token::lexer(source);
+    // A UTF-8 byte-order mark (which some Windows editors write) is skipped at the start of
+    // the file only; spans keep counting from the file's first byte.
+    if source.starts_with('\u{feff}') {
+        lexer.bump('\u{feff}'.len_utf8());
+    }
     while let Some(result) = lexer.next() {
         let span = lexer.span();
         match result {
@@ -472,6 +624,34 @@ mod tests {
         let (_, errs) = lex("a /* b /* c */");
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].kind, LexErrorKind::UnterminatedComment);
+    }
+
+    #[test]
+    fn byte_order_mark_is_skipped_at_the_start_only() {
+        let src = "\u{feff}step s";
+        let (toks, errs) = lex(src);
+        assert!(errs.is_empty(), "{errs:?}");
+        assert_eq!(toks[0], (3, Token::Step, 7));
+        let (_, errs) = lex("step \u{feff}s");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, LexErrorKind::UnknownChar(Some('\u{feff}')));
+    }
+
+    #[test]
+    fn pytorch_methods_become_calls() {
+        let hint = |src: &str| {
+            let (_, errs) = lex(src);
+            assert_eq!(errs.len(), 1, "{src}: {errs:?}");
+            errs[0].to_diagnostic(src).help.unwrap_or_default()
+        };
+        assert!(hint("x.sum(-1)").contains("`sum(x, axis: -1)`"));
+        assert!(hint("x.mean(dim=0, keepdim=True)").contains("`mean(x, axis: 0, keep: true)`"));
+        assert!(hint("h.float()").contains("`f32(h)`"));
+        assert!(hint("x.exp()").contains("`exp(x)`"));
+        assert!(hint("w.T").contains("`w^T`"));
+        // Not after an expression, or not before a name: the plain message.
+        assert!(hint("a + .5").contains("digits on both sides"));
+        assert!(hint("x. 5").contains("digits on both sides"));
     }
 
     #[test]

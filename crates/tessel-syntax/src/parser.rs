@@ -219,10 +219,13 @@ fn parse_error_to_diagnostic(
             token: (l, tok, r),
             expected,
         } => {
+            let wants = |t: &str| expected.iter().any(|e| describe_terminal(e) == t);
+            if let Some(d) = porting_hint(&tok, l, r, tokens, source, wants("`:`")) {
+                return d;
+            }
             let span = Span::new(l, r);
             let mut d = Diagnostic::error(codes::UNEXPECTED_TOKEN, format!("unexpected {tok}"))
                 .with_label(span, format!("unexpected {tok}"));
-            let wants = |t: &str| expected.iter().any(|e| describe_terminal(e) == t);
             // A missing `;` or `,` shows up at the next token, often on the next line:
             // point at the end of the previous token too.
             if let Some(prev_end) = tokens.iter().rev().map(|t| t.2).find(|&e| e <= l) {
@@ -253,6 +256,90 @@ fn parse_error_to_diagnostic(
         )
         .with_label(Span::new(l, r), "extra token"),
         ParseError::User { error } => error.to_diagnostic(source),
+    }
+}
+
+/// A grammar error that is what PyTorch code would say, with the tessel spelling: `a ** b`
+/// (there is no power operator) and `f(x, dim=-1)` (named arguments are `name: value`).
+/// `wants_colon` says the parser would have taken a `:` here, as after a named argument's
+/// name.
+fn porting_hint(
+    tok: &Token<'_>,
+    l: usize,
+    r: usize,
+    tokens: &[SpannedToken<'_>],
+    source: &str,
+    wants_colon: bool,
+) -> Option<Diagnostic> {
+    let at = tokens.iter().position(|t| t.0 == l)?;
+    let prev = at.checked_sub(1).and_then(|i| tokens.get(i));
+    let text = |t: &SpannedToken<'_>| source.get(t.0..t.2).unwrap_or("");
+    match (tok, prev) {
+        (Token::Star, Some(&(pl, Token::Star, pr))) if pr == l => {
+            let base = at
+                .checked_sub(2)
+                .and_then(|i| tokens.get(i))
+                .filter(|t| matches!(t.1, Token::Ident(_) | Token::RParen | Token::RBracket));
+            let (base, stand_in) = match base {
+                Some(t @ (_, Token::Ident(_), _)) => (text(t), false),
+                _ => ("a", true),
+            };
+            let exp = tokens.get(at + 1);
+            let help = match exp.map(|t| &t.1) {
+                Some(Token::Int(2)) => {
+                    format!("write `pow({base}, 2.0)`, or `{base} * {base}` for a square")
+                }
+                Some(Token::Int(n)) => format!("write `pow({base}, {n}.0)`"),
+                Some(Token::Float(_)) => {
+                    format!("write `pow({base}, {})`", exp.map(text).unwrap_or("y"))
+                }
+                _ => format!("write `pow({base}, y)` for `{base} ** y`"),
+            };
+            let d = Diagnostic::error(codes::UNEXPECTED_TOKEN, "tessel has no `**` operator")
+                .with_label(Span::new(pl, r), "a power, as in Python")
+                .with_help(help);
+            Some(if stand_in {
+                d.with_note("`a` stands for the left operand of `**`")
+            } else {
+                d
+            })
+        }
+        (Token::Assign, Some(&(nl, Token::Ident(n), _))) if wants_colon => {
+            // The value: the tokens up to the next `,` or `)` outside brackets.
+            let mut depth = 0usize;
+            let mut end = r;
+            for t in tokens.iter().skip(at + 1) {
+                match t.1 {
+                    Token::LParen | Token::LBracket => depth += 1,
+                    Token::RParen | Token::RBracket | Token::Comma if depth == 0 => break,
+                    Token::RParen | Token::RBracket => depth -= 1,
+                    _ => {}
+                }
+                end = t.2;
+            }
+            let value = source.get(r..end).unwrap_or("").trim();
+            let value = match value {
+                "True" => "true",
+                "False" => "false",
+                "" => "...",
+                v => v,
+            };
+            let d = Diagnostic::error(
+                codes::UNEXPECTED_TOKEN,
+                "named arguments are written `name: value`",
+            )
+            .with_label(Span::new(nl, r), "`name=value`, as in Python");
+            Some(match n {
+                "dim" => d.with_help(format!(
+                    "write `axis: {value}`: PyTorch's `dim` is `axis` in tessel"
+                )),
+                "keepdim" => d.with_help(format!(
+                    "write `keep: {value}`: PyTorch's `keepdim` is `keep` in tessel"
+                )),
+                _ => d.with_help(format!("write `{n}: {value}`")),
+            })
+        }
+        _ => None,
     }
 }
 
