@@ -8,7 +8,6 @@
 
 use crate::oracle::OracleTensor;
 use crate::tensor::Tensor;
-use half::{bf16, f16};
 use std::fmt;
 use tessel_ir::DType;
 
@@ -67,34 +66,8 @@ impl fmt::Display for ErrorStats {
     }
 }
 
-/// The spacing of `dtype` values around `r` (see the module doc).
-pub fn ulp(dtype: DType, r: f64) -> f64 {
-    let (p, emin) = match dtype {
-        DType::F32 => (23, -126),
-        DType::F16 => (10, -14),
-        DType::Bf16 => (7, -126),
-        DType::I32 | DType::Bool => return 1.0,
-    };
-    let a = r.abs();
-    let e = if a == 0.0 || !a.is_finite() {
-        emin
-    } else {
-        // Exponent of the binade: exact for normal f64 (subnormal f64s are far below every
-        // dtype's least normal and clamp anyway).
-        (((a.to_bits() >> 52) & 0x7ff) as i32 - 1023).max(emin)
-    };
-    2f64.powi(e - p)
-}
-
-/// `r` rounded to nearest even to `dtype` (what a correctly rounded output holds).
-fn round_to(dtype: DType, r: f64) -> f64 {
-    match dtype {
-        DType::F32 => r as f32 as f64,
-        DType::Bf16 => bf16::from_f64(r).to_f64(),
-        DType::F16 => f16::from_f64(r).to_f64(),
-        DType::I32 | DType::Bool => r,
-    }
-}
+use crate::round::round_to;
+pub use crate::round::ulp;
 
 /// Errors of `out` against `reference` (same shape; `out`'s dtype decides the ulp).
 ///

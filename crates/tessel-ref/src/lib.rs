@@ -15,10 +15,16 @@
 
 pub mod compare;
 pub mod exec;
+pub mod judge;
+pub mod layout;
 pub mod oracle;
+pub mod reference;
+pub mod round;
 pub mod tensor;
 
 pub use compare::{bit_diff, error_stats, BitDiff, ErrorStats};
 pub use exec::{run_kernel, run_program, run_program_with, ExecError, ExecOptions, ExecStats};
+pub use judge::{judge, Verdict};
 pub use oracle::{eval_graph, OracleError, OracleTensor};
+pub use reference::{eval_reference, Bound, MatmulModel, Model, RefTensor};
 pub use tensor::Tensor;

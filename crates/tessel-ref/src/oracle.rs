@@ -23,9 +23,10 @@
 //!
 //! Values are freed after their last use, so peak memory is the live set, not the graph.
 
+use crate::layout;
 use crate::tensor::Tensor;
 use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
-use tessel_ir::{DType, Shape, Value};
+use tessel_ir::{DType, Value};
 
 /// A value of the oracle: `shape.numel()` row-major elements in f64.
 #[derive(Clone, Debug, PartialEq)]
@@ -113,7 +114,7 @@ fn wrap(x: i64) -> f64 {
 }
 
 /// NaN-propagating minimum with `-0 < +0`.
-fn min_nan(a: f64, b: f64) -> f64 {
+pub(crate) fn min_nan(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else if a == b {
@@ -128,7 +129,7 @@ fn min_nan(a: f64, b: f64) -> f64 {
 }
 
 /// NaN-propagating maximum with `-0 < +0`.
-fn max_nan(a: f64, b: f64) -> f64 {
+pub(crate) fn max_nan(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
     } else if a == b {
@@ -172,14 +173,6 @@ fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
     }
 }
 
-/// Row-major multi-index of flat index `i` in `shape`, into `idx`.
-fn unravel(mut i: u64, shape: &[u64], idx: &mut [u64]) {
-    for d in (0..shape.len()).rev() {
-        idx[d] = i % shape[d];
-        i /= shape[d];
-    }
-}
-
 fn eval_op(
     g: &Graph,
     v: Value,
@@ -187,52 +180,22 @@ fn eval_op(
     vals: &[Option<Vec<f64>>],
     inputs: &[Tensor],
 ) -> Result<Vec<f64>, OracleError> {
+    layout::check_op(g, v, op)?;
     let ty = g.ty(v);
     let shape = &ty.shape.0;
     let n = ty.shape.numel() as usize;
-    let same_shape = |a: Value| -> Result<(), OracleError> {
-        if g.ty(a).shape != ty.shape {
-            return Err(malformed(
-                v,
-                format!(
-                    "operand {a} has shape {}, expected {}",
-                    g.ty(a).shape,
-                    ty.shape
-                ),
-            ));
-        }
-        Ok(())
-    };
+    let src = |a: &Value| &g.ty(*a).shape.0;
     Ok(match op {
-        Op::Input { index } => {
-            let t = inputs.get(*index as usize).ok_or_else(|| {
-                OracleError::BadInputs(format!("input {index} of {v} is not given"))
-            })?;
-            if t.ty != *ty || t.data.len() as u64 != ty.size_bytes() {
-                return Err(OracleError::BadInputs(format!(
-                    "input {index} is {} ({} bytes), expected {ty}",
-                    t.ty,
-                    t.data.len()
-                )));
-            }
-            t.to_f64_vec()
-        }
+        Op::Input { index } => input(g, v, *index, inputs)?.to_f64_vec(),
         Op::Const { value } => vec![*value; n],
         Op::Iota { axis } => {
             let ax = *axis as usize;
-            if ax >= shape.len() {
-                return Err(malformed(
-                    v,
-                    format!("iota axis {ax} of rank {}", shape.len()),
-                ));
-            }
             let stride = ty.shape.strides()[ax];
             (0..n as u64)
                 .map(|i| ((i / stride) % shape[ax]) as f64)
                 .collect()
         }
         Op::Unary { op, arg } => {
-            same_shape(*arg)?;
             let dt = g.ty(*arg).dtype;
             let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
             if math && !dt.is_float() {
@@ -244,16 +207,16 @@ fn eval_op(
                 .collect()
         }
         Op::Binary { op, lhs, rhs } => {
-            same_shape(*lhs)?;
-            same_shape(*rhs)?;
             let dt = g.ty(*lhs).dtype;
             let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
             let mut out = Vec::with_capacity(n);
             for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-                out.push(binary(*op, dt, x, y).ok_or(OracleError::DivisionByZero {
-                    value: v,
-                    index: i as u64,
-                })?);
+                out.push(
+                    binary_value(*op, dt, x, y).ok_or(OracleError::DivisionByZero {
+                        value: v,
+                        index: i as u64,
+                    })?,
+                );
             }
             out
         }
@@ -262,9 +225,6 @@ fn eval_op(
             on_true,
             on_false,
         } => {
-            same_shape(*cond)?;
-            same_shape(*on_true)?;
-            same_shape(*on_false)?;
             let (c, t, f) = (
                 get(vals, *cond, v)?,
                 get(vals, *on_true, v)?,
@@ -275,7 +235,6 @@ fn eval_op(
                 .collect()
         }
         Op::Cast { arg } => {
-            same_shape(*arg)?;
             let a = get(vals, *arg, v)?;
             match ty.dtype {
                 // Identity: see the module doc.
@@ -285,85 +244,12 @@ fn eval_op(
                 DType::Bool => a.iter().map(|&x| (x != 0.0) as u8 as f64).collect(),
             }
         }
-        Op::Broadcast { arg } => {
-            let src = &g.ty(*arg).shape.0;
-            if src.len() != shape.len() || src.iter().zip(shape).any(|(&s, &d)| s != 1 && s != d) {
-                return Err(malformed(
-                    v,
-                    format!("cannot broadcast {} to {}", g.ty(*arg).shape, ty.shape),
-                ));
-            }
-            let a = get(vals, *arg, v)?;
-            let sstr = Shape(src.clone()).strides();
-            let mut idx = vec![0u64; shape.len()];
-            (0..n as u64)
-                .map(|i| {
-                    unravel(i, shape, &mut idx);
-                    let j: u64 = (0..shape.len())
-                        .map(|d| if src[d] == 1 { 0 } else { idx[d] * sstr[d] })
-                        .sum();
-                    a[j as usize]
-                })
-                .collect()
-        }
-        Op::Reshape { arg } => {
-            if g.ty(*arg).shape.numel() != n as u64 {
-                return Err(malformed(
-                    v,
-                    format!("cannot reshape {} to {}", g.ty(*arg).shape, ty.shape),
-                ));
-            }
-            get(vals, *arg, v)?.to_vec()
-        }
-        Op::Permute { arg, perm } => {
-            let src = &g.ty(*arg).shape.0;
-            let mut seen = vec![false; src.len()];
-            let ok = perm.len() == src.len()
-                && perm.len() == shape.len()
-                && perm.iter().enumerate().all(|(i, &p)| {
-                    let p = p as usize;
-                    p < src.len() && !std::mem::replace(&mut seen[p], true) && src[p] == shape[i]
-                });
-            if !ok {
-                return Err(malformed(
-                    v,
-                    format!(
-                        "permutation {perm:?} of {} to {}",
-                        g.ty(*arg).shape,
-                        ty.shape
-                    ),
-                ));
-            }
-            let a = get(vals, *arg, v)?;
-            let sstr = Shape(src.clone()).strides();
-            let mut idx = vec![0u64; shape.len()];
-            (0..n as u64)
-                .map(|i| {
-                    unravel(i, shape, &mut idx);
-                    let j: u64 = (0..shape.len())
-                        .map(|d| idx[d] * sstr[perm[d] as usize])
-                        .sum();
-                    a[j as usize]
-                })
-                .collect()
-        }
+        Op::Broadcast { arg } => layout::broadcast(get(vals, *arg, v)?, src(arg), shape),
+        Op::Reshape { arg } => get(vals, *arg, v)?.to_vec(),
+        Op::Permute { arg, perm } => layout::permute(get(vals, *arg, v)?, src(arg), perm),
         Op::Reduce { op, arg, axis } => {
-            let src = &g.ty(*arg).shape.0;
-            let ax = *axis as usize;
-            let mut want = src.clone();
-            if ax < want.len() {
-                want[ax] = 1;
-            }
-            if ax >= src.len() || want != *shape {
-                return Err(malformed(
-                    v,
-                    format!("reduce axis {ax} of {} to {}", g.ty(*arg).shape, ty.shape),
-                ));
-            }
             let a = get(vals, *arg, v)?;
-            let len = src[ax] as usize;
-            let inner: usize = src[ax + 1..].iter().product::<u64>() as usize;
-            let outer: usize = src[..ax].iter().product::<u64>() as usize;
+            let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
             let mut out = Vec::with_capacity(n);
             for o in 0..outer {
                 for k in 0..inner {
@@ -373,51 +259,16 @@ fn eval_op(
             }
             out
         }
-        Op::Slice { arg, axis, start } => {
-            let src = &g.ty(*arg).shape.0;
-            let ax = *axis as usize;
-            let ok = ax < src.len()
-                && src.len() == shape.len()
-                && (0..src.len()).all(|d| d == ax || src[d] == shape[d])
-                && start + shape[ax] <= src[ax];
-            if !ok {
-                return Err(malformed(
-                    v,
-                    format!(
-                        "slice at {start} on axis {ax} of {} to {}",
-                        g.ty(*arg).shape,
-                        ty.shape
-                    ),
-                ));
-            }
-            let a = get(vals, *arg, v)?;
-            let inner: usize = src[ax + 1..].iter().product::<u64>() as usize;
-            let outer: usize = src[..ax].iter().product::<u64>() as usize;
-            let (sl, rl) = (src[ax] as usize, shape[ax] as usize);
-            let mut out = Vec::with_capacity(n);
-            for o in 0..outer {
-                let b = (o * sl + *start as usize) * inner;
-                out.extend_from_slice(&a[b..b + rl * inner]);
-            }
-            out
-        }
+        Op::Slice { arg, axis, start } => layout::slice(
+            get(vals, *arg, v)?,
+            src(arg),
+            *axis as usize,
+            *start,
+            shape[*axis as usize],
+        ),
         Op::MatMul { lhs, rhs } => {
-            let (ls, rs) = (&g.ty(*lhs).shape.0, &g.ty(*rhs).shape.0);
+            let (ls, rs) = (src(lhs), src(rhs));
             let r = shape.len();
-            let ok = r >= 2
-                && ls.len() == r
-                && rs.len() == r
-                && ls[..r - 2] == shape[..r - 2]
-                && rs[..r - 2] == shape[..r - 2]
-                && ls[r - 1] == rs[r - 2]
-                && ls[r - 2] == shape[r - 2]
-                && rs[r - 1] == shape[r - 1];
-            if !ok {
-                return Err(malformed(
-                    v,
-                    format!("matmul of {} and {} to {}", g.ty(*lhs), g.ty(*rhs), ty),
-                ));
-            }
             let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
             let (m, k, nn) = (ls[r - 2] as usize, ls[r - 1] as usize, rs[r - 1] as usize);
             let batch: usize = shape[..r - 2].iter().product::<u64>() as usize;
@@ -437,15 +288,8 @@ fn eval_op(
             out
         }
         Op::Softmax { arg, axis } => {
-            same_shape(*arg)?;
-            let ax = *axis as usize;
-            if ax >= shape.len() || !ty.dtype.is_float() {
-                return Err(malformed(v, format!("softmax on axis {ax} of {ty}")));
-            }
             let a = get(vals, *arg, v)?;
-            let len = shape[ax] as usize;
-            let inner: usize = shape[ax + 1..].iter().product::<u64>() as usize;
-            let outer: usize = shape[..ax].iter().product::<u64>() as usize;
+            let (outer, len, inner) = layout::lanes(shape, *axis as usize);
             let mut out = vec![0.0; n];
             for o in 0..outer {
                 for k in 0..inner {
@@ -460,53 +304,39 @@ fn eval_op(
             out
         }
         Op::Concat { args, axis } => {
-            let ax = *axis as usize;
-            if ax >= shape.len() {
-                return Err(malformed(
-                    v,
-                    format!("concat axis {ax} of rank {}", shape.len()),
-                ));
-            }
-            let mut total = 0;
-            for a in args {
-                let s = &g.ty(*a).shape.0;
-                if s.len() != shape.len() || (0..s.len()).any(|d| d != ax && s[d] != shape[d]) {
-                    return Err(malformed(
-                        v,
-                        format!(
-                            "concat operand {a} of shape {} into {}",
-                            g.ty(*a).shape,
-                            ty.shape
-                        ),
-                    ));
-                }
-                total += s[ax];
-            }
-            if total != shape[ax] {
-                return Err(malformed(
-                    v,
-                    format!("concat sizes sum to {total}, not {}", shape[ax]),
-                ));
-            }
-            let inner: usize = shape[ax + 1..].iter().product::<u64>() as usize;
-            let outer: usize = shape[..ax].iter().product::<u64>() as usize;
             let parts = args
                 .iter()
-                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[ax] as usize * inner)))
+                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[*axis as usize])))
                 .collect::<Result<Vec<_>, OracleError>>()?;
-            let mut out = Vec::with_capacity(n);
-            for o in 0..outer {
-                for (data, chunk) in &parts {
-                    out.extend_from_slice(&data[o * chunk..(o + 1) * chunk]);
-                }
-            }
-            out
+            layout::concat(&parts, shape, *axis as usize)
         }
     })
 }
 
-/// One element of a binary op (`None` only where i64 arithmetic itself would fail).
-fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
+/// Step input `index`, checked against the type of `v`.
+pub(crate) fn input<'t>(
+    g: &Graph,
+    v: Value,
+    index: u32,
+    inputs: &'t [Tensor],
+) -> Result<&'t Tensor, OracleError> {
+    let ty = g.ty(v);
+    let t = inputs
+        .get(index as usize)
+        .ok_or_else(|| OracleError::BadInputs(format!("input {index} of {v} is not given")))?;
+    if t.ty != *ty || t.data.len() as u64 != ty.size_bytes() {
+        return Err(OracleError::BadInputs(format!(
+            "input {index} is {} ({} bytes), expected {ty}",
+            t.ty,
+            t.data.len()
+        )));
+    }
+    Ok(t)
+}
+
+/// One element of a binary op (`None` only where i64 arithmetic itself would fail): the
+/// exact f64 result for floats, the kernels' wrapping 32-bit result for `i32`.
+pub(crate) fn binary_value(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
     let int = dtype == DType::I32;
     let (i, j) = (x as i64, y as i64);
     let b = |c: bool| c as u8 as f64;
@@ -545,7 +375,7 @@ fn binary(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option<f64> {
 
 /// Reduces one row. `Mean` is the compensated sum divided by the length. `Sum` is Neumaier's compensated sum (exact to within a few f64 ulps of
 /// the row's magnitude; NaN and infinities propagate as in a plain sum).
-fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
     match op {
         ReduceOp::Sum => {
             let (mut s, mut c) = (0.0f64, 0.0f64);

@@ -1,0 +1,266 @@
+//! Shape checks and data movement shared by the graph-level references (the f64
+//! [`crate::oracle`] and the dtype-following [`crate::reference`]): what each graph op
+//! requires of its operands' shapes, and the ops that only move elements, generic over the
+//! element type.
+
+use crate::oracle::OracleError;
+use tessel_ir::graph::{Graph, Op};
+use tessel_ir::{Shape, Value};
+
+fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
+    OracleError::Malformed {
+        value,
+        msg: msg.into(),
+    }
+}
+
+/// Checks the shape rules of `op` defining `v` (the verifier's rules, checked again so
+/// the references never panic on a malformed graph). Dtype rules that decide how an op
+/// evaluates are checked where it is evaluated.
+pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
+    let ty = g.ty(v);
+    let shape = &ty.shape.0;
+    let same_shape = |a: Value| -> Result<(), OracleError> {
+        if g.ty(a).shape != ty.shape {
+            return Err(malformed(
+                v,
+                format!(
+                    "operand {a} has shape {}, expected {}",
+                    g.ty(a).shape,
+                    ty.shape
+                ),
+            ));
+        }
+        Ok(())
+    };
+    let src = |a: &Value| &g.ty(*a).shape.0;
+    match op {
+        Op::Input { .. } | Op::Const { .. } => Ok(()),
+        Op::Iota { axis } => {
+            if *axis as usize >= shape.len() {
+                return Err(malformed(
+                    v,
+                    format!("iota axis {axis} of rank {}", shape.len()),
+                ));
+            }
+            Ok(())
+        }
+        Op::Unary { arg, .. } | Op::Cast { arg } | Op::Softmax { arg, .. } => {
+            same_shape(*arg)?;
+            if let Op::Softmax { axis, .. } = op {
+                if *axis as usize >= shape.len() || !ty.dtype.is_float() {
+                    return Err(malformed(v, format!("softmax on axis {axis} of {ty}")));
+                }
+            }
+            Ok(())
+        }
+        Op::Binary { lhs, rhs, .. } => {
+            same_shape(*lhs)?;
+            same_shape(*rhs)
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            same_shape(*cond)?;
+            same_shape(*on_true)?;
+            same_shape(*on_false)
+        }
+        Op::Broadcast { arg } => {
+            let s = src(arg);
+            if s.len() != shape.len() || s.iter().zip(shape).any(|(&a, &d)| a != 1 && a != d) {
+                return Err(malformed(
+                    v,
+                    format!("cannot broadcast {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            Ok(())
+        }
+        Op::Reshape { arg } => {
+            if g.ty(*arg).shape.numel() != ty.shape.numel() {
+                return Err(malformed(
+                    v,
+                    format!("cannot reshape {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            Ok(())
+        }
+        Op::Permute { arg, perm } => {
+            let s = src(arg);
+            let mut seen = vec![false; s.len()];
+            let ok = perm.len() == s.len()
+                && perm.len() == shape.len()
+                && perm.iter().enumerate().all(|(i, &p)| {
+                    let p = p as usize;
+                    p < s.len() && !std::mem::replace(&mut seen[p], true) && s[p] == shape[i]
+                });
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!(
+                        "permutation {perm:?} of {} to {}",
+                        g.ty(*arg).shape,
+                        ty.shape
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Op::Reduce { arg, axis, .. } => {
+            let s = src(arg);
+            let ax = *axis as usize;
+            let mut want = s.clone();
+            if ax < want.len() {
+                want[ax] = 1;
+            }
+            if ax >= s.len() || want != *shape {
+                return Err(malformed(
+                    v,
+                    format!("reduce axis {ax} of {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            Ok(())
+        }
+        Op::Slice { arg, axis, start } => {
+            let s = src(arg);
+            let ax = *axis as usize;
+            let ok = ax < s.len()
+                && s.len() == shape.len()
+                && (0..s.len()).all(|d| d == ax || s[d] == shape[d])
+                && start + shape[ax] <= s[ax];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!(
+                        "slice at {start} on axis {ax} of {} to {}",
+                        g.ty(*arg).shape,
+                        ty.shape
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        Op::MatMul { lhs, rhs } => {
+            let (ls, rs) = (src(lhs), src(rhs));
+            let r = shape.len();
+            let ok = r >= 2
+                && ls.len() == r
+                && rs.len() == r
+                && ls[..r - 2] == shape[..r - 2]
+                && rs[..r - 2] == shape[..r - 2]
+                && ls[r - 1] == rs[r - 2]
+                && ls[r - 2] == shape[r - 2]
+                && rs[r - 1] == shape[r - 1];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!("matmul of {} and {} to {}", g.ty(*lhs), g.ty(*rhs), ty),
+                ));
+            }
+            Ok(())
+        }
+        Op::Concat { args, axis } => {
+            let ax = *axis as usize;
+            if ax >= shape.len() {
+                return Err(malformed(
+                    v,
+                    format!("concat axis {ax} of rank {}", shape.len()),
+                ));
+            }
+            let mut total = 0;
+            for a in args {
+                let s = src(a);
+                if s.len() != shape.len() || (0..s.len()).any(|d| d != ax && s[d] != shape[d]) {
+                    return Err(malformed(
+                        v,
+                        format!(
+                            "concat operand {a} of shape {} into {}",
+                            g.ty(*a).shape,
+                            ty.shape
+                        ),
+                    ));
+                }
+                total += s[ax];
+            }
+            if total != shape[ax] {
+                return Err(malformed(
+                    v,
+                    format!("concat sizes sum to {total}, not {}", shape[ax]),
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Row-major multi-index of flat index `i` in `shape`, into `idx`.
+pub fn unravel(mut i: u64, shape: &[u64], idx: &mut [u64]) {
+    for d in (0..shape.len()).rev() {
+        idx[d] = i % shape[d];
+        i /= shape[d];
+    }
+}
+
+/// `(outer, len, inner)` of `axis` in `shape`: element `(o, r, k)` of the axis' lanes is
+/// at flat index `(o · len + r) · inner + k`.
+pub fn lanes(shape: &[u64], axis: usize) -> (usize, usize, usize) {
+    let inner = shape[axis + 1..].iter().product::<u64>() as usize;
+    let outer = shape[..axis].iter().product::<u64>() as usize;
+    (outer, shape[axis] as usize, inner)
+}
+
+/// `src` (of shape `from`) broadcast to `to` (same rank; `from`'s dims 1 or equal).
+pub fn broadcast<T: Copy>(src: &[T], from: &[u64], to: &[u64]) -> Vec<T> {
+    let sstr = Shape(from.to_vec()).strides();
+    let n: u64 = to.iter().product();
+    let mut idx = vec![0u64; to.len()];
+    (0..n)
+        .map(|i| {
+            unravel(i, to, &mut idx);
+            let j: u64 = (0..to.len())
+                .map(|d| if from[d] == 1 { 0 } else { idx[d] * sstr[d] })
+                .sum();
+            src[j as usize]
+        })
+        .collect()
+}
+
+/// `src` (of shape `from`) with its axes permuted: result axis `i` is `from`'s `perm[i]`.
+pub fn permute<T: Copy>(src: &[T], from: &[u64], perm: &[u32]) -> Vec<T> {
+    let to: Vec<u64> = perm.iter().map(|&p| from[p as usize]).collect();
+    let sstr = Shape(from.to_vec()).strides();
+    let n: u64 = to.iter().product();
+    let mut idx = vec![0u64; to.len()];
+    (0..n)
+        .map(|i| {
+            unravel(i, &to, &mut idx);
+            let j: u64 = (0..to.len()).map(|d| idx[d] * sstr[perm[d] as usize]).sum();
+            src[j as usize]
+        })
+        .collect()
+}
+
+/// `len` positions of `src` (of shape `from`) along `axis`, from `start`.
+pub fn slice<T: Copy>(src: &[T], from: &[u64], axis: usize, start: u64, len: u64) -> Vec<T> {
+    let (outer, sl, inner) = lanes(from, axis);
+    let mut out = Vec::with_capacity(outer * len as usize * inner);
+    for o in 0..outer {
+        let b = (o * sl + start as usize) * inner;
+        out.extend_from_slice(&src[b..b + len as usize * inner]);
+    }
+    out
+}
+
+/// `parts` (each with its length along `axis`) joined along `axis` of `shape`.
+pub fn concat<T: Copy>(parts: &[(&[T], u64)], shape: &[u64], axis: usize) -> Vec<T> {
+    let (outer, _, inner) = lanes(shape, axis);
+    let mut out = Vec::with_capacity(shape.iter().product::<u64>() as usize);
+    for o in 0..outer {
+        for (data, len) in parts {
+            let chunk = *len as usize * inner;
+            out.extend_from_slice(&data[o * chunk..(o + 1) * chunk]);
+        }
+    }
+    out
+}

@@ -1,0 +1,461 @@
+//! The dtype-following reference: what `tessel check` judges a step's outputs by.
+//!
+//! Pipeline role: like the f64 [`crate::oracle`], it evaluates the graph IR straight out of
+//! `check` on the CPU and never sees kernels. Where the oracle computes the mathematical
+//! value with nothing rounded in between (the error figure), this reference follows the
+//! program: every operation is computed exactly from the reference values of its operands
+//! and rounded once to the dtype the program gives its result, explicit casts included.
+//! So `i32(bf16(a))` truncates the bf16 value the program asks for, `exp(a * 100.0)`
+//! overflows to inf in f32 as the program does, and RoPE's f32 angle is the f32 product.
+//!
+//! Beside each reference value it carries the set of values a correct kernel may produce
+//! instead ([`Bound`]): an interval (and whether NaN is allowed), propagated through the
+//! graph from the points the inputs are. What widens it is counted, not guessed:
+//! - a math-library call may be off by its contract's ulps (docs/numerics.md);
+//! - a 16-bit result may be rounded through f32 first (double rounding), as kernels that
+//!   compute in f32 do;
+//! - a sum of n terms in f32, in whatever order the schedule fixes, is within
+//!   `γ_(n-1)·Σ|x|` of the exact sum (Higham 2002, §4.2); a matmul's K products likewise,
+//!   with the coarser rounding of tensor cores and TF32's input rounding where the
+//!   [`Model`] says they run;
+//! - every later operation carries its operands' ranges forward, so cancellation and
+//!   ill-conditioning widen the bound exactly as far as they amplify those errors.
+//!
+//! A correct program therefore never falls outside its bound, however ill-conditioned, and
+//! a wrong one is caught as soon as its error exceeds what rounding can explain. The bound
+//! is the worst case of any order and any faithful rounding, not a statistical one: on a
+//! long reduction it is wider than the typical error (√n against n), so a small systematic
+//! error there shows in the f64 oracle's rel-RMS, which `check` reports beside it.
+
+pub mod bound;
+
+pub use bound::Bound;
+
+use crate::layout;
+use crate::oracle::{input, max_nan, reduce, OracleError};
+use crate::tensor::Tensor;
+use bound::{from_f32_range, sum_range, with_f32_rounding, U32};
+use tessel_ir::graph::{Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::{DType, Value};
+
+/// How the kernels under test compute matmuls, which sets how far their sums may stray.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum MatmulModel {
+    /// One f32 fma per product (SIMT tiles, GEMV, split-K): products exact, one rounding
+    /// to nearest per addition.
+    #[default]
+    Fma,
+    /// `mma.sync` on bf16/f16 operands: products exact; NVIDIA does not specify the
+    /// accumulation (PTX ISA §9.7.14), measured to truncate and align to the largest term
+    /// (Fasi, Higham, Mikaitis, Pranesh, "Numerical behavior of NVIDIA tensor cores",
+    /// PeerJ CS 2021): counted as 2K additions with unit roundoff 2^-23.
+    TensorCore,
+    /// TF32 `mma.sync`: as [`MatmulModel::TensorCore`], after both f32 operands are rounded
+    /// to 10 fraction bits (`cvt.rna.tf32.f32`, relative error 2^-11 each).
+    Tf32,
+}
+
+/// What the reference assumes of the kernels.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Model {
+    pub matmul: MatmulModel,
+}
+
+/// A value of the reference: one [`Bound`] per element, row-major.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RefTensor {
+    pub dtype: DType,
+    pub shape: Vec<u64>,
+    pub data: Vec<Bound>,
+}
+
+/// Evaluates `g` on `inputs` (in `g.inputs` order, each of its input's exact type) and
+/// returns the step's outputs in `g.outputs` order.
+///
+/// Errors: as [`crate::oracle::eval_graph`]: [`OracleError::BadInputs`] on a count or
+/// type mismatch, [`OracleError::Malformed`] for a graph that breaks the IR's rules.
+/// Integer division by zero is defined (x / 0 = 0, x % 0 = x, as the kernels compute it).
+pub fn eval_reference(
+    g: &Graph,
+    inputs: &[Tensor],
+    model: &Model,
+) -> Result<Vec<RefTensor>, OracleError> {
+    if inputs.len() != g.inputs.len() {
+        return Err(OracleError::BadInputs(format!(
+            "{} given, the step takes {}",
+            inputs.len(),
+            g.inputs.len()
+        )));
+    }
+    let mut uses = g.use_counts();
+    let mut vals: Vec<Option<Vec<Bound>>> = vec![None; g.ops.len()];
+    for (v, op) in g.ops.iter() {
+        layout::check_op(g, v, op)?;
+        let data = eval_op(g, v, op, &vals, inputs, model)?;
+        vals[v.as_u32() as usize] = Some(data);
+        for a in op.args() {
+            uses[a] -= 1;
+            if uses[a] == 0 {
+                vals[a.as_u32() as usize] = None;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|(_, v)| {
+            let ty = g.ty(*v);
+            Ok(RefTensor {
+                dtype: ty.dtype,
+                shape: ty.shape.0.clone(),
+                data: vals[v.as_u32() as usize]
+                    .clone()
+                    .ok_or_else(|| malformed(*v, "output never computed"))?,
+            })
+        })
+        .collect()
+}
+
+fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
+    OracleError::Malformed {
+        value,
+        msg: msg.into(),
+    }
+}
+
+fn get(vals: &[Option<Vec<Bound>>], v: Value, at: Value) -> Result<&[Bound], OracleError> {
+    vals.get(v.as_u32() as usize)
+        .and_then(|x| x.as_deref())
+        .ok_or_else(|| malformed(at, format!("operand {v} is not defined before use")))
+}
+
+fn eval_op(
+    g: &Graph,
+    v: Value,
+    op: &Op,
+    vals: &[Option<Vec<Bound>>],
+    inputs: &[Tensor],
+    model: &Model,
+) -> Result<Vec<Bound>, OracleError> {
+    let ty = g.ty(v);
+    let dt = ty.dtype;
+    let shape = &ty.shape.0;
+    let n = ty.shape.numel() as usize;
+    let src = |a: &Value| &g.ty(*a).shape.0;
+    Ok(match op {
+        Op::Input { index } => {
+            let t = input(g, v, *index, inputs)?;
+            (0..n).map(|i| Bound::point(t.get_f64(i))).collect()
+        }
+        Op::Const { value } => vec![Bound::point(*value); n],
+        Op::Iota { axis } => {
+            let ax = *axis as usize;
+            let stride = ty.shape.strides()[ax];
+            (0..n as u64)
+                .map(|i| {
+                    let k = ((i / stride) % shape[ax]) as f64;
+                    bound::cast(DType::I32, dt, &Bound::point(k))
+                })
+                .collect()
+        }
+        Op::Unary { op, arg } => {
+            let adt = g.ty(*arg).dtype;
+            let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
+            if math && !adt.is_float() {
+                return Err(malformed(v, format!("{op:?} of a {adt} value")));
+            }
+            get(vals, *arg, v)?
+                .iter()
+                .map(|a| bound::unary(*op, adt, a))
+                .collect()
+        }
+        Op::Binary { op, lhs, rhs } => {
+            let adt = g.ty(*lhs).dtype;
+            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| bound::binary(*op, adt, dt, x, y))
+                .collect()
+        }
+        Op::Select {
+            cond,
+            on_true,
+            on_false,
+        } => {
+            let (c, t, f) = (
+                get(vals, *cond, v)?,
+                get(vals, *on_true, v)?,
+                get(vals, *on_false, v)?,
+            );
+            (0..n).map(|i| bound::select(&c[i], &t[i], &f[i])).collect()
+        }
+        Op::Cast { arg } => {
+            let from = g.ty(*arg).dtype;
+            get(vals, *arg, v)?
+                .iter()
+                .map(|a| bound::cast(from, dt, a))
+                .collect()
+        }
+        Op::Broadcast { arg } => layout::broadcast(get(vals, *arg, v)?, src(arg), shape),
+        Op::Reshape { arg } => get(vals, *arg, v)?.to_vec(),
+        Op::Permute { arg, perm } => layout::permute(get(vals, *arg, v)?, src(arg), perm),
+        Op::Slice { arg, axis, start } => layout::slice(
+            get(vals, *arg, v)?,
+            src(arg),
+            *axis as usize,
+            *start,
+            shape[*axis as usize],
+        ),
+        Op::Concat { args, axis } => {
+            let parts = args
+                .iter()
+                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[*axis as usize])))
+                .collect::<Result<Vec<_>, OracleError>>()?;
+            layout::concat(&parts, shape, *axis as usize)
+        }
+        Op::Reduce { op, arg, axis } => {
+            let a = get(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
+            let mut out = Vec::with_capacity(n);
+            let mut row = Vec::with_capacity(len);
+            for o in 0..outer {
+                for k in 0..inner {
+                    row.clear();
+                    row.extend((0..len).map(|r| a[(o * len + r) * inner + k]));
+                    out.push(reduce_row(*op, dt, &row));
+                }
+            }
+            out
+        }
+        Op::Softmax { arg, axis } => {
+            let a = get(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(shape, *axis as usize);
+            let mut out = vec![Bound::point(0.0); n];
+            let mut row = Vec::with_capacity(len);
+            for o in 0..outer {
+                for k in 0..inner {
+                    let at = |r: usize| (o * len + r) * inner + k;
+                    row.clear();
+                    row.extend((0..len).map(|r| a[at(r)]));
+                    for (r, b) in softmax_row(dt, &row).into_iter().enumerate() {
+                        out[at(r)] = b;
+                    }
+                }
+            }
+            out
+        }
+        Op::MatMul { lhs, rhs } => {
+            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            matmul(dt, src(lhs), src(rhs), shape, a, b, model.matmul)
+        }
+    })
+}
+
+/// Neumaier's compensated sum (near-exact in f64 for the ranges here).
+fn exact_sum(xs: impl Iterator<Item = f64>) -> f64 {
+    reduce(ReduceOp::Sum, xs)
+}
+
+/// A bound that allows NaN and nothing else (a reference NaN the kernel must reproduce).
+fn nan_only() -> Bound {
+    Bound::point(f64::NAN)
+}
+
+/// One reduction of `row` (all of one lane of the reduced axis) to dtype `dt`, computed as
+/// the kernels do: 16-bit operands widened to f32, accumulated in f32 (any order), the
+/// mean's quotient in f32, the result rounded to `dt`.
+fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
+    let r_exact = reduce(op, row.iter().map(|b| b.r));
+    match op {
+        ReduceOp::Max | ReduceOp::Min => {
+            let r = r_exact;
+            let pick: fn(f64, f64) -> f64 = if op == ReduceOp::Max {
+                f64::max
+            } else {
+                f64::min
+            };
+            if row.iter().any(Bound::empty) {
+                return nan_only();
+            }
+            let fold = |f: fn(&Bound) -> f64| row.iter().map(f).reduce(pick).unwrap_or(r);
+            let nan = row.iter().any(|b| b.nan);
+            Bound {
+                r,
+                lo: fold(|b| b.lo),
+                hi: fold(|b| b.hi),
+                nan,
+            }
+            .with_r()
+        }
+        ReduceOp::Sum | ReduceOp::Mean if dt == DType::I32 => {
+            let lo = row.iter().map(|b| b.lo).sum::<f64>();
+            let hi = row.iter().map(|b| b.hi).sum::<f64>();
+            let r = r_exact as i64 as i32 as f64;
+            if row.iter().all(Bound::is_point) {
+                Bound::point(r)
+            } else if lo >= i32::MIN as f64 && hi <= i32::MAX as f64 {
+                Bound {
+                    r,
+                    lo,
+                    hi,
+                    nan: false,
+                }
+                .with_r()
+            } else {
+                Bound {
+                    r,
+                    lo: i32::MIN as f64,
+                    hi: i32::MAX as f64,
+                    nan: false,
+                }
+            }
+        }
+        ReduceOp::Sum | ReduceOp::Mean => {
+            if row.iter().any(Bound::empty) {
+                return nan_only();
+            }
+            let lo = exact_sum(row.iter().map(|b| b.lo));
+            let hi = exact_sum(row.iter().map(|b| b.hi));
+            let abs = exact_sum(row.iter().map(|b| b.lo.abs().max(b.hi.abs())));
+            let nan = row.iter().any(|b| b.nan) || !abs.is_finite() || lo.is_nan() || hi.is_nan();
+            let (mut lo, mut hi) = sum_range(lo, hi, abs, row.len() as u64, U32);
+            if op == ReduceOp::Mean {
+                // The f32 sum, then `div.rn` by the length.
+                let len = row.len() as f64;
+                let (l, h) = with_f32_rounding(lo, hi);
+                (lo, hi) = with_f32_rounding(l / len, h / len);
+            }
+            from_f32_range(dt, r_exact, lo, hi, nan)
+        }
+    }
+}
+
+impl Bound {
+    /// Widens the range to hold `r` and allows NaN if `r` is NaN.
+    fn with_r(mut self) -> Bound {
+        if self.r.is_nan() {
+            self.nan = true;
+        } else {
+            self.lo = self.lo.min(self.r);
+            self.hi = self.hi.max(self.r);
+        }
+        self
+    }
+}
+
+/// Softmax of one lane, as `decompose` computes it: in f32, `m = max(x)`,
+/// `e = exp(x - m)`, `s = Σ e`, `e / s`, then rounded to `dt`. The reference is the exact
+/// softmax rounded once.
+fn softmax_row(dt: DType, row: &[Bound]) -> Vec<Bound> {
+    let m_r = row.iter().map(|b| b.r).fold(f64::NEG_INFINITY, max_nan);
+    let e_r: Vec<f64> = row.iter().map(|b| (b.r - m_r).exp()).collect();
+    let s_r = exact_sum(e_r.iter().copied());
+    let refs = e_r.iter().map(|&e| e / s_r);
+    let uncertain = row
+        .iter()
+        .any(|b| b.nan || b.empty() || b.hi == f64::INFINITY);
+    let m_lo = row.iter().map(|b| b.lo).fold(f64::NEG_INFINITY, f64::max);
+    let m_hi = row.iter().map(|b| b.hi).fold(f64::NEG_INFINITY, f64::max);
+    if uncertain || m_lo == f64::NEG_INFINITY || m_r.is_nan() {
+        // NaNs, infinities or a row of -inf: the kernel's NaN rules decide, so allow NaN
+        // and every value softmax can take.
+        return refs
+            .map(|q| {
+                Bound {
+                    r: crate::round::round_to(dt, q),
+                    lo: 0.0,
+                    hi: 1.0,
+                    nan: true,
+                }
+                .with_r()
+            })
+            .collect();
+    }
+    // Per element: d = x - m rounded to f32, e = exp(d) within the math contract.
+    let e: Vec<(f64, f64)> = row
+        .iter()
+        .map(|b| {
+            let (dl, dh) = with_f32_rounding(b.lo - m_hi, b.hi - m_lo);
+            bound::widen_math(dl.exp(), dh.exp())
+        })
+        .collect();
+    let s_lo = exact_sum(e.iter().map(|x| x.0));
+    let s_hi = exact_sum(e.iter().map(|x| x.1));
+    let s_abs = exact_sum(e.iter().map(|x| x.0.abs().max(x.1.abs())));
+    let (s_lo, s_hi) = sum_range(s_lo, s_hi, s_abs, row.len() as u64, U32);
+    let (s_lo, s_hi) = with_f32_rounding(s_lo, s_hi);
+    e.iter()
+        .zip(refs)
+        .map(|(&(el, eh), q)| {
+            let (lo, hi) = if s_lo > 0.0 {
+                with_f32_rounding(el.max(0.0) / s_hi, eh / s_lo)
+            } else {
+                (0.0, f64::INFINITY)
+            };
+            from_f32_range(dt, q, lo, hi.min(1.0f64.max(lo)), false)
+        })
+        .collect()
+}
+
+/// `a [.., M, K] @ b [.., K, N]` with the accumulation of `model`.
+fn matmul(
+    dt: DType,
+    ls: &[u64],
+    rs: &[u64],
+    shape: &[u64],
+    a: &[Bound],
+    b: &[Bound],
+    model: MatmulModel,
+) -> Vec<Bound> {
+    let r = shape.len();
+    let (m, k, nn) = (ls[r - 2] as usize, ls[r - 1] as usize, rs[r - 1] as usize);
+    let batch: usize = shape[..r - 2].iter().product::<u64>() as usize;
+    let points = a.iter().chain(b).all(Bound::is_point);
+    let (terms, unit, input_rel) = match model {
+        MatmulModel::Fma => (k as u64, U32, 0.0),
+        MatmulModel::TensorCore => (2 * k as u64, 2.0 * U32, 0.0),
+        // (1 + 2^-11)^2 - 1, rounded up.
+        MatmulModel::Tf32 => (2 * k as u64, 2.0 * U32, 2f64.powi(-10) + 2f64.powi(-21)),
+    };
+    // A product that underflows f32 loses up to half the least subnormal per term.
+    let underflow = k as f64 * 2f64.powi(-149);
+    let mut out = Vec::with_capacity(batch * m * nn);
+    for bi in 0..batch {
+        let (ab, bb) = (bi * m * k, bi * k * nn);
+        for i in 0..m {
+            for j in 0..nn {
+                let x = |p: usize| &a[ab + i * k + p];
+                let y = |p: usize| &b[bb + p * nn + j];
+                let r_exact = exact_sum((0..k).map(|p| x(p).r * y(p).r));
+                let (lo, hi) = if points {
+                    (r_exact, r_exact)
+                } else if (0..k).any(|p| x(p).empty() || y(p).empty()) {
+                    out.push(nan_only());
+                    continue;
+                } else {
+                    let t = |p: usize| {
+                        let (x, y) = (x(p), y(p));
+                        let c = [x.lo * y.lo, x.lo * y.hi, x.hi * y.lo, x.hi * y.hi];
+                        let c = c.map(|v| if v.is_nan() { 0.0 } else { v });
+                        (
+                            c.iter().copied().fold(f64::INFINITY, f64::min),
+                            c.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                        )
+                    };
+                    (
+                        exact_sum((0..k).map(|p| t(p).0)),
+                        exact_sum((0..k).map(|p| t(p).1)),
+                    )
+                };
+                let abs = exact_sum((0..k).map(|p| {
+                    let (x, y) = (x(p), y(p));
+                    x.lo.abs().max(x.hi.abs()) * y.lo.abs().max(y.hi.abs())
+                }));
+                let nan = (0..k).any(|p| x(p).nan || y(p).nan) || !abs.is_finite();
+                let (lo, hi) = sum_range(lo, hi, abs, terms, unit);
+                let slack = input_rel * abs + underflow;
+                out.push(from_f32_range(dt, r_exact, lo - slack, hi + slack, nan));
+            }
+        }
+    }
+    out
+}
