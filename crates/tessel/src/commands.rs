@@ -5,7 +5,7 @@ use crate::frontend::{compile_steps, load, Step};
 use crate::inputs::{make_inputs, write_outputs};
 use crate::{CompileArgs, InputArgs};
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +32,7 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
         }
     }
     let src = load(file)?;
+    // main checked `out` before any work; this is for callers that did not.
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let write = |name: String, text: String| -> Result<()> {
         let p = out.join(name);
@@ -75,8 +76,10 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
     Ok(())
 }
 
+/// A bar over the CTAs the executor runs. It stays hidden until the executor reports how
+/// many there are: drawn at length 0, indicatif shows a full bar at "0/0".
 fn progress(total_hint: &str) -> ProgressBar {
-    let pb = ProgressBar::new(0);
+    let pb = ProgressBar::with_draw_target(None, ProgressDrawTarget::hidden());
     pb.set_style(
         ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} CTAs ({eta})")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -91,6 +94,9 @@ pub(crate) fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<
     let cb = |done: u64, total: u64| {
         if pb.length() != Some(total) {
             pb.set_length(total);
+            if total > 0 && pb.is_hidden() {
+                pb.set_draw_target(ProgressDrawTarget::stderr());
+            }
         }
         pb.set_position(done);
     };
@@ -103,6 +109,15 @@ pub(crate) fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<
         r.with_context(|| format!("executing step `{}` on the CPU", p.name))?
             .0,
     )
+}
+
+/// "1 kernel", "2 kernels".
+pub(crate) fn plural(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 fn digest(t: &Tensor) -> String {
@@ -184,23 +199,39 @@ pub fn run(
             println!("  wrote inputs to {}", path.display());
         }
         let t0 = Instant::now();
-        let results = match &gpu {
+        let (results, timed) = match &gpu {
             Ok(g) => {
                 let l = device::load(g, p, &inputs)?;
                 l.run(g)?;
-                l.outputs()?
+                let out = l.outputs()?;
+                (
+                    out,
+                    "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
+                     the kernels alone",
+                )
             }
-            Err(_) => execute(p, &inputs, &step.name)?,
+            Err(_) => (
+                execute(p, &inputs, &step.name)?,
+                "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
+            ),
         };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         println!(
-            "step {}: {} kernel(s), {ms:.1} ms wall (including transfers)",
+            "step {}: {}, {ms:.1} ms {timed}",
             step.name,
-            p.kernels.len()
+            plural(p.kernels.len(), "kernel")
         );
         let mut named = Vec::new();
-        for ((name, _), t) in p.outputs.iter().zip(&results) {
-            println!("  {name}: {} digest {}", t.ty, digest(t));
+        for ((name, b), t) in p.outputs.iter().zip(&results) {
+            // An intermediate has no source name; say which graph value it holds.
+            let value = step.compiled.buffer_of.iter().find(|(_, ob)| *ob == b);
+            let what = match value {
+                Some((v, _)) if p.buffers[*b].role == BufferRole::Temp => {
+                    format!(" (intermediate: graph value {v}, see `tessel explain`)")
+                }
+                _ => String::new(),
+            };
+            println!("  {name}{what}: {} digest {}", t.ty, digest(t));
             named.push((name.clone(), t));
         }
         let path = match &outs.out {
@@ -220,17 +251,32 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
     for step in compile_steps(&src, args, &options())? {
         let c = &step.compiled;
-        println!("step {}: {} kernel(s)", step.name, c.program.kernels.len());
+        println!(
+            "step {}: {}",
+            step.name,
+            plural(c.program.kernels.len(), "kernel")
+        );
         let report = match &ptxas {
             Some(p) => Some(p.assemble(&device::ptx_of(&c.program)?, "sm_90")?),
             None => None,
         };
         for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
             let data = &c.fusion.groups[grp];
+            // A step output by its name; an intermediate by the `t<N>` name `run
+            // --dump-temps` gives it, with the graph value for `--emit fused`.
             let outs: Vec<String> = data
                 .outputs
                 .iter()
-                .map(|v| format!("{v}: {}", c.graph.ty(*v)))
+                .map(|v| {
+                    let ty = c.graph.ty(*v);
+                    match c.buffer_of.get(v).map(|b| &c.program.buffers[*b]) {
+                        Some(d) if d.role == BufferRole::Temp => {
+                            format!("intermediate {} (value {v}): {ty}", d.name)
+                        }
+                        Some(d) => format!("{} (value {v}): {ty}", d.name),
+                        None => format!("{v}: {ty}"),
+                    }
+                })
                 .collect();
             println!(
                 "  kernel {} (group {grp}, {:?}) writes {}",
@@ -506,7 +552,8 @@ pub fn bench(
         }
     }
     if let Some(path) = json_out {
-        std::fs::write(path, serde_json::to_string_pretty(&recs)?)?;
+        std::fs::write(path, serde_json::to_string_pretty(&recs)?)
+            .with_context(|| format!("cannot write --json {}", path.display()))?;
         println!("wrote {}", path.display());
     }
     Ok(())
@@ -522,21 +569,52 @@ pub fn invariance(
     seeds: u64,
     cpu: bool,
 ) -> Result<bool> {
-    let full = *sizes
-        .iter()
-        .max()
-        .ok_or_else(|| anyhow::anyhow!("--sizes is empty"))?;
+    // Each of these would compare nothing and PASS vacuously.
+    if seeds == 0 {
+        bail!("--seeds 0: at least one random input set is needed");
+    }
     if sizes.contains(&0) {
-        anyhow::bail!("--sizes: a batch of 0 rows has nothing to compare");
+        bail!("--sizes: a batch of 0 rows has nothing to compare");
+    }
+    for (i, m) in sizes.iter().enumerate() {
+        if sizes[..i].contains(m) {
+            bail!("--sizes lists {m} twice: each size is compared with the largest once");
+        }
+    }
+    let full = match sizes.iter().max() {
+        Some(&m) if sizes.len() >= 2 => m,
+        _ => bail!(
+            "--sizes needs at least two batch sizes: the largest is the reference the others \
+             are compared with"
+        ),
+    };
+    let src = load(file)?;
+    let dims = step_param_dims(&src, args.step.as_deref());
+    if !dims.iter().any(|d| d == batch_dim) {
+        bail!(
+            "--batch-dim {batch_dim}: no parameter of {} has a dim `{batch_dim}`{}",
+            match &args.step {
+                Some(s) => format!("step `{s}`"),
+                None => format!("any step of {}", src.name),
+            },
+            if dims.is_empty() {
+                " (its parameters have no symbolic dims)".to_string()
+            } else {
+                format!("; the dims are {}", dims.join(", "))
+            }
+        );
     }
     let gpu = if cpu {
         None
     } else {
-        Some(open_gpu().map_err(|why| {
-            anyhow::anyhow!("invariance runs on the GPU ({why}); --cpu uses the executor")
-        })?)
+        match open_gpu() {
+            Ok(g) => Some(g),
+            Err(why) => {
+                println!("note: running on the CPU kernel-IR executor ({why})");
+                None
+            }
+        }
     };
-    let src = load(file)?;
     let compile_at = |m: u64| -> Result<Vec<Step>> {
         let mut a = args.clone();
         a.dims.retain(|(n, _)| n != batch_dim);
@@ -562,6 +640,7 @@ pub fn invariance(
         .map(|&m| compile_at(m).map(|s| (m, s)))
         .collect::<Result<_>>()?;
     let mut ok = true;
+    let mut compared = 0;
     for (si, step) in compile_at(full)?.into_iter().enumerate() {
         let p = with_temps(&step.compiled.program);
         // Batched tensors: those whose first dim is the batch at every size.
@@ -583,28 +662,47 @@ pub fn invariance(
             .zip(&q.outputs)
             .map(|((_, b), (_, qb))| batched(&p, &q, *b, *qb))
             .collect();
-        let names: Vec<&str> = p
-            .outputs
-            .iter()
-            .zip(&out_batched)
-            .filter(|(_, &bt)| bt)
-            .map(|((n, _), _)| n.as_str())
-            .collect();
+        // Step outputs by name; intermediates (`t<N>`, see `with_temps`) apart.
+        let is_temp = |b: tessel_ir::BufferId| p.buffers[b].role == BufferRole::Temp;
+        let (mut outs, mut temps) = (Vec::new(), Vec::new());
+        for ((n, b), _) in p.outputs.iter().zip(&out_batched).filter(|(_, &bt)| bt) {
+            if is_temp(*b) {
+                temps.push(n.as_str());
+            } else {
+                outs.push(n.as_str());
+            }
+        }
+        if outs.is_empty() && temps.is_empty() {
+            println!(
+                "{} step {}: no tensor the step writes has the batch {batch_dim} as its first \
+                 dim: nothing to compare",
+                src.name, step.name
+            );
+            continue;
+        }
+        let mut what = Vec::new();
+        if !outs.is_empty() {
+            what.push(format!("outputs {}", outs.join(", ")));
+        }
+        if !temps.is_empty() {
+            what.push(format!("intermediates {}", temps.join(", ")));
+        }
         println!(
             "{} step {} ({} profile, {}): rows of {} compared, batch {batch_dim} in {:?}",
             src.name,
             step.name,
             args.profile.name(),
             if gpu.is_some() { "GPU" } else { "executor" },
-            names.join(", "),
+            what.join(" and "),
             sizes
         );
-        if names.is_empty() {
+        if !temps.is_empty() {
             println!(
-                "  no tensor the step writes has the batch as its first dim: nothing to compare"
+                "  (an intermediate t<N> is a tensor written between kernels, named after graph \
+                 value vN: see `tessel explain`)"
             );
-            continue;
         }
+        compared += 1;
         let steps_at: Vec<(u64, Program)> = others
             .iter()
             .map(|(m, steps)| (*m, with_temps(&steps[si].compiled.program)))
@@ -617,6 +715,7 @@ pub fn invariance(
                     inputs: None,
                     seed,
                     fills: vec![],
+                    allow_random: false,
                 },
             )?;
             let want = run(&p, &inputs)?;
@@ -637,9 +736,14 @@ pub fn invariance(
                         }
                         if got[i].data != rows_of(&want[i], r0, m).data {
                             step_ok = false;
+                            let (name, b) = &p.outputs[i];
+                            let kind = if is_temp(*b) {
+                                "intermediate"
+                            } else {
+                                "output"
+                            };
                             println!(
-                                "  FAIL: seed {seed}: `{}` rows {r0}..{} differ between {batch_dim} = {m} and {batch_dim} = {full}",
-                                p.outputs[i].0,
+                                "  FAIL: seed {seed}: {kind} `{name}` rows {r0}..{} differ between {batch_dim} = {m} and {batch_dim} = {full}",
                                 r0 + m
                             );
                         }
@@ -658,8 +762,32 @@ pub fn invariance(
         );
         ok &= step_ok;
     }
+    if compared == 0 {
+        bail!("nothing was compared: no tensor any step writes has {batch_dim} as its first dim");
+    }
     println!("invariance: {}", if ok { "PASS" } else { "FAIL" });
     Ok(ok)
+}
+
+/// The symbolic dims of the parameters of `step` (or of every step) of `src`, in order of
+/// first appearance.
+fn step_param_dims(src: &crate::frontend::Source, step: Option<&str>) -> Vec<String> {
+    use tessel_syntax::ast::{DimKind, FuncKind};
+    let mut dims: Vec<String> = Vec::new();
+    let steps = src
+        .module
+        .funcs()
+        .filter(|f| f.kind == FuncKind::Step && step.is_none_or(|s| f.name.node == s));
+    for f in steps {
+        for d in f.params.iter().flat_map(|p| p.ty.dims.iter()) {
+            if let DimKind::Symbol(s) = &d.kind {
+                if !dims.contains(s) {
+                    dims.push(s.clone());
+                }
+            }
+        }
+    }
+    dims
 }
 
 /// Rows `r0 .. r0 + m` of `t` along its first dim.

@@ -69,9 +69,9 @@ pub fn load(path: &Path) -> Result<Source> {
     let name = path.display().to_string();
     let module = tessel_syntax::parse(&text).map_err(|d| {
         anyhow!(
-            "{}\n{} syntax error(s) in {name}",
+            "{}\n{} in {name}",
             render(&d, &name, &text),
-            d.len()
+            crate::commands::plural(d.len(), "syntax error")
         )
     })?;
     Ok(Source { name, text, module })
@@ -125,9 +125,9 @@ pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result
     for name in names {
         let checked = check::run(&src.module, &name, &dims).map_err(|d| {
             let rendered = format!(
-                "{}\n{} error(s) in step `{name}`",
+                "{}\n{} in step `{name}`",
                 render(&d, &src.name, &src.text),
-                d.len()
+                crate::commands::plural(d.len(), "error")
             );
             if d.iter().all(|x| x.code == "E0214") {
                 let dims = d

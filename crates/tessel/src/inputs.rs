@@ -1,23 +1,31 @@
 //! Step inputs: read from safetensors by name, filled with `--fill`, or seeded random.
 
 use crate::InputArgs;
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use tessel_ir::kernel::Program;
 use tessel_ir::{DType, TensorType};
 use tessel_ref::Tensor;
 
-/// Parses `NAME=iota[:START]` for `--fill`.
+/// Parses `NAME=iota[:START]` for `--fill`. Whether the values fit in i32 depends on the
+/// input's element count, so [`fill_iota`] checks that.
 pub fn parse_fill(s: &str) -> Result<(String, i64), String> {
     let (name, what) = s
         .split_once('=')
         .ok_or_else(|| format!("`{s}`: expected NAME=iota[:START]"))?;
     let start = match what.split_once(':') {
         None if what == "iota" => 0,
-        Some(("iota", n)) => n
-            .parse()
-            .map_err(|_| format!("`{s}`: START must be an integer"))?,
+        Some(("iota", n)) => n.trim().parse::<i64>().map_err(|e| {
+            if matches!(
+                e.kind(),
+                std::num::IntErrorKind::PosOverflow | std::num::IntErrorKind::NegOverflow
+            ) {
+                format!("`{s}`: START must fit in i32 (-2147483648 ..= 2147483647)")
+            } else {
+                format!("`{s}`: START must be an integer")
+            }
+        })?,
         _ => {
             return Err(format!(
                 "`{s}`: the only fill is iota, e.g. pos=iota:127000"
@@ -39,11 +47,14 @@ fn st_dtype(d: DType) -> Dtype {
 
 /// The inputs of `p` in parameter order, each from the file, a fill, or random with a
 /// seed derived from `--seed` and the input's position.
+///
+/// Errors: an input the `--inputs` file lacks (naming it and the closest name in the file),
+/// unless `--allow-random`, which makes it random with a warning; a tensor of the wrong
+/// dtype or shape; a fill that does not fit in i32; memory that cannot be reserved for an
+/// input (naming it and its size in bytes) instead of aborting the process.
 pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
     let file = match &args.inputs {
-        Some(path) => {
-            Some(std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?)
-        }
+        Some(path) => Some(read_file(path)?),
         None => None,
     };
     let st = match &file {
@@ -63,11 +74,46 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
             );
         }
     }
-    if let Some(s) = &st {
-        for (name, _) in s.tensors() {
-            if !p.inputs.iter().any(|(n, _)| *n == name) {
+    if let (Some(s), Some(path)) = (&st, &args.inputs) {
+        let mut in_file: Vec<String> = s.names().into_iter().map(String::from).collect();
+        in_file.sort();
+        for name in &in_file {
+            if !p.inputs.iter().any(|(n, _)| n == name) {
                 eprintln!(
-                    "note: --inputs has `{name}`, which step `{}` does not take; ignored",
+                    "note: --inputs {} has `{name}`, which step `{}` does not take; ignored",
+                    path.display(),
+                    p.name
+                );
+            }
+        }
+        let missing: Vec<&str> = p
+            .inputs
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .filter(|n| !fills.contains_key(n) && !in_file.iter().any(|f| f == n))
+            .collect();
+        for name in &missing {
+            let close = tessel_passes::check::suggest(name, in_file.iter().map(String::as_str))
+                .map(|c| format!(" (closest name in the file: `{c}`)"))
+                .unwrap_or_default();
+            if args.allow_random {
+                eprintln!(
+                    "warning: --inputs {} has no `{name}` for step `{}`{close}: using SEEDED RANDOM \
+                     values for it (--allow-random)",
+                    path.display(),
+                    p.name
+                );
+            } else {
+                let list = if in_file.is_empty() {
+                    "no tensors".to_string()
+                } else {
+                    in_file.join(", ")
+                };
+                bail!(
+                    "--inputs {} has no tensor `{name}`, an input of step `{}`{close}; the file \
+                     holds {list}. Give every input, or pass --allow-random to use seeded random \
+                     values for the missing ones",
+                    path.display(),
                     p.name
                 );
             }
@@ -88,17 +134,13 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
                     shape
                 );
             }
-            Tensor {
-                ty,
-                data: t.data().to_vec(),
-            }
+            let mut data = reserve(name, &ty)?;
+            data.extend_from_slice(t.data());
+            Tensor { ty, data }
         } else {
-            if st.is_some() {
-                eprintln!(
-                    "note: --inputs has no `{name}` for step `{}`; using seeded random values",
-                    p.name
-                );
-            }
+            // Tensor::random allocates for itself; reserving the same size first turns an
+            // allocation that cannot succeed into an error instead of an abort.
+            drop(reserve(name, &ty)?);
             Tensor::random(ty, args.seed.wrapping_mul(1000).wrapping_add(i as u64))
         };
         out.push(t);
@@ -106,16 +148,70 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
     Ok(out)
 }
 
+/// An empty buffer with room for input `name` of type `ty`, or an error naming the input
+/// and its size when the memory cannot be reserved.
+fn reserve(name: &str, ty: &TensorType) -> Result<Vec<u8>> {
+    let bytes = ty.size_bytes();
+    let mut v = Vec::new();
+    usize::try_from(bytes)
+        .map_err(|_| anyhow!("does not fit in this machine's address space"))
+        .and_then(|n| v.try_reserve_exact(n).map_err(|e| anyhow!("{e}")))
+        .with_context(|| {
+            format!("input `{name}` ({ty}, {bytes} bytes): cannot reserve memory for it")
+        })?;
+    Ok(v)
+}
+
+/// The bytes of `path`, reserved before reading so a file too large for memory is an error.
+fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let cannot = || format!("cannot read --inputs {}", path.display());
+    let mut f = std::fs::File::open(path).with_context(cannot)?;
+    let len = f.metadata().with_context(cannot)?.len();
+    let mut bytes = Vec::new();
+    usize::try_from(len)
+        .map_err(|_| anyhow!("does not fit in this machine's address space"))
+        .and_then(|n| bytes.try_reserve_exact(n).map_err(|e| anyhow!("{e}")))
+        .with_context(|| format!("{}: {len} bytes", cannot()))?;
+    f.read_to_end(&mut bytes).with_context(cannot)?;
+    Ok(bytes)
+}
+
+/// Input `name` of type `ty` filled with `start, start + 1, ...`: every value, up to the
+/// last `start + numel - 1`, must be an i32.
 fn fill_iota(name: &str, ty: &TensorType, start: i64) -> Result<Tensor> {
     if ty.dtype != DType::I32 {
         bail!("--fill {name}: only i32 inputs can be filled, `{name}` is {ty}");
     }
-    let n = ty.shape.numel() as i64;
-    if start < i32::MIN as i64 || start + n > i32::MAX as i64 {
-        bail!("--fill {name}: {start}.. does not fit in i32");
+    let n = ty.shape.numel();
+    let last = i128::from(start) + i128::from(n) - 1;
+    let fits = |v: i128| (i128::from(i32::MIN)..=i128::from(i32::MAX)).contains(&v);
+    if !fits(i128::from(start)) || !fits(last) {
+        let hint = if n - 1 <= i32::MAX as u64 {
+            format!(
+                "; START must be in {} ..= {}",
+                i32::MIN,
+                i128::from(i32::MAX) - i128::from(n) + 1
+            )
+        } else {
+            String::new()
+        };
+        bail!(
+            "--fill {name}=iota:{start}: input `{name}` ({ty}) has {n} elements, so the values \
+             would be {start} ..= {last}, which do not fit in i32 ({} ..= {}){hint}",
+            i32::MIN,
+            i32::MAX
+        );
     }
-    let vals: Vec<i32> = (0..n).map(|k| (start + k) as i32).collect();
-    Ok(Tensor::from_i32(ty.shape.0.clone(), &vals))
+    let mut data = reserve(name, ty)?;
+    // `fits(last)` bounds every value, so the conversions cannot wrap.
+    for k in 0..n as i64 {
+        data.extend_from_slice(&((start + k) as i32).to_le_bytes());
+    }
+    Ok(Tensor {
+        ty: ty.clone(),
+        data,
+    })
 }
 
 /// Writes named tensors to a safetensors file.
@@ -131,10 +227,30 @@ pub fn write_outputs(path: &std::path::Path, named: &[(String, &Tensor)]) -> Res
         .collect::<Result<_>>()?;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
         }
     }
     safetensors::serialize_to_file(views, None, path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_that_cannot_be_reserved_is_an_error_naming_the_input() {
+        // 2^62 bytes: no allocator grants it, and nothing is touched.
+        let ty = TensorType::new(DType::F32, vec![1 << 40, 1 << 20]);
+        let e = format!("{:#}", reserve("x", &ty).unwrap_err());
+        assert!(
+            e.starts_with(&format!(
+                "input `x` ({ty}, {} bytes): cannot reserve memory",
+                1u64 << 62
+            )),
+            "{e}"
+        );
+    }
 }

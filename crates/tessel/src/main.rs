@@ -15,6 +15,7 @@ mod commands;
 mod device;
 mod frontend;
 mod inputs;
+mod paths;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -49,16 +50,21 @@ pub struct CompileArgs {
 /// How inputs are made.
 #[derive(Args, Clone, Debug)]
 pub struct InputArgs {
-    /// Read inputs by name from a safetensors file (names and shapes must match).
+    /// Read inputs by name from a safetensors file (names, dtypes and shapes must match;
+    /// every input not given by --fill must be in it, unless --allow-random).
     #[arg(long, value_name = "FILE")]
     pub inputs: Option<PathBuf>,
     /// Seed for the random inputs made for anything `--inputs` does not provide.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     /// Fill an i32 input with consecutive integers: `--fill pos=iota:127000` gives
-    /// 127000, 127001, ... (repeatable).
+    /// 127000, 127001, ... (repeatable). Every value must fit in i32.
     #[arg(long = "fill", value_name = "NAME=iota[:START]", value_parser = inputs::parse_fill)]
     pub fills: Vec<(String, i64)>,
+    /// With --inputs: use seeded random values, with a warning, for inputs the file does
+    /// not have (without it, a missing input is an error).
+    #[arg(long)]
+    pub allow_random: bool,
 }
 
 #[derive(Subcommand)]
@@ -71,7 +77,8 @@ enum Command {
         /// Stages to write: ast, graph, fused, lowered, kernel, ptx.
         #[arg(long, value_delimiter = ',', default_value = "ptx")]
         emit: Vec<String>,
-        /// Output directory.
+        /// Output directory: STEM.ast.tsl and STEP.STAGE files go into it. It is created if
+        /// missing and must be writable, checked before compiling.
         #[arg(short, long, default_value = "out")]
         out: PathBuf,
     },
@@ -82,17 +89,23 @@ enum Command {
         compile: CompileArgs,
         #[command(flatten)]
         inputs: InputArgs,
-        /// Where to write the outputs (safetensors); default out/STEP.safetensors.
-        #[arg(short, long)]
+        /// The safetensors file to write the outputs to; default out/STEP.safetensors.
+        /// When several steps run (a file with several steps and no --step), each step
+        /// gets its own file beside it: `-o DIR/STEM.safetensors` writes
+        /// DIR/STEM.STEP.safetensors for every STEP. Its directory is created if missing
+        /// and must be writable, checked before compiling.
+        #[arg(short, long, value_name = "FILE")]
         out: Option<PathBuf>,
         /// Use the CPU executor even if a GPU is present.
         #[arg(long)]
         cpu: bool,
-        /// Also write the inputs used (random, filled or read) to this safetensors file.
+        /// Also write the inputs used (random, filled or read) to this safetensors file;
+        /// named per step like -o (DIR/STEM.STEP.safetensors) when several steps run.
         #[arg(long, value_name = "FILE")]
         save_inputs: Option<PathBuf>,
-        /// Also write the intermediate tensors materialised between kernels (named `t<N>`
-        /// after their graph value) with the outputs.
+        /// Also write the intermediate tensors materialised between kernels with the
+        /// outputs. They have no source name: each is named `t<N>` after the graph value it
+        /// holds (`vN` in `tessel build --emit fused` and `tessel explain`).
         #[arg(long)]
         dump_temps: bool,
     },
@@ -107,7 +120,8 @@ enum Command {
         /// Skip the GPU even if present.
         #[arg(long)]
         cpu: bool,
-        /// Also write the results as JSON.
+        /// Also write the results as JSON (the directory is created if missing and must be
+        /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
@@ -120,20 +134,21 @@ enum Command {
     /// Check batch invariance: run the step at every size of `--batch-dim` in `--sizes` on
     /// rows taken from one set of inputs (at the start, the end and a third of the way in)
     /// and require every row of every tensor the step writes (outputs and intermediates)
-    /// to be bit-identical to the same row of the largest batch. On the GPU (the
-    /// executor with --cpu).
+    /// to be bit-identical to the same row of the largest batch. On the GPU; on the CPU
+    /// executor with --cpu, or when there is no GPU (with a note, as `run` does).
     Invariance {
         file: PathBuf,
         #[command(flatten)]
         compile: CompileArgs,
         /// The dim that is the batch: the first dim of every input and written tensor that
-        /// has it.
+        /// has it. It must be a dim of a step parameter.
         #[arg(long, value_name = "NAME")]
         batch_dim: String,
-        /// Batch sizes to compare; the largest is the reference.
+        /// Batch sizes to compare, at least two and all different; the largest is the
+        /// reference.
         #[arg(long, value_delimiter = ',', default_value = "1,2,3,8,17,64,256")]
         sizes: Vec<u64>,
-        /// Random input sets to try (seeds 0, 1, ...).
+        /// Random input sets to try (seeds 0, 1, ...); at least 1.
         #[arg(long, default_value_t = 2)]
         seeds: u64,
         /// Use the CPU executor even if a GPU is present.
@@ -151,7 +166,8 @@ enum Command {
         /// Timed rounds (the median is reported).
         #[arg(long, default_value_t = 15)]
         rounds: u32,
-        /// Also write the results as JSON.
+        /// Also write the results as JSON (the directory is created if missing and must be
+        /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
@@ -175,8 +191,44 @@ fn main() {
     }
 }
 
+impl Command {
+    /// Every path the command will write, with the option that names it: checked before any
+    /// work ([`paths::check_outputs`]).
+    fn outputs(&self) -> Vec<(&'static str, PathBuf, paths::Kind)> {
+        use paths::Kind;
+        match self {
+            Command::Build { out, .. } => vec![("-o", out.clone(), Kind::Dir)],
+            Command::Run {
+                out, save_inputs, ..
+            } => {
+                let mut v = vec![match out {
+                    Some(o) => ("-o", o.clone(), Kind::File),
+                    None => (
+                        "the default output directory",
+                        PathBuf::from("out"),
+                        Kind::Dir,
+                    ),
+                }];
+                if let Some(s) = save_inputs {
+                    v.push(("--save-inputs", s.clone(), Kind::File));
+                }
+                v
+            }
+            Command::Check { json, .. } | Command::Bench { json, .. } => json
+                .iter()
+                .map(|j| ("--json", j.clone(), Kind::File))
+                .collect(),
+            Command::Explain { .. } | Command::Invariance { .. } => vec![],
+        }
+    }
+}
+
 fn real_main() {
     let cli = Cli::parse();
+    if let Err(e) = paths::check_outputs(&cli.command.outputs()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(2);
+    }
     let r: Result<bool> = match cli.command {
         Command::Build {
             file,

@@ -1,0 +1,349 @@
+//! The `tessel` command as a user meets it: argument errors, output paths, inputs and the
+//! messages it prints. Each test runs the built binary on small programs in a scratch
+//! directory; none needs a GPU (without one, `run` and `invariance` use the CPU executor).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A fresh scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tessel-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Runs `tessel ARGS` in `dir`.
+fn tessel(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tessel"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run tessel")
+}
+
+/// stdout and stderr together.
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn write(dir: &Path, name: &str, src: &str) {
+    std::fs::write(dir.join(name), src).expect("write source");
+}
+
+#[test]
+fn fill_accepts_every_start_whose_last_value_fits_in_i32() {
+    let d = scratch("fill");
+    write(&d, "pos.tsl", "step s(pos: i32[4]) -> i32[4] { pos * 1 }\n");
+    let run = |start: &str| {
+        tessel(
+            &d,
+            &[
+                "run",
+                "pos.tsl",
+                "--cpu",
+                "--fill",
+                &format!("pos=iota:{start}"),
+            ],
+        )
+    };
+    // 2147483644 ..= 2147483647 fits; so does the most negative start.
+    for start in ["2147483644", "-2147483648"] {
+        let o = run(start);
+        assert!(o.status.success(), "iota:{start}: {}", text(&o));
+    }
+    // One more wraps; so would i64::MAX (it panicked in debug builds).
+    for (start, last) in [
+        ("2147483645", "2147483648"),
+        ("9223372036854775807", "9223372036854775810"),
+        ("-2147483649", "-2147483646"),
+    ] {
+        let o = run(start);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "iota:{start}: {t}");
+        assert!(t.contains("input `pos` (i32[4]) has 4 elements"), "{t}");
+        assert!(t.contains(&format!("{start} ..= {last}")), "{t}");
+        assert!(
+            t.contains("START must be in -2147483648 ..= 2147483644"),
+            "{t}"
+        );
+        assert!(!t.contains("panicked"), "{t}");
+    }
+}
+
+#[test]
+fn output_paths_are_checked_before_anything_else() {
+    let d = scratch("paths");
+    std::fs::write(d.join("afile"), "").unwrap();
+    // The source does not exist: an output error proves the paths were checked first.
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["build", "missing.tsl", "-o", "afile/out"],
+            "cannot write -o afile/out: ",
+        ),
+        (
+            &["run", "missing.tsl", "-o", "afile/o.safetensors"],
+            "cannot write -o afile/o.safetensors: ",
+        ),
+        (
+            &[
+                "run",
+                "missing.tsl",
+                "-o",
+                "ok/o.safetensors",
+                "--save-inputs",
+                "afile/i.safetensors",
+            ],
+            "cannot write --save-inputs afile/i.safetensors: ",
+        ),
+        (
+            &["check", "missing.tsl", "--json", "afile/r.json"],
+            "cannot write --json afile/r.json: ",
+        ),
+        (
+            &["bench", "missing.tsl", "--json", "afile/r.json"],
+            "cannot write --json afile/r.json: ",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = tessel(&d, args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "{args:?}: {t}");
+        assert!(
+            t.contains("afile is a file, not a directory"),
+            "{args:?}: {t}"
+        );
+        assert_eq!(t.lines().count(), 1, "one message: {t}");
+    }
+    // Nothing was created for the good path of a command with a bad one.
+    assert!(!d.join("ok").exists());
+    // `-o` of run names a file, not a directory.
+    std::fs::create_dir(d.join("dir")).unwrap();
+    let t = text(&tessel(&d, &["run", "missing.tsl", "-o", "dir"]));
+    assert!(t.contains("cannot write -o dir: it is a directory"), "{t}");
+    // A missing directory is created, and the outputs land in it.
+    write(
+        &d,
+        "two.tsl",
+        "step a(x: f32[2]) -> f32[2] { x * 2.0 }\nstep b(x: f32[2]) -> f32[2] { -x }\n",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "two.tsl",
+            "--cpu",
+            "-o",
+            "new/sub/r.safetensors",
+            "--save-inputs",
+            "new/in.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    for f in [
+        "new/sub/r.a.safetensors",
+        "new/sub/r.b.safetensors",
+        "new/in.a.safetensors",
+        "new/in.b.safetensors",
+    ] {
+        assert!(d.join(f).is_file(), "{f}: {}", text(&o));
+    }
+}
+
+#[test]
+fn invariance_refuses_what_would_pass_vacuously() {
+    let d = scratch("invariance");
+    write(
+        &d,
+        "rows.tsl",
+        "step s(x: f32[M, 8]) -> f32[M, 8] { x * 2.0 }\n",
+    );
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--batch-dim", "Q"],
+            "--batch-dim Q: no parameter of any step of rows.tsl has a dim `Q`; the dims are M",
+        ),
+        (&["--batch-dim", "M", "--seeds", "0"], "--seeds 0"),
+        (
+            &["--batch-dim", "M", "--sizes", "1"],
+            "--sizes needs at least two batch sizes",
+        ),
+        (
+            &["--batch-dim", "M", "--sizes", "4,4"],
+            "--sizes lists 4 twice",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut all = vec!["invariance", "rows.tsl", "--cpu"];
+        all.extend_from_slice(args);
+        let o = tessel(&d, &all);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "{args:?}: {t}");
+        assert!(!t.contains("PASS"), "{args:?}: {t}");
+    }
+    // A batch dim no written tensor starts with compares nothing: an error too.
+    write(
+        &d,
+        "cols.tsl",
+        "step s(x: f32[8, M]) -> f32[8, M] { x * 2.0 }\n",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "invariance",
+            "cols.tsl",
+            "--cpu",
+            "--batch-dim",
+            "M",
+            "--sizes",
+            "2,3",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("nothing was compared"), "{}", text(&o));
+    // Without --cpu it runs anyway: on the GPU, or on the executor with a note.
+    let o = tessel(
+        &d,
+        &[
+            "invariance",
+            "rows.tsl",
+            "--batch-dim",
+            "M",
+            "--sizes",
+            "1,2,5",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("invariance: PASS"), "{t}");
+    if t.contains("executor") {
+        assert!(
+            t.contains("note: running on the CPU kernel-IR executor"),
+            "{t}"
+        );
+    }
+}
+
+/// Writes a safetensors file holding f32 tensors `names` of shape [2].
+fn safetensors_with(path: &Path, names: &[&str]) {
+    let data = vec![0u8; 8];
+    let views: Vec<(String, safetensors::tensor::TensorView)> = names
+        .iter()
+        .map(|n| {
+            let v = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &data)
+                .expect("view");
+            (n.to_string(), v)
+        })
+        .collect();
+    safetensors::serialize_to_file(views, None, path).expect("write safetensors");
+}
+
+#[test]
+fn inputs_missing_from_the_file_are_an_error_unless_allowed() {
+    let d = scratch("inputs");
+    write(
+        &d,
+        "sw.tsl",
+        "step s(gate: f32[2], up: f32[2]) -> f32[2] { gate * up }\n",
+    );
+    safetensors_with(&d.join("in.safetensors"), &["gate", "upp"]);
+    for cmd in ["run", "check"] {
+        let o = tessel(&d, &[cmd, "sw.tsl", "--cpu", "--inputs", "in.safetensors"]);
+        let t = text(&o);
+        assert!(
+            t.contains(
+                "has no tensor `up`, an input of step `s` (closest name in the file: `upp`)"
+            ),
+            "{cmd}: {t}"
+        );
+        assert!(t.contains("--allow-random"), "{cmd}: {t}");
+        assert!(!o.status.success(), "{cmd}: {t}");
+        assert!(!t.contains("PASS"), "{cmd}: {t}");
+    }
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "sw.tsl",
+            "--cpu",
+            "--inputs",
+            "in.safetensors",
+            "--allow-random",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("warning: --inputs in.safetensors has no `up`"),
+        "{t}"
+    );
+    assert!(t.contains("SEEDED RANDOM"), "{t}");
+    // An extra name stays a note; every input given runs silently otherwise.
+    safetensors_with(&d.join("full.safetensors"), &["gate", "up", "bias"]);
+    let o = tessel(
+        &d,
+        &["run", "sw.tsl", "--cpu", "--inputs", "full.safetensors"],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("note: --inputs full.safetensors has `bias`"),
+        "{t}"
+    );
+    assert!(!t.contains("warning"), "{t}");
+}
+
+#[test]
+fn run_says_what_it_timed_and_counts_kernels_in_english() {
+    let d = scratch("messages");
+    write(&d, "one.tsl", "step s(x: f32[4]) -> f32[4] { exp(x) }\n");
+    let o = tessel(&d, &["run", "one.tsl", "--cpu", "-o", "o.safetensors"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("step s: 1 kernel, "), "{t}");
+    assert!(t.contains("ms on the CPU executor"), "{t}");
+    assert!(!t.contains("including transfers"), "{t}");
+    let t = text(&tessel(&d, &["explain", "one.tsl"]));
+    assert!(t.contains("step s: 1 kernel\n"), "{t}");
+    assert!(t.contains("writes out (value "), "{t}");
+    // How -o names the files of several steps is in the help.
+    let t = text(&tessel(&d, &["run", "--help"]));
+    assert!(t.contains("DIR/STEM.STEP.safetensors"), "{t}");
+}
+
+#[test]
+fn intermediates_are_labelled_as_such() {
+    let d = scratch("temps");
+    // Two matmuls: the first product is written between kernels.
+    write(
+        &d,
+        "mm.tsl",
+        "step s(x: f32[4, 8], a: f32[2, 8], b: f32[8, 2]) -> f32[4, 8] { let u = x @ a^T; u @ b^T }\n",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "mm.tsl",
+            "--cpu",
+            "--dump-temps",
+            "-o",
+            "o.safetensors",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let temp = t
+        .lines()
+        .find(|l| l.trim_start().starts_with('t') && l.contains("digest"))
+        .unwrap_or_else(|| panic!("no intermediate in {t}"));
+    assert!(temp.contains("(intermediate: graph value v"), "{temp}");
+    let t = text(&tessel(&d, &["explain", "mm.tsl"]));
+    assert!(t.contains("writes intermediate t"), "{t}");
+}
