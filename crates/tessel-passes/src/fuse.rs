@@ -21,8 +21,13 @@
 //! 3. A reduction whose result is used other than broadcast back along its own row (or as a
 //!    step output) is materialised as the output of its own row-reduction kernel.
 //! 4. Each materialised non-input value is the output of one group: a row-reduction group if
-//!    the values it computes contain reductions (all over rows of the output's last axis),
-//!    else an elementwise group.
+//!    the values it computes contain reductions, else an elementwise group. A row-reduction
+//!    kernel computes each of its reductions once per row of the group, so a reduction is
+//!    computed inside the group only if every path from the output reaches it at the
+//!    group's own row — the walk in [`misplaced_reductions`] follows the index through
+//!    every shape op symbolically; a permute, a slice at an offset, a broadcast or a
+//!    reshape that moves the row makes it materialised instead. Legality follows which
+//!    index reaches the reduction, never whether two sizes happen to be equal.
 //! 5. An elementwise group joins an earlier elementwise group of the same shape when the two
 //!    read a common materialised value and everything the later one reads is written before
 //!    the earlier one runs: one kernel with several outputs, shared work computed once.
@@ -109,20 +114,17 @@ pub fn run(g: &Graph) -> Fusion {
         }
     }
 
-    // Rule 4 needs every reduction of a group to run over the group's rows; one that does
-    // not (it reduces a tensor of another shape) is materialised by its own kernel.
+    // Rule 4 needs every reduction of a group to run over the group's own rows: the
+    // kernel computes one value per row of each reduction, so a reduction reached at any
+    // other row (through a permute, a slice, a broadcast...) or over rows of another shape
+    // is materialised by its own kernel.
     loop {
         let mut more = Vec::new();
         for (v, op) in g.ops.iter() {
             if !mat.contains(v) || matches!(op, Op::Input { .. }) {
                 continue;
             }
-            let rows = row_shape(g, v);
-            for r in cone_reductions(g, v, &mat) {
-                if r != v && g.ty(g.ops[r].args()[0]).shape != rows {
-                    more.push(r);
-                }
-            }
+            more.extend(misplaced_reductions(g, v, &mat));
         }
         if more.is_empty() {
             break;
@@ -185,6 +187,134 @@ pub fn run(g: &Graph) -> Fusion {
         fusion.new_group(gd);
     }
     fusion
+}
+
+/// One component of a symbolic index in [`misplaced_reductions`]: which index of the group's
+/// iteration lands in a dim.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+enum Ix {
+    /// The group's row index along lead dim `i` of its rows shape.
+    Row(u32),
+    /// The position along the row (the last dim).
+    Col,
+    /// A constant 0 (a broadcast dim).
+    Zero,
+    /// Anything else (an offset, a mix of dims through a reshape).
+    Other,
+}
+
+/// The reductions inside the group writing `out` that the group cannot compute: those
+/// reached, on some path from `out`, at an index other than the group's own row, or whose
+/// rows have another shape than the group's. The walk maps the group's index through each
+/// op exactly as `lower` does, but symbolically.
+fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
+    let rows = row_shape(g, out);
+    let rank = rows.rank();
+    let row_index = |last: Ix| -> Vec<Ix> {
+        (0..rank.saturating_sub(1) as u32)
+            .map(Ix::Row)
+            .chain((rank > 0).then_some(last))
+            .collect()
+    };
+    let mut bad = Vec::new();
+    let mut seen: std::collections::HashSet<(Value, Vec<Ix>)> = Default::default();
+    let mut stack: Vec<(Value, Vec<Ix>)> = Vec::new();
+    match g.ops[out] {
+        // A materialised reduction: the group computes it over its rows.
+        Op::Reduce { arg, .. } => stack.push((arg, row_index(Ix::Col))),
+        _ => stack.push((out, row_index(Ix::Col))),
+    }
+    while let Some((x, idx)) = stack.pop() {
+        if (x != out && mat.contains(x)) || !seen.insert((x, idx.clone())) {
+            continue;
+        }
+        let op = &g.ops[x];
+        match op {
+            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } | Op::MatMul { .. } => {}
+            Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
+                for a in op.args() {
+                    stack.push((a, idx.clone()));
+                }
+            }
+            Op::Broadcast { arg } => {
+                let sa = &g.ty(*arg).shape.0;
+                let ai = idx
+                    .iter()
+                    .zip(sa)
+                    .map(|(&i, &d)| if d == 1 { Ix::Zero } else { i })
+                    .collect();
+                stack.push((*arg, ai));
+            }
+            Op::Reshape { arg } => {
+                let sa = &g.ty(*arg).shape.0;
+                let sr = &g.ty(x).shape.0;
+                stack.push((*arg, reshape_index(&idx, sr, sa)));
+            }
+            Op::Permute { arg, perm } => {
+                let mut ai = vec![Ix::Other; idx.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    ai[p as usize] = idx[i];
+                }
+                stack.push((*arg, ai));
+            }
+            Op::Slice { arg, axis, start } => {
+                let mut ai = idx.clone();
+                if *start != 0 {
+                    ai[*axis as usize] = Ix::Other;
+                }
+                stack.push((*arg, ai));
+            }
+            Op::Concat { args, axis } => {
+                let a = *axis as usize;
+                let mut off = 0;
+                for &arg in args {
+                    let mut ai = idx.clone();
+                    if off != 0 {
+                        ai[a] = Ix::Other;
+                    }
+                    off += g.ty(arg).shape.0[a];
+                    stack.push((arg, ai));
+                }
+            }
+            Op::Reduce { arg, .. } => {
+                let own_row = idx == row_index(Ix::Zero) && g.ty(*arg).shape == rows;
+                if !own_row {
+                    bad.push(x);
+                } else {
+                    stack.push((*arg, row_index(Ix::Col)));
+                }
+            }
+            // `decompose` leaves none.
+            Op::Softmax { .. } => bad.push(x),
+        }
+    }
+    bad.sort();
+    bad.dedup();
+    bad
+}
+
+/// The index of a reshape's operand (shape `sa`) from the index of its result (shape
+/// `sr`): dims kept in order when only size-1 dims differ (as `lower` maps them), the
+/// common leading dims otherwise, and [`Ix::Other`] for the rest.
+fn reshape_index(idx: &[Ix], sr: &[u64], sa: &[u64]) -> Vec<Ix> {
+    let squeeze = |s: &[u64]| s.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+    if squeeze(sr) == squeeze(sa) {
+        let mut kept = idx.iter().zip(sr).filter(|(_, &d)| d != 1).map(|(&i, _)| i);
+        return sa
+            .iter()
+            .map(|&d| {
+                if d == 1 {
+                    Ix::Zero
+                } else {
+                    kept.next().unwrap_or(Ix::Other)
+                }
+            })
+            .collect();
+    }
+    let common = sr.iter().zip(sa).take_while(|(a, b)| a == b).count();
+    (0..sa.len())
+        .map(|i| if i < common { idx[i] } else { Ix::Other })
+        .collect()
 }
 
 /// True if computing `v` (stopping at materialised values) needs a reduction or a matmul.

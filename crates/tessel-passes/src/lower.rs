@@ -427,7 +427,9 @@ fn lower_group(
 }
 
 /// Materialised values read by the kernel writing `outputs`, in value order; the walk does
-/// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch).
+/// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch). A
+/// matmul reads a transposed operand in place, from the tensor under its permute, even
+/// when the permute is materialised too (a step output): both are listed then.
 fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     let mut found = std::collections::BTreeSet::new();
@@ -439,6 +441,13 @@ fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) ->
         if !outputs.contains(&v) && fusion.is_materialized(g, v) {
             found.insert(v);
             continue;
+        }
+        if let GOp::MatMul { lhs, rhs } = g.ops[v] {
+            for x in [lhs, rhs] {
+                if let GOp::Permute { arg, .. } = g.ops[x] {
+                    stack.push(arg);
+                }
+            }
         }
         stack.extend(g.ops[v].args());
     }

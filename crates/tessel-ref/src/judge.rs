@@ -225,6 +225,20 @@ impl GpuJudgement {
     }
 }
 
+impl fmt::Display for GpuJudgement {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        match self {
+            GpuJudgement::Bits(d) if d.identical() => write!(f, "== executor bit for bit"),
+            GpuJudgement::Bits(d) => write!(f, "differs from the executor: {d}"),
+            GpuJudgement::Reference(v, d) => write!(
+                f,
+                "{v} ({} elements differ from the executor)",
+                d.differing_elements
+            ),
+        }
+    }
+}
+
 /// The judgement of one output of a step.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OutputJudgement {

@@ -452,7 +452,11 @@ fn matmul(
                 }));
                 let nan = (0..k).any(|p| x(p).nan || y(p).nan) || !abs.is_finite();
                 let (lo, hi) = sum_range(lo, hi, abs, terms, unit);
-                let slack = input_rel * abs + underflow;
+                let slack = if input_rel > 0.0 {
+                    input_rel * abs
+                } else {
+                    0.0
+                } + underflow;
                 out.push(from_f32_range(dt, r_exact, lo - slack, hi + slack, nan));
             }
         }

@@ -1,0 +1,111 @@
+//! A differential fuzzer for tessel: random well-typed programs, compiled and run like any
+//! user's, judged by the dtype-following reference (design §9, "semantics").
+//!
+//! Hand-written tests missed wrong answers that random programs found at once (reductions
+//! over different axes fused because two dims happened to be equal). So the tests generate
+//! programs: [`gen`] builds them over every op of the language with shapes chosen to
+//! provoke fusion and tiling mistakes, [`run`] takes each through parse → check → compile
+//! → the CPU executor (and a GPU, given one) → [`tessel_ref::judge`], and [`shrink`]
+//! reduces a failure to the smallest program that still fails the same way, which
+//! [`corpus`] writes as a regression test (`tests/programs/regressions/`).
+//!
+//! Entry points: [`fuzz`] (used by `cargo test`, `tessel fuzz` and `scripts/fuzz.sh`) and
+//! [`corpus::run_file`] (the regression tests).
+
+pub mod corpus;
+pub mod gen;
+pub mod program;
+pub mod run;
+pub mod shrink;
+
+use run::{run_case, Device, Outcome};
+use tessel_passes::Profile;
+
+/// What a [`fuzz`] run does.
+pub struct Options<'a> {
+    /// Seeds `first .. first + count`; seed `s` gives one program and its inputs.
+    pub first: u64,
+    pub count: u64,
+    /// The profiles to compile in, by turns (seed `s` uses `profiles[s % len]`).
+    pub profiles: Vec<Profile>,
+    pub config: gen::Config,
+    /// Runs a compiled program on a GPU (the CLI's), beside the executor.
+    pub device: Option<Device<'a>>,
+    /// Candidates the shrinker may try per failure.
+    pub shrink_budget: usize,
+}
+
+/// One defect found: the program as generated and as shrunk, and what went wrong.
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub seed: u64,
+    pub profile: Profile,
+    pub outcome: Outcome,
+    pub program: program::Program,
+    pub shrunk: program::Program,
+    /// The shrunk program's outcome.
+    pub shrunk_outcome: Outcome,
+}
+
+impl Finding {
+    /// The shrunk program as a regression file (see [`corpus`]).
+    pub fn regression_source(&self) -> String {
+        corpus::regression_source(&self.shrunk, self.seed, self.profile, &self.shrunk_outcome)
+    }
+}
+
+/// Counts of a [`fuzz`] run.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub programs: u64,
+    pub passed: u64,
+    /// Programs the front end refused (the generator and the language disagree).
+    pub rejected: Vec<(u64, String)>,
+    pub findings: Vec<Finding>,
+}
+
+/// Runs `opts.count` programs; `progress` is called after each with (done, summary so
+/// far).
+pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary {
+    let mut s = Summary::default();
+    for i in 0..opts.count {
+        let seed = opts.first + i;
+        let profile = opts.profiles[(seed % opts.profiles.len() as u64) as usize];
+        let p = gen::generate(seed, &opts.config);
+        let outcome = case(&p, profile, seed, opts.device);
+        s.programs += 1;
+        match &outcome {
+            Outcome::Pass => s.passed += 1,
+            Outcome::Rejected(m) => s.rejected.push((seed, m.clone())),
+            _ => {
+                let kind = outcome.kind();
+                let shrunk = shrink::shrink(&p, opts.shrink_budget, |c| {
+                    case(c, profile, seed, opts.device).kind() == kind
+                });
+                let shrunk_outcome = case(&shrunk, profile, seed, opts.device);
+                s.findings.push(Finding {
+                    seed,
+                    profile,
+                    outcome,
+                    program: p,
+                    shrunk,
+                    shrunk_outcome,
+                });
+            }
+        }
+        progress(i + 1, &s);
+    }
+    s
+}
+
+/// Runs one generated program.
+pub fn case(p: &program::Program, profile: Profile, seed: u64, device: Option<Device>) -> Outcome {
+    run_case(
+        &p.source_body(),
+        "fuzz",
+        &p.dim_bindings(),
+        profile,
+        seed,
+        device,
+    )
+}

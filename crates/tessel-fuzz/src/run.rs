@@ -1,0 +1,160 @@
+//! One case through the whole pipeline: parse, check, compile, run on the CPU executor (and
+//! a GPU, when the caller gives one), judge every output by the dtype-following reference.
+
+use std::collections::BTreeMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use tessel_ir::kernel::Program;
+use tessel_passes::{Options, Profile, Target};
+use tessel_ref::Tensor;
+
+/// Runs a compiled program on a device and returns its outputs (the CLI passes the GPU).
+pub type Device<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+/// What happened to a case.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// Every output within its bound (and the GPU's bits equal to the executor's where the
+    /// profile promises it).
+    Pass,
+    /// The front end refused the program: the generator and the language disagree.
+    Rejected(String),
+    /// A checked program that failed to compile, run or be judged: not a wrong answer,
+    /// still a defect (a well-typed program must compile or be refused by `check`).
+    Error(String),
+    /// A wrong answer.
+    Fail(String),
+    /// A panic anywhere in the pipeline.
+    Panic(String),
+}
+
+impl Outcome {
+    /// The outcome's kind, to tell whether a shrunk program still fails the same way.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Pass => "pass",
+            Outcome::Rejected(_) => "rejected",
+            Outcome::Error(_) => "error",
+            Outcome::Fail(_) => "wrong answer",
+            Outcome::Panic(_) => "panic",
+        }
+    }
+
+    /// True for the outcomes that are defects of the compiler.
+    pub fn is_defect(&self) -> bool {
+        matches!(
+            self,
+            Outcome::Error(_) | Outcome::Fail(_) | Outcome::Panic(_)
+        )
+    }
+
+    /// The message (empty for a pass).
+    pub fn message(&self) -> &str {
+        match self {
+            Outcome::Pass => "",
+            Outcome::Rejected(m) | Outcome::Error(m) | Outcome::Fail(m) | Outcome::Panic(m) => m,
+        }
+    }
+}
+
+/// Runs step `step` of `source` with `dims` bound, in `profile`, on seeded random inputs
+/// (`Tensor::random` with seed `seed · 1000 + i` for input `i`, as `tessel run --seed`
+/// makes them), and judges it.
+pub fn run_case(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    device: Option<Device>,
+) -> Outcome {
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        run_inner(source, step, dims, profile, seed, device)
+    }));
+    match r {
+        Ok(o) => o,
+        Err(e) => {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic without a message".into());
+            Outcome::Panic(msg)
+        }
+    }
+}
+
+fn run_inner(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    device: Option<Device>,
+) -> Outcome {
+    let module = match tessel_syntax::parse(source) {
+        Ok(m) => m,
+        Err(d) => return Outcome::Rejected(first_message(&d)),
+    };
+    let dims: BTreeMap<String, u64> = dims.iter().cloned().collect();
+    let graph = match tessel_passes::check::run(&module, step, &dims) {
+        Ok(g) => g,
+        Err(d) => return Outcome::Rejected(first_message(&d)),
+    };
+    let opts = Options {
+        target: Target::h200(),
+        profile,
+        verify: true,
+    };
+    let compiled = match tessel_passes::compile(&graph, &opts) {
+        Ok(c) => c,
+        Err(e) => return Outcome::Error(format!("compile: {e}: {:?}", e)),
+    };
+    let p = &compiled.program;
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| {
+            Tensor::random(
+                p.buffers[*b].ty.clone(),
+                seed.wrapping_mul(1000).wrapping_add(i as u64),
+            )
+        })
+        .collect();
+    let exec = match tessel_ref::run_program(p, &inputs) {
+        Ok(o) => o,
+        Err(e) => return Outcome::Error(format!("executor: {e}")),
+    };
+    let gpu = match device {
+        Some(run) => match run(p, &inputs) {
+            Ok(o) => Some(o),
+            Err(e) => return Outcome::Error(format!("device: {e}")),
+        },
+        None => None,
+    };
+    let judged = match tessel_ref::judge::judge_step(&graph, p, &inputs, &exec, gpu.as_deref()) {
+        Ok(j) => j,
+        Err(e) => return Outcome::Error(format!("judge: {e}")),
+    };
+    let mut wrong = Vec::new();
+    for j in &judged {
+        if !j.executor.pass() {
+            wrong.push(format!("`{}` (executor): {}", j.name, j.executor));
+        }
+        match &j.gpu {
+            Some(g) if !g.pass() => wrong.push(format!("`{}` (GPU): {g}", j.name)),
+            _ => {}
+        }
+    }
+    if wrong.is_empty() {
+        Outcome::Pass
+    } else {
+        Outcome::Fail(wrong.join("; "))
+    }
+}
+
+fn first_message(d: &[tessel_syntax::Diagnostic]) -> String {
+    d.first()
+        .map(|x| format!("{}: {}", x.code, x.message))
+        .unwrap_or_default()
+}
