@@ -32,9 +32,9 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
         }
     }
     let src = load(file)?;
-    // main checked `out` before any work; this is for callers that did not.
-    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    // main checked `out` before any work; it is made when the first file is written.
     let write = |name: String, text: String| -> Result<()> {
+        std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
         let p = out.join(name);
         std::fs::write(&p, text).with_context(|| format!("cannot write {}", p.display()))?;
         println!("wrote {}", p.display());
@@ -552,8 +552,7 @@ pub fn bench(
         }
     }
     if let Some(path) = json_out {
-        std::fs::write(path, serde_json::to_string_pretty(&recs)?)
-            .with_context(|| format!("cannot write --json {}", path.display()))?;
+        crate::paths::write_file("--json", path, serde_json::to_string_pretty(&recs)?)?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! the terminal.
 
 use crate::CompileArgs;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
@@ -68,14 +68,27 @@ pub fn load(path: &Path) -> Result<Source> {
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path.display().to_string();
     let module = tessel_syntax::parse(&text).map_err(|d| {
-        anyhow!(
+        anyhow::Error::new(Rendered(format!(
             "{}\n{} in {name}",
             render(&d, &name, &text),
             crate::commands::plural(d.len(), "syntax error")
-        )
+        )))
     })?;
     Ok(Source { name, text, module })
 }
+
+/// Diagnostics rendered for the terminal: each already says `[E0401] Error: ...`, so `main`
+/// prints them without its own `error: ` prefix.
+#[derive(Debug)]
+pub struct Rendered(pub String);
+
+impl std::fmt::Display for Rendered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Rendered {}
 
 /// A step whose only errors are dims without a value (E0214): `check` over the default
 /// example list reports it as skipped rather than failed.
@@ -140,7 +153,7 @@ pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result
                     rendered,
                 })
             } else {
-                anyhow!(rendered)
+                anyhow::Error::new(Rendered(rendered))
             }
         })?;
         let compiled = compile(&checked, opts)

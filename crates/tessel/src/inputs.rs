@@ -225,12 +225,7 @@ pub fn write_outputs(path: &std::path::Path, named: &[(String, &Tensor)]) -> Res
             Ok((n.clone(), v))
         })
         .collect::<Result<_>>()?;
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("cannot create the directory {}", dir.display()))?;
-        }
-    }
+    crate::paths::create_parent(path)?;
     safetensors::serialize_to_file(views, None, path)
         .with_context(|| format!("cannot write {}", path.display()))?;
     Ok(())

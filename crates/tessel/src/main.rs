@@ -229,6 +229,17 @@ fn real_main() {
         eprintln!("error: {e:#}");
         std::process::exit(2);
     }
+    // `check` writes its --json with `std::fs::write`, which makes no directory: make it
+    // here, once the check passed.
+    if let Command::Check {
+        json: Some(path), ..
+    } = &cli.command
+    {
+        if let Err(e) = paths::create_parent(path) {
+            eprintln!("error: cannot write --json {}: {e:#}", path.display());
+            std::process::exit(2);
+        }
+    }
     let r: Result<bool> = match cli.command {
         Command::Build {
             file,
@@ -284,7 +295,14 @@ fn real_main() {
         Ok(true) => {}
         Ok(false) => std::process::exit(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Rendered diagnostics carry their own `[E0401] Error:` heading.
+            let rendered = e.downcast_ref::<frontend::Rendered>().is_some()
+                || e.downcast_ref::<frontend::UnboundDims>().is_some();
+            if rendered {
+                eprintln!("{e:#}");
+            } else {
+                eprintln!("error: {e:#}");
+            }
             std::process::exit(2);
         }
     }

@@ -3,15 +3,14 @@
 //! result has wasted the user's time, so every command checks each of its output paths
 //! first, with one rule and one message that names the option and the path.
 //!
-//! The rule: the directory an output goes into is created if it is missing (like
-//! `mkdir -p`; the default `out/` usually is) — so its nearest existing ancestor must be a
-//! directory and writable — and an existing directory must be writable; an output file that
-//! already exists must be a file, not a directory, and writable (it is replaced). Every path
-//! of a command is checked first; only when all pass are the missing directories created,
-//! still before any work, so a command that later fails to compile may leave an empty
-//! directory behind.
+//! The rule: the directory an output goes into must exist or be creatable — its nearest
+//! existing ancestor must be a directory, and writable — and an output file that already
+//! exists must be a file, not a directory, and writable (it is replaced). The check changes
+//! nothing; missing directories are created (like `mkdir -p`) when the first file is written
+//! into them ([`write_file`], and `inputs::write_outputs`), so a command that fails before
+//! writing leaves no empty directory behind.
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -24,27 +23,32 @@ pub enum Kind {
     File,
 }
 
-/// Checks every `(option, path, kind)` (see the module docs), then creates the missing
-/// directories. The error names the option and the path.
+/// Checks every `(option, path, kind)` (see the module docs); the error names the option
+/// and the path.
 pub fn check_outputs(outputs: &[(&str, PathBuf, Kind)]) -> Result<()> {
-    let mut dirs = Vec::new();
     for (option, path, kind) in outputs {
-        dirs.push(check_output(option, path, *kind)?);
-    }
-    for ((option, path, _), dir) in outputs.iter().zip(dirs) {
-        if let Err(e) = fs::create_dir_all(&dir) {
-            bail!(
-                "cannot write {option} {}: cannot create the directory {}: {e}",
-                path.display(),
-                dir.display()
-            );
-        }
+        check_output(option, path, *kind)?;
     }
     Ok(())
 }
 
-/// Checks one output path without changing anything; returns the directory it goes into.
-fn check_output(option: &str, path: &Path, kind: Kind) -> Result<PathBuf> {
+/// Writes `contents` to `option`'s `path`, creating its directory first.
+pub fn write_file(option: &str, path: &Path, contents: impl AsRef<[u8]>) -> Result<()> {
+    create_parent(path)?;
+    fs::write(path, contents).with_context(|| format!("cannot write {option} {}", path.display()))
+}
+
+/// Creates the directory `path` goes into, if it is missing.
+pub fn create_parent(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the directory {}", dir.display())),
+        _ => Ok(()),
+    }
+}
+
+/// Checks one output path without changing anything.
+fn check_output(option: &str, path: &Path, kind: Kind) -> Result<()> {
     let shown = path.display();
     let dir: PathBuf = match kind {
         Kind::Dir => path.to_path_buf(),
@@ -85,7 +89,7 @@ fn check_output(option: &str, path: &Path, kind: Kind) -> Result<PathBuf> {
             bail!("cannot write {option} {shown}: the file exists and cannot be replaced: {e}");
         }
     }
-    Ok(dir)
+    Ok(())
 }
 
 /// Creates and removes a file in `dir`: the only portable test that a write will succeed
@@ -111,27 +115,27 @@ mod tests {
     }
 
     #[test]
-    fn missing_directories_are_created() {
+    fn missing_directories_are_accepted_and_made_on_write() {
         let d = scratch("create");
-        let file = d.join("a/b/out.safetensors");
+        let file = d.join("a/b/out.json");
         let dir = d.join("c/d");
         check_outputs(&[
-            ("-o", file.clone(), Kind::File),
+            ("--json", file.clone(), Kind::File),
             ("-o", dir.clone(), Kind::Dir),
         ])
         .unwrap();
-        assert!(d.join("a/b").is_dir() && dir.is_dir());
-        assert!(!file.exists(), "the check writes no output");
-        assert_eq!(
-            fs::read_dir(d.join("a/b")).unwrap().count(),
-            0,
-            "no probe left"
+        assert!(
+            !d.join("a").exists() && !d.join("c").exists(),
+            "the check changes nothing"
         );
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 0, "no probe left");
+        write_file("--json", &file, "{}").unwrap();
+        assert_eq!(fs::read_to_string(&file).unwrap(), "{}");
         fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]
-    fn a_file_in_the_way_is_named_and_nothing_is_created() {
+    fn a_file_in_the_way_is_named() {
         let d = scratch("file");
         fs::write(d.join("f"), "").unwrap();
         let e = check_outputs(&[
@@ -146,7 +150,6 @@ mod tests {
             e.contains(&format!("{} is a file", d.join("f").display())),
             "{e}"
         );
-        assert!(!d.join("new").exists(), "one bad path creates nothing");
         let e = check_outputs(&[("-o", d.clone(), Kind::File)])
             .unwrap_err()
             .to_string();

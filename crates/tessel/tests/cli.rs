@@ -120,7 +120,7 @@ fn output_paths_are_checked_before_anything_else() {
         );
         assert_eq!(t.lines().count(), 1, "one message: {t}");
     }
-    // Nothing was created for the good path of a command with a bad one.
+    // The check creates nothing: not the good path of a command with a bad one.
     assert!(!d.join("ok").exists());
     // `-o` of run names a file, not a directory.
     std::fs::create_dir(d.join("dir")).unwrap();
@@ -145,6 +145,13 @@ fn output_paths_are_checked_before_anything_else() {
         ],
     );
     assert!(o.status.success(), "{}", text(&o));
+    let o = tessel(&d, &["check", "two.tsl", "--cpu", "--json", "j/r.json"]);
+    assert!(d.join("j/r.json").is_file(), "{}", text(&o));
+    // A command that fails before writing leaves no directory behind.
+    write(&d, "bad.tsl", "step s(x: f32[2]) -> f32[3] { x }\n");
+    let o = tessel(&d, &["build", "bad.tsl", "-o", "fresh"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(!d.join("fresh").exists());
     for f in [
         "new/sub/r.a.safetensors",
         "new/sub/r.b.safetensors",
@@ -346,4 +353,57 @@ fn intermediates_are_labelled_as_such() {
     assert!(temp.contains("(intermediate: graph value v"), "{temp}");
     let t = text(&tessel(&d, &["explain", "mm.tsl"]));
     assert!(t.contains("writes intermediate t"), "{t}");
+}
+
+#[test]
+fn i32_division_by_zero_is_defined_as_documented() {
+    // docs/language.md, "Operators": x / 0 = 0, x % 0 = x, i32::MIN / -1 wraps.
+    let d = scratch("div");
+    write(
+        &d,
+        "div.tsl",
+        "step s(a: i32[4], b: i32[4]) -> (i32[4], i32[4]) { (a / b, a % b) }\n",
+    );
+    let a: Vec<u8> = [7i32, -7, -7, i32::MIN]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let b: Vec<u8> = [0i32, 0, 2, -1]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let view = |data| {
+        safetensors::tensor::TensorView::new(safetensors::Dtype::I32, vec![4], data).unwrap()
+    };
+    safetensors::serialize_to_file(
+        vec![("a".to_string(), view(&a)), ("b".to_string(), view(&b))],
+        None,
+        &d.join("ab.safetensors"),
+    )
+    .unwrap();
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "div.tsl",
+            "--cpu",
+            "--inputs",
+            "ab.safetensors",
+            "-o",
+            "q.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let bytes = std::fs::read(d.join("q.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let get = |n: &str| -> Vec<i32> {
+        st.tensor(n)
+            .unwrap()
+            .data()
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    assert_eq!(get("out0"), [0, 0, -3, i32::MIN]);
+    assert_eq!(get("out1"), [7, -7, -1, 0]);
 }
