@@ -3,9 +3,12 @@
 //! A weak scalar has a kind (bool, integer, float) but no dtype yet; it takes one when it
 //! meets a tensor (PyTorch's rule for Python scalars) or when an expression made only of
 //! weak scalars is used as a value (i32 for integers, f32 for floats). Until then it is
-//! folded in 64 bits: `i64` with overflow checks for integers, `f64` for floats (as Python
-//! folds `1.0 / 128.0`). Only exact IEEE operations are folded (`+ - * / %`, comparisons,
-//! negation); nothing that would need a math library.
+//! folded in 64 bits, as the run-time operators compute, not as Python does: `i64` with
+//! overflow and division-by-zero checks for integers, `/` truncating and `%` taking the
+//! dividend's sign (C); IEEE `f64` for floats, so `1.0 / 0.0` folds to inf (a useful mask
+//! value) and `%` is `fmod`. Only exact IEEE operations are folded (`+ - * / %`,
+//! comparisons, negation); nothing that would need a math library. `docs/language.md`
+//! ("Literals, consts and dtypes") documents this for users.
 
 use tessel_ir::DType;
 use tessel_syntax::ast::BinaryOp;
@@ -181,6 +184,21 @@ pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The folding documented in docs/language.md: C integer division, IEEE floats.
+    #[test]
+    fn folding_follows_the_run_time_operators() {
+        use BinaryOp::*;
+        let (i, f) = (Lit::Int, Lit::Float);
+        assert_eq!(fold_binary(Div, i(-7), i(2)), Ok(i(-3)));
+        assert_eq!(fold_binary(Rem, i(-7), i(2)), Ok(i(-1)));
+        assert!(fold_binary(Div, i(1), i(0)).is_err());
+        assert!(fold_binary(Rem, i(1), i(0)).is_err());
+        assert_eq!(fold_binary(Div, f(1.0), f(0.0)), Ok(f(f64::INFINITY)));
+        assert_eq!(fold_binary(Div, f(-1.0), i(0)), Ok(f(f64::NEG_INFINITY)));
+        assert!(matches!(fold_binary(Div, f(0.0), f(0.0)), Ok(Lit::Float(x)) if x.is_nan()));
+        assert_eq!(fold_binary(Rem, f(-7.5), f(2.0)), Ok(f(-1.5)));
+    }
 
     #[test]
     fn f32_rounding_matches_as_cast() {
