@@ -743,10 +743,7 @@ pub(crate) const MAX_SUGGEST_LEN: usize = 64;
 /// (at most a third of the name's length, and at least 1). Names longer than
 /// [`MAX_SUGGEST_LEN`] characters get none; candidates whose length differs by more than
 /// the bound are skipped without computing the distance.
-pub fn suggest<'a>(
-    name: &str,
-    candidates: impl Iterator<Item = &'a str>,
-) -> Option<&'a str> {
+pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let len = name.chars().count();
     if len > MAX_SUGGEST_LEN {
         return None;
