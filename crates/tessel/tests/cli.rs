@@ -5,12 +5,30 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// A fresh scratch directory for one test.
-fn scratch(name: &str) -> PathBuf {
+/// A fresh scratch directory for one test, removed when the test passes (kept for a look
+/// when it panics).
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn scratch(name: &str) -> Scratch {
     let d = std::env::temp_dir().join(format!("tessel-cli-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).expect("scratch dir");
-    d
+    Scratch(d)
 }
 
 /// Runs `tessel ARGS` in `dir`.
