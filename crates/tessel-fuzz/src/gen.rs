@@ -44,6 +44,8 @@ impl Default for Config {
 
 /// Sizes dims take: 1, tiny, primes, and one off a power of two on either side.
 const SIZES: &[u64] = &[1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 31, 32, 33, 64, 65];
+/// Sizes of a long dim: rows spread over several warps, with and without tails.
+const LONG_SIZES: &[u64] = &[100, 128, 129, 256, 257, 513, 1024, 2048, 4099];
 /// Sizes for a matmul's K and N, up to split-K's reach.
 const MATMUL_SIZES: &[u64] = &[1, 3, 8, 16, 17, 24, 33, 64, 65, 100, 128, 129, 256, 600];
 
@@ -67,6 +69,10 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
     if g.chance(0.4) {
         // Two symbols with one value: the coincidence that must never change a result.
         g.p.dims[1] = g.p.dims[0];
+    } else if g.chance(0.3) {
+        // One long dim: rows that take several warps, vectors with tails.
+        let k = g.below(syms as u64) as usize;
+        g.p.dims[k] = g.pick(LONG_SIZES);
     }
     for _ in 0..1 + g.below(2) {
         let t = g.random_ty();

@@ -149,28 +149,45 @@ impl Tensor {
     /// (Steele, Lea, Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014)
     /// started at `seed`.
     pub fn random(ty: TensorType, seed: u64) -> Tensor {
-        let mut rng = SplitMix64::new(seed);
-        let n = ty.shape.numel() as usize;
         let mut data = Vec::with_capacity(ty.size_bytes() as usize);
-        for _ in 0..n {
-            match ty.dtype {
-                DType::Bf16 | DType::F16 | DType::F32 => {
-                    let s: f64 = (0..4).map(|_| rng.next_f64()).sum();
-                    let x = ((s - 2.0) * 3f64.sqrt()) as f32;
-                    match ty.dtype {
-                        DType::Bf16 => data.extend_from_slice(&bf16::from_f32(x).to_le_bytes()),
-                        DType::F16 => data.extend_from_slice(&f16::from_f32(x).to_le_bytes()),
-                        _ => data.extend_from_slice(&x.to_le_bytes()),
-                    }
-                }
-                DType::I32 => {
-                    let v = (rng.next_u64() % 17) as i32 - 8;
-                    data.extend_from_slice(&v.to_le_bytes());
-                }
-                DType::Bool => data.push((rng.next_u64() >> 63) as u8),
-            }
-        }
+        fill_random(&ty, seed, &mut data);
         Tensor { ty, data }
+    }
+
+    /// [`Tensor::random`], reserving the memory first: an error instead of an abort when
+    /// it cannot be had (`Vec::try_reserve_exact`).
+    pub fn try_random(
+        ty: TensorType,
+        seed: u64,
+    ) -> Result<Tensor, std::collections::TryReserveError> {
+        let mut data = Vec::new();
+        data.try_reserve_exact(ty.size_bytes() as usize)?;
+        fill_random(&ty, seed, &mut data);
+        Ok(Tensor { ty, data })
+    }
+}
+
+/// Appends the elements of [`Tensor::random`] for `(ty, seed)` to `data`.
+fn fill_random(ty: &TensorType, seed: u64, data: &mut Vec<u8>) {
+    let mut rng = SplitMix64::new(seed);
+    let n = ty.shape.numel() as usize;
+    for _ in 0..n {
+        match ty.dtype {
+            DType::Bf16 | DType::F16 | DType::F32 => {
+                let s: f64 = (0..4).map(|_| rng.next_f64()).sum();
+                let x = ((s - 2.0) * 3f64.sqrt()) as f32;
+                match ty.dtype {
+                    DType::Bf16 => data.extend_from_slice(&bf16::from_f32(x).to_le_bytes()),
+                    DType::F16 => data.extend_from_slice(&f16::from_f32(x).to_le_bytes()),
+                    _ => data.extend_from_slice(&x.to_le_bytes()),
+                }
+            }
+            DType::I32 => {
+                let v = (rng.next_u64() % 17) as i32 - 8;
+                data.extend_from_slice(&v.to_le_bytes());
+            }
+            DType::Bool => data.push((rng.next_u64() >> 63) as u8),
+        }
     }
 }
 

@@ -104,7 +104,7 @@ pub fn check(
         }
     }
     if let Some(path) = json_out {
-        std::fs::write(path, serde_json::to_string_pretty(&records)?)?;
+        crate::paths::write_file("--json", path, serde_json::to_string_pretty(&records)?)?;
         println!("wrote {}", path.display());
     }
     let skipped = records

@@ -138,10 +138,12 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
             data.extend_from_slice(t.data());
             Tensor { ty, data }
         } else {
-            // Tensor::random allocates for itself; reserving the same size first turns an
-            // allocation that cannot succeed into an error instead of an abort.
-            drop(reserve(name, &ty)?);
-            Tensor::random(ty, args.seed.wrapping_mul(1000).wrapping_add(i as u64))
+            let bytes = ty.size_bytes();
+            let what =
+                format!("input `{name}` ({ty}, {bytes} bytes): cannot reserve memory for it");
+            Tensor::try_random(ty, args.seed.wrapping_mul(1000).wrapping_add(i as u64))
+                .map_err(|e| anyhow!("{e}"))
+                .context(what)?
         };
         out.push(t);
     }

@@ -8,12 +8,14 @@
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
+//! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
 //! ```
 
 mod check;
 mod commands;
 mod device;
 mod frontend;
+mod fuzz;
 mod inputs;
 mod paths;
 
@@ -171,6 +173,30 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+    /// Generate random well-typed programs, compile and run each (the CPU executor, and the
+    /// GPU when there is one) and judge every output by the dtype-following reference;
+    /// shrink every failure to a small program.
+    Fuzz {
+        /// Programs to generate.
+        #[arg(long, default_value_t = 1000)]
+        count: u64,
+        /// The first seed: seed s gives one program and its inputs, the same everywhere.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Profiles to compile in, by turns (comma-separated, or `all`).
+        #[arg(long, value_delimiter = ',', default_value = "all")]
+        profile: Vec<String>,
+        /// Use the CPU executor even if a GPU is present.
+        #[arg(long)]
+        cpu: bool,
+        /// Write each shrunk failure to this directory as a regression program (created if
+        /// missing; tests/programs/regressions/ is where the tests read them).
+        #[arg(long, value_name = "DIR")]
+        save: Option<PathBuf>,
+        /// Larger programs: more operations, bigger tensors and matmuls (slower).
+        #[arg(long)]
+        large: bool,
+    },
 }
 
 fn main() {
@@ -218,9 +244,25 @@ impl Command {
                 .iter()
                 .map(|j| ("--json", j.clone(), Kind::File))
                 .collect(),
+            Command::Fuzz { save, .. } => save
+                .iter()
+                .map(|d| ("--save", d.clone(), Kind::Dir))
+                .collect(),
             Command::Explain { .. } | Command::Invariance { .. } => vec![],
         }
     }
+}
+
+/// `--profile` of `tessel fuzz`: names, or `all`.
+fn fuzz_profiles(names: &[String]) -> Result<Vec<tessel_passes::Profile>> {
+    use tessel_passes::Profile;
+    if names.iter().any(|n| n.trim() == "all") {
+        return Ok(vec![Profile::Exact, Profile::Invariant, Profile::Fast]);
+    }
+    names
+        .iter()
+        .map(|n| frontend::parse_profile(n.trim()).map_err(|e| anyhow::anyhow!("--profile {e}")))
+        .collect()
 }
 
 fn real_main() {
@@ -228,17 +270,6 @@ fn real_main() {
     if let Err(e) = paths::check_outputs(&cli.command.outputs()) {
         eprintln!("error: {e:#}");
         std::process::exit(2);
-    }
-    // `check` writes its --json with `std::fs::write`, which makes no directory: make it
-    // here, once the check passed.
-    if let Command::Check {
-        json: Some(path), ..
-    } = &cli.command
-    {
-        if let Err(e) = paths::create_parent(path) {
-            eprintln!("error: cannot write --json {}: {e:#}", path.display());
-            std::process::exit(2);
-        }
     }
     let r: Result<bool> = match cli.command {
         Command::Build {
@@ -290,6 +321,23 @@ fn real_main() {
             rounds,
             json,
         } => commands::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
+        Command::Fuzz {
+            count,
+            seed,
+            profile,
+            cpu,
+            save,
+            large,
+        } => fuzz_profiles(&profile).and_then(|profiles| {
+            fuzz::fuzz(&fuzz::FuzzArgs {
+                count,
+                seed,
+                profiles,
+                cpu,
+                save,
+                large,
+            })
+        }),
     };
     match r {
         Ok(true) => {}

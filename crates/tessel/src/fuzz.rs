@@ -1,0 +1,121 @@
+//! `tessel fuzz`: random well-typed programs through the whole pipeline, judged by the
+//! dtype-following reference on the CPU executor and, with a GPU, the GPU's output against
+//! the executor bit for bit (or against the reference where tensor cores run). Failures are
+//! shrunk and, with `--save DIR`, written there as regression programs
+//! (tests/programs/regressions/ is where the tests read them).
+
+use crate::device::{self, open_gpu};
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use tessel_fuzz::{fuzz as run_fuzz, gen::Config, Options};
+use tessel_ir::kernel::Program;
+use tessel_passes::Profile;
+use tessel_ref::Tensor;
+
+/// What `tessel fuzz` does (see `main.rs` for the flags).
+pub struct FuzzArgs {
+    pub count: u64,
+    pub seed: u64,
+    pub profiles: Vec<Profile>,
+    pub cpu: bool,
+    pub save: Option<PathBuf>,
+    pub large: bool,
+}
+
+/// Runs the fuzzer; false if it found a defect or a program the front end refused.
+pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
+    let gpu = if a.cpu {
+        Err("--cpu given".to_string())
+    } else {
+        open_gpu()
+    };
+    match &gpu {
+        Ok(g) => println!(
+            "device: {} (GPU): each program's GPU output against the executor's",
+            g.properties().name
+        ),
+        Err(why) => println!("device: CPU kernel-IR executor only ({why})"),
+    }
+    let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
+        let g = gpu.as_ref().map_err(|e| e.clone())?;
+        let l = device::load(g, p, inputs).map_err(|e| format!("{e:#}"))?;
+        l.run(g).map_err(|e| format!("{e:#}"))?;
+        l.outputs().map_err(|e| format!("{e:#}"))
+    };
+    let config = if a.large {
+        Config {
+            max_lets: 12,
+            max_numel: 1 << 16,
+            max_fmas: 1 << 22,
+        }
+    } else {
+        Config::default()
+    };
+    let opts = Options {
+        first: a.seed,
+        count: a.count,
+        profiles: a.profiles.clone(),
+        config,
+        device: gpu.is_ok().then_some(&run_on_gpu as _),
+        shrink_budget: 400,
+    };
+    let names: Vec<&str> = a.profiles.iter().map(|p| p.name()).collect();
+    println!(
+        "fuzz: seeds {}..{}, profiles {} by turns{}",
+        a.seed,
+        a.seed + a.count,
+        names.join(", "),
+        if a.large { ", large programs" } else { "" }
+    );
+    let pb = ProgressBar::new(a.count);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} programs ({eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    // A panic inside a case is caught and reported as a finding; keep its message off
+    // the terminal while the shrinker provokes it again and again.
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let s = run_fuzz(&opts, |_, s| {
+        pb.inc(1);
+        pb.set_message(format!("{} defects", s.findings.len()));
+    });
+    std::panic::set_hook(hook);
+    pb.finish_and_clear();
+    for f in &s.findings {
+        println!(
+            "\nseed {} ({} profile): {}: {}",
+            f.seed,
+            f.profile.name(),
+            f.outcome.kind(),
+            f.outcome.message()
+        );
+        let src = f.regression_source();
+        println!("shrunk to:\n{src}");
+        if let Some(dir) = &a.save {
+            let kind = f.outcome.kind().replace(' ', "_");
+            let path = dir.join(format!("fuzz_{}_{kind}.tsl", f.seed));
+            std::fs::write(&path, &src)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            println!("saved {}", path.display());
+        }
+    }
+    for (seed, msg) in s.rejected.iter().take(10) {
+        println!(
+            "seed {seed}: refused by the front end (a generator bug or a language one): {msg}"
+        );
+    }
+    println!(
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers)",
+        s.programs,
+        s.passed,
+        s.rejected.len(),
+        s.findings.len(),
+        s.findings
+            .iter()
+            .filter(|f| matches!(f.outcome, tessel_fuzz::run::Outcome::Fail(_)))
+            .count()
+    );
+    Ok(s.findings.is_empty() && s.rejected.is_empty())
+}
