@@ -865,7 +865,8 @@ impl Gen {
             self.float_dtype()
         };
         let transposed = self.chance(0.5);
-        let mut ws = batch.clone();
+        // The weight's batch dims: the same, or none (broadcast over x's batch).
+        let mut ws = if self.chance(0.3) { vec![] } else { batch.clone() };
         if transposed {
             ws.extend([n.clone(), k]);
         } else {
@@ -879,13 +880,16 @@ impl Gen {
         let mut out = t.shape[..r - 1].to_vec();
         out.push(n);
         let name = self.fresh_let(0);
+        // The weight as stored, or computed first (then it is no stored tensor to read in
+        // place).
+        let wexpr = self.pick(&["{1}", "{1}", "{1}", "({1} * 0.5)", "(-{1})"]);
         one(
             vec![name],
             Ty::new(promote(t.dtype, dt), out),
             if transposed {
-                "{0} @ {1}^T".into()
+                format!("{{0}} @ {wexpr}^T")
             } else {
-                "{0} @ {1}".into()
+                format!("{{0}} @ {wexpr}")
             },
             vec![x, w],
         )
