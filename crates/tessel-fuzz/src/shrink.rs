@@ -13,7 +13,9 @@ use crate::program::Program;
 
 /// Shrinks `p` while `still_fails` holds, trying at most `budget` candidates.
 pub fn shrink(p: &Program, budget: usize, still_fails: impl Fn(&Program) -> bool) -> Program {
-    let mut best = prune(p.clone());
+    // Even removing what no output reads is a candidate: inputs are seeded by position, so
+    // dropping an unused parameter changes the others' values, and with them the failure.
+    let mut best = p.clone();
     let mut tried = 0;
     'outer: loop {
         for c in candidates(&best) {
@@ -37,7 +39,7 @@ pub fn shrink(p: &Program, budget: usize, still_fails: impl Fn(&Program) -> bool
 
 /// Every one-change simplification of `p`, the largest cuts first.
 fn candidates(p: &Program) -> Vec<Program> {
-    let mut out = Vec::new();
+    let mut out = vec![p.clone()];
     if p.outputs.len() > 1 {
         for o in &p.outputs {
             let mut c = p.clone();

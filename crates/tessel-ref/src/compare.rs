@@ -144,8 +144,12 @@ pub fn error_stats(out: &Tensor, reference: &OracleTensor) -> Result<ErrorStats,
 pub struct BitDiff {
     /// Elements compared.
     pub elements: u64,
-    /// Elements whose bits differ.
+    /// Elements whose bits differ, two NaNs excepted.
     pub differing_elements: u64,
+    /// Elements that are NaN in both with different bits: not differences. Which NaN an
+    /// invalid operation makes is not portable (x86 makes 0xffc00000, PTX 0x7fffffff, and
+    /// `abs.f32` of a NaN gives PTX's on sm_90), and IEEE 754 leaves payloads unspecified.
+    pub nan_payloads: u64,
     /// The first differing element and its bits in `a` and `b`.
     pub first_index: Option<u64>,
     pub first_bits: Option<(u64, u64)>,
@@ -169,6 +173,11 @@ impl fmt::Display for BitDiff {
                 "{} of {} elements differ; first at {i} ({a:#x} vs {b:#x}); max distance {} ulp",
                 self.differing_elements, self.elements, self.max_ulp_distance
             ),
+            _ if self.nan_payloads > 0 => write!(
+                f,
+                "all {} elements bit-identical but for the payloads of {} NaNs",
+                self.elements, self.nan_payloads
+            ),
             _ => write!(f, "all {} elements bit-identical", self.elements),
         }
     }
@@ -186,7 +195,8 @@ fn ordinal(bits: u64, width: u32) -> i64 {
     }
 }
 
-/// Compares `a` and `b` element by element, bit for bit.
+/// Compares `a` and `b` element by element, bit for bit (two NaNs are the same: see
+/// [`BitDiff::nan_payloads`]).
 ///
 /// Errors: [`CompareError::Shape`]/[`CompareError::DType`] if the types differ,
 /// [`CompareError::Length`] if a tensor's data does not match its type.
@@ -220,6 +230,10 @@ pub fn bit_diff(a: &Tensor, b: &Tensor) -> Result<BitDiff, CompareError> {
     for i in 0..a.numel() {
         let (x, y) = (a.bits(i), b.bits(i));
         if x == y {
+            continue;
+        }
+        if dt.is_float() && a.get_f64(i).is_nan() && b.get_f64(i).is_nan() {
+            d.nan_payloads += 1;
             continue;
         }
         d.differing_elements += 1;
@@ -297,6 +311,14 @@ mod tests {
         assert_eq!(d.first_bits, Some((0x8000_0000, 0)));
         assert_eq!(d.max_ulp_distance, 2);
         assert!(bit_diff(&a, &a).unwrap().identical());
+        // Two NaNs with different payloads are no difference, a NaN against a number is.
+        let nans = Tensor::from_f32(DType::F32, vec![2], &[f32::NAN, 1.0]);
+        let mut other = nans.clone();
+        other.data[0..4].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        let d = bit_diff(&nans, &other).unwrap();
+        assert!(d.identical() && d.nan_payloads == 1, "{d}");
+        other.data[0..4].copy_from_slice(&2f32.to_le_bytes());
+        assert_eq!(bit_diff(&nans, &other).unwrap().differing_elements, 1);
         let c = Tensor::zeros(TensorType::new(DType::I32, vec![4]));
         assert!(bit_diff(&a, &c).is_err());
     }
