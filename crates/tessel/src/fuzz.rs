@@ -5,7 +5,7 @@
 //! (tests/programs/regressions/ is where the tests read them).
 
 use crate::device::{self, open_gpu};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use tessel_fuzz::{fuzz as run_fuzz, gen::Config, Options};
@@ -96,8 +96,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         if let Some(dir) = &a.save {
             let kind = f.outcome.kind().replace(' ', "_");
             let path = dir.join(format!("fuzz_{}_{kind}.tsl", f.seed));
-            std::fs::write(&path, &src)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+            crate::paths::write_file("--save", &path, &src)?;
             println!("saved {}", path.display());
         }
     }
