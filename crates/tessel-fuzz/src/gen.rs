@@ -866,7 +866,11 @@ impl Gen {
         };
         let transposed = self.chance(0.5);
         // The weight's batch dims: the same, or none (broadcast over x's batch).
-        let mut ws = if self.chance(0.3) { vec![] } else { batch.clone() };
+        let mut ws = if self.chance(0.3) {
+            vec![]
+        } else {
+            batch.clone()
+        };
         if transposed {
             ws.extend([n.clone(), k]);
         } else {

@@ -28,7 +28,11 @@ fn assert_clean(s: &Summary) {
             f.regression_source()
         );
     }
-    assert!(s.findings.is_empty(), "{} defects:{report}", s.findings.len());
+    assert!(
+        s.findings.is_empty(),
+        "{} defects:{report}",
+        s.findings.len()
+    );
     // The generator follows the language's typing rules; a rejection is a disagreement.
     assert!(
         s.rejected.is_empty(),
