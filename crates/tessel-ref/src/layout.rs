@@ -1,22 +1,79 @@
-//! Shape checks and data movement shared by the graph-level references (the f64
+//! The graph walk, shape checks and data movement shared by the graph-level references (the f64
 //! [`crate::oracle`] and the dtype-following [`crate::reference`]): what each graph op
 //! requires of its operands' shapes, and the ops that only move elements, generic over the
 //! element type.
 
 use crate::oracle::OracleError;
-use tessel_ir::graph::{Graph, Op};
+use crate::tensor::Tensor;
+use tessel_ir::graph::{Graph, Op, UnaryOp};
 use tessel_ir::{Shape, Value};
 
-fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
+/// The values of a graph during [`walk`]: each op's elements, by value index, `None` before
+/// the op and after its last use.
+pub type Values<T> = [Option<Vec<T>>];
+
+/// Evaluates every op of `g` in order with `eval` (given the op's value, the op and the
+/// values so far), after [`check_op`]; frees each value after its last use, so the live set
+/// bounds memory, not the graph; returns the outputs' elements in `g.outputs` order.
+///
+/// Errors: [`OracleError::BadInputs`] if `inputs` has not one tensor per step input, what
+/// `check_op` and `eval` report, and [`OracleError::Malformed`] for an op evaluated to the
+/// wrong element count.
+pub fn walk<T: Clone>(
+    g: &Graph,
+    inputs: &[Tensor],
+    mut eval: impl FnMut(Value, &Op, &Values<T>) -> Result<Vec<T>, OracleError>,
+) -> Result<Vec<Vec<T>>, OracleError> {
+    if inputs.len() != g.inputs.len() {
+        return Err(OracleError::BadInputs(format!(
+            "{} given, the step takes {}",
+            inputs.len(),
+            g.inputs.len()
+        )));
+    }
+    let mut uses = g.use_counts();
+    let mut vals: Vec<Option<Vec<T>>> = vec![None; g.ops.len()];
+    for (v, op) in g.ops.iter() {
+        check_op(g, v, op)?;
+        let data = eval(v, op, &vals)?;
+        if data.len() as u64 != g.ty(v).shape.numel() {
+            return Err(malformed(v, "evaluated to the wrong element count"));
+        }
+        vals[v.as_u32() as usize] = Some(data);
+        for a in op.args() {
+            uses[a] -= 1;
+            if uses[a] == 0 {
+                vals[a.as_u32() as usize] = None;
+            }
+        }
+    }
+    g.outputs
+        .iter()
+        .map(|(_, v)| {
+            vals[v.as_u32() as usize]
+                .clone()
+                .ok_or_else(|| malformed(*v, "output never computed"))
+        })
+        .collect()
+}
+
+/// The elements of operand `v` of the op defining `at`.
+pub fn operand<T>(vals: &Values<T>, v: Value, at: Value) -> Result<&[T], OracleError> {
+    vals.get(v.as_u32() as usize)
+        .and_then(|x| x.as_deref())
+        .ok_or_else(|| malformed(at, format!("operand {v} is not defined before use")))
+}
+
+/// An [`OracleError::Malformed`] at `value`.
+pub(crate) fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
     OracleError::Malformed {
         value,
         msg: msg.into(),
     }
 }
 
-/// Checks the shape rules of `op` defining `v` (the verifier's rules, checked again so
-/// the references never panic on a malformed graph). Dtype rules that decide how an op
-/// evaluates are checked where it is evaluated.
+/// Checks the shape rules of `op` defining `v`, and that math functions get floats (the
+/// verifier's rules, checked again so the references never panic on a malformed graph).
 pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
     let ty = g.ty(v);
     let shape = &ty.shape.0;
@@ -47,6 +104,13 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
         }
         Op::Unary { arg, .. } | Op::Cast { arg } | Op::Softmax { arg, .. } => {
             same_shape(*arg)?;
+            if let Op::Unary { op, .. } = op {
+                let dt = g.ty(*arg).dtype;
+                let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
+                if math && !dt.is_float() {
+                    return Err(malformed(v, format!("{op:?} of a {dt} value")));
+                }
+            }
             if let Op::Softmax { axis, .. } = op {
                 if *axis as usize >= shape.len() || !ty.dtype.is_float() {
                     return Err(malformed(v, format!("softmax on axis {axis} of {ty}")));

@@ -57,55 +57,19 @@ pub enum OracleError {
 /// verifier's job, checked again so the oracle never panics), and
 /// [`OracleError::DivisionByZero`] for an `i32` `Div`/`Rem` by zero.
 pub fn eval_graph(g: &Graph, inputs: &[Tensor]) -> Result<Vec<OracleTensor>, OracleError> {
-    if inputs.len() != g.inputs.len() {
-        return Err(OracleError::BadInputs(format!(
-            "{} given, the step takes {}",
-            inputs.len(),
-            g.inputs.len()
-        )));
-    }
-    let mut uses = g.use_counts();
-    let mut vals: Vec<Option<Vec<f64>>> = vec![None; g.ops.len()];
-    for (v, op) in g.ops.iter() {
-        let data = eval_op(g, v, op, &vals, inputs)?;
-        let ty = g.ty(v);
-        if data.len() as u64 != ty.shape.numel() {
-            return Err(malformed(v, "evaluated to the wrong element count"));
-        }
-        vals[v.as_u32() as usize] = Some(data);
-        for a in op.args() {
-            uses[a] -= 1;
-            if uses[a] == 0 {
-                vals[a.as_u32() as usize] = None;
-            }
-        }
-    }
-    g.outputs
+    let outs = layout::walk(g, inputs, |v, op, vals| eval_op(g, v, op, vals, inputs))?;
+    Ok(g.outputs
         .iter()
-        .map(|(_, v)| {
+        .zip(outs)
+        .map(|((_, v), data)| {
             let ty = g.ty(*v);
-            Ok(OracleTensor {
+            OracleTensor {
                 dtype: ty.dtype,
                 shape: ty.shape.0.clone(),
-                data: vals[v.as_u32() as usize]
-                    .clone()
-                    .ok_or_else(|| malformed(*v, "output never computed"))?,
-            })
+                data,
+            }
         })
-        .collect()
-}
-
-fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
-    OracleError::Malformed {
-        value,
-        msg: msg.into(),
-    }
-}
-
-fn get(vals: &[Option<Vec<f64>>], v: Value, at: Value) -> Result<&[f64], OracleError> {
-    vals.get(v.as_u32() as usize)
-        .and_then(|x| x.as_deref())
-        .ok_or_else(|| malformed(at, format!("operand {v} is not defined before use")))
+        .collect())
 }
 
 /// Wraps an integer result to i32, as the kernels' 32-bit arithmetic does.
@@ -144,7 +108,7 @@ pub(crate) fn max_nan(a: f64, b: f64) -> f64 {
 }
 
 /// `1 / (1 + e^-x)` without overflow for either sign.
-fn sigmoid(x: f64) -> f64 {
+pub(crate) fn sigmoid(x: f64) -> f64 {
     if x >= 0.0 {
         1.0 / (1.0 + (-x).exp())
     } else {
@@ -177,10 +141,9 @@ fn eval_op(
     g: &Graph,
     v: Value,
     op: &Op,
-    vals: &[Option<Vec<f64>>],
+    vals: &layout::Values<f64>,
     inputs: &[Tensor],
 ) -> Result<Vec<f64>, OracleError> {
-    layout::check_op(g, v, op)?;
     let ty = g.ty(v);
     let shape = &ty.shape.0;
     let n = ty.shape.numel() as usize;
@@ -197,18 +160,17 @@ fn eval_op(
         }
         Op::Unary { op, arg } => {
             let dt = g.ty(*arg).dtype;
-            let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
-            if math && !dt.is_float() {
-                return Err(malformed(v, format!("{op:?} of a {dt} value")));
-            }
-            get(vals, *arg, v)?
+            layout::operand(vals, *arg, v)?
                 .iter()
                 .map(|&x| unary(*op, dt, x))
                 .collect()
         }
         Op::Binary { op, lhs, rhs } => {
             let dt = g.ty(*lhs).dtype;
-            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let (a, b) = (
+                layout::operand(vals, *lhs, v)?,
+                layout::operand(vals, *rhs, v)?,
+            );
             let mut out = Vec::with_capacity(n);
             for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
                 out.push(
@@ -226,16 +188,16 @@ fn eval_op(
             on_false,
         } => {
             let (c, t, f) = (
-                get(vals, *cond, v)?,
-                get(vals, *on_true, v)?,
-                get(vals, *on_false, v)?,
+                layout::operand(vals, *cond, v)?,
+                layout::operand(vals, *on_true, v)?,
+                layout::operand(vals, *on_false, v)?,
             );
             (0..n)
                 .map(|i| if c[i] != 0.0 { t[i] } else { f[i] })
                 .collect()
         }
         Op::Cast { arg } => {
-            let a = get(vals, *arg, v)?;
+            let a = layout::operand(vals, *arg, v)?;
             match ty.dtype {
                 // Identity: see the module doc.
                 DType::Bf16 | DType::F16 | DType::F32 => a.to_vec(),
@@ -244,11 +206,15 @@ fn eval_op(
                 DType::Bool => a.iter().map(|&x| (x != 0.0) as u8 as f64).collect(),
             }
         }
-        Op::Broadcast { arg } => layout::broadcast(get(vals, *arg, v)?, src(arg), shape),
-        Op::Reshape { arg } => get(vals, *arg, v)?.to_vec(),
-        Op::Permute { arg, perm } => layout::permute(get(vals, *arg, v)?, src(arg), perm),
+        Op::Broadcast { arg } => {
+            layout::broadcast(layout::operand(vals, *arg, v)?, src(arg), shape)
+        }
+        Op::Reshape { arg } => layout::operand(vals, *arg, v)?.to_vec(),
+        Op::Permute { arg, perm } => {
+            layout::permute(layout::operand(vals, *arg, v)?, src(arg), perm)
+        }
         Op::Reduce { op, arg, axis } => {
-            let a = get(vals, *arg, v)?;
+            let a = layout::operand(vals, *arg, v)?;
             let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
             let mut out = Vec::with_capacity(n);
             for o in 0..outer {
@@ -260,7 +226,7 @@ fn eval_op(
             out
         }
         Op::Slice { arg, axis, start } => layout::slice(
-            get(vals, *arg, v)?,
+            layout::operand(vals, *arg, v)?,
             src(arg),
             *axis as usize,
             *start,
@@ -269,7 +235,10 @@ fn eval_op(
         Op::MatMul { lhs, rhs } => {
             let (ls, rs) = (src(lhs), src(rhs));
             let r = shape.len();
-            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let (a, b) = (
+                layout::operand(vals, *lhs, v)?,
+                layout::operand(vals, *rhs, v)?,
+            );
             let (m, k, nn) = (ls[r - 2] as usize, ls[r - 1] as usize, rs[r - 1] as usize);
             let batch: usize = shape[..r - 2].iter().product::<u64>() as usize;
             let mut out = vec![0.0; n];
@@ -288,7 +257,7 @@ fn eval_op(
             out
         }
         Op::Softmax { arg, axis } => {
-            let a = get(vals, *arg, v)?;
+            let a = layout::operand(vals, *arg, v)?;
             let (outer, len, inner) = layout::lanes(shape, *axis as usize);
             let mut out = vec![0.0; n];
             for o in 0..outer {
@@ -306,7 +275,12 @@ fn eval_op(
         Op::Concat { args, axis } => {
             let parts = args
                 .iter()
-                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[*axis as usize])))
+                .map(|a| {
+                    Ok((
+                        layout::operand(vals, *a, v)?,
+                        g.ty(*a).shape.0[*axis as usize],
+                    ))
+                })
                 .collect::<Result<Vec<_>, OracleError>>()?;
             layout::concat(&parts, shape, *axis as usize)
         }

@@ -3,7 +3,7 @@
 //! (or against the reference, where tensor cores run).
 
 use crate::commands::{execute, options};
-use crate::device::{self, open_gpu};
+use crate::device;
 use crate::frontend::{compile_steps, load, Step};
 use crate::inputs::make_inputs;
 use crate::{CompileArgs, InputArgs};
@@ -42,11 +42,7 @@ pub fn check(
     if every_example {
         tsl_files(Path::new("examples"), &mut files)?;
     }
-    let gpu = if cpu {
-        Err("--cpu given".to_string())
-    } else {
-        open_gpu()
-    };
+    let gpu = device::gpu_unless(cpu);
     match &gpu {
         Ok(g) => println!(
             "GPU: {} (sm_{}{}, {} SMs, driver CUDA {}.{})",
@@ -147,11 +143,7 @@ fn check_step(
     let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
     let exec_s = t0.elapsed().as_secs_f64();
     let gpu_out = match gpu {
-        Some(g) => {
-            let l = device::load(g, p, &inputs)?;
-            l.run(g)?;
-            Some(l.outputs()?)
-        }
+        Some(g) => Some(device::run_once(g, p, &inputs)?),
         None => None,
     };
     let judged =

@@ -168,11 +168,7 @@ pub fn run(
 ) -> Result<()> {
     let src = load(file)?;
     let steps = compile_steps(&src, args, &options())?;
-    let gpu = if cpu {
-        Err("--cpu given".to_string())
-    } else {
-        open_gpu()
-    };
+    let gpu = device::gpu_unless(cpu);
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
         Err(why) => println!("device: CPU kernel-IR executor ({why})"),
@@ -200,16 +196,11 @@ pub fn run(
         }
         let t0 = Instant::now();
         let (results, timed) = match &gpu {
-            Ok(g) => {
-                let l = device::load(g, p, &inputs)?;
-                l.run(g)?;
-                let out = l.outputs()?;
-                (
-                    out,
-                    "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
-                     the kernels alone",
-                )
-            }
+            Ok(g) => (
+                device::run_once(g, p, &inputs)?,
+                "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
+                 the kernels alone",
+            ),
             Err(_) => (
                 execute(p, &inputs, &step.name)?,
                 "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
@@ -622,11 +613,7 @@ pub fn invariance(
     };
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {
-            Some(g) => {
-                let l = device::load(g, p, inputs)?;
-                l.run(g)?;
-                l.outputs()
-            }
+            Some(g) => device::run_once(g, p, inputs),
             None => execute(p, inputs, "executor"),
         }
     };

@@ -99,3 +99,19 @@ impl Loaded<'_> {
 pub fn open_gpu() -> std::result::Result<Gpu, String> {
     Gpu::open(0).map_err(|e| e.to_string())
 }
+
+/// The first GPU unless `cpu` (a command's `--cpu`), or why there is none.
+pub fn gpu_unless(cpu: bool) -> std::result::Result<Gpu, String> {
+    if cpu {
+        Err("--cpu given".to_string())
+    } else {
+        open_gpu()
+    }
+}
+
+/// Loads `p`, runs it once on `inputs` and reads its outputs back.
+pub fn run_once(gpu: &Gpu, p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let l = load(gpu, p, inputs)?;
+    l.run(gpu)?;
+    l.outputs()
+}

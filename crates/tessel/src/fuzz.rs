@@ -4,7 +4,7 @@
 //! shrunk and, with `--save DIR`, written there as regression programs
 //! (tests/programs/regressions/ is where the tests read them).
 
-use crate::device::{self, open_gpu};
+use crate::device;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -25,11 +25,7 @@ pub struct FuzzArgs {
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
 pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
-    let gpu = if a.cpu {
-        Err("--cpu given".to_string())
-    } else {
-        open_gpu()
-    };
+    let gpu = device::gpu_unless(a.cpu);
     match &gpu {
         Ok(g) => println!(
             "device: {} (GPU): each program's GPU output against the executor's",
@@ -39,9 +35,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     }
     let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
-        let l = device::load(g, p, inputs).map_err(|e| format!("{e:#}"))?;
-        l.run(g).map_err(|e| format!("{e:#}"))?;
-        l.outputs().map_err(|e| format!("{e:#}"))
+        device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
     };
     let config = if a.large {
         Config {

@@ -11,6 +11,7 @@
 //! ed., 2002, §2.1 for the model; interval arithmetic as in Moore, Kearfott, Cloud,
 //! *Introduction to Interval Analysis*, SIAM 2009, ch. 2-5).
 
+use crate::oracle::sigmoid;
 use crate::round::{rn32, round_to};
 use tessel_ir::graph::{BinaryOp, UnaryOp};
 use tessel_ir::DType;
@@ -213,15 +214,6 @@ fn over(b: &Bound, f: impl Fn(f64) -> f64, turns: &[f64]) -> Span {
 /// Where silu turns: silu'(x) = σ(x)·(1 + x·(1 - σ(x))) vanishes where 1 + x + e^x = 0,
 /// at x0 = -1.2784645427610738 (Newton's method in f64; the unit test checks the root).
 const SILU_MIN_AT: f64 = -1.278_464_542_761_074;
-
-fn sigmoid(x: f64) -> f64 {
-    if x >= 0.0 {
-        1.0 / (1.0 + (-x).exp())
-    } else {
-        let e = x.exp();
-        e / (1.0 + e)
-    }
-}
 
 fn silu(x: f64) -> f64 {
     if x == f64::NEG_INFINITY {
@@ -512,8 +504,8 @@ fn compare(op: BinaryOp, a: &Bound, b: &Bound, r: f64) -> Bound {
 }
 
 impl Bound {
-    /// Widens the range to hold `r` (a guard: every rule above already does).
-    fn containing_r(mut self) -> Bound {
+    /// Widens the range to hold `r`, and allows NaN if `r` is NaN.
+    pub(crate) fn containing_r(mut self) -> Bound {
         if self.r.is_nan() {
             self.nan = true;
         } else {

@@ -35,7 +35,7 @@ use crate::layout;
 use crate::oracle::{input, max_nan, reduce, OracleError};
 use crate::tensor::Tensor;
 use bound::{from_f32_range, sum_range, with_f32_rounding, U32};
-use tessel_ir::graph::{Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::graph::{Graph, Op, ReduceOp};
 use tessel_ir::{DType, Value};
 
 /// How the kernels under test compute matmuls, which sets how far their sums may stray.
@@ -80,59 +80,28 @@ pub fn eval_reference(
     inputs: &[Tensor],
     model: &Model,
 ) -> Result<Vec<RefTensor>, OracleError> {
-    if inputs.len() != g.inputs.len() {
-        return Err(OracleError::BadInputs(format!(
-            "{} given, the step takes {}",
-            inputs.len(),
-            g.inputs.len()
-        )));
-    }
-    let mut uses = g.use_counts();
-    let mut vals: Vec<Option<Vec<Bound>>> = vec![None; g.ops.len()];
-    for (v, op) in g.ops.iter() {
-        layout::check_op(g, v, op)?;
-        let data = eval_op(g, v, op, &vals, inputs, model)?;
-        vals[v.as_u32() as usize] = Some(data);
-        for a in op.args() {
-            uses[a] -= 1;
-            if uses[a] == 0 {
-                vals[a.as_u32() as usize] = None;
-            }
-        }
-    }
-    g.outputs
+    let outs = layout::walk(g, inputs, |v, op, vals| {
+        eval_op(g, v, op, vals, inputs, model)
+    })?;
+    Ok(g.outputs
         .iter()
-        .map(|(_, v)| {
+        .zip(outs)
+        .map(|((_, v), data)| {
             let ty = g.ty(*v);
-            Ok(RefTensor {
+            RefTensor {
                 dtype: ty.dtype,
                 shape: ty.shape.0.clone(),
-                data: vals[v.as_u32() as usize]
-                    .clone()
-                    .ok_or_else(|| malformed(*v, "output never computed"))?,
-            })
+                data,
+            }
         })
-        .collect()
-}
-
-fn malformed(value: Value, msg: impl Into<String>) -> OracleError {
-    OracleError::Malformed {
-        value,
-        msg: msg.into(),
-    }
-}
-
-fn get(vals: &[Option<Vec<Bound>>], v: Value, at: Value) -> Result<&[Bound], OracleError> {
-    vals.get(v.as_u32() as usize)
-        .and_then(|x| x.as_deref())
-        .ok_or_else(|| malformed(at, format!("operand {v} is not defined before use")))
+        .collect())
 }
 
 fn eval_op(
     g: &Graph,
     v: Value,
     op: &Op,
-    vals: &[Option<Vec<Bound>>],
+    vals: &layout::Values<Bound>,
     inputs: &[Tensor],
     model: &Model,
 ) -> Result<Vec<Bound>, OracleError> {
@@ -159,18 +128,17 @@ fn eval_op(
         }
         Op::Unary { op, arg } => {
             let adt = g.ty(*arg).dtype;
-            let math = !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not);
-            if math && !adt.is_float() {
-                return Err(malformed(v, format!("{op:?} of a {adt} value")));
-            }
-            get(vals, *arg, v)?
+            layout::operand(vals, *arg, v)?
                 .iter()
                 .map(|a| bound::unary(*op, adt, a))
                 .collect()
         }
         Op::Binary { op, lhs, rhs } => {
             let adt = g.ty(*lhs).dtype;
-            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let (a, b) = (
+                layout::operand(vals, *lhs, v)?,
+                layout::operand(vals, *rhs, v)?,
+            );
             a.iter()
                 .zip(b)
                 .map(|(x, y)| bound::binary(*op, adt, dt, x, y))
@@ -182,24 +150,28 @@ fn eval_op(
             on_false,
         } => {
             let (c, t, f) = (
-                get(vals, *cond, v)?,
-                get(vals, *on_true, v)?,
-                get(vals, *on_false, v)?,
+                layout::operand(vals, *cond, v)?,
+                layout::operand(vals, *on_true, v)?,
+                layout::operand(vals, *on_false, v)?,
             );
             (0..n).map(|i| bound::select(&c[i], &t[i], &f[i])).collect()
         }
         Op::Cast { arg } => {
             let from = g.ty(*arg).dtype;
-            get(vals, *arg, v)?
+            layout::operand(vals, *arg, v)?
                 .iter()
                 .map(|a| bound::cast(from, dt, a))
                 .collect()
         }
-        Op::Broadcast { arg } => layout::broadcast(get(vals, *arg, v)?, src(arg), shape),
-        Op::Reshape { arg } => get(vals, *arg, v)?.to_vec(),
-        Op::Permute { arg, perm } => layout::permute(get(vals, *arg, v)?, src(arg), perm),
+        Op::Broadcast { arg } => {
+            layout::broadcast(layout::operand(vals, *arg, v)?, src(arg), shape)
+        }
+        Op::Reshape { arg } => layout::operand(vals, *arg, v)?.to_vec(),
+        Op::Permute { arg, perm } => {
+            layout::permute(layout::operand(vals, *arg, v)?, src(arg), perm)
+        }
         Op::Slice { arg, axis, start } => layout::slice(
-            get(vals, *arg, v)?,
+            layout::operand(vals, *arg, v)?,
             src(arg),
             *axis as usize,
             *start,
@@ -208,12 +180,17 @@ fn eval_op(
         Op::Concat { args, axis } => {
             let parts = args
                 .iter()
-                .map(|a| Ok((get(vals, *a, v)?, g.ty(*a).shape.0[*axis as usize])))
+                .map(|a| {
+                    Ok((
+                        layout::operand(vals, *a, v)?,
+                        g.ty(*a).shape.0[*axis as usize],
+                    ))
+                })
                 .collect::<Result<Vec<_>, OracleError>>()?;
             layout::concat(&parts, shape, *axis as usize)
         }
         Op::Reduce { op, arg, axis } => {
-            let a = get(vals, *arg, v)?;
+            let a = layout::operand(vals, *arg, v)?;
             let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
             let mut out = Vec::with_capacity(n);
             let mut row = Vec::with_capacity(len);
@@ -227,7 +204,7 @@ fn eval_op(
             out
         }
         Op::Softmax { arg, axis } => {
-            let a = get(vals, *arg, v)?;
+            let a = layout::operand(vals, *arg, v)?;
             let (outer, len, inner) = layout::lanes(shape, *axis as usize);
             let mut out = vec![Bound::point(0.0); n];
             let mut row = Vec::with_capacity(len);
@@ -244,7 +221,10 @@ fn eval_op(
             out
         }
         Op::MatMul { lhs, rhs } => {
-            let (a, b) = (get(vals, *lhs, v)?, get(vals, *rhs, v)?);
+            let (a, b) = (
+                layout::operand(vals, *lhs, v)?,
+                layout::operand(vals, *rhs, v)?,
+            );
             matmul(dt, src(lhs), src(rhs), shape, a, b, model.matmul)
         }
     })
@@ -284,7 +264,7 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
                 hi: fold(|b| b.hi),
                 nan,
             }
-            .with_r()
+            .containing_r()
         }
         ReduceOp::Sum | ReduceOp::Mean if dt == DType::I32 => {
             let lo = row.iter().map(|b| b.lo).sum::<f64>();
@@ -299,7 +279,7 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
                     hi,
                     nan: false,
                 }
-                .with_r()
+                .containing_r()
             } else {
                 Bound {
                     r,
@@ -329,19 +309,6 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
     }
 }
 
-impl Bound {
-    /// Widens the range to hold `r` and allows NaN if `r` is NaN.
-    fn with_r(mut self) -> Bound {
-        if self.r.is_nan() {
-            self.nan = true;
-        } else {
-            self.lo = self.lo.min(self.r);
-            self.hi = self.hi.max(self.r);
-        }
-        self
-    }
-}
-
 /// Softmax of one lane, as `decompose` computes it: in f32, `m = max(x)`,
 /// `e = exp(x - m)`, `s = Σ e`, `e / s`, then rounded to `dt`. The reference is the exact
 /// softmax rounded once.
@@ -366,7 +333,7 @@ fn softmax_row(dt: DType, row: &[Bound]) -> Vec<Bound> {
                     hi: 1.0,
                     nan: true,
                 }
-                .with_r()
+                .containing_r()
             })
             .collect();
     }
