@@ -1,0 +1,385 @@
+//! The generator: random well-typed programs over every op of the language.
+//!
+//! A program starts from a few parameters and grows one `let` at a time: each picks an
+//! operation and operands from the values so far (the newest value half the time, so
+//! chains form — a matmul followed by its epilogue, a reduction by what uses it), or from
+//! fresh parameters made to fit (a bias of the right shape, a weight of the right K). The
+//! result type of each operation follows the language's rules (docs/language.md), so a
+//! program the checker rejects is a disagreement to report, not noise.
+//!
+//! Shapes are where fusion goes wrong, so they are chosen to provoke it: dims are symbols
+//! with values from small sizes, primes and non-multiples of every tile (1, 3, 7, 17, 33,
+//! 65, 129, ...), and two different symbols often have the same value — the `T = D`
+//! coincidence that once fused reductions over different axes. Matmul shapes reach the
+//! GEMV (M ≤ 16), the skinny and split-K schedules (small outputs, K up to 600).
+//!
+//! Randomness is splitmix64 ([`tessel_ref::tensor::SplitMix64`]): a seed gives the same
+//! program on every machine and with every dependency version.
+
+mod ops;
+
+use crate::program::{Dim, Let, Program, Ty};
+use tessel_ir::DType;
+use tessel_ref::tensor::SplitMix64;
+
+/// Size limits for generated programs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// `let`s per program, at most.
+    pub max_lets: usize,
+    /// Elements per value, at most.
+    pub max_numel: u64,
+    /// Multiply-adds per matmul, at most.
+    pub max_fmas: u64,
+}
+
+impl Default for Config {
+    /// Small enough that the CPU executor runs a program in milliseconds.
+    fn default() -> Config {
+        Config {
+            max_lets: 7,
+            max_numel: 1 << 13,
+            max_fmas: 1 << 19,
+        }
+    }
+}
+
+/// Sizes dims take: 1, tiny, primes, and one off a power of two on either side.
+const SIZES: &[u64] = &[1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 31, 32, 33, 64, 65];
+/// Sizes of a long dim: rows spread over several warps, with and without tails.
+const LONG_SIZES: &[u64] = &[100, 128, 129, 256, 257, 513, 1024, 2048, 4099];
+/// Sizes for a matmul's K and N, up to split-K's reach.
+const MATMUL_SIZES: &[u64] = &[1, 3, 8, 16, 17, 24, 33, 64, 65, 100, 128, 129, 256, 600];
+
+/// The program of `seed`.
+pub fn generate(seed: u64, cfg: &Config) -> Program {
+    let mut g = Gen {
+        rng: SplitMix64::new(seed),
+        cfg: cfg.clone(),
+        p: Program {
+            dims: vec![],
+            params: vec![],
+            lets: vec![],
+            outputs: vec![],
+        },
+    };
+    let syms = 2 + g.below(3) as usize;
+    for _ in 0..syms {
+        let v = g.size();
+        g.p.dims.push(v);
+    }
+    if g.chance(0.4) {
+        // Two symbols with one value: the coincidence that must never change a result.
+        g.p.dims[1] = g.p.dims[0];
+    } else if g.chance(0.3) {
+        // One long dim: rows that take several warps, vectors with tails.
+        let k = g.below(syms as u64) as usize;
+        g.p.dims[k] = g.pick(LONG_SIZES);
+    }
+    for _ in 0..1 + g.below(2) {
+        let t = g.random_ty();
+        g.fresh_param(t);
+    }
+    let lets = 1 + g.below(g.cfg.max_lets as u64) as usize;
+    for _ in 0..lets {
+        for _attempt in 0..30 {
+            if let Some(l) = g.step() {
+                g.p.lets.push(l);
+                break;
+            }
+        }
+    }
+    // Every value no later `let` reads is an output, so every operation is observed.
+    let used: Vec<&String> = g.p.lets.iter().flat_map(|l| l.operands.iter()).collect();
+    let mut sinks: Vec<String> =
+        g.p.lets
+            .iter()
+            .flat_map(|l| l.names.iter())
+            .filter(|n| !used.contains(n))
+            .cloned()
+            .collect();
+    sinks.reverse();
+    sinks.truncate(4);
+    if sinks.is_empty() {
+        sinks.push(g.p.params[0].0.clone());
+    }
+    g.p.outputs = sinks;
+    g.p
+}
+
+/// One kind of operation: a `let` built from the program so far, or None if it does not
+/// apply to the operands drawn.
+type Rule = fn(&mut Gen) -> Option<Let>;
+
+struct Gen {
+    rng: SplitMix64,
+    cfg: Config,
+    p: Program,
+}
+
+/// Promotion category: bool < i32 < floats (docs/language.md, "Literals, consts and
+/// dtypes").
+fn category(d: DType) -> u8 {
+    match d {
+        DType::Bool => 0,
+        DType::I32 => 1,
+        _ => 2,
+    }
+}
+
+/// The dtype two tensors promote to.
+fn promote(a: DType, b: DType) -> DType {
+    if a == b {
+        a
+    } else if category(a) != category(b) {
+        if category(a) > category(b) {
+            a
+        } else {
+            b
+        }
+    } else {
+        DType::F32
+    }
+}
+
+/// The dtype of a tensor of `d` meeting a weak literal of category `lit` (1 integer,
+/// 2 float).
+fn with_literal(d: DType, lit: u8) -> DType {
+    if lit > category(d) {
+        if lit == 2 {
+            DType::F32
+        } else {
+            DType::I32
+        }
+    } else {
+        d
+    }
+}
+
+/// NumPy broadcasting of two shapes, dims equal or 1; None if they do not broadcast.
+fn broadcast(a: &[Dim], b: &[Dim]) -> Option<Vec<Dim>> {
+    let n = a.len().max(b.len());
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let x = (i + a.len()).checked_sub(n).map(|j| &a[j]);
+        let y = (i + b.len()).checked_sub(n).map(|j| &b[j]);
+        out.push(match (x, y) {
+            (Some(x), None) => x.clone(),
+            (None, Some(y)) => y.clone(),
+            (Some(x), Some(y)) if x == y => x.clone(),
+            (Some(Dim::Lit(1)), Some(y)) => y.clone(),
+            (Some(x), Some(Dim::Lit(1))) => x.clone(),
+            _ => return None,
+        });
+    }
+    Some(out)
+}
+
+fn one(names: Vec<String>, ty: Ty, template: String, operands: Vec<String>) -> Option<Let> {
+    Some(Let {
+        names,
+        tys: vec![ty],
+        template,
+        operands,
+    })
+}
+
+impl Gen {
+    fn below(&mut self, n: u64) -> u64 {
+        self.rng.next_u64() % n.max(1)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        self.rng.next_f64() < p
+    }
+
+    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize].clone()
+    }
+
+    /// A dim size, small ones likelier.
+    fn size(&mut self) -> u64 {
+        let i = self
+            .below(SIZES.len() as u64)
+            .min(self.below(SIZES.len() as u64));
+        SIZES[i as usize]
+    }
+
+    fn dtype(&mut self) -> DType {
+        match self.below(100) {
+            0..=49 => DType::F32,
+            50..=66 => DType::Bf16,
+            67..=76 => DType::F16,
+            77..=91 => DType::I32,
+            _ => DType::Bool,
+        }
+    }
+
+    fn float_dtype(&mut self) -> DType {
+        self.pick(&[DType::F32, DType::F32, DType::Bf16, DType::F16])
+    }
+
+    fn sym(&mut self) -> Dim {
+        Dim::Sym(self.below(self.p.dims.len() as u64) as usize)
+    }
+
+    /// A new symbol with value `v`.
+    fn new_sym(&mut self, v: u64) -> Dim {
+        self.p.dims.push(v);
+        Dim::Sym(self.p.dims.len() - 1)
+    }
+
+    fn random_ty(&mut self) -> Ty {
+        let rank = match self.below(100) {
+            0..=4 => 0,
+            5..=34 => 1,
+            35..=79 => 2,
+            _ => 3,
+        };
+        let dtype = self.dtype();
+        let mut shape = Vec::new();
+        for _ in 0..rank {
+            let d = if self.chance(0.1) {
+                Dim::Lit(1)
+            } else {
+                self.sym()
+            };
+            shape.push(d);
+        }
+        let mut t = Ty::new(dtype, shape);
+        while t.numel(&self.p.dims) > self.cfg.max_numel {
+            t.shape.remove(0);
+        }
+        t
+    }
+
+    /// A new parameter of type `ty` (a computed dim becomes its value: a signature names
+    /// dims by symbols and literals only).
+    fn fresh_param(&mut self, mut ty: Ty) -> String {
+        for d in ty.shape.iter_mut() {
+            if !d.is_plain() {
+                *d = Dim::Lit(d.value(&self.p.dims));
+            }
+        }
+        let name = format!("a{}", self.p.params.len());
+        self.p.params.push((name.clone(), ty));
+        name
+    }
+
+    fn fresh_let(&self, k: usize) -> String {
+        let used: usize = self.p.lets.iter().map(|l| l.names.len()).sum();
+        format!("t{}", used + k)
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.p
+            .params
+            .iter()
+            .map(|(n, _)| n.clone())
+            .chain(self.p.lets.iter().flat_map(|l| l.names.iter().cloned()))
+            .collect()
+    }
+
+    fn ty(&self, name: &str) -> Ty {
+        self.p
+            .ty_of(name)
+            .cloned()
+            .expect("generated names have types")
+    }
+
+    /// An operand: the newest value half the time, else any value.
+    fn operand(&mut self) -> (String, Ty) {
+        let names = self.names();
+        let newest = self.p.lets.last().map(|l| l.names[0].clone());
+        let name = match newest {
+            Some(n) if self.chance(0.6) => n,
+            _ => self.pick(&names),
+        };
+        let t = self.ty(&name);
+        (name, t)
+    }
+
+    fn fits(&self, t: &Ty) -> bool {
+        t.numel(&self.p.dims) <= self.cfg.max_numel
+    }
+
+    /// A second operand broadcasting against `shape`: an existing value, or a fresh
+    /// parameter of a suffix of `shape` with some dims 1.
+    fn partner(&mut self, shape: &[Dim], want: impl Fn(DType) -> bool) -> (String, Ty) {
+        if self.chance(0.5) {
+            let cands: Vec<String> = self
+                .names()
+                .into_iter()
+                .filter(|n| {
+                    let t = self.ty(n);
+                    want(t.dtype)
+                        && broadcast(shape, &t.shape)
+                            .is_some_and(|s| s.len() == shape.len() || shape.is_empty())
+                })
+                .collect();
+            if !cands.is_empty() {
+                let n = self.pick(&cands);
+                let t = self.ty(&n);
+                return (n, t);
+            }
+        }
+        let keep = self.below(shape.len() as u64 + 1) as usize;
+        let mut s: Vec<Dim> = shape[shape.len() - keep..].to_vec();
+        for d in s.iter_mut() {
+            if self.chance(0.2) {
+                *d = Dim::Lit(1);
+            }
+        }
+        let mut dt = self.dtype();
+        while !want(dt) {
+            dt = self.dtype();
+        }
+        let t = Ty::new(dt, s);
+        (self.fresh_param(t.clone()), t)
+    }
+
+    fn literal(&mut self, float: bool) -> (String, u8) {
+        if float {
+            (
+                self.pick(&["2.0", "0.5", "-1.5", "1e-3", "3.0", "0.0"])
+                    .into(),
+                2,
+            )
+        } else {
+            (self.pick(&["2", "3", "-1", "7", "0", "1"]).into(), 1)
+        }
+    }
+
+    fn axis_text(&mut self, axis: usize, rank: usize) -> String {
+        if self.chance(0.4) {
+            format!("-{}", rank - axis)
+        } else {
+            axis.to_string()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_is_one_program() {
+        let cfg = Config::default();
+        assert_eq!(generate(5, &cfg), generate(5, &cfg));
+        assert_ne!(generate(5, &cfg), generate(6, &cfg));
+    }
+
+    #[test]
+    fn broadcasting_follows_numpy() {
+        let (a, b) = (Dim::Sym(0), Dim::Sym(1));
+        let ab = vec![a.clone(), b.clone()];
+        assert_eq!(broadcast(&ab, &ab[1..]), Some(ab.clone()));
+        assert_eq!(broadcast(&[a, Dim::Lit(1)], &ab[1..]), Some(ab.clone()));
+        assert_eq!(broadcast(&ab[..1], &ab[1..]), None);
+        assert_eq!(promote(DType::Bf16, DType::F16), DType::F32);
+        assert_eq!(promote(DType::I32, DType::Bf16), DType::Bf16);
+        assert_eq!(with_literal(DType::I32, 2), DType::F32);
+        assert_eq!(with_literal(DType::Bf16, 2), DType::Bf16);
+    }
+}

@@ -1,0 +1,125 @@
+//! The elementwise rules of the reference on hand-picked operands.
+
+use super::*;
+
+fn range(lo: f64, hi: f64) -> Bound {
+    Bound {
+        r: lo,
+        lo,
+        hi,
+        nan: false,
+    }
+}
+
+#[test]
+fn correctly_rounded_ops_on_points_stay_points() {
+    let a = Bound::point(0.1f32 as f64);
+    let b = Bound::point(0.2f32 as f64);
+    let s = binary(BinaryOp::Add, DType::F32, DType::F32, &a, &b);
+    assert!(s.is_point());
+    assert_eq!(s.r, (0.1f32 + 0.2f32) as f64);
+    // bf16: rounded once or through f32; for a product of bf16s both are the same.
+    let x = Bound::point(1.0078125);
+    let p = binary(BinaryOp::Mul, DType::Bf16, DType::Bf16, &x, &x);
+    assert!(p.is_point(), "{p:?}");
+}
+
+#[test]
+fn math_functions_allow_their_error_and_nothing_more() {
+    let x = Bound::point(0.5);
+    let e = unary(UnaryOp::Exp, DType::F32, &x);
+    let y = rn32(0.5f64.exp());
+    assert_eq!(e.r, y);
+    assert!(e.allows(y) && e.allows(y + ulp32(y)) && e.allows(y - ulp32(y)));
+    assert!(!e.allows(y + 4.0 * ulp32(y)));
+    // Rounded to bf16, the f32 slack disappears unless near a rounding boundary.
+    let eb = unary(UnaryOp::Exp, DType::Bf16, &x);
+    assert!(eb.is_point(), "{eb:?}");
+}
+
+#[test]
+fn non_monotone_functions_include_their_turns() {
+    let s = unary(UnaryOp::Sin, DType::F32, &range(1.0, 2.0));
+    assert!(s.allows(1.0), "sin turns at π/2 inside [1, 2]: {s:?}");
+    let c = unary(UnaryOp::Cos, DType::F32, &range(-0.5, 0.5));
+    assert!(c.allows(1.0));
+    let x0 = SILU_MIN_AT;
+    assert!((1.0 + x0 + x0.exp()).abs() < 1e-15);
+    let z = unary(UnaryOp::Silu, DType::F32, &range(-3.0, 0.0));
+    assert!(z.allows(-0.2784645427610738));
+    assert!(!z.allows(-0.3));
+    let a = unary(UnaryOp::Abs, DType::F32, &range(-1.0, 2.0));
+    assert_eq!((a.lo, a.hi), (0.0, 2.0));
+}
+
+#[test]
+fn comparisons_know_when_they_are_sure() {
+    let lt = binary(
+        BinaryOp::Lt,
+        DType::F32,
+        DType::Bool,
+        &range(0.0, 1.0),
+        &range(2.0, 3.0),
+    );
+    assert_eq!((lt.lo, lt.hi), (1.0, 1.0));
+    let unsure = binary(
+        BinaryOp::Lt,
+        DType::F32,
+        DType::Bool,
+        &range(0.0, 2.5),
+        &range(2.0, 3.0),
+    );
+    assert_eq!((unsure.lo, unsure.hi), (0.0, 1.0));
+    let nan = binary(
+        BinaryOp::Ne,
+        DType::F32,
+        DType::Bool,
+        &Bound::point(f64::NAN),
+        &Bound::point(1.0),
+    );
+    assert_eq!((nan.r, nan.lo, nan.hi), (1.0, 1.0, 1.0));
+}
+
+#[test]
+fn division_through_a_pole_allows_anything() {
+    let q = binary(
+        BinaryOp::Div,
+        DType::F32,
+        DType::F32,
+        &Bound::point(1.0),
+        &range(-1.0, 1.0),
+    );
+    assert!(q.allows(f64::INFINITY) && q.allows(f64::NEG_INFINITY) && q.allows(7.0));
+    let z = binary(
+        BinaryOp::Div,
+        DType::F32,
+        DType::F32,
+        &Bound::point(1.0),
+        &Bound::point(-0.0),
+    );
+    assert_eq!(z.r, f64::NEG_INFINITY);
+    assert!(z.is_point());
+}
+
+#[test]
+fn casts_truncate_and_saturate() {
+    let c = cast(DType::F32, DType::I32, &range(-1.5, 2.5));
+    assert_eq!((c.lo, c.hi), (-1.0, 2.0));
+    let n = cast(DType::F32, DType::I32, &Bound::point(f64::NAN));
+    assert_eq!((n.r, n.lo, n.hi, n.nan), (0.0, 0.0, 0.0, false));
+    let b = cast(DType::F32, DType::Bool, &range(-1.0, 1.0));
+    assert_eq!((b.lo, b.hi), (0.0, 1.0));
+    // i32 → bf16 goes through f32 on the GPU: 2^24 + 1 rounds twice.
+    let big = Bound::point((1 << 24) as f64 + 1.0 + 65536.0 * 2.0);
+    let d = cast(DType::I32, DType::Bf16, &big);
+    assert!(d.allows(d.r));
+}
+
+#[test]
+fn sums_widen_by_the_worst_case_of_any_order() {
+    let (lo, hi) = sum_range(1.0, 1.0, 3.0, 4, U32);
+    let err = 3.0 * U32 / (1.0 - 3.0 * U32) * 3.0;
+    assert_eq!((lo, hi), (1.0 - err, 1.0 + err));
+    let (lo, hi) = sum_range(0.0, 0.0, f64::INFINITY, 4, U32);
+    assert!(lo.is_infinite() && hi.is_infinite());
+}
