@@ -352,7 +352,9 @@ pub(crate) fn binary_value(op: BinaryOp, dtype: DType, x: f64, y: f64) -> Option
 pub(crate) fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
     match op {
         ReduceOp::Sum => {
-            let (mut s, mut c) = (0.0f64, 0.0f64);
+            // -0 is the additive identity of IEEE arithmetic (x + -0 = x for every x, +0
+            // included): a sum of -0s is -0, as a kernel's sum from -0 gives.
+            let (mut s, mut c) = (-0.0f64, 0.0f64);
             for x in xs {
                 let t = s + x;
                 if s.abs() >= x.abs() {
@@ -363,7 +365,7 @@ pub(crate) fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
                 s = t;
             }
             // With infinities, `c` is NaN from `inf - inf`; the plain sum is the answer.
-            if s.is_finite() {
+            if s.is_finite() && c != 0.0 {
                 s + c
             } else {
                 s

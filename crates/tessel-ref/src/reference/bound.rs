@@ -66,9 +66,9 @@ impl Bound {
         self.lo > self.hi
     }
 
-    /// True if exactly one value is allowed (NaN excluded).
+    /// True if exactly one value is allowed (NaN excluded; -0 and +0 are two values).
     pub fn is_point(&self) -> bool {
-        !self.nan && self.lo == self.hi
+        !self.nan && self.lo.to_bits() == self.hi.to_bits()
     }
 
     /// True if `x` is an allowed value.
@@ -84,10 +84,29 @@ impl Bound {
     pub fn hull(a: &Bound, b: &Bound, r: f64) -> Bound {
         Bound {
             r,
-            lo: a.lo.min(b.lo),
-            hi: a.hi.max(b.hi),
+            lo: lower(a.lo, b.lo),
+            hi: upper(a.hi, b.hi),
             nan: a.nan || b.nan,
         }
+    }
+}
+
+/// The lesser of two range ends, with -0 below +0: ranges carry the sign of a zero end,
+/// which decides `1 / x` (IEEE 754-2019 §5.3.1 orders zeros the same way for `minimum`).
+pub(crate) fn lower(a: f64, b: f64) -> f64 {
+    if a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// The greater of two range ends, with +0 above -0.
+pub(crate) fn upper(a: f64, b: f64) -> f64 {
+    if a > b || (a == b && a.is_sign_positive()) {
+        a
+    } else {
+        b
     }
 }
 
@@ -97,7 +116,7 @@ fn stored(dt: DType, x: f64) -> (f64, f64) {
     match dt {
         DType::Bf16 | DType::F16 => {
             let (a, b) = (round_to(dt, x), round_to(dt, rn32(x)));
-            (a.min(b), a.max(b))
+            (lower(a, b), upper(a, b))
         }
         DType::F32 => (rn32(x), rn32(x)),
         DType::I32 | DType::Bool => (x, x),
@@ -133,8 +152,8 @@ impl Span {
             self.nan = true;
         } else {
             self.any = true;
-            self.lo = self.lo.min(v);
-            self.hi = self.hi.max(v);
+            self.lo = lower(self.lo, v);
+            self.hi = upper(self.hi, v);
         }
     }
 }
@@ -157,12 +176,12 @@ fn finish(dt: DType, r: f64, s: Span, math_ulps: f64, nan: bool) -> Bound {
         lo -= math_ulps * ulp32(lo);
         hi += math_ulps * ulp32(hi);
     }
-    let lo = stored(dt, lo)
-        .0
-        .min(if r.is_nan() { f64::INFINITY } else { r });
-    let hi = stored(dt, hi)
-        .1
-        .max(if r.is_nan() { f64::NEG_INFINITY } else { r });
+    let (lo, hi) = (stored(dt, lo).0, stored(dt, hi).1);
+    let (lo, hi) = if r.is_nan() {
+        (lo, hi)
+    } else {
+        (lower(lo, r), upper(hi, r))
+    };
     Bound { r, lo, hi, nan }
 }
 
@@ -437,9 +456,10 @@ fn corners(op: BinaryOp, a: &Bound, b: &Bound) -> Span {
     s
 }
 
-/// Both signed zeros if a range (not a point) holds zero: either may then be the value.
+/// Both signed zeros if zero lies strictly inside a range: either may then be the value (a
+/// zero end carries its own sign).
 fn zeros_in(b: &Bound) -> impl Iterator<Item = f64> {
-    let z = b.lo < b.hi && b.lo <= 0.0 && 0.0 <= b.hi;
+    let z = b.lo < 0.0 && 0.0 < b.hi;
     [0.0, -0.0].into_iter().filter(move |_| z)
 }
 
@@ -509,8 +529,8 @@ impl Bound {
         if self.r.is_nan() {
             self.nan = true;
         } else {
-            self.lo = self.lo.min(self.r);
-            self.hi = self.hi.max(self.r);
+            self.lo = lower(self.lo, self.r);
+            self.hi = upper(self.hi, self.r);
         }
         self
     }
@@ -594,18 +614,23 @@ pub fn select(cond: &Bound, t: &Bound, f: &Bound) -> Bound {
 /// A float sum's bound: exact sums of the ends widened by the worst-case error of `n - 1`
 /// f32 additions in any order, `γ_(n-1) · Σ|x|` with `γ_k = k·u / (1 - k·u)`, u = `unit`
 /// (Higham 2002, §4.2, eq. 4.4); `abs` is Σ max(|lo|, |hi|). Infinite when the terms may
-/// reach f32's overflow threshold (a partial sum may overflow in some order).
-pub fn sum_range(lo: f64, hi: f64, abs: f64, n: u64, unit: f64) -> (f64, f64) {
+/// reach f32's overflow threshold: a partial sum may overflow in some order, and +inf meet
+/// -inf, so the third value, "NaN possible", is true.
+pub fn sum_range(lo: f64, hi: f64, abs: f64, n: u64, unit: f64) -> (f64, f64, bool) {
     if abs.is_nan() || abs >= f32::MAX as f64 {
-        return (f64::NEG_INFINITY, f64::INFINITY);
+        return (f64::NEG_INFINITY, f64::INFINITY, true);
     }
     let k = n.saturating_sub(1) as f64;
     let ku = k * unit;
     if ku >= 0.5 {
-        return (f64::NEG_INFINITY, f64::INFINITY);
+        return (f64::NEG_INFINITY, f64::INFINITY, false);
     }
     let err = ku / (1.0 - ku) * abs;
-    (lo - err, hi + err)
+    if err == 0.0 {
+        // Zeros only: the sum is exact, and so is the sign of its zero.
+        return (lo, hi, false);
+    }
+    (lo - err, hi + err, false)
 }
 
 /// The bound of a value computed in f32 from an exact range, then stored as `dt`.
@@ -621,7 +646,7 @@ pub fn from_f32_range(dt: DType, r_exact: f64, lo: f64, hi: f64, nan: bool) -> B
 /// Extends an exact range by the values an f32 rounding of it may take (for intermediate
 /// f32 results of a composite op, which are not stored in any dtype).
 pub fn with_f32_rounding(lo: f64, hi: f64) -> (f64, f64) {
-    (lo.min(rn32(lo)), hi.max(rn32(hi)))
+    (lower(lo, rn32(lo)), upper(hi, rn32(hi)))
 }
 
 /// A float range through one math-library call's error (`MATH_ULPS` f32 ulps each end).

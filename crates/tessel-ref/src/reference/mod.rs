@@ -34,7 +34,7 @@ pub use bound::Bound;
 use crate::layout;
 use crate::oracle::{input, max_nan, reduce, OracleError};
 use crate::tensor::Tensor;
-use bound::{from_f32_range, sum_range, with_f32_rounding, U32};
+use bound::{from_f32_range, lower, sum_range, upper, with_f32_rounding, U32};
 use tessel_ir::graph::{Graph, Op, ReduceOp};
 use tessel_ir::{DType, Value};
 
@@ -248,11 +248,7 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
     match op {
         ReduceOp::Max | ReduceOp::Min => {
             let r = r_exact;
-            let pick: fn(f64, f64) -> f64 = if op == ReduceOp::Max {
-                f64::max
-            } else {
-                f64::min
-            };
+            let pick: fn(f64, f64) -> f64 = if op == ReduceOp::Max { upper } else { lower };
             if row.iter().any(Bound::empty) {
                 return nan_only();
             }
@@ -296,8 +292,8 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
             let lo = exact_sum(row.iter().map(|b| b.lo));
             let hi = exact_sum(row.iter().map(|b| b.hi));
             let abs = exact_sum(row.iter().map(|b| b.lo.abs().max(b.hi.abs())));
-            let nan = row.iter().any(|b| b.nan) || !abs.is_finite() || lo.is_nan() || hi.is_nan();
-            let (mut lo, mut hi) = sum_range(lo, hi, abs, row.len() as u64, U32);
+            let (mut lo, mut hi, overflow) = sum_range(lo, hi, abs, row.len() as u64, U32);
+            let nan = row.iter().any(|b| b.nan) || overflow || lo.is_nan() || hi.is_nan();
             if op == ReduceOp::Mean {
                 // The f32 sum, then `div.rn` by the length.
                 let len = row.len() as f64;
@@ -320,8 +316,8 @@ fn softmax_row(dt: DType, row: &[Bound]) -> Vec<Bound> {
     let uncertain = row
         .iter()
         .any(|b| b.nan || b.empty() || b.hi == f64::INFINITY);
-    let m_lo = row.iter().map(|b| b.lo).fold(f64::NEG_INFINITY, f64::max);
-    let m_hi = row.iter().map(|b| b.hi).fold(f64::NEG_INFINITY, f64::max);
+    let m_lo = row.iter().map(|b| b.lo).fold(f64::NEG_INFINITY, upper);
+    let m_hi = row.iter().map(|b| b.hi).fold(f64::NEG_INFINITY, upper);
     if uncertain || m_lo == f64::NEG_INFINITY || m_r.is_nan() {
         // NaNs, infinities or a row of -inf: the kernel's NaN rules decide, so allow NaN
         // and every value softmax can take.
@@ -348,7 +344,7 @@ fn softmax_row(dt: DType, row: &[Bound]) -> Vec<Bound> {
     let s_lo = exact_sum(e.iter().map(|x| x.0));
     let s_hi = exact_sum(e.iter().map(|x| x.1));
     let s_abs = exact_sum(e.iter().map(|x| x.0.abs().max(x.1.abs())));
-    let (s_lo, s_hi) = sum_range(s_lo, s_hi, s_abs, row.len() as u64, U32);
+    let (s_lo, s_hi, _) = sum_range(s_lo, s_hi, s_abs, row.len() as u64, U32);
     let (s_lo, s_hi) = with_f32_rounding(s_lo, s_hi);
     e.iter()
         .zip(refs)
@@ -377,12 +373,14 @@ fn matmul(
     let (m, k, nn) = (ls[r - 2] as usize, ls[r - 1] as usize, rs[r - 1] as usize);
     let batch: usize = shape[..r - 2].iter().product::<u64>() as usize;
     let points = a.iter().chain(b).all(Bound::is_point);
-    let (terms, unit, input_rel) = match model {
-        MatmulModel::Fma => (k as u64, U32, 0.0),
-        MatmulModel::TensorCore => (2 * k as u64, 2.0 * U32, 0.0),
-        // (1 + 2^-11)^2 - 1, rounded up.
-        MatmulModel::Tf32 => (2 * k as u64, 2.0 * U32, 2f64.powi(-10) + 2f64.powi(-21)),
+    let (terms, unit) = match model {
+        MatmulModel::Fma => (k as u64, U32),
+        MatmulModel::TensorCore | MatmulModel::Tf32 => (2 * k as u64, 2.0 * U32),
     };
+    // TF32 keeps 10 fraction bits: an operand moves by at most 2^-11 of itself, or, below
+    // f32's normal range, by up to all of it (2^-126 covers a flush as well as TF32's own
+    // subnormal step of 2^-136).
+    let tf32 = |x: f64| 2f64.powi(-11) * x + 2f64.powi(-126);
     // A product that underflows f32 loses up to half the least subnormal per term.
     let underflow = k as f64 * 2f64.powi(-149);
     let mut out = Vec::with_capacity(batch * m * nn);
@@ -392,7 +390,11 @@ fn matmul(
             for j in 0..nn {
                 let x = |p: usize| &a[ab + i * k + p];
                 let y = |p: usize| &b[bb + p * nn + j];
-                let r_exact = exact_sum((0..k).map(|p| x(p).r * y(p).r));
+                let mut r_exact = exact_sum((0..k).map(|p| x(p).r * y(p).r));
+                if r_exact == 0.0 {
+                    // The kernels accumulate from +0, so an exact zero comes out +0.
+                    r_exact = 0.0;
+                }
                 let (lo, hi) = if points {
                     (r_exact, r_exact)
                 } else if (0..k).any(|p| x(p).empty() || y(p).empty()) {
@@ -404,8 +406,8 @@ fn matmul(
                         let c = [x.lo * y.lo, x.lo * y.hi, x.hi * y.lo, x.hi * y.hi];
                         let c = c.map(|v| if v.is_nan() { 0.0 } else { v });
                         (
-                            c.iter().copied().fold(f64::INFINITY, f64::min),
-                            c.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            c.iter().copied().fold(f64::INFINITY, lower),
+                            c.iter().copied().fold(f64::NEG_INFINITY, upper),
                         )
                     };
                     (
@@ -413,17 +415,20 @@ fn matmul(
                         exact_sum((0..k).map(|p| t(p).1)),
                     )
                 };
-                let abs = exact_sum((0..k).map(|p| {
-                    let (x, y) = (x(p), y(p));
-                    x.lo.abs().max(x.hi.abs()) * y.lo.abs().max(y.hi.abs())
-                }));
-                let nan = (0..k).any(|p| x(p).nan || y(p).nan) || !abs.is_finite();
-                let (lo, hi) = sum_range(lo, hi, abs, terms, unit);
-                let slack = if input_rel > 0.0 {
-                    input_rel * abs
+                let mag = |b: &Bound| b.lo.abs().max(b.hi.abs());
+                let abs = exact_sum((0..k).map(|p| mag(x(p)) * mag(y(p))));
+                let (lo, hi, overflow) = sum_range(lo, hi, abs, terms, unit);
+                let nan = (0..k).any(|p| x(p).nan || y(p).nan) || overflow || !abs.is_finite();
+                let rounding = if model == MatmulModel::Tf32 {
+                    exact_sum((0..k).map(|p| {
+                        let (a, b) = (mag(x(p)), mag(y(p)));
+                        let (ea, eb) = (tf32(a), tf32(b));
+                        ea * b + a * eb + ea * eb
+                    }))
                 } else {
                     0.0
-                } + underflow;
+                };
+                let slack = rounding + underflow;
                 out.push(from_f32_range(dt, r_exact, lo - slack, hi + slack, nan));
             }
         }

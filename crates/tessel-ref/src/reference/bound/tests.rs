@@ -117,9 +117,45 @@ fn casts_truncate_and_saturate() {
 
 #[test]
 fn sums_widen_by_the_worst_case_of_any_order() {
-    let (lo, hi) = sum_range(1.0, 1.0, 3.0, 4, U32);
+    let (lo, hi, nan) = sum_range(1.0, 1.0, 3.0, 4, U32);
     let err = 3.0 * U32 / (1.0 - 3.0 * U32) * 3.0;
-    assert_eq!((lo, hi), (1.0 - err, 1.0 + err));
-    let (lo, hi) = sum_range(0.0, 0.0, f64::INFINITY, 4, U32);
-    assert!(lo.is_infinite() && hi.is_infinite());
+    assert_eq!((lo, hi, nan), (1.0 - err, 1.0 + err, false));
+    // Terms that reach f32's overflow: +inf and -inf partial sums may meet as NaN.
+    let (lo, hi, nan) = sum_range(0.0, 0.0, 4e38, 4, U32);
+    assert!(lo.is_infinite() && hi.is_infinite() && nan);
+    // Zeros only: exact, and the sign of the zero is kept.
+    let (lo, hi, _) = sum_range(-0.0, -0.0, 0.0, 4, U32);
+    assert!(lo.is_sign_negative() && hi.is_sign_negative());
+}
+
+#[test]
+fn zero_ends_keep_their_signs() {
+    assert!(lower(0.0, -0.0).is_sign_negative() && upper(-0.0, 0.0).is_sign_positive());
+    // x * 0 over a range through zero is either zero; 1 / it either infinity.
+    let z = binary(
+        BinaryOp::Mul,
+        DType::F32,
+        DType::F32,
+        &range(-1.0, 2.0),
+        &Bound::point(0.0),
+    );
+    assert!(z.lo.is_sign_negative() && z.hi.is_sign_positive(), "{z:?}");
+    assert!(!z.is_point());
+    let q = binary(
+        BinaryOp::Div,
+        DType::F32,
+        DType::F32,
+        &Bound::point(1.0),
+        &z,
+    );
+    assert!(q.allows(f64::INFINITY) && q.allows(f64::NEG_INFINITY));
+    // A known -0 stays one value.
+    let n = binary(
+        BinaryOp::Div,
+        DType::F32,
+        DType::F32,
+        &Bound::point(1.0),
+        &Bound::point(-0.0),
+    );
+    assert!(n.is_point() && n.r == f64::NEG_INFINITY);
 }
