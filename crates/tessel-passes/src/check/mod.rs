@@ -93,6 +93,8 @@ pub mod codes {
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// `x[idx]` with a tensor `idx`: gather is not supported yet.
     pub const GATHER_UNSUPPORTED: &str = "E0291";
+    /// `a % b` on float tensors: the kernels have no exact fmod yet.
+    pub const FLOAT_REM_UNSUPPORTED: &str = "E0292";
     /// An argument's dtype differs from the parameter's.
     pub const DTYPE_MISMATCH: &str = "E0301";
     /// A float dtype was needed (math functions, `mean`, `softmax`).
