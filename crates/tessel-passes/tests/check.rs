@@ -599,3 +599,25 @@ fn pytorch_argument_names_point_to_tessels() {
         assert_eq!(ds[0].help.as_deref(), Some(help));
     }
 }
+
+#[test]
+fn a_const_binds_a_step_dim_of_its_name() {
+    let src = "const H = 2;\nstep s(x: f32[H, T]) -> f32[T] { sum(x, axis: 0) * H }";
+    let g = build(src, "s", 5);
+    assert_eq!(
+        g.ty(g.inputs[0].1),
+        &TensorType::new(DType::F32, vec![2, 5])
+    );
+    // A --dim that disagrees with the const is an error at the dim.
+    let m = tessel_syntax::parse(src).expect("parses");
+    let mut d = dims(5);
+    d.insert("H".into(), 3);
+    let errs = check::run(&m, "s", &d).expect_err("H = 2 and --dim H=3 conflict");
+    assert!(
+        errs[0].message.contains("the const `H` is 2"),
+        "{:?}",
+        errs[0].message
+    );
+    d.insert("H".into(), 2);
+    assert!(check::run(&m, "s", &d).is_ok());
+}

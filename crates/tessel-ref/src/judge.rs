@@ -43,6 +43,8 @@ pub struct Verdict {
     pub first: Option<Outside>,
     /// Elements whose value differs from the reference value (allowed or not).
     pub differ: u64,
+    /// Of those, the elements NaN on exactly one side (the ulp figures leave them out).
+    pub nan_differ: u64,
     /// max |out - reference| in ulps of the dtype at the reference, over elements where
     /// neither is NaN.
     pub max_ulp: f64,
@@ -93,19 +95,28 @@ impl fmt::Display for Verdict {
         } else {
             write!(
                 f,
-                "within the bound: {} of {} elements differ from the reference, by at most {} ulp (the bound allows up to {})",
-                self.differ,
-                self.elements,
-                fmt_ulp(self.max_ulp),
-                fmt_ulp(self.max_allowed_ulp)
-            )
+                "within the bound: {} of {} elements differ from the reference",
+                self.differ, self.elements
+            )?;
+            if self.nan_differ > 0 {
+                write!(f, " ({} NaN on one side only)", self.nan_differ)?;
+            }
+            if self.differ > self.nan_differ {
+                write!(
+                    f,
+                    ", by at most {} ulp (the bound allows up to {})",
+                    fmt_ulp(self.max_ulp),
+                    fmt_ulp(self.max_allowed_ulp)
+                )?;
+            }
+            Ok(())
         }
     }
 }
 
 fn fmt_ulp(x: f64) -> String {
     if x.is_infinite() {
-        "any".into()
+        "inf".into()
     } else if x >= 100.0 {
         format!("{x:.3e}")
     } else {
@@ -146,6 +157,7 @@ pub fn judge(out: &Tensor, reference: &RefTensor) -> Result<Verdict, CompareErro
         let same = (o.is_nan() && b.r.is_nan()) || o == b.r;
         if !same {
             v.differ += 1;
+            v.nan_differ += (o.is_nan() || b.r.is_nan()) as u64;
         }
         if !b.r.is_nan() {
             let u = ulp(dt, b.r);

@@ -4,14 +4,16 @@
 
 use crate::commands::{execute, options};
 use crate::device;
-use crate::frontend::{compile_steps, load, Step};
+use crate::frontend::{bound_dims, compile_step, load, Step};
 use crate::inputs::make_inputs;
 use crate::{CompileArgs, InputArgs};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tessel_passes::check as check_pass;
 use tessel_ref::judge::GpuJudgement;
+
 /// Every `.tsl` under `dir`, sorted.
 fn tsl_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
@@ -42,6 +44,20 @@ pub fn check(
     if every_example {
         tsl_files(Path::new("examples"), &mut files)?;
     }
+    // Usage errors stop here, before anything is judged: they are no verdict on a program.
+    let dims = bound_dims(args)?;
+    for f in &files {
+        if !f.is_file() {
+            bail!("cannot read {}: no such file", f.display());
+        }
+    }
+    let sources: Vec<_> = files.iter().map(|f| (f, load(f))).collect();
+    if let Some(step) = &args.step {
+        let has = |src: &crate::frontend::Source| check_pass::steps(&src.module).contains(step);
+        if !sources.iter().any(|(_, s)| s.as_ref().is_ok_and(has)) {
+            bail!("--step {step}: no step of that name in the files checked");
+        }
+    }
     let gpu = device::gpu_unless(cpu);
     match &gpu {
         Ok(g) => println!(
@@ -58,35 +74,52 @@ pub fn check(
     let mut ok = true;
     let mut records = Vec::new();
     // A file or step that fails to compile or run is a failure of the check, reported, and
-    // the remaining ones are still checked.
-    for f in &files {
-        let steps = load(f).and_then(|src| Ok((compile_steps(&src, args, &options())?, src)));
-        let (steps, src) = match steps {
-            Ok(x) => x,
+    // the remaining ones are still checked, each step on its own.
+    for (f, src) in sources {
+        let src = match src {
+            Ok(s) => s,
             Err(e) => {
-                // Over the default list, an example needing dims the command line did not
-                // give is not checked (and says so); a file named explicitly must compile.
-                if let Some(u) = e.downcast_ref::<crate::frontend::UnboundDims>() {
-                    if every_example {
-                        println!(
-                            "{} step {}: SKIPPED — needs --dim {}",
-                            f.display(),
-                            u.step,
-                            u.dims.join(", --dim ")
-                        );
-                        records.push(json!({
-                            "file": f.display().to_string(), "step": u.step,
-                            "skipped": true, "needs_dims": u.dims,
-                        }));
-                        continue;
-                    }
-                }
                 println!("{}: FAIL: {e:#}", f.display());
                 ok = false;
                 continue;
             }
         };
-        for step in steps {
+        let names = check_pass::steps(&src.module);
+        let names: Vec<String> = match &args.step {
+            Some(s) => names.into_iter().filter(|n| n == s).collect(),
+            None => names,
+        };
+        if names.is_empty() && args.step.is_none() {
+            println!("{}: FAIL: it has no `step` to check", f.display());
+            ok = false;
+        }
+        for name in names {
+            let step = match compile_step(&src, &name, &dims, args.profile, &options()) {
+                Ok(s) => s,
+                Err(e) => {
+                    // Over the default list, an example needing dims the command line did
+                    // not give is not checked (and says so); a file named explicitly must
+                    // compile.
+                    if let Some(u) = e.downcast_ref::<crate::frontend::UnboundDims>() {
+                        if every_example {
+                            println!(
+                                "{} step {}: SKIPPED — needs --dim {}",
+                                f.display(),
+                                u.step,
+                                u.dims.join(", --dim ")
+                            );
+                            records.push(json!({
+                                "file": f.display().to_string(), "step": u.step,
+                                "skipped": true, "needs_dims": u.dims,
+                            }));
+                            continue;
+                        }
+                    }
+                    println!("{} step {name}: FAIL: {e:#}", f.display());
+                    ok = false;
+                    continue;
+                }
+            };
             match check_step(&src.name, &step, in_args, gpu.as_ref().ok()) {
                 Ok(r) => {
                     ok &= r.1;
@@ -138,6 +171,24 @@ fn check_step(
             true,
         ));
     }
+    // The references hold every live value as bounds (32 bytes an element) beside the
+    // executor's buffers: a step that cannot fit is skipped with the numbers, not killed.
+    if let (Some(need), Some(have)) = (reference_bytes(step), available_bytes()) {
+        if need > have {
+            println!(
+                "{file} step {}: SKIPPED — the CPU references need about {:.1} GB, {:.1} GB of memory is available; check it at smaller dims",
+                step.name,
+                need as f64 / 1e9,
+                have as f64 / 1e9
+            );
+            return Ok((
+                vec![
+                    json!({"file": file, "step": step.name, "skipped": true, "bytes_needed": need}),
+                ],
+                true,
+            ));
+        }
+    }
     let inputs = make_inputs(p, in_args)?;
     let t0 = Instant::now();
     let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
@@ -171,6 +222,13 @@ fn check_step(
             if j.pass() { "PASS" } else { "FAIL" },
             j.oracle.rel_rms
         );
+        if j.oracle.nan_mismatch > 0 {
+            // rel-RMS leaves such elements out: say how many there are.
+            line += &format!(
+                " over the elements where neither is NaN ({} NaN on one side only)",
+                j.oracle.nan_mismatch
+            );
+        }
         let mut rec = json!({
             "file": file, "step": step.name, "output": j.name, "type": e.ty.to_string(),
             "pass": j.pass(), "outside_bound": v.outside, "differ_from_reference": v.differ,
@@ -211,6 +269,32 @@ fn plural(n: usize, thing: &str) -> String {
     } else {
         format!("{n} {thing}s")
     }
+}
+
+/// About how many bytes the CPU references need for `step`: every buffer of the executor,
+/// and for the reference's walk the largest value three times over (an op's operands and
+/// result live at once) at 32 bytes an element, besides the inputs at 32 bytes.
+fn reference_bytes(step: &Step) -> Option<u64> {
+    let g = &step.checked;
+    let largest = g.ops.keys().map(|v| g.ty(v).shape.numel()).max()?;
+    let inputs: u64 = g.inputs.iter().map(|(_, v)| g.ty(*v).shape.numel()).sum();
+    let buffers: u64 = step
+        .compiled
+        .program
+        .buffers
+        .values()
+        .map(|b| b.ty.size_bytes())
+        .sum();
+    Some(buffers + 32 * (3 * largest + inputs))
+}
+
+/// The memory available for new allocations (Linux `/proc/meminfo`, `MemAvailable`), if
+/// known.
+fn available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Multiply-adds beyond which the CPU references (executor and oracle) are not run: about

@@ -109,10 +109,28 @@ impl std::error::Error for UnboundDims {}
 
 /// Checks and compiles the steps `args` selects.
 pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
-    let opts = &Options {
-        profile: args.profile,
-        ..opts.clone()
-    };
+    let dims = bound_dims(args)?;
+    step_names(src, args)?
+        .into_iter()
+        .map(|name| compile_step(src, &name, &dims, args.profile, opts))
+        .collect()
+}
+
+/// The `--dim` bindings; a dim given twice with two values is an error.
+pub fn bound_dims(args: &CompileArgs) -> Result<BTreeMap<String, u64>> {
+    let mut dims: BTreeMap<String, u64> = BTreeMap::new();
+    for (name, size) in &args.dims {
+        if let Some(prev) = dims.insert(name.clone(), *size) {
+            if prev != *size {
+                bail!("--dim {name} is given twice ({prev} and {size})");
+            }
+        }
+    }
+    Ok(dims)
+}
+
+/// The steps of `src` that `args` selects (`--step`, else all); an error if there are none.
+pub fn step_names(src: &Source, args: &CompileArgs) -> Result<Vec<String>> {
     let all = check::steps(&src.module);
     let names: Vec<String> = match &args.step {
         Some(s) if all.contains(s) => vec![s.clone()],
@@ -126,43 +144,48 @@ pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result
     if names.is_empty() {
         bail!("{} has no `step` to compile", src.name);
     }
-    let mut dims: BTreeMap<String, u64> = BTreeMap::new();
-    for (name, size) in &args.dims {
-        if let Some(prev) = dims.insert(name.clone(), *size) {
-            if prev != *size {
-                bail!("--dim {name} is given twice ({prev} and {size})");
-            }
+    Ok(names)
+}
+
+/// Checks and compiles step `name` of `src` in `profile`; diagnostics are rendered into the
+/// error ([`UnboundDims`] when the only errors are dims without a value).
+pub fn compile_step(
+    src: &Source,
+    name: &str,
+    dims: &BTreeMap<String, u64>,
+    profile: tessel_passes::Profile,
+    opts: &Options,
+) -> Result<Step> {
+    let opts = &Options {
+        profile,
+        ..opts.clone()
+    };
+    let name = name.to_string();
+    let checked = check::run(&src.module, &name, dims).map_err(|d| {
+        let rendered = format!(
+            "{}\n{} in step `{name}`",
+            render(&d, &src.name, &src.text),
+            crate::commands::plural(d.len(), "error")
+        );
+        if d.iter().all(|x| x.code == "E0214") {
+            let dims = d
+                .iter()
+                .filter_map(|x| x.message.split('`').nth(1).map(str::to_string))
+                .collect();
+            anyhow::Error::new(UnboundDims {
+                step: name.clone(),
+                dims,
+                rendered,
+            })
+        } else {
+            anyhow::Error::new(Rendered(rendered))
         }
-    }
-    let mut steps = Vec::new();
-    for name in names {
-        let checked = check::run(&src.module, &name, &dims).map_err(|d| {
-            let rendered = format!(
-                "{}\n{} in step `{name}`",
-                render(&d, &src.name, &src.text),
-                crate::commands::plural(d.len(), "error")
-            );
-            if d.iter().all(|x| x.code == "E0214") {
-                let dims = d
-                    .iter()
-                    .filter_map(|x| x.message.split('`').nth(1).map(str::to_string))
-                    .collect();
-                anyhow::Error::new(UnboundDims {
-                    step: name.clone(),
-                    dims,
-                    rendered,
-                })
-            } else {
-                anyhow::Error::new(Rendered(rendered))
-            }
-        })?;
-        let compiled = compile(&checked, opts)
-            .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
-        steps.push(Step {
-            name,
-            checked,
-            compiled,
-        });
-    }
-    Ok(steps)
+    })?;
+    let compiled = compile(&checked, opts)
+        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
+    Ok(Step {
+        name,
+        checked,
+        compiled,
+    })
 }

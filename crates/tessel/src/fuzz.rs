@@ -24,7 +24,17 @@ pub struct FuzzArgs {
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
+///
+/// Errors: seeds past u64 (`--seed` + `--count`), and an unwritable `--save` directory is
+/// reported per finding without stopping the run.
 pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
+    if a.seed.checked_add(a.count).is_none() {
+        anyhow::bail!(
+            "--seed {} with --count {}: the seeds would run past 2^64 - 1",
+            a.seed,
+            a.count
+        );
+    }
     let gpu = device::gpu_unless(a.cpu);
     match &gpu {
         Ok(g) => println!(
@@ -77,6 +87,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     });
     std::panic::set_hook(hook);
     pb.finish_and_clear();
+    let mut saved_all = true;
     for f in &s.findings {
         println!(
             "\nseed {} ({} profile): {}: {}",
@@ -90,8 +101,13 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         if let Some(dir) = &a.save {
             let kind = f.outcome.kind().replace(' ', "_");
             let path = dir.join(format!("fuzz_{}_{kind}.tsl", f.seed));
-            crate::paths::write_file("--save", &path, &src)?;
-            println!("saved {}", path.display());
+            match crate::paths::write_file("--save", &path, &src) {
+                Ok(()) => println!("saved {}", path.display()),
+                Err(e) => {
+                    println!("error: {e:#}");
+                    saved_all = false;
+                }
+            }
         }
     }
     for (seed, msg) in s.rejected.iter().take(10) {
@@ -110,5 +126,5 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
             .filter(|f| matches!(f.outcome, tessel_fuzz::run::Outcome::Fail(_)))
             .count()
     );
-    Ok(s.findings.is_empty() && s.rejected.is_empty())
+    Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }

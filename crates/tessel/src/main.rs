@@ -4,7 +4,7 @@
 //! ```text
 //! tessel build   FILE.tsl [--dim T=4096] [--emit ast,graph,fused,lowered,kernel,ptx] [-o DIR]
 //! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
-//! tessel check   [FILES...] [--dim ...]     GPU vs executor (bits), vs the f64 oracle
+//! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
@@ -111,7 +111,10 @@ enum Command {
         #[arg(long)]
         dump_temps: bool,
     },
-    /// Check steps: GPU output vs the kernel-IR executor bit for bit, and vs the f64 oracle.
+    /// Check steps: every output of the CPU executor (and the GPU) judged by a reference
+    /// that follows the program's dtypes, within the bound its roundings allow; the GPU's
+    /// bits against the executor's where no tensor cores run. The f64 oracle's error is
+    /// printed beside each verdict.
     Check {
         /// Files to check (default: every .tsl under examples/).
         files: Vec<PathBuf>,
@@ -177,15 +180,15 @@ enum Command {
     /// GPU when there is one) and judge every output by the dtype-following reference;
     /// shrink every failure to a small program.
     Fuzz {
-        /// Programs to generate.
-        #[arg(long, default_value_t = 1000)]
+        /// Programs to generate (at least 1).
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
         count: u64,
         /// The first seed: seed s gives one program and its inputs, the same everywhere.
         #[arg(long, default_value_t = 0)]
         seed: u64,
         /// Profiles to compile in, by turns (comma-separated, or `all`).
-        #[arg(long, value_delimiter = ',', default_value = "all")]
-        profile: Vec<String>,
+        #[arg(long, value_delimiter = ',', default_value = "all", value_parser = parse_fuzz_profile)]
+        profile: Vec<Vec<tessel_passes::Profile>>,
         /// Use the CPU executor even if a GPU is present.
         #[arg(long)]
         cpu: bool,
@@ -200,6 +203,13 @@ enum Command {
 }
 
 fn main() {
+    // Die quietly on a closed pipe (`tessel explain ... | head`), as Unix tools do, instead
+    // of panicking in `println!`: Rust ignores SIGPIPE by default.
+    #[cfg(unix)]
+    // SAFETY: restoring the default action of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     // The passes recurse over expressions (an expression of tens of thousands of terms is
     // valid source); a large stack keeps such programs from overflowing the main thread's.
     let worker = std::thread::Builder::new()
@@ -253,16 +263,26 @@ impl Command {
     }
 }
 
-/// `--profile` of `tessel fuzz`: names, or `all`.
-fn fuzz_profiles(names: &[String]) -> Result<Vec<tessel_passes::Profile>> {
+/// One `--profile` entry of `tessel fuzz`: a profile, or `all` of them.
+fn parse_fuzz_profile(s: &str) -> Result<Vec<tessel_passes::Profile>, String> {
     use tessel_passes::Profile;
-    if names.iter().any(|n| n.trim() == "all") {
-        return Ok(vec![Profile::Exact, Profile::Invariant, Profile::Fast]);
+    match s.trim() {
+        "all" => Ok(vec![Profile::Exact, Profile::Invariant, Profile::Fast]),
+        one => frontend::parse_profile(one)
+            .map(|p| vec![p])
+            .map_err(|e| format!("{e}, or all")),
     }
-    names
-        .iter()
-        .map(|n| frontend::parse_profile(n.trim()).map_err(|e| anyhow::anyhow!("--profile {e}")))
-        .collect()
+}
+
+/// The profiles of `tessel fuzz --profile`, each once, in the order first named.
+fn fuzz_profiles(entries: Vec<Vec<tessel_passes::Profile>>) -> Vec<tessel_passes::Profile> {
+    let mut out = Vec::new();
+    for p in entries.into_iter().flatten() {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 fn real_main() {
@@ -328,15 +348,13 @@ fn real_main() {
             cpu,
             save,
             large,
-        } => fuzz_profiles(&profile).and_then(|profiles| {
-            fuzz::fuzz(&fuzz::FuzzArgs {
-                count,
-                seed,
-                profiles,
-                cpu,
-                save,
-                large,
-            })
+        } => fuzz::fuzz(&fuzz::FuzzArgs {
+            count,
+            seed,
+            profiles: fuzz_profiles(profile),
+            cpu,
+            save,
+            large,
         }),
     };
     match r {

@@ -425,3 +425,108 @@ fn i32_division_by_zero_is_defined_as_documented() {
     assert_eq!(get("out0"), [0, 0, -3, i32::MIN]);
     assert_eq!(get("out1"), [7, -7, -1, 0]);
 }
+
+#[test]
+fn check_judges_each_step_and_refuses_usage_errors_up_front() {
+    let d = scratch("check-steps");
+    write(
+        &d,
+        "three.tsl",
+        "step good(x: f32[N]) -> f32[N] { x * 2.0 }\n\
+         step bad(x: f32[N]) -> f32[N] { x % 0.1 }\n\
+         step good2(x: f32[N]) -> f32[N] { x + 1.0 }\n",
+    );
+    // A step that does not compile is one FAIL; the steps beside it are still judged.
+    let o = tessel(&d, &["check", "three.tsl", "--cpu", "--dim", "N=8"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("step bad: FAIL") && t.contains("E0292"), "{t}");
+    assert_eq!(t.matches(": PASS").count(), 2, "{t}");
+    // Usage errors are errors (exit 2), not a FAIL of a program.
+    for args in [
+        vec!["check", "missing.tsl", "--cpu"],
+        vec![
+            "check",
+            "three.tsl",
+            "--cpu",
+            "--dim",
+            "N=8",
+            "--step",
+            "nope",
+        ],
+        vec![
+            "check",
+            "three.tsl",
+            "--cpu",
+            "--dim",
+            "N=8",
+            "--dim",
+            "N=9",
+        ],
+    ] {
+        let o = tessel(&d, &args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(!t.contains("FAIL"), "{args:?}: {t}");
+    }
+}
+
+#[test]
+fn fuzz_refuses_what_would_run_nothing_or_wrap() {
+    let d = scratch("fuzz-args");
+    for (args, want) in [
+        (vec!["fuzz", "--count", "0", "--cpu"], "0 is not in 1.."),
+        (
+            vec![
+                "fuzz",
+                "--seed",
+                "18446744073709551615",
+                "--count",
+                "2",
+                "--cpu",
+            ],
+            "past 2^64 - 1",
+        ),
+        (
+            vec!["fuzz", "--profile", "quick", "--cpu"],
+            "the profiles are exact, invariant and fast, or all",
+        ),
+    ] {
+        let o = tessel(&d, &args);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "{args:?}: {t}");
+    }
+    let o = tessel(
+        &d,
+        &["fuzz", "--count", "20", "--cpu", "--profile", "exact,exact"],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("profiles exact by turns") && t.contains("20 passed"),
+        "{t}"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let d = scratch("pipe");
+    write(&d, "e.tsl", "step s(x: f32[N]) -> f32[N] { exp(x) }\n");
+    // `| head -c 1`: the reader goes away after the first byte.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tessel"))
+        .args(["fuzz", "--count", "300", "--cpu"])
+        .current_dir(&*d)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut out, &mut first).expect("some output");
+    drop(out);
+    let o = child.wait_with_output().expect("wait");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -391,6 +391,31 @@ impl<'m> Checker<'m> {
                 if !seen.insert(s.clone()) {
                     continue;
                 }
+                // A `const` of the dim's name gives its value (`const H = 40;` then
+                // `bf16[T, H, 128]`); a `--dim` of that name must agree with it.
+                if let Some(Some(Lit::Int(n))) = self.consts.get(s.as_str()) {
+                    let n = *n;
+                    let given = dims.get(s).copied();
+                    if n >= 1 && given.is_none_or(|g| g as i64 == n) {
+                        b.syms
+                            .insert(s.clone(), (n as u64, format!("`const {s} = {n}`")));
+                    } else {
+                        ok = false;
+                        let why = if n < 1 {
+                            format!("the const `{s}` is {n}; a dim is at least 1")
+                        } else {
+                            format!(
+                                "the const `{s}` is {n}, and `--dim {s}={}` was given",
+                                given.unwrap_or_default()
+                            )
+                        };
+                        self.error(
+                            Diagnostic::error(codes::BAD_DIM, format!("dim `{s}`: {why}"))
+                                .with_label(d.span, format!("`{s}` is used here")),
+                        );
+                    }
+                    continue;
+                }
                 match dims.get(s) {
                     Some(&n) if n >= 1 => {
                         b.syms.insert(s.clone(), (n, format!("`--dim {s}={n}`")));
