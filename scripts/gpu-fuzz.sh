@@ -3,12 +3,14 @@
 # GPU and on the CPU executor; in the exact profile the GPU must equal the executor bit for
 # bit, in the others (tensor cores) both are judged by the dtype-following reference. Then the
 # regression corpus through `tessel check` on the GPU, and compute-sanitizer on a sample.
-# Usage: scripts/gpu-fuzz.sh BIN OUTDIR [N]   (BIN: a release build of tessel; N programs per
-# batch, default 1000). Writes logs to OUTDIR; exits non-zero if any step failed.
+# Usage: scripts/gpu-fuzz.sh BIN OUTDIR [N] [FIRST]   (BIN: a release build of tessel; N
+# programs per batch, default 1000; FIRST offsets every batch's seeds, default 0). Writes logs
+# to OUTDIR; exits non-zero if any step failed.
 set -uo pipefail
 BIN=${1:-target/release/tessel}
 OUT=${2:-out/gpu-fuzz}
 N=${3:-1000}
+FIRST=${4:-0}
 mkdir -p "$OUT/saved"
 failed=()
 step() { # step NAME LOG CMD...
@@ -20,9 +22,9 @@ step() { # step NAME LOG CMD...
   tail -n 3 "$OUT/$log"
 }
 nvidia-smi --query-gpu=name,driver_version --format=csv >"$OUT/fuzz.log"
-step fuzz-exact fuzz.log "$BIN" fuzz --count "$N" --seed 0 --profile exact --save "$OUT/saved"
-step fuzz-all fuzz.log "$BIN" fuzz --count "$N" --seed 100000 --profile all --save "$OUT/saved"
-step fuzz-large fuzz.log "$BIN" fuzz --count $((N / 4)) --seed 2000000 --profile all --large --save "$OUT/saved"
+step fuzz-exact fuzz.log "$BIN" fuzz --count "$N" --seed "$FIRST" --profile exact --save "$OUT/saved"
+step fuzz-all fuzz.log "$BIN" fuzz --count "$N" --seed $((FIRST + 100000)) --profile all --save "$OUT/saved"
+step fuzz-large fuzz.log "$BIN" fuzz --count $((N / 4)) --seed $((FIRST + 2000000)) --profile all --large --save "$OUT/saved"
 # The regression corpus: every file with its own dims and profiles, GPU vs executor.
 for f in tests/programs/regressions/*.tsl; do
   dims=$(sed -n 's#^// dims: ##p' "$f" | head -1)
