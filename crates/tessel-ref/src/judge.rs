@@ -8,8 +8,8 @@
 //! reference verdict where tensor cores run (NVIDIA does not specify their accumulation,
 //! PTX ISA §9.7.14, so the executor's model of it is not bit-exact).
 //!
-//! Units: distances in ulps of the output dtype at the reference value
-//! ([`crate::round::ulp`]); for `i32` and `bool`, units of 1.
+//! Units: distances in ulps of the output dtype at the larger magnitude of the two values
+//! compared ([`crate::round::ulp`]); for `i32` and `bool`, units of 1.
 
 use crate::compare::{bit_diff, error_stats, BitDiff, CompareError, ErrorStats};
 use crate::oracle::{eval_graph, OracleError};
@@ -45,8 +45,8 @@ pub struct Verdict {
     pub differ: u64,
     /// Of those, the elements NaN on exactly one side (the ulp figures leave them out).
     pub nan_differ: u64,
-    /// max |out - reference| in ulps of the dtype at the reference, over elements where
-    /// neither is NaN.
+    /// max |out - reference| in ulps of the dtype at the larger magnitude of the two, over
+    /// elements where neither is NaN.
     pub max_ulp: f64,
     /// The widest deviation the bound allows, in the same units (max over elements of
     /// the distance from the reference to the farther end of its range).
@@ -124,6 +124,16 @@ fn fmt_ulp(x: f64) -> String {
     }
 }
 
+/// |a - b| in ulps of `dt` at the larger magnitude of the two: near zero (a cancelled sum
+/// whose reference is 0) the ulp at the reference alone would make any difference look
+/// enormous.
+fn ulps(dt: tessel_ir::DType, a: f64, b: f64) -> f64 {
+    if a == b {
+        return 0.0;
+    }
+    (a - b).abs() / ulp(dt, a.abs().max(b.abs()))
+}
+
 /// Judges `out` against `reference` (same shape; `out`'s dtype decides the ulp).
 ///
 /// Errors: [`CompareError::Shape`] or [`CompareError::Length`] on a mismatch,
@@ -160,12 +170,11 @@ pub fn judge(out: &Tensor, reference: &RefTensor) -> Result<Verdict, CompareErro
             v.nan_differ += (o.is_nan() || b.r.is_nan()) as u64;
         }
         if !b.r.is_nan() {
-            let u = ulp(dt, b.r);
             if !o.is_nan() && !same {
-                v.max_ulp = v.max_ulp.max((o - b.r).abs() / u);
+                v.max_ulp = v.max_ulp.max(ulps(dt, o, b.r));
             }
             if b.lo <= b.hi {
-                let wide = (b.hi - b.r).max(b.r - b.lo) / u;
+                let wide = ulps(dt, b.hi, b.r).max(ulps(dt, b.lo, b.r));
                 v.max_allowed_ulp = v.max_allowed_ulp.max(wide);
             }
         }
