@@ -2,6 +2,10 @@
 //! `ir/<pass>/*.tir` at the top of the repository holds one pass's input and its expected
 //! output, and this test runs exactly that pass on the input and compares.
 //!
+//! The passes are the registry's (`tessel_passes::PASSES`), in pipeline order: each
+//! registered pass must have a folder with at least one file, and each is run through the
+//! function it registers, reading and printing the IR level its `Run` variant names.
+//!
 //! A file reads:
 //!
 //! ```text
@@ -13,7 +17,7 @@
 //! graph g { ... g0 = ... }          the output as the textual IR prints it
 //! ```
 //!
-//! What each pass reads and prints:
+//! What each pass reads and prints, by its `Run` variant:
 //!
 //! | pass          | input                         | output                                   |
 //! |---------------|-------------------------------|------------------------------------------|
@@ -39,22 +43,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use tessel_ir::graph::{Fusion, Graph, Schedules};
+use tessel_ir::kernel::Kernel;
 use tessel_ir::text;
 use tessel_ir::verify;
 use tessel_passes::{
-    check, decompose, expand_math, fuse, legalize, lower, schedule, Profile, Target,
+    pipeline, CompileError, Level, Options, PassInfo, Profile, Run, Target, PASSES,
 };
-
-/// The pass directories under `ir/`, in pipeline order; each must hold at least one file.
-const PASSES: &[&str] = &[
-    "check",
-    "decompose",
-    "fuse",
-    "schedule",
-    "lower",
-    "expand-math",
-    "legalize",
-];
 
 const SEPARATOR: &str = "; expected:";
 
@@ -163,10 +157,15 @@ fn check_graph(
     verify::verify_graph(g, f, s).map_err(|es| errors(what, es, &text::write_graph(g, f, s)))
 }
 
-/// Runs the file's pass on its input; returns the printed output.
-fn run_pass(t: &FileTest) -> Result<String, String> {
-    let out = match t.pass.as_str() {
-        "check" => {
+/// Runs the file's pass, as the registry runs it, on its input; returns the printed output.
+fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
+    let opts = Options {
+        target: Target::h200(),
+        profile: t.profile,
+        verify: true,
+    };
+    let out = match &info.run {
+        Run::Check(check) => {
             let (step, dims) = t
                 .step
                 .as_ref()
@@ -178,7 +177,7 @@ fn run_pass(t: &FileTest) -> Result<String, String> {
                     .collect();
                 format!("input does not parse:\n{}", r.concat())
             })?;
-            let g = check::run(&m, step, dims).map_err(|ds| {
+            let g = check(&m, step, dims).map_err(|ds| {
                 let r: Vec<String> = ds
                     .iter()
                     .map(|d| d.render("input", &t.input, false))
@@ -188,56 +187,56 @@ fn run_pass(t: &FileTest) -> Result<String, String> {
             check_graph("output", &g, None, None)?;
             text::write_graph(&g, None, None)
         }
-        "decompose" => {
+        Run::Graph(run) => {
             let (g, _, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, None, None)?;
-            let out = decompose::run(&g);
+            let out = run(&g);
             check_graph("output", &out, None, None)?;
             text::write_graph(&out, None, None)
         }
-        "fuse" => {
+        Run::Fuse(run) => {
             let (g, _, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, None, None)?;
-            let f = fuse::run(&g);
+            let f = run(&g);
             check_graph("output", &g, Some(&f), None)?;
             text::write_graph(&g, Some(&f), None)
         }
-        "schedule" => {
+        Run::Schedule(run) => {
             let (g, f, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, Some(&f), None)?;
-            let s = schedule::run(&g, &f, &Target::h200(), t.profile);
+            let s = run(&g, &f, &opts);
             check_graph("output", &g, Some(&f), Some(&s))?;
             text::write_graph(&g, Some(&f), Some(&s))
         }
-        "lower" => {
+        Run::Lower(run) => {
             let (g, f, s) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, Some(&f), Some(&s))?;
-            let p = lower::run(&g, &f, &s, &tessel_passes::Target::h200())
-                .map_err(|e| format!("lower failed: {e}"))?;
+            let p = run(&g, &f, &s, &opts)
+                .map_err(|e| format!("{} failed: {}", info.name, chain(&e)))?
+                .program;
             let printed = text::write_program(&p);
             verify::verify_program(&p, false).map_err(|es| errors("output", es, &printed))?;
             printed
         }
-        "expand-math" | "legalize" => run_kernel_pass(t)?,
-        other => return Err(format!("unknown pass `{other}`")),
+        Run::Kernel { run, expands_math } => run_kernel_pass(info, *run, *expands_math, t)?,
     };
-    round_trip(&t.pass, &out)?;
+    round_trip(info, &out)?;
     Ok(out)
 }
 
-/// `expand-math` and `legalize` on a kernel, or on every kernel of a program.
-fn run_kernel_pass(t: &FileTest) -> Result<String, String> {
-    let expand = t.pass == "expand-math";
-    let pass = |k: &mut tessel_ir::kernel::Kernel| -> Result<(), String> {
-        if expand {
-            expand_math::run(k);
-            Ok(())
-        } else {
-            legalize::run(k).map_err(|e| format!("legalize failed: {e}"))
-        }
+/// A kernel pass on a kernel, or on every kernel of a program.
+fn run_kernel_pass(
+    info: &PassInfo,
+    run: fn(&mut Kernel) -> Result<(), CompileError>,
+    expands_math: bool,
+    t: &FileTest,
+) -> Result<String, String> {
+    let pass = |k: &mut Kernel| -> Result<(), String> {
+        run(k).map_err(|e| format!("{} failed: {}", info.name, chain(&e)))
     };
-    // The input of `legalize` is expanded already.
-    let input_expanded = !expand;
+    // The input of a pass after `expand-math` has no math placeholders left.
+    let input_expanded = pipeline::math_expanded_before(info);
+    let output_expanded = input_expanded || expands_math;
     if first_word(&t.input) == Some("program") {
         let mut p = read(text::read_program(&t.input))?;
         verify::verify_program(&p, input_expanded)
@@ -246,7 +245,7 @@ fn run_kernel_pass(t: &FileTest) -> Result<String, String> {
             pass(k)?;
         }
         let printed = text::write_program(&p);
-        verify::verify_program(&p, true).map_err(|es| errors("output", es, &printed))?;
+        verify::verify_program(&p, output_expanded).map_err(|es| errors("output", es, &printed))?;
         Ok(printed)
     } else {
         let mut k = read(text::read_kernel(&t.input))?;
@@ -254,24 +253,35 @@ fn run_kernel_pass(t: &FileTest) -> Result<String, String> {
             .map_err(|es| errors("input", es, &text::write_kernel(&k)))?;
         pass(&mut k)?;
         let printed = text::write_kernel(&k);
-        verify::verify_kernel(&k, true).map_err(|es| errors("output", es, &printed))?;
+        verify::verify_kernel(&k, output_expanded).map_err(|es| errors("output", es, &printed))?;
         Ok(printed)
     }
 }
 
+/// An error and its sources, `: `-separated.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        s += &format!(": {x}");
+        src = x.source();
+    }
+    s
+}
+
 /// The printed output must read back and print the same (one textual form).
-fn round_trip(pass: &str, out: &str) -> Result<(), String> {
-    let again = match pass {
-        "lower" => text::read_program(out).map(|p| text::write_program(&p)),
-        "expand-math" | "legalize" if first_word(out) == Some("program") => {
+fn round_trip(info: &PassInfo, out: &str) -> Result<(), String> {
+    let again = match info.run.gives() {
+        Level::Kernel if first_word(out) == Some("program") => {
             text::read_program(out).map(|p| text::write_program(&p))
         }
-        "expand-math" | "legalize" => text::read_kernel(out).map(|k| text::write_kernel(&k)),
-        _ => text::read_graph(out).map(|(g, f, s)| {
-            let f = (!f.groups.is_empty()).then_some(&f);
-            let s = (s.values().any(Option::is_some)).then_some(&s);
-            text::write_graph(&g, f, s)
-        }),
+        Level::Kernel => text::read_kernel(out).map(|k| text::write_kernel(&k)),
+        Level::Source | Level::Graph | Level::Fused | Level::Scheduled => text::read_graph(out)
+            .map(|(g, f, s)| {
+                let f = (!f.groups.is_empty()).then_some(&f);
+                let s = (s.values().any(Option::is_some)).then_some(&s);
+                text::write_graph(&g, f, s)
+            }),
     };
     match again {
         Ok(a) if a == out => Ok(()),
@@ -362,23 +372,23 @@ enum Outcome {
 }
 
 /// Runs one file.
-fn run_file(path: &Path, dir_pass: &str, bless: bool) -> Outcome {
-    match try_file(path, dir_pass, bless) {
+fn run_file(path: &Path, info: &PassInfo, bless: bool) -> Outcome {
+    match try_file(path, info, bless) {
         Ok(o) => o,
         Err(e) => Outcome::Fail(e),
     }
 }
 
-fn try_file(path: &Path, dir_pass: &str, bless: bool) -> Result<Outcome, String> {
+fn try_file(path: &Path, info: &PassInfo, bless: bool) -> Result<Outcome, String> {
     let text = fs::read_to_string(path).map_err(|e| format!("cannot read: {e}"))?;
     let t = parse_file(&text)?;
-    if t.pass != dir_pass {
+    if t.pass != info.name {
         return Err(format!(
-            "the header names pass `{}` but the file is under ir/{dir_pass}/",
-            t.pass
+            "the header names pass `{}` but the file is under ir/{}/",
+            t.pass, info.name
         ));
     }
-    let actual = run_pass(&t)?;
+    let actual = run_pass(info, &t)?;
     let matches = t
         .expected
         .as_deref()
@@ -413,7 +423,8 @@ fn filetests() {
     let bless = std::env::var_os("TESSEL_BLESS").is_some_and(|v| v != "0" && !v.is_empty());
     let mut failed = Vec::new();
     let mut count = 0;
-    for pass in PASSES {
+    for info in PASSES {
+        let pass = info.name;
         let dir = root.join(pass);
         let mut paths: Vec<PathBuf> = match fs::read_dir(&dir) {
             Ok(rd) => rd
@@ -434,7 +445,7 @@ fn filetests() {
         for path in paths {
             let name = format!("ir/{pass}/{}", path.file_name().unwrap().to_string_lossy());
             count += 1;
-            match run_file(&path, pass, bless) {
+            match run_file(&path, info, bless) {
                 Outcome::Ok => println!("{name}: ok"),
                 Outcome::Blessed => println!("{name}: blessed"),
                 Outcome::Fail(why) => {
