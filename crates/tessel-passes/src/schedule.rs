@@ -142,6 +142,25 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
     }
 }
 
+/// The tensors the matmul `mm` reads, `(lhs, rhs)`: each operand itself or, when it is the
+/// swap of the last two dims of a tensor (`w^T`), that tensor, read transposed in place
+/// ([`MatmulShape`]'s `*_k_contiguous` say which). `None` when an operand is any other
+/// permute ([`MatmulShape::operands_2d`] false).
+pub fn stored_operands(
+    g: &Graph,
+    mm: tessel_ir::Value,
+) -> Option<(tessel_ir::Value, tessel_ir::Value)> {
+    use tessel_ir::graph::Op;
+    let Op::MatMul { lhs, rhs } = g.ops[mm] else {
+        unreachable!("matmul groups list their matmul");
+    };
+    let stored = |x: tessel_ir::Value| match &g.ops[x] {
+        Op::Permute { arg, perm } => swaps_last_two(perm).then_some(*arg),
+        _ => Some(x),
+    };
+    Some((stored(lhs)?, stored(rhs)?))
+}
+
 /// The matmul schedule: a deterministic function of M, N, K, the batch, the operand
 /// layouts and dtype, the profile and the target's SM count. In order:
 ///

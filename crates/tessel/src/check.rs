@@ -2,10 +2,11 @@
 //! against the dtype-following reference, and the GPU against the executor bit for bit
 //! (or against the reference, where tensor cores run).
 
-use crate::commands::{execute, options};
+use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{bound_dims, compile_step, load, Step};
+use crate::frontend::{bound_dims, compile_step, load, options, Step};
 use crate::inputs::make_inputs;
+use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
@@ -158,7 +159,7 @@ fn check_step(
     let p = &step.compiled.program;
     // The CPU references run the products one multiply-add at a time; a step far beyond
     // what they finish in minutes is reported as not checked rather than left running.
-    let fmas = matmul_fmas(&step.compiled);
+    let fmas = step.compiled.matmul_fmas();
     if fmas > MAX_REFERENCE_FMAS {
         println!(
             "{file} step {}: SKIPPED — {:.0} G multiply-adds, too many for the CPU references (limit {} G); check it at smaller dims",
@@ -262,15 +263,6 @@ fn check_step(
     Ok((recs, ok))
 }
 
-/// `n thing` or `n things`.
-fn plural(n: usize, thing: &str) -> String {
-    if n == 1 {
-        format!("1 {thing}")
-    } else {
-        format!("{n} {thing}s")
-    }
-}
-
 /// About how many bytes the CPU references need for `step`: every buffer of the executor,
 /// and for the reference's walk the largest value three times over (an op's operands and
 /// result live at once) at 32 bytes an element, besides the inputs at 32 bytes.
@@ -300,16 +292,3 @@ fn available_bytes() -> Option<u64> {
 /// Multiply-adds beyond which the CPU references (executor and oracle) are not run: about
 /// a minute of executor time on 16 cores.
 const MAX_REFERENCE_FMAS: u64 = 20_000_000_000;
-
-/// Σ batch·M·N·K over the step's matmuls.
-fn matmul_fmas(c: &tessel_passes::Compiled) -> u64 {
-    c.fusion
-        .groups
-        .values()
-        .filter(|d| d.kind == tessel_ir::graph::GroupKind::Matmul)
-        .map(|d| {
-            let s = tessel_passes::schedule::matmul_shape(&c.graph, d.reductions[0]);
-            s.batch * s.m * s.n * s.k
-        })
-        .sum()
-}

@@ -6,8 +6,18 @@ use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
-use tessel_passes::{check, compile, Compiled, Options};
+use tessel_passes::{check, compile, Compiled, Options, Target};
 use tessel_syntax::{ast::Module, Diagnostic};
+
+/// The options every command compiles with: the H200 target and the IR verifier on (a
+/// command's `--profile` is set per step, by [`compile_step`]).
+pub fn options() -> Options {
+    Options {
+        target: Target::h200(),
+        verify: true,
+        ..Options::default()
+    }
+}
 
 /// Parses `NAME=SIZE` for `--dim`.
 pub fn parse_dim(s: &str) -> Result<(String, u64), String> {
@@ -71,7 +81,7 @@ pub fn load(path: &Path) -> Result<Source> {
         anyhow::Error::new(Rendered(format!(
             "{}\n{} in {name}",
             render(&d, &name, &text),
-            crate::commands::plural(d.len(), "syntax error")
+            crate::words::plural(d.len(), "syntax error")
         )))
     })?;
     Ok(Source { name, text, module })
@@ -165,7 +175,7 @@ pub fn compile_step(
         let rendered = format!(
             "{}\n{} in step `{name}`",
             render(&d, &src.name, &src.text),
-            crate::commands::plural(d.len(), "error")
+            crate::words::plural(d.len(), "error")
         );
         if d.iter().all(|x| x.code == "E0214") {
             let dims = d

@@ -11,13 +11,19 @@
 //! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
 //! ```
 
+mod bench;
+mod build;
 mod check;
-mod commands;
+mod cpu;
 mod device;
+mod explain;
 mod frontend;
 mod fuzz;
 mod inputs;
+mod invariance;
 mod paths;
+mod run;
+mod words;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -297,7 +303,7 @@ fn real_main() {
             compile,
             emit,
             out,
-        } => commands::build(&file, &compile, &emit, &out).map(|_| true),
+        } => build::build(&file, &compile, &emit, &out).map(|_| true),
         Command::Run {
             file,
             compile,
@@ -306,11 +312,11 @@ fn real_main() {
             cpu,
             save_inputs,
             dump_temps,
-        } => commands::run(
+        } => run::run(
             &file,
             &compile,
             &inputs,
-            &commands::RunOutputs {
+            &run::RunOutputs {
                 out,
                 save_inputs,
                 dump_temps,
@@ -325,7 +331,7 @@ fn real_main() {
             cpu,
             json,
         } => check::check(&files, &compile, &inputs, cpu, json.as_deref()),
-        Command::Explain { file, compile } => commands::explain(&file, &compile).map(|_| true),
+        Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
         Command::Invariance {
             file,
             compile,
@@ -333,14 +339,14 @@ fn real_main() {
             sizes,
             seeds,
             cpu,
-        } => commands::invariance(&file, &compile, &batch_dim, &sizes, seeds, cpu),
+        } => invariance::invariance(&file, &compile, &batch_dim, &sizes, seeds, cpu),
         Command::Bench {
             file,
             compile,
             inputs,
             rounds,
             json,
-        } => commands::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
+        } => bench::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
         Command::Fuzz {
             count,
             seed,

@@ -1,0 +1,239 @@
+//! `tessel bench`: time every fusion group's kernels on the GPU over rotated copies of the
+//! buffers (so HBM, not L2, is measured), against the measured copy bandwidth, the datasheet
+//! peak of a matmul's arithmetic, and cuBLAS on the same product.
+
+use crate::device::{self, open_gpu};
+use crate::frontend::{compile_steps, load, options, Step};
+use crate::inputs::make_inputs;
+use crate::{CompileArgs, InputArgs};
+use anyhow::Result;
+use serde_json::json;
+use std::path::Path;
+use tessel_ir::DType;
+use tessel_passes::Compiled;
+
+/// The multiply-adds (as 2·M·N·K·batch flops) of group `grp` if it is a matmul, with the
+/// H200 SXM datasheet's dense peak for the arithmetic its kernel uses (NVIDIA H200 Tensor
+/// Core GPU datasheet, 2024: BF16/FP16 tensor 989 TFLOP/s, TF32 tensor 494 TFLOP/s, FP32
+/// 67 TFLOP/s) and that arithmetic's name. Peaks assume the boost clock; sustained clocks
+/// are lower, so no kernel reaches 100%.
+fn matmul_peak(c: &Compiled, grp: tessel_ir::Group) -> Option<(f64, f64, &'static str)> {
+    let w = c.matmul(grp)?;
+    let flops = 2.0 * w.fmas() as f64;
+    let (peak, what) = match (w.tensor_cores, w.dtype) {
+        (true, DType::F32) => (494e12, "TF32 tensor"),
+        (true, _) => (989e12, "BF16/FP16 tensor"),
+        (false, _) => (67e12, "FP32 FMA"),
+    };
+    Some((flops, peak, what))
+}
+
+/// A cuBLAS timing of the same product on the same buffers.
+struct Baseline {
+    us: f64,
+    what: &'static str,
+    m: u64,
+    n: u64,
+    k: u64,
+}
+
+/// Times cuBLAS on the matmul of group `grp` when it has no batch and each operand is a
+/// stored tensor or its transpose: `cublasGemmEx` with f32 accumulation, the same dtypes and
+/// the same precision (TF32 tensor cores for f32 exactly when tessel's kernel uses them),
+/// on the same rotated input copies, into scratch outputs of its own. None for other groups;
+/// a fused epilogue is extra work tessel does that cuBLAS is not asked to.
+fn cublas_baseline(
+    gpu: &tessel_cuda::Gpu,
+    step: &Step,
+    grp: tessel_ir::Group,
+    sets: &[Vec<tessel_cuda::Buffer>],
+    rounds: u32,
+) -> Result<Option<Baseline>> {
+    use tessel_cuda::{GemmType, Layout};
+    let c = &step.compiled;
+    let Some(gemm) = c.gemm(grp) else {
+        return Ok(None);
+    };
+    let layout = |k_contiguous| {
+        if k_contiguous {
+            Layout::KContiguous
+        } else {
+            Layout::KStrided
+        }
+    };
+    let layouts = (layout(gemm.lhs_k_contiguous), layout(gemm.rhs_k_contiguous));
+    let dtype = gemm.dtype;
+    let blas = tessel_cuda::Blas::new(gpu)?;
+    let out_bytes = (gemm.m * gemm.n * dtype.size_bytes()) as usize;
+    let mut outs: Vec<tessel_cuda::Buffer> = sets
+        .iter()
+        .map(|_| tessel_cuda::Buffer::alloc(gpu, out_bytes.max(1)))
+        .collect::<std::result::Result<_, _>>()?;
+    let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
+    let (ai, wi) = (gemm.lhs.as_u32() as usize, gemm.rhs.as_u32() as usize);
+    let tf32 = c.program.tensor_cores().tf32;
+    let (ty, what) = match dtype {
+        DType::Bf16 => (GemmType::Bf16, "bf16, f32 accumulate"),
+        DType::F16 => (GemmType::F16, "f16, f32 accumulate"),
+        DType::F32 if tf32 => (GemmType::Tf32, "f32, TF32 tensor cores"),
+        DType::F32 => (GemmType::F32, "f32, TF32 off"),
+        _ => return Ok(None),
+    };
+    let t = gpu.time_graph_with(rounds, 20, || {
+        for (set, out) in sets.iter().zip(outs.iter_mut()) {
+            blas.gemm(ty, [m, n, k], (&set[ai], &set[wi]), layouts, out)?;
+        }
+        Ok(())
+    })?;
+    Ok(Some(Baseline {
+        us: t.median_us / sets.len() as f64,
+        what,
+        m: gemm.m,
+        n: gemm.n,
+        k: gemm.k,
+    }))
+}
+
+/// `tessel bench`.
+pub fn bench(
+    file: &Path,
+    args: &CompileArgs,
+    in_args: &InputArgs,
+    rounds: u32,
+    json_out: Option<&Path>,
+) -> Result<()> {
+    let gpu = open_gpu().map_err(|why| anyhow::anyhow!("bench needs a GPU: {why}"))?;
+    let props = gpu.properties().clone();
+    let bw = tessel_cuda::measure_copy_bandwidth(&gpu, 2 << 30)?;
+    println!(
+        "{}: measured copy bandwidth {:.0} GB/s (read + write, 2 GiB device-to-device, median)",
+        props.name, bw.median_gb_s
+    );
+    let src = load(file)?;
+    let mut recs = Vec::new();
+    for step in compile_steps(&src, args, &options())? {
+        let p = &step.compiled.program;
+        let inputs = make_inputs(p, in_args)?;
+        let l = device::load(&gpu, p, &inputs)?;
+        // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
+        // timing measures HBM and not the cache (design §10).
+        let step_bytes: u64 = p.buffers.values().map(|b| b.ty.size_bytes()).sum();
+        let copies = (4 * props.l2_bytes)
+            .div_ceil(step_bytes.max(1))
+            .clamp(1, 16) as usize;
+        let mut sets = vec![];
+        for _ in 0..copies {
+            let mut set = Vec::new();
+            for (i, (_, decl)) in p.buffers.iter().enumerate() {
+                let mut b =
+                    tessel_cuda::Buffer::alloc(&gpu, (decl.ty.size_bytes() as usize).max(1))?;
+                b.copy_from(&l.buffers[i])?;
+                set.push(b);
+            }
+            sets.push(set);
+        }
+        println!("step {} ({} buffer copies rotated)", step.name, copies);
+        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect();
+        // One timing per fusion group: a split-K matmul's two kernels are timed together.
+        let c = &step.compiled;
+        let mut groups: Vec<(tessel_ir::Group, Vec<usize>)> = Vec::new();
+        for (ki, &grp) in c.group_of_kernel.iter().enumerate() {
+            match groups.last_mut() {
+                Some((g, ks)) if *g == grp => ks.push(ki),
+                _ => groups.push((grp, vec![ki])),
+            }
+        }
+        for (grp, kis) in groups {
+            let kernels: Vec<&tessel_ir::kernel::Kernel> = kis
+                .iter()
+                .map(|&ki| &p.kernels[tessel_ir::KernelId::from_u32(ki as u32)])
+                .collect();
+            let name = kernels
+                .iter()
+                .map(|k| k.name.clone())
+                .collect::<Vec<_>>()
+                .join(" + ");
+            let bytes: u64 = kis
+                .iter()
+                .flat_map(|&ki| p.launches[ki].args.iter())
+                .filter_map(|a| match a {
+                    tessel_ir::kernel::LaunchArg::Buffer(b) => Some(p.buffers[*b].ty.size_bytes()),
+                    _ => None,
+                })
+                .sum();
+            let calls: Vec<_> = all_calls
+                .iter()
+                .flat_map(|c| kis.iter().map(|&ki| c[ki].clone()))
+                .collect();
+            let t = gpu.time_graph(&calls, rounds, 20)?;
+            let us = t.median_us / copies as f64;
+            let gbs = bytes as f64 / (us * 1e-6) / 1e9;
+            let mem_floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
+            // A matmul's floor is also its multiply-adds at the datasheet's peak rate.
+            let compute = matmul_peak(c, grp);
+            let (floor_us, bound) = match compute {
+                Some((flops, peak, _)) if flops / peak * 1e6 > mem_floor_us => {
+                    (flops / peak * 1e6, "compute")
+                }
+                _ => (mem_floor_us, "memory"),
+            };
+            println!(
+                "  {:<28} {:>9.2} µs  {:>7.0} GB/s  {:>5.1}% of copy bw  floor {:>8.2} µs ({bound}; {:.2}x)  ({} MB moved)",
+                name,
+                us,
+                gbs,
+                100.0 * gbs / bw.median_gb_s,
+                floor_us,
+                us / floor_us,
+                bytes / 1_000_000
+            );
+            let tile = kernels
+                .iter()
+                .map(|k| k.schedule.clone())
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let mut rec = json!({
+                "file": src.name, "step": step.name, "kernel": name,
+                "median_us": us, "min_us": t.min_us / copies as f64, "max_us": t.max_us / copies as f64,
+                "bytes": bytes, "gb_s": gbs, "copy_gb_s": bw.median_gb_s, "floor_us": floor_us,
+                "floor_bound": bound, "ratio_to_floor": us / floor_us, "tile": tile,
+            });
+            if let Some((flops, peak, what)) = compute {
+                rec["peak_tflop_s"] = json!(peak / 1e12);
+                rec["peak"] = json!(what);
+                println!(
+                    "  {:<28} {:>9.1} TFLOP/s ({:.1}% of the {what} peak {:.0} TFLOP/s)",
+                    "",
+                    flops / (us * 1e-6) / 1e12,
+                    100.0 * flops / (us * 1e-6) / peak,
+                    peak / 1e12
+                );
+            }
+            if let Some(base) = cublas_baseline(&gpu, &step, grp, &sets, rounds)? {
+                let flops = 2.0 * base.m as f64 * base.n as f64 * base.k as f64;
+                println!(
+                    "  {:<28} {:>9.2} µs  cuBLAS ({} M={} N={} K={}): tessel/cuBLAS time {:.3}; tessel {:.1} TFLOP/s, cuBLAS {:.1} TFLOP/s",
+                    "",
+                    base.us,
+                    base.what,
+                    base.m,
+                    base.n,
+                    base.k,
+                    us / base.us,
+                    flops / (us * 1e-6) / 1e12,
+                    flops / (base.us * 1e-6) / 1e12,
+                );
+                rec["cublas_us"] = json!(base.us);
+                rec["ratio_to_cublas"] = json!(us / base.us);
+                rec["tflop_s"] = json!(flops / (us * 1e-6) / 1e12);
+                rec["cublas_tflop_s"] = json!(flops / (base.us * 1e-6) / 1e12);
+            }
+            recs.push(rec);
+        }
+    }
+    if let Some(path) = json_out {
+        crate::paths::write_file("--json", path, serde_json::to_string_pretty(&recs)?)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

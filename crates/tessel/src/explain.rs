@@ -1,0 +1,69 @@
+//! `tessel explain`: for every kernel of every selected step, the fusion group it computes,
+//! the schedule and TileConfig chosen and why, its launch shape, and (with ptxas installed)
+//! its registers, shared memory and spills.
+
+use crate::device;
+use crate::frontend::{compile_steps, load, options};
+use crate::words::plural;
+use crate::CompileArgs;
+use anyhow::Result;
+use std::path::Path;
+use tessel_ir::kernel::BufferRole;
+
+/// `tessel explain`.
+pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
+    let src = load(file)?;
+    // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
+    for step in compile_steps(&src, args, &options())? {
+        let c = &step.compiled;
+        println!(
+            "step {}: {}",
+            step.name,
+            plural(c.program.kernels.len(), "kernel")
+        );
+        let report = match &ptxas {
+            Some(p) => Some(p.assemble(&device::ptx_of(&c.program)?, "sm_90")?),
+            None => None,
+        };
+        for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
+            let data = &c.fusion.groups[grp];
+            // A step output by its name; an intermediate by the `t<N>` name `run
+            // --dump-temps` gives it, with the graph value for `--emit fused`.
+            let outs: Vec<String> = data
+                .outputs
+                .iter()
+                .map(|v| {
+                    let ty = c.graph.ty(*v);
+                    match c.buffer_of.get(v).map(|b| &c.program.buffers[*b]) {
+                        Some(d) if d.role == BufferRole::Temp => {
+                            format!("intermediate {} (value {v}): {ty}", d.name)
+                        }
+                        Some(d) => format!("{} (value {v}): {ty}", d.name),
+                        None => format!("{v}: {ty}"),
+                    }
+                })
+                .collect();
+            println!(
+                "  kernel {} (group {grp}, {:?}) writes {}",
+                k.name,
+                data.kind,
+                outs.join(", ")
+            );
+            if let Some(s) = &c.schedules[grp] {
+                println!("    tile: {}", s.tile);
+                println!("    why: {}", s.why);
+            }
+            println!("    launch: grid {:?}, block {:?}", k.grid, k.block);
+            println!("    order: {}", k.schedule);
+            match report.as_ref().and_then(|r| r.function(&k.name)) {
+                Some(f) => println!(
+                    "    ptxas sm_90: {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded",
+                    f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
+                ),
+                None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
+            }
+        }
+    }
+    Ok(())
+}

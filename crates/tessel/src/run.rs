@@ -1,0 +1,117 @@
+//! `tessel run`: run every selected step once, on the GPU or the CPU executor, and write its
+//! outputs (and, on request, its inputs and intermediates) as safetensors.
+
+use crate::cpu::execute;
+use crate::device;
+use crate::frontend::{compile_steps, load, options};
+use crate::inputs::{make_inputs, write_outputs};
+use crate::words::plural;
+use crate::{CompileArgs, InputArgs};
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessel_ir::kernel::BufferRole;
+use tessel_ref::Tensor;
+
+/// Where `tessel run` writes.
+pub struct RunOutputs {
+    pub out: Option<PathBuf>,
+    pub save_inputs: Option<PathBuf>,
+    pub dump_temps: bool,
+}
+
+fn digest(t: &Tensor) -> String {
+    // FNV-1a 64 over the bytes: a short fingerprint to compare runs by eye.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in &t.data {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// `path` for one of several steps: `DIR/STEM.STEP.EXT`.
+fn per_step(path: &Path, step: &str, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("out");
+    path.with_file_name(format!("{stem}.{step}.safetensors"))
+}
+
+/// `tessel run`.
+pub fn run(
+    file: &Path,
+    args: &CompileArgs,
+    in_args: &InputArgs,
+    outs: &RunOutputs,
+    cpu: bool,
+) -> Result<()> {
+    let src = load(file)?;
+    let steps = compile_steps(&src, args, &options())?;
+    let gpu = device::gpu_unless(cpu);
+    match &gpu {
+        Ok(g) => println!("device: {} (GPU)", g.properties().name),
+        Err(why) => println!("device: CPU kernel-IR executor ({why})"),
+    }
+    let several = steps.len() > 1;
+    for step in &steps {
+        let full;
+        let p = if outs.dump_temps {
+            full = step.compiled.with_intermediates();
+            &full
+        } else {
+            &step.compiled.program
+        };
+        let inputs = make_inputs(p, in_args)?;
+        if let Some(path) = &outs.save_inputs {
+            let path = per_step(path, &step.name, several);
+            let named: Vec<(String, &Tensor)> = p
+                .inputs
+                .iter()
+                .map(|(n, _)| n.clone())
+                .zip(inputs.iter())
+                .collect();
+            write_outputs(&path, &named)?;
+            println!("  wrote inputs to {}", path.display());
+        }
+        let t0 = Instant::now();
+        let (results, timed) = match &gpu {
+            Ok(g) => (
+                device::run_once(g, p, &inputs)?,
+                "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
+                 the kernels alone",
+            ),
+            Err(_) => (
+                execute(p, &inputs, &step.name)?,
+                "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
+            ),
+        };
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        println!(
+            "step {}: {}, {ms:.1} ms {timed}",
+            step.name,
+            plural(p.kernels.len(), "kernel")
+        );
+        let mut named = Vec::new();
+        for ((name, b), t) in p.outputs.iter().zip(&results) {
+            // An intermediate has no source name; say which graph value it holds.
+            let value = step.compiled.buffer_of.iter().find(|(_, ob)| *ob == b);
+            let what = match value {
+                Some((v, _)) if p.buffers[*b].role == BufferRole::Temp => {
+                    format!(" (intermediate: graph value {v}, see `tessel explain`)")
+                }
+                _ => String::new(),
+            };
+            println!("  {name}{what}: {} digest {}", t.ty, digest(t));
+            named.push((name.clone(), t));
+        }
+        let path = match &outs.out {
+            Some(o) => per_step(o, &step.name, several),
+            None => PathBuf::from("out").join(format!("{}.safetensors", step.name)),
+        };
+        write_outputs(&path, &named)?;
+        println!("  wrote {}", path.display());
+    }
+    Ok(())
+}
