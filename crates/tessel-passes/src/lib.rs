@@ -6,9 +6,10 @@
 //! ```
 //!
 //! [`PASSES`] is the pipeline: one registration per pass, in order. [`compile`] runs it (the
-//! front end runs `check`, which reports diagnostics, and hands over its graph). The
-//! registry's types and the driver are in [`pipeline`]; each pass's file opens with its
-//! contract: what it needs before, what it guarantees after.
+//! front end runs `check`, which reports diagnostics, and hands over its graph),
+//! `tessel build --emit NAME` / `--stop-after NAME` take its names, and the filetests
+//! (`ir/NAME/*.tir`) read it. The registry's types and the driver are in [`pipeline`]; each
+//! pass's file opens with its contract: what it needs before, what it guarantees after.
 //!
 //! To add a pass: write `src/NAME.rs` with one `pub fn run`, add one [`PassInfo`] to
 //! [`PASSES`] where it belongs, and put at least one filetest under `ir/NAME/`.

@@ -1,18 +1,172 @@
-//! `tessel build`: compile the selected steps and write the stages `--emit` names.
+//! `tessel build`: compile the selected steps and write the stages `--emit` names, stopping
+//! after the stage `--stop-after` names.
+//!
+//! The stages, in order, are `ast` (the source as parsed, printed back: `STEM.ast.tsl`), the
+//! output of every registered pass (`tessel_passes::PASSES`: `STEP.PASS.graph` for graph IR,
+//! `STEP.PASS.kir` for kernel IR), and `ptx` (the PTX module: `STEP.ptx`). The stage names
+//! `tessel build` had before the registry stay, as aliases that keep their file names:
+//!
+//! | alias     | the output of                 | file               |
+//! |-----------|-------------------------------|--------------------|
+//! | `graph`   | `check`                       | `STEP.graph`       |
+//! | `fused`   | `schedule` (groups and tiles) | `STEP.fused.graph` |
+//! | `lowered` | `lower`                       | `STEP.lowered.kir` |
+//! | `kernel`  | the last pass (`legalize`)    | `STEP.kir`         |
 
 use crate::device;
-use crate::frontend::{compile_steps, load, options};
+use crate::frontend::{bound_dims, check_step, load, options, step_names};
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
 use std::path::Path;
+use tessel_passes::{run_passes, Ir, Level, Options, PassInfo, PASSES};
 
-/// `tessel build`.
-pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Result<()> {
-    const STAGES: [&str; 6] = ["ast", "graph", "fused", "lowered", "kernel", "ptx"];
-    let emit: Vec<String> = emit.iter().map(|e| e.trim().to_string()).collect();
-    for e in &emit {
-        if !STAGES.contains(&e.as_str()) {
-            bail!("--emit {e}: the stages are {}", STAGES.join(", "));
+/// A stage `--emit` and `--stop-after` name.
+#[derive(Clone, Copy)]
+enum Stage {
+    /// The parsed source, before any pass.
+    Ast,
+    /// The IR after a registered pass.
+    Pass(&'static PassInfo),
+    /// The PTX writer's module, after the last pass.
+    Ptx,
+}
+
+impl PartialEq for Stage {
+    fn eq(&self, other: &Stage) -> bool {
+        self.position() == other.position()
+    }
+}
+
+impl Stage {
+    /// The stage called `name`: a registered pass, an alias, `ast` or `ptx`.
+    fn named(name: &str) -> Option<Stage> {
+        match name {
+            "ast" => Some(Stage::Ast),
+            "ptx" => Some(Stage::Ptx),
+            _ => tessel_passes::pass(name)
+                .or_else(|| alias(name).map(|(p, _)| p))
+                .map(Stage::Pass),
+        }
+    }
+
+    /// Position in the pipeline: `ast`, each pass, `ptx`.
+    fn position(self) -> usize {
+        match self {
+            Stage::Ast => 0,
+            Stage::Pass(p) => 1 + PASSES.iter().position(|q| q.name == p.name).unwrap_or(0),
+            Stage::Ptx => PASSES.len() + 1,
+        }
+    }
+}
+
+/// The pass an alias (a stage name from before the registry) stands for, and its file
+/// suffix; chosen by IR level, so that a pass added later does not change what they mean.
+fn alias(name: &str) -> Option<(&'static PassInfo, &'static str)> {
+    let first = |l: Level| PASSES.iter().find(|p| p.run.gives() == l);
+    let last = |l: Level| PASSES.iter().rev().find(|p| p.run.gives() == l);
+    match name {
+        "graph" => first(Level::Graph).map(|p| (p, "graph")),
+        "fused" => last(Level::Scheduled).map(|p| (p, "fused.graph")),
+        "lowered" => first(Level::Kernel).map(|p| (p, "lowered.kir")),
+        "kernel" => last(Level::Kernel).map(|p| (p, "kir")),
+        _ => None,
+    }
+}
+
+/// Every stage name, for error messages and `--help`.
+pub fn stage_names() -> String {
+    let passes: Vec<&str> = PASSES.iter().map(|p| p.name).collect();
+    let aliases: Vec<String> = ["graph", "fused", "lowered", "kernel"]
+        .iter()
+        .filter_map(|a| alias(a).map(|(p, _)| format!("{a} = {}", p.name)))
+        .collect();
+    format!(
+        "ast, {}, ptx (aliases: {})",
+        passes.join(", "),
+        aliases.join(", ")
+    )
+}
+
+/// The long help of `--emit`: every stage with what it is.
+pub fn emit_help() -> String {
+    let mut s = String::from(
+        "Stages to write, comma-separated (default: the --stop-after stage, else ptx):\n  \
+         ast (STEM.ast.tsl): the source as parsed, printed back\n",
+    );
+    for p in PASSES {
+        let ext = if p.run.gives() == Level::Kernel {
+            "kir"
+        } else {
+            "graph"
+        };
+        s += &format!("  {} (STEP.{}.{ext}): {}\n", p.name, p.name, p.what);
+    }
+    s += "  ptx (STEP.ptx): the PTX module\nAliases, the stage names from before the pass \
+          registry, with their file names:\n";
+    for a in ["graph", "fused", "lowered", "kernel"] {
+        if let Some((p, suffix)) = alias(a) {
+            s += &format!("  {a} (STEP.{suffix}) = {}\n", p.name);
+        }
+    }
+    s
+}
+
+/// One `--emit` entry.
+struct Emit {
+    /// As given.
+    name: String,
+    stage: Stage,
+    /// What follows `STEP.` in the file name (unused for `ast`).
+    suffix: String,
+}
+
+fn parse_emit(name: &str) -> Result<Emit> {
+    let Some(stage) = Stage::named(name) else {
+        bail!("--emit {name}: the stages are {}", stage_names());
+    };
+    let suffix = match (stage, alias(name)) {
+        (_, Some((_, s))) => s.to_string(),
+        (Stage::Pass(p), None) => match p.run.gives() {
+            Level::Kernel => format!("{}.kir", p.name),
+            _ => format!("{}.graph", p.name),
+        },
+        (Stage::Ptx, None) => "ptx".to_string(),
+        (Stage::Ast, None) => "ast.tsl".to_string(),
+    };
+    Ok(Emit {
+        name: name.to_string(),
+        stage,
+        suffix,
+    })
+}
+
+/// `tessel build`: write the stages `emit` names (default: the `--stop-after` stage, else
+/// `ptx`), compiling no further than `stop_after`.
+pub fn build(
+    file: &Path,
+    args: &CompileArgs,
+    emit: &[String],
+    stop_after: Option<&str>,
+    out: &Path,
+) -> Result<()> {
+    let stop = match stop_after.map(str::trim) {
+        Some(s) => match Stage::named(s) {
+            Some(st) => Some((s, st)),
+            None => bail!("--stop-after {s}: the stages are {}", stage_names()),
+        },
+        None => None,
+    };
+    let emit: Vec<Emit> = if emit.is_empty() {
+        vec![parse_emit(stop.map_or("ptx", |(s, _)| s))?]
+    } else {
+        emit.iter()
+            .map(|e| parse_emit(e.trim()))
+            .collect::<Result<_>>()?
+    };
+    if let Some((s, st)) = stop {
+        if let Some(e) = emit.iter().find(|e| e.stage.position() > st.position()) {
+            bail!("--emit {}: that stage comes after --stop-after {s}", e.name);
         }
     }
     let src = load(file)?;
@@ -28,34 +182,50 @@ pub fn build(file: &Path, args: &CompileArgs, emit: &[String], out: &Path) -> Re
         .file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("module");
-    if emit.iter().any(|e| e == "ast") {
+    if emit.iter().any(|e| e.stage == Stage::Ast) {
         write(format!("{stem}.ast.tsl"), src.module.to_string())?;
     }
-    for step in compile_steps(&src, args, &options())? {
-        let c = &step.compiled;
+    let stop_pass = match stop {
+        Some((_, Stage::Ast)) => return Ok(()),
+        Some((_, Stage::Pass(p))) => Some(p),
+        Some((_, Stage::Ptx)) | None => None,
+    };
+    // Every step is compiled before any of its files is written, so a step that fails
+    // leaves no files of the others half-written.
+    let dims = bound_dims(args)?;
+    let opts = Options {
+        profile: args.profile,
+        ..options()
+    };
+    let mut files = Vec::new();
+    for name in step_names(&src, args)? {
+        let checked = check_step(&src, &name, &dims)?;
+        let mut dumps: HashMap<&'static str, String> = HashMap::new();
+        let ir = run_passes(
+            &checked,
+            &opts,
+            stop_pass,
+            &mut |p: &'static PassInfo, ir: &Ir| {
+                if emit.iter().any(|e| e.stage == Stage::Pass(p)) {
+                    dumps.insert(p.name, ir.text());
+                }
+            },
+        )
+        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
         for e in &emit {
-            let n = &step.name;
-            match e.as_str() {
-                "graph" => write(
-                    format!("{n}.graph"),
-                    tessel_ir::text::write_graph(&step.checked, None, None),
-                )?,
-                "fused" => write(
-                    format!("{n}.fused.graph"),
-                    tessel_ir::text::write_graph(&c.graph, Some(&c.fusion), Some(&c.schedules)),
-                )?,
-                "lowered" => write(
-                    format!("{n}.lowered.kir"),
-                    tessel_ir::text::write_program(&c.lowered),
-                )?,
-                "kernel" => write(
-                    format!("{n}.kir"),
-                    tessel_ir::text::write_program(&c.program),
-                )?,
-                "ptx" => write(format!("{n}.ptx"), device::ptx_of(&c.program)?)?,
-                _ => {}
-            }
+            let text = match e.stage {
+                Stage::Ast => continue,
+                Stage::Pass(p) => dumps[p.name].clone(),
+                Stage::Ptx => match &ir {
+                    Ir::Kernel(c) => device::ptx_of(&c.program)?,
+                    _ => bail!("internal error: the last pass does not give kernel IR"),
+                },
+            };
+            files.push((format!("{name}.{}", e.suffix), text));
         }
+    }
+    for (name, text) in files {
+        write(name, text)?;
     }
     Ok(())
 }

@@ -170,8 +170,25 @@ pub fn compile_step(
         profile,
         ..opts.clone()
     };
+    let checked = check_step(src, name, dims)?;
+    let compiled = compile(&checked, opts)
+        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
+    Ok(Step {
+        name: name.to_string(),
+        checked,
+        compiled,
+    })
+}
+
+/// Runs `check` on step `name` of `src`: its graph IR, or its diagnostics rendered into the
+/// error ([`UnboundDims`] when the only errors are dims without a value).
+pub fn check_step(
+    src: &Source,
+    name: &str,
+    dims: &BTreeMap<String, u64>,
+) -> Result<tessel_ir::graph::Graph> {
     let name = name.to_string();
-    let checked = check::run(&src.module, &name, dims).map_err(|d| {
+    check::run(&src.module, &name, dims).map_err(|d| {
         let rendered = format!(
             "{}\n{} in step `{name}`",
             render(&d, &src.name, &src.text),
@@ -190,12 +207,5 @@ pub fn compile_step(
         } else {
             anyhow::Error::new(Rendered(rendered))
         }
-    })?;
-    let compiled = compile(&checked, opts)
-        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
-    Ok(Step {
-        name,
-        checked,
-        compiled,
     })
 }

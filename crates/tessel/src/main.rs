@@ -2,7 +2,8 @@
 //! source → AST → graph IR → kernel IR → PTX → GPU, and the CPU references beside it.
 //!
 //! ```text
-//! tessel build   FILE.tsl [--dim T=4096] [--emit ast,graph,fused,lowered,kernel,ptx] [-o DIR]
+//! tessel build   FILE.tsl [--dim T=4096] [--emit STAGE,...] [--stop-after STAGE] [-o DIR]
+//!                                           a STAGE is ast, a pass name (`--help`), or ptx
 //! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
 //! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
@@ -77,14 +78,19 @@ pub struct InputArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Compile to PTX (and any other stage with --emit).
+    /// Compile to PTX (and write any stage, the IR after any pass, with --emit).
     Build {
         file: PathBuf,
         #[command(flatten)]
         compile: CompileArgs,
-        /// Stages to write: ast, graph, fused, lowered, kernel, ptx.
-        #[arg(long, value_delimiter = ',', default_value = "ptx")]
+        /// Stages to write: ast, a pass name, ptx; the aliases graph, fused, lowered,
+        /// kernel (default: the --stop-after stage, else ptx).
+        #[arg(long, value_delimiter = ',', value_name = "STAGE", long_help = build::emit_help())]
         emit: Vec<String>,
+        /// Run no pass after this stage (a pass name, or ast, an alias or ptx, as --emit);
+        /// a stage --emit names must not come after it.
+        #[arg(long, value_name = "STAGE")]
+        stop_after: Option<String>,
         /// Output directory: STEM.ast.tsl and STEP.STAGE files go into it. It is created if
         /// missing and must be writable, checked before compiling.
         #[arg(short, long, default_value = "out")]
@@ -302,8 +308,9 @@ fn real_main() {
             file,
             compile,
             emit,
+            stop_after,
             out,
-        } => build::build(&file, &compile, &emit, &out).map(|_| true),
+        } => build::build(&file, &compile, &emit, stop_after.as_deref(), &out).map(|_| true),
         Command::Run {
             file,
             compile,

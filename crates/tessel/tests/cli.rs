@@ -530,3 +530,104 @@ fn a_closed_pipe_ends_the_command_quietly() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn build_emits_and_stops_after_every_registered_pass() {
+    let d = scratch("stages");
+    write(
+        &d,
+        "n.tsl",
+        "step norm(x: f32[T, 64]) -> f32[T, 64] { x * rsqrt(mean(x * x, axis: -1, keep: true) + 1e-6) }\n",
+    );
+    let read = |f: &str| std::fs::read_to_string(d.join("o").join(f)).unwrap_or_default();
+    for p in tessel_passes::PASSES {
+        let ext = if p.run.gives() == tessel_passes::Level::Kernel {
+            "kir"
+        } else {
+            "graph"
+        };
+        let file = format!("norm.{}.{ext}", p.name);
+        let o = tessel(
+            &d,
+            &[
+                "build", "n.tsl", "--dim", "T=4", "--emit", p.name, "-o", "o",
+            ],
+        );
+        assert!(o.status.success(), "--emit {}: {}", p.name, text(&o));
+        assert!(!read(&file).is_empty(), "--emit {} wrote no {file}", p.name);
+        // Stopping there gives the same text, and nothing after it is compiled or written.
+        let o = tessel(
+            &d,
+            &[
+                "build",
+                "n.tsl",
+                "--dim",
+                "T=4",
+                "--stop-after",
+                p.name,
+                "-o",
+                "s",
+            ],
+        );
+        let t = text(&o);
+        assert!(o.status.success(), "--stop-after {}: {t}", p.name);
+        assert_eq!(
+            t.trim(),
+            format!("wrote s/{file}"),
+            "--stop-after {}",
+            p.name
+        );
+        let stopped = std::fs::read_to_string(d.join("s").join(&file)).expect("stopped output");
+        assert_eq!(stopped, read(&file), "--stop-after {}", p.name);
+    }
+    // The stage names from before the registry write what the passes they stand for do.
+    let o = tessel(
+        &d,
+        &[
+            "build",
+            "n.tsl",
+            "--dim",
+            "T=4",
+            "--emit",
+            "graph,fused,lowered,kernel",
+            "-o",
+            "o",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    for (alias, pass) in [
+        ("norm.graph", "norm.check.graph"),
+        ("norm.fused.graph", "norm.schedule.graph"),
+        ("norm.lowered.kir", "norm.lower.kir"),
+        ("norm.kir", "norm.legalize.kir"),
+    ] {
+        assert!(!read(alias).is_empty(), "{alias}");
+        assert_eq!(read(alias), read(pass), "{alias} and {pass}");
+    }
+    let o = tessel(
+        &d,
+        &[
+            "build",
+            "n.tsl",
+            "--dim",
+            "T=4",
+            "--stop-after",
+            "fuse",
+            "--emit",
+            "ptx",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("--emit ptx: that stage comes after --stop-after fuse"),
+        "{}",
+        text(&o)
+    );
+    let o = tessel(&d, &["build", "n.tsl", "--emit", "fusion"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("expand-math"),
+        "the error lists the passes: {}",
+        text(&o)
+    );
+}
