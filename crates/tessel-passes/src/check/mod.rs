@@ -18,17 +18,23 @@
 //! half of a `split`, are removed; every step input stays). The result types equal the
 //! declared ones exactly.
 //!
+//! `@` is checked like the other operators: float operands promoted to one dtype, rank 2 or
+//! more, the contracted dims equal, and the batch dims broadcast explicitly, giving one
+//! [`Op::MatMul`] of `[.., M, K]` and `[.., K, N]`; a weight stored `[N, K]` is written
+//! `x @ w^T` and reaches the graph as a [`Op::Permute`] of the last two dims, which `fuse`
+//! and `lower` read in place.
+//!
 //! What it does not do: decompose composites (`mean`, `softmax` stay whole for `decompose`),
-//! fuse, or pick schedules. `@` (matmul) and indexing by a tensor (gather) are diagnosed as
-//! not supported yet.
+//! fuse, or pick schedules. Indexing by a tensor (gather, E0291) and `%` on floats (E0292)
+//! are diagnosed as not supported yet.
 //!
 //! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
-//! `E04xx` shapes, `E029x` not supported yet). Name errors are collected over the whole
-//! module first (every `fn`, `step` and `const`, used or not); if there are none, the step is
-//! checked, collecting independent errors and stopping at the first error of each chain
-//! (a value whose operand failed is not diagnosed again). The pass never panics on any AST,
-//! and its work is bounded: [`MAX_CALL_DEPTH`] nested calls, [`MAX_EXPANSION`] graph nodes
-//! and inlined calls per step.
+//! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, is retired). Name errors
+//! are collected over the whole module first (every `fn`, `step` and `const`, used or not);
+//! if there are none, the step is checked, collecting independent errors and stopping at the
+//! first error of each chain (a value whose operand failed is not diagnosed again). The pass
+//! never panics on any AST, and its work is bounded: [`MAX_CALL_DEPTH`] nested calls,
+//! [`MAX_EXPANSION`] graph nodes and inlined calls per step.
 //!
 //! The language's semantics (promotion, broadcasting, builtins, indexing) are written down
 //! in `docs/language.md`, section "Semantics".
