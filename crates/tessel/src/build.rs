@@ -190,8 +190,8 @@ pub fn build(
         Some((_, Stage::Pass(p))) => Some(p),
         Some((_, Stage::Ptx)) | None => None,
     };
-    // Every step is compiled before any of its files is written, so a step that fails
-    // leaves no files of the others half-written.
+    // Every step is compiled before any file of a step is written: when one fails to
+    // compile, no step's files are written (as before the registry).
     let dims = bound_dims(args)?;
     let opts = Options {
         profile: args.profile,

@@ -11,6 +11,11 @@
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
 //! ```
+//!
+//! One module per subcommand (`build`, `run`, `check`, `explain`, `bench`, `invariance`,
+//! `fuzz`); beside them `frontend` (source to compiled steps, diagnostics rendered),
+//! `device` (the GPU), `cpu` (the kernel-IR executor), `inputs`, `paths` and `words`.
+//! Questions about the IR are answered by the crates that own it (`tessel_passes::Compiled`).
 
 mod bench;
 mod build;
