@@ -21,6 +21,39 @@ pub(super) struct WarpTile {
 }
 
 impl Gen<'_> {
+    /// A predicate: output element (`row`, `col`) lies inside the `m × n` output.
+    pub(super) fn in_bounds(&mut self, (row, m): (Ix, u64), (col, n): (Ix, u64)) -> Reg {
+        let (ro, co) = (self.ix_op(row), self.ix_op(col));
+        let m_ok = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
+        let n_ok = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
+        self.b
+            .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()])
+    }
+
+    /// The epilogue of output element (`row`, `col`) under the batch index `lead` (and of
+    /// the `accs.len() - 1` elements after it along the row), with `accs` standing in for
+    /// matmul `mm`, if it lies inside the `m × n` output.
+    pub(super) fn guarded_epilogue(
+        &mut self,
+        (out, mm): (Value, Value),
+        lead: &[Ix],
+        (row, m): (Ix, u64),
+        (col, n): (Ix, u64),
+        accs: &[Reg],
+    ) -> Result<(), LowerError> {
+        let ok = self.in_bounds((row, m), (col, n));
+        self.open();
+        let mut idx = lead.to_vec();
+        idx.extend([row, col]);
+        self.matmul_epilogue(out, mm, &idx, accs)?;
+        self.close_if(ok);
+        Ok(())
+    }
+
     /// Stores the epilogue of output elements `idx .. idx + accs.len()` along the last dim
     /// (one element, or two whose address is aligned to two elements), with `accs` as the
     /// matmul's values there. In a split-K partials kernel, stores the f32 sums to scratch.
@@ -137,16 +170,8 @@ impl Gen<'_> {
             let col = self.imul_c(c4, 4);
             let gr = self.iadd(m0, row);
             let gc = self.iadd(n0, col);
-            let (ro, co, eo) = (self.ix_op(gr), self.ix_op(gc), self.ix_op(e));
-            let m_ok = self
-                .b
-                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
-            let n_ok = self
-                .b
-                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
-            let mut ok = self
-                .b
-                .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
+            let eo = self.ix_op(e);
+            let mut ok = self.in_bounds((gr, m), (gc, n));
             if (it + 1) * threads > vecs {
                 let in_tile = self.b.op(
                     RegType::Pred,

@@ -271,21 +271,7 @@ impl Gen<'_> {
             };
             for (dc, rs) in groups {
                 let col = self.iadd(col, Ix::C(dc));
-                let (ro, co) = (self.ix_op(row), self.ix_op(col));
-                let m_ok = self
-                    .b
-                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
-                let n_ok = self
-                    .b
-                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
-                let ok = self
-                    .b
-                    .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
-                self.open();
-                let mut idx = lead.clone();
-                idx.extend([row, col]);
-                self.matmul_epilogue(out, mm, &idx, &rs)?;
-                self.close_if(ok);
+                self.guarded_epilogue((out, mm), &lead, (row, m), (col, n), &rs)?;
             }
         }
         self.close_if(first);

@@ -308,21 +308,7 @@ impl Gen<'_> {
                     let (dr, dc) = MmaShape::cd_pos(0, q);
                     let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
                     let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
-                    let (ro, co) = (self.ix_op(row), self.ix_op(col));
-                    let m_ok = self
-                        .b
-                        .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
-                    let n_ok = self
-                        .b
-                        .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
-                    let ok = self
-                        .b
-                        .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
-                    self.open();
-                    let mut idx = lead.clone();
-                    idx.extend([row, col]);
-                    self.matmul_epilogue(out, mm, &idx, &regs)?;
-                    self.close_if(ok);
+                    self.guarded_epilogue((out, mm), &lead, (row, m), (col, n), &regs)?;
                 }
             }
         }

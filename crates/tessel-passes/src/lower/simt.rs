@@ -201,21 +201,8 @@ impl Gen<'_> {
                 let cj = self.imul_c(tx, tn as u64);
                 let cj = self.iadd(cj, Ix::C(j as u64));
                 let gn = self.iadd(n0, cj);
-                let (gm_op, gn_op) = (self.ix_op(gm), self.ix_op(gn));
-                let m_ok = self
-                    .b
-                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gm_op, Self::imm_u(m)]);
-                let n_ok = self
-                    .b
-                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[gn_op, Self::imm_u(n)]);
-                let ok = self
-                    .b
-                    .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()]);
-                self.open();
-                let mut idx = lead.clone();
-                idx.extend([gm, gn]);
-                self.matmul_epilogue(out, mm, &idx, &[accs[(i * tn + j) as usize]])?;
-                self.close_if(ok);
+                let acc = [accs[(i * tn + j) as usize]];
+                self.guarded_epilogue((out, mm), &lead, (gm, m), (gn, n), &acc)?;
             }
         }
         Ok([
