@@ -169,10 +169,8 @@ impl Gen<'_> {
         let frag = FragPlan::new(
             self,
             shape,
-            &ra,
-            &rb,
-            &a,
-            &b,
+            (&ra, &a),
+            (&rb, &b),
             (wm0, wn0),
             lane,
             (mi, ni),
