@@ -19,7 +19,7 @@ pub mod target;
 use tessel_ir::graph::{Fusion, Graph, Schedules};
 use tessel_ir::kernel::Program;
 
-pub use target::{Profile, Target};
+pub use target::{Peaks, Profile, Target};
 
 /// A registered pass: its kebab-case name (for `--emit` and `--stop-after`) and what it does.
 pub struct PassInfo {
@@ -133,7 +133,7 @@ pub fn compile(checked: &Graph, opts: &Options) -> Result<Compiled, CompileError
         program: lowered,
         buffer_of,
         group_of_kernel,
-    } = lower::run_with_buffers(&graph, &fusion, &schedules, &opts.target)?;
+    } = lower::run_with_buffers(&graph, &fusion, &schedules)?;
     if opts.verify {
         verified("lower", verify::verify_program(&lowered, false))?;
     }

@@ -212,8 +212,7 @@ fn run_pass(t: &FileTest) -> Result<String, String> {
         "lower" => {
             let (g, f, s) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, Some(&f), Some(&s))?;
-            let p = lower::run(&g, &f, &s, &tessel_passes::Target::h200())
-                .map_err(|e| format!("lower failed: {e}"))?;
+            let p = lower::run(&g, &f, &s).map_err(|e| format!("lower failed: {e}"))?;
             let printed = text::write_program(&p);
             verify::verify_program(&p, false).map_err(|es| errors("output", es, &printed))?;
             printed

@@ -1,10 +1,11 @@
 //! Graph IR, fusion and schedule checks.
 
 use super::{Errors, VerifyError};
-use crate::entities::Value;
+use crate::entities::{Group, Value};
 use crate::graph::{
-    BinaryOp, Fusion, Graph, GroupKind, Op, ReduceOp, Schedules, TileConfig, UnaryOp,
+    BinaryOp, Fusion, Graph, GroupKind, MmaEpilogue, Op, ReduceOp, Schedules, TileConfig, UnaryOp,
 };
+use crate::kernel::MmaShape;
 use crate::types::{DType, TensorType};
 use cranelift_entity::EntityRef;
 
@@ -22,7 +23,7 @@ pub fn verify_graph(
         fusion_checks(g, f, &mut e);
     }
     if let Some(s) = schedules {
-        schedule_checks(fusion, s, &mut e);
+        schedule_checks(g, fusion, s, &mut e);
     }
     e.finish()
 }
@@ -666,7 +667,68 @@ fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
     }
 }
 
-fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
+/// A tensor-core tile's decisions agree with its matmul `mm` (written to group output
+/// `out`): the instruction shape is the operands' dtype's, the K slice whole k steps, and
+/// the epilogue's vector stores fit the output's rows.
+fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e: &mut Errors) {
+    let TileConfig::Mma {
+        bk,
+        shape,
+        epilogue,
+        ..
+    } = *tile
+    else {
+        return;
+    };
+    if !exists(g, mm) || !exists(g, out) {
+        return;
+    }
+    let loc = format!("group {grp}");
+    let want = match g.ty(mm).dtype {
+        DType::Bf16 => Some(MmaShape::M16N8K16Bf16),
+        DType::F16 => Some(MmaShape::M16N8K16F16),
+        DType::F32 => Some(MmaShape::M16N8K8Tf32),
+        _ => None,
+    };
+    if want != Some(shape) {
+        e.push(
+            "schedule.mma",
+            loc.clone(),
+            format!("{} on {} operands", shape.name(), g.ty(mm).dtype),
+        );
+    }
+    if bk as usize % shape.k() != 0 {
+        e.push(
+            "schedule.mma",
+            loc.clone(),
+            format!("bk {bk} is not whole k steps of {}", shape.k()),
+        );
+    }
+    let n = g.ty(mm).shape.last();
+    let same = g.ty(out).shape == g.ty(mm).shape;
+    let fits = match epilogue {
+        MmaEpilogue::Staged => same && n % 4 == 0,
+        MmaEpilogue::Pairs => same && n % 2 == 0,
+        MmaEpilogue::Single => true,
+    };
+    if !fits {
+        e.push(
+            "schedule.mma",
+            loc,
+            format!(
+                "a {} epilogue for N = {n}{}",
+                epilogue.name(),
+                if same {
+                    ""
+                } else {
+                    " and an output of another shape"
+                }
+            ),
+        );
+    }
+}
+
+fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
     if let Some(f) = fusion {
         for (grp, data) in f.groups.iter() {
             match s.get(grp) {
@@ -685,6 +747,8 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                             format!("group {grp}"),
                             format!("a {:?} group has a {:?} tile", data.kind, kind),
                         );
+                    } else if let Some(&mm) = data.reductions.first() {
+                        mma_checks(g, &sched.tile, mm, data.outputs[0], grp, e);
                     }
                 }
                 _ => e.push("schedule.missing", format!("group {grp}"), "no schedule"),
@@ -779,6 +843,7 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                 warps_n,
                 stages,
                 split_k,
+                ..
             } => {
                 // Warp tiles of whole 16 × 16 fragments (pairs of 8-column B fragments, one
                 // ldmatrix.x4 each), power-of-two tile sides (the shared-memory swizzle XORs
@@ -816,7 +881,7 @@ fn schedule_checks(fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
                 }
                 (32 * warps_m as u64 * warps_n as u64, 1)
             }
-            TileConfig::GemvMma { warps, unroll } => {
+            TileConfig::GemvMma { warps, unroll, .. } => {
                 if unroll == 0 || unroll > 8 {
                     e.push(
                         "schedule.tile",

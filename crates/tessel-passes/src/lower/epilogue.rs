@@ -7,9 +7,6 @@ use super::{Gen, Ix, LowerError, Scratch};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Stmt, Width};
 use tessel_ir::{Reg, Value};
 
-/// Floats of padding per row of the staged epilogue's tile (see `Gen::staged_epilogue`).
-pub(super) const STAGE_PAD: u32 = 8;
-
 /// Where a thread's warp sits in the CTA's tile: the thread index, its lane, and the warp
 /// tile's first row and column.
 #[derive(Copy, Clone)]
@@ -132,7 +129,7 @@ impl Gen<'_> {
         }: WarpTile,
         (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
     ) -> Result<(), LowerError> {
-        let stride = (bn + STAGE_PAD) * 4;
+        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
         // Lane (g, t) writes rows g, g + 8 at columns 2t, 2t + 1 of each fragment.

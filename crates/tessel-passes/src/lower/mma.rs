@@ -9,25 +9,22 @@
 //! exactly those fragments from 16-byte shared-memory rows, transposing where the operand
 //! is stored the other way round.
 
-use super::epilogue::{WarpTile, STAGE_PAD};
+use super::epilogue::WarpTile;
 use super::fragments::FragPlan;
 use super::matmul::split_range;
 use super::ring::{Operand2d, Ring};
 use super::{Gen, Ix, LowerError};
+use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
-use tessel_ir::graph::TileConfig;
+use tessel_ir::graph::{MmaEpilogue, TileConfig};
 use tessel_ir::kernel::{ICmp, MmaShape, Op, Operand, RegType, Special, Stmt};
-use tessel_ir::{DType, Reg, Value};
+use tessel_ir::{Reg, Value};
 
 /// Row tiles per group of the grouped CTA order ([`Gen::matmul_cta`]). A wave of
 /// W = 2 · 132 CTAs then reads G row tiles of A and W / G column tiles of B; their sum,
 /// G + W / G, is least at G = √W ≈ 16 (42 MB for the bf16 128 × 128 × K = 5120 tile, inside
 /// the H200's 50 MB L2).
 pub(super) const GROUP_M: u64 = 16;
-
-/// The most shared memory one CTA may use with the dynamic opt-in (227 KiB on the H200,
-/// Hopper tuning guide, "Shared Memory").
-pub(super) const MAX_SHARED: u32 = 227 * 1024;
 
 /// The grid of the tensor-core tile: all `mt · nt` tiles along x (grouped order), the
 /// batch and the K ranges along y.
@@ -68,24 +65,17 @@ impl Gen<'_> {
             warps_n,
             stages,
             split_k,
+            shape,
+            epilogue,
+            ..
         } = *tile
         else {
             unreachable!("called for mma tiles")
         };
+        // The schedule chose the instruction, the epilogue and the shared memory for the
+        // dtype, N and the target (`schedule::matmul`; the verifier checks the first two).
         let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
-        let dt = self.g.ty(lhs).dtype;
-        let shape = match dt {
-            DType::Bf16 => MmaShape::M16N8K16Bf16,
-            DType::F16 => MmaShape::M16N8K16F16,
-            DType::F32 => MmaShape::M16N8K8Tf32,
-            _ => {
-                return Err(LowerError::Unsupported {
-                    what: format!("a tensor-core matmul of {dt} operands"),
-                    value: mm,
-                })
-            }
-        };
-        let esz = dt.size_bytes() as u32;
+        let esz = self.g.ty(lhs).dtype.size_bytes() as u32;
         let kstep = shape.k() as u32;
         let (Some(a), Some(b)) = (self.operand_2d(lhs, true), self.operand_2d(rhs, false)) else {
             return Err(LowerError::Unsupported {
@@ -100,24 +90,9 @@ impl Gen<'_> {
         let (wm, wn) = (bm / warps_m, bn / warps_n);
         let (mi, ni) = (wm / 16, wn / 8);
         let range_len = split_range(k, bk, split_k);
-        // The epilogue goes through shared memory when rows are whole 16-byte vectors (see
-        // below): the output tile of f32, rows padded by 8 floats, reuses the ring.
-        let staged = n % 4 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
-        let tile_bytes = bm * (bn + STAGE_PAD) * 4;
-        let ring_bytes = stages * (bm + bn) * bk * esz;
-        let shared = if staged {
-            ring_bytes.max(tile_bytes)
-        } else {
-            ring_bytes
-        };
-        if shared > MAX_SHARED {
-            return Err(LowerError::Unsupported {
-                what: format!(
-                    "{tile} with {dt} operands: {shared} bytes of shared memory, above the {MAX_SHARED} bytes a CTA may have"
-                ),
-                value: mm,
-            });
-        }
+        // With the staged epilogue the output tile of f32 reuses the ring.
+        let staged = epilogue == MmaEpilogue::Staged;
+        let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let (ntile, mtile, lead, k_start, k_end) =
@@ -290,7 +265,7 @@ impl Gen<'_> {
         let col0 = self.iadd(col0, t2);
         // Registers q = 2h, 2h + 1 are columns 2t, 2t + 1 of one row: one two-element store
         // when rows have an even length (the pair is then aligned), else one each.
-        let pairs = n % 2 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
+        let pairs = epilogue == MmaEpilogue::Pairs;
         for i in 0..mi as usize {
             for j in 0..ni as usize {
                 let frag = accs[i * ni as usize + j];

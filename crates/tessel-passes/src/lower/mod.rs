@@ -44,7 +44,6 @@ mod simt;
 mod values;
 
 use crate::fuse::row_shape;
-use crate::target::Target;
 use std::collections::HashMap;
 use tessel_ir::graph::{Fusion, Graph, GroupKind, Op as GOp, Schedules, TileConfig};
 use tessel_ir::kernel::{
@@ -64,14 +63,10 @@ pub enum LowerError {
     NoSchedule(Group),
 }
 
-/// Runs the pass.
-pub fn run(
-    g: &Graph,
-    fusion: &Fusion,
-    schedules: &Schedules,
-    target: &Target,
-) -> Result<Program, LowerError> {
-    run_with_buffers(g, fusion, schedules, target).map(|l| l.program)
+/// Runs the pass. Every machine-dependent choice is in the schedules (`schedule` read the
+/// [`crate::Target`]); lowering only emits them.
+pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program, LowerError> {
+    run_with_buffers(g, fusion, schedules).map(|l| l.program)
 }
 
 /// The result of [`run_with_buffers`].
@@ -89,7 +84,6 @@ pub fn run_with_buffers(
     g: &Graph,
     fusion: &Fusion,
     schedules: &Schedules,
-    target: &Target,
 ) -> Result<Lowered, LowerError> {
     let mut group_of_kernel = Vec::new();
     let mut p = Program {
@@ -153,8 +147,7 @@ pub fn run_with_buffers(
             vec![(Part::Whole, name)]
         };
         for (part, name) in parts {
-            let (kernel, args) =
-                lower_group(g, fusion, (grp, &sched.tile), name, &buf_of, part, target)?;
+            let (kernel, args) = lower_group(g, fusion, (grp, &sched.tile), name, &buf_of, part)?;
             let k = p.kernels.push(kernel);
             p.launches.push(Launch { kernel: k, args });
             group_of_kernel.push(grp);
@@ -251,7 +244,6 @@ fn lower_group(
     name: String,
     buf_of: &HashMap<Value, BufferId>,
     part: Part,
-    target: &Target,
 ) -> Result<(Kernel, Vec<LaunchArg>), LowerError> {
     let data = &fusion.groups[grp];
     let out = data.outputs[0];
@@ -384,7 +376,7 @@ fn lower_group(
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
-        (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll }) => {
+        (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll, .. }) => {
             let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;
             (
                 32 * warps,
@@ -423,23 +415,16 @@ fn lower_group(
     kernel.block = [block, 1, 1];
     kernel.grid = grid;
     kernel.schedule = schedule;
-    let sixteen_bit = |v: Value| matches!(g.ty(v).dtype, DType::Bf16 | DType::F16);
-    if matches!(tile, TileConfig::Mma { .. }) && sixteen_bit(data.reductions[0]) {
-        // Two CTAs per SM, so one's mma overlaps the other's barrier and copies: registers
-        // capped at 65536 / (2 · threads) when the shared memory allows two (227 KiB). Not
-        // for TF32 tiles, whose transposed operands load fragments element by element and
-        // spill under the cap.
-        let smem: u32 = kernel.shared.values().map(|d| d.bytes).sum();
-        if 2 * smem <= target.max_shared_per_cta {
-            kernel.min_ctas_per_sm = 2;
+    // The occupancy the schedule asked for (`.minnctapersm`).
+    kernel.min_ctas_per_sm = match *tile {
+        TileConfig::Mma {
+            min_ctas_per_sm, ..
         }
-    }
-    if matches!(tile, TileConfig::GemvMma { .. }) {
-        // Every CTA of the grid resident at once (the schedule sized the grid and `unroll`
-        // for it): ptxas otherwise aims at full occupancy (32 registers for 64 threads) and
-        // interleaves the loads with the mma, leaving one or two loads in flight per warp.
-        kernel.min_ctas_per_sm = kernel.grid[0].div_ceil(target.sm_count).max(1);
-    }
+        | TileConfig::GemvMma {
+            min_ctas_per_sm, ..
+        } => min_ctas_per_sm,
+        _ => 0,
+    };
     Ok((kernel, args))
 }
 
