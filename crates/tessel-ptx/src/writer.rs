@@ -4,8 +4,10 @@
 //! with one `write_*` method per construct. Every IR op is one row of [`Writer::write_op`]'s
 //! table (design §7: every f32 `add`/`sub`/`mul` carries `.rn`, which also forbids ptxas
 //! from contracting them into an `fma`; `fma`, `div`, `sqrt` and the conversions are `.rn`
-//! too; nothing is `.approx` or `.ftz`). An op without a row, or with operand types outside
-//! its signature, is a [`PtxError::NoRow`] naming the op and its types.
+//! too; nothing is `.approx` or `.ftz`). Operand and result types come from the kernel IR's
+//! one table, [`Op::signature`]; an op without a row, with operand types outside its
+//! signature, or in a form `legalize` removes, is a [`PtxError::NoRow`] naming the op and
+//! its types.
 //!
 //! Inputs must have been through `tessel-passes`' `legalize`; the writer does not rewrite.
 //! A kernel's body is printed into a buffer first, because registers are named in the order
@@ -15,8 +17,8 @@
 use std::fmt;
 
 use tessel_ir::kernel::{
-    CpAsyncCache, FCmp, ICmp, Kernel, MmaShape, Op, Operand, ParamKind, Program, RegType, Space,
-    Special, Stmt, Width,
+    is_ptx_followsym, is_ptx_identifier, CpAsyncCache, FCmp, ICmp, Kernel, MmaShape, Op, Operand,
+    ParamKind, Program, RegType, Space, Special, Stmt, Width,
 };
 use tessel_ir::{Reg, SharedBuf};
 
@@ -126,7 +128,7 @@ impl<W: fmt::Write> Writer<W> {
                 options.address_size
             )));
         }
-        if options.target.is_empty() || !options.target.chars().all(is_followsym) {
+        if options.target.is_empty() || !options.target.chars().all(is_ptx_followsym) {
             return Err(PtxError::Options(format!(
                 ".target {:?} is not a target name",
                 options.target
@@ -166,7 +168,7 @@ impl<W: fmt::Write> Writer<W> {
     /// # Errors
     /// [`PtxError::NoRow`] / [`PtxError::Malformed`] for a kernel the table cannot print.
     pub fn write_kernel(&mut self, k: &Kernel) -> Result<(), PtxError> {
-        if !is_identifier(&k.name) {
+        if !is_ptx_identifier(&k.name) {
             return Err(malformed(k, "the name is not a PTX identifier"));
         }
         if k.block.contains(&0) {
@@ -560,11 +562,6 @@ impl<W: fmt::Write> Writer<W> {
             .iter()
             .map(|&a| operand_type(k, a))
             .collect::<Result<Vec<_>, _>>()?;
-        let typed = signature(op, dty).is_some_and(|sig| {
-            sig.len() == tys.len() && sig.iter().zip(&tys).all(|(want, got)| got.ty() == *want)
-        });
-        // shfl.sync exchanges register data; legalize moves an immediate value to a register.
-        let shuffles_imm = op == Op::ShflBfly && matches!(tys.first(), Some(OperandType::Imm(_)));
         let param = match op {
             Op::Param(n) => Some(k.params.get(n as usize).ok_or_else(|| {
                 malformed(
@@ -574,13 +571,11 @@ impl<W: fmt::Write> Writer<W> {
             })?),
             _ => None,
         };
-        let param_typed = param.is_none_or(|p| {
-            matches!(
-                (p.kind, dty),
-                (ParamKind::Ptr { .. }, RegType::U64) | (ParamKind::U32, RegType::U32)
-            )
-        });
-        if !typed || shuffles_imm || !param_typed {
+        let arg_tys: Vec<RegType> = tys.iter().map(|t| t.ty()).collect();
+        let typed = op
+            .signature()
+            .fits(dty, param.map(|p| p.kind.reg_type()), &arg_tys);
+        if !typed || !printable(op, dty, &tys) {
             return Err(no_row(k, format!("{op:?}"), &tys, Some(dty)));
         }
         if let Op::SharedAddr(b) = op {
@@ -685,6 +680,7 @@ impl<W: fmt::Write> Writer<W> {
                 .args(s)
                 .arg(Arg::Hex(0x1f))
                 .arg(Arg::Hex(0xffff_ffff)),
+            // No row: expand-math replaces a math-library call by plain ops.
             Op::Math(_) => return Err(no_row(k, format!("{op:?}"), &tys, Some(dty))),
             Op::CvtRnaTf32F32 => row("cvt", &["rna", "tf32", "f32"]).args(s),
         };
@@ -888,58 +884,15 @@ impl<W: fmt::Write> Writer<W> {
     }
 }
 
-/// Operand types of each op by result type: the kernel IR's signatures (`kernel.rs`), split
-/// per result type where an op is polymorphic. `None`: no row.
-fn signature(op: Op, dst: RegType) -> Option<&'static [RegType]> {
-    use RegType::{Pred as P, F32 as F, U32 as U, U64 as D};
-    Some(match (op, dst) {
-        (Op::Mov, P) => &[P],
-        (Op::Mov, U) => &[U],
-        (Op::Mov, D) => &[D],
-        (Op::Mov, F) => &[F],
-        (Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax, F) => &[F, F],
-        (Op::FFma, F) => &[F, F, F],
-        (Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint, F) => &[F],
-        (Op::FCmp(_), P) => &[F, F],
-        (
-            Op::IAdd
-            | Op::ISub
-            | Op::IMulLo
-            | Op::UMulHi
-            | Op::UDiv
-            | Op::URem
-            | Op::Shl
-            | Op::ShrU
-            | Op::ShrS
-            | Op::And
-            | Op::Or
-            | Op::Xor,
-            U,
-        ) => &[U, U],
-        (Op::Not, U) => &[U],
-        (Op::ICmp(_), P) => &[U, U],
-        (Op::PAnd | Op::POr, P) => &[P, P],
-        (Op::PNot, P) => &[P],
-        // A predicate select has no `selp`; legalize rewrites it into and/or/not.
-        (Op::Select, U) => &[P, U, U],
-        (Op::Select, D) => &[P, D, D],
-        (Op::Select, F) => &[P, F, F],
-        (Op::BitsToF32, F) => &[U],
-        (Op::F32ToBits, U) => &[F],
-        (Op::CvtRniS32F32 | Op::CvtRziS32F32, U) => &[F],
-        (Op::CvtF32S32 | Op::CvtF32U32, F) => &[U],
-        (Op::PackBf16x2 | Op::PackF16x2, U) => &[F, F],
-        (Op::F16ToF32, F) => &[U],
-        (Op::CvtU64U32, D) => &[U],
-        (Op::AddU64, D) => &[D, D],
-        (Op::MulWideU32, D) => &[U, U],
-        (Op::Special(_) | Op::SharedAddr(_), U) => &[],
-        (Op::Param(_), U | D) => &[],
-        (Op::ShflBfly, U) => &[U, U],
-        (Op::ShflBfly, F) => &[F, U],
-        (Op::CvtRnaTf32F32, U) => &[F],
-        _ => return None,
-    })
+/// Whether a typed op has a row: what PTX cannot say, `legalize` and `expand-math` remove.
+fn printable(op: Op, dst: RegType, args: &[OperandType]) -> bool {
+    match op {
+        // selp has no .pred type; legalize rewrites a predicate select into and/or/not.
+        Op::Select => dst != RegType::Pred,
+        // shfl.sync exchanges register data; legalize moves an immediate value to a register.
+        Op::ShflBfly => !matches!(args.first(), Some(OperandType::Imm(_))),
+        _ => true,
+    }
 }
 
 /// Whether a load's destinations / a store's values and the address fit `ld`/`st`: `B8`
@@ -1097,23 +1050,6 @@ fn malformed(k: &Kernel, message: &str) -> PtxError {
     PtxError::Malformed {
         kernel: k.name.clone(),
         message: message.to_owned(),
-    }
-}
-
-fn is_followsym(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '$'
-}
-
-/// A PTX identifier: `[a-zA-Z]{followsym}*` or `[_$%]{followsym}+` (PTX ISA §4.4).
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() => chars.all(is_followsym),
-        Some('_' | '$' | '%') => {
-            let rest = chars.as_str();
-            !rest.is_empty() && rest.chars().all(is_followsym)
-        }
-        _ => false,
     }
 }
 

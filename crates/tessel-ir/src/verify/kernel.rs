@@ -1,85 +1,14 @@
-//! Kernel IR and program checks, and the op signature table.
+//! Kernel IR and program checks. Ops are checked against their one signature table,
+//! [`Op::signature`].
 
 use super::{Errors, VerifyError};
 use crate::entities::{BufferId, Reg};
 use crate::kernel::{
-    BufferRole, CpAsyncCache, Kernel, LaunchArg, MathFn, Op, Operand, ParamKind, Program, RegType,
-    Space, Stmt, Width,
+    is_ptx_identifier, ArgRule, BufferRole, CpAsyncCache, Kernel, LaunchArg, Op, Operand,
+    ParamKind, Program, RegType, SigType, Space, Stmt, Width,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
-
-/// A type in an op [`Signature`].
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum SigType {
-    /// Exactly this register type (an immediate of the same kind also matches).
-    Is(RegType),
-    /// The op's type variable `T`: the destination's type, the same at every occurrence.
-    T,
-    /// `T` restricted to the 32-bit types, `U32` and `F32`.
-    T32,
-    /// The kernel parameter's type: `U64` for a pointer, `U32` for a scalar
-    /// ([`Op::Param`]'s result).
-    Param,
-}
-
-/// The operand and result types of a kernel op (the `args -> dst` of each [`Op`]'s doc).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Signature {
-    pub args: &'static [SigType],
-    pub result: SigType,
-}
-
-const P: SigType = SigType::Is(RegType::Pred);
-const U: SigType = SigType::Is(RegType::U32);
-const D: SigType = SigType::Is(RegType::U64);
-const F: SigType = SigType::Is(RegType::F32);
-
-/// The signature of `op`: one row per op, the table the verifier checks against and that the
-/// PTX writer and the executor may use to type operands.
-pub fn signature(op: Op) -> Signature {
-    let (args, result): (&'static [SigType], SigType) = match op {
-        Op::Mov => (&[SigType::T], SigType::T),
-        Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax => (&[F, F], F),
-        Op::FFma => (&[F, F, F], F),
-        Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint => (&[F], F),
-        Op::FCmp(_) => (&[F, F], P),
-        Op::IAdd
-        | Op::ISub
-        | Op::IMulLo
-        | Op::UMulHi
-        | Op::UDiv
-        | Op::URem
-        | Op::Shl
-        | Op::ShrU
-        | Op::ShrS
-        | Op::And
-        | Op::Or
-        | Op::Xor => (&[U, U], U),
-        Op::Not => (&[U], U),
-        Op::ICmp(_) => (&[U, U], P),
-        Op::PAnd | Op::POr => (&[P, P], P),
-        Op::PNot => (&[P], P),
-        Op::Select => (&[P, SigType::T, SigType::T], SigType::T),
-        Op::BitsToF32 => (&[U], F),
-        Op::F32ToBits => (&[F], U),
-        Op::CvtRniS32F32 | Op::CvtRziS32F32 => (&[F], U),
-        Op::CvtF32S32 | Op::CvtF32U32 => (&[U], F),
-        Op::PackBf16x2 | Op::PackF16x2 => (&[F, F], U),
-        Op::F16ToF32 => (&[U], F),
-        Op::CvtU64U32 => (&[U], D),
-        Op::AddU64 => (&[D, D], D),
-        Op::MulWideU32 => (&[U, U], D),
-        Op::Special(_) => (&[], U),
-        Op::Param(_) => (&[], SigType::Param),
-        Op::SharedAddr(_) => (&[], U),
-        Op::ShflBfly => (&[SigType::T32, U], SigType::T32),
-        Op::Math(MathFn::Pow) => (&[F, F], F),
-        Op::Math(_) => (&[F], F),
-        Op::CvtRnaTf32F32 => (&[F], U),
-    };
-    Signature { args, result }
-}
 
 /// Checks one kernel against the invariants in the module documentation. With
 /// `after_expand_math`, a `math.*` op is an error.
@@ -87,21 +16,6 @@ pub fn verify_kernel(k: &Kernel, after_expand_math: bool) -> Result<(), Vec<Veri
     let mut e = Errors::default();
     kernel_checks(k, after_expand_math, &format!("kernel {}", k.name), &mut e);
     e.finish()
-}
-
-/// True for a PTX identifier (PTX ISA §4.4): `[a-zA-Z][a-zA-Z0-9_$]*` or
-/// `[_$%][a-zA-Z0-9_$]+`.
-pub(crate) fn is_ptx_identifier(s: &str) -> bool {
-    let follow = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
-    let mut cs = s.chars();
-    match cs.next() {
-        Some(c) if c.is_ascii_alphabetic() => cs.all(follow),
-        Some('_' | '$' | '%') => {
-            let rest: Vec<char> = cs.collect();
-            !rest.is_empty() && rest.into_iter().all(follow)
-        }
-        _ => false,
-    }
 }
 
 fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors) {
@@ -572,7 +486,7 @@ impl Cx<'_, '_> {
         let text = write_op_stmt(dst, op, args);
         let at = format!("{path} `{text}`");
         let at = at.as_str();
-        let sig = signature(op);
+        let sig = op.signature();
         if let Op::Math(m) = op {
             if self.after_expand_math {
                 self.err(
@@ -621,10 +535,7 @@ impl Cx<'_, '_> {
                             ),
                         ),
                         Some(p) => {
-                            let want = match p.kind {
-                                ParamKind::Ptr { .. } => RegType::U64,
-                                ParamKind::U32 => RegType::U32,
-                            };
+                            let want = p.kind.reg_type();
                             if let Some(dt) = dt {
                                 if dt != want {
                                     self.err(
@@ -682,13 +593,13 @@ impl Cx<'_, '_> {
                 }
             }
         }
-        match (op, args.get(1)) {
-            (Op::Shl | Op::ShrU | Op::ShrS, Some(Operand::U32(b))) if *b >= 32 => self.err(
+        match (sig.rule, args.get(1)) {
+            (Some(ArgRule::ShiftBelow32), Some(Operand::U32(b))) if *b >= 32 => self.err(
                 "kernel.signature",
                 at,
                 format!("shift by {b}, not below 32"),
             ),
-            (Op::UDiv | Op::URem, Some(Operand::U32(0))) => self.err(
+            (Some(ArgRule::NonzeroDivisor), Some(Operand::U32(0))) => self.err(
                 "kernel.signature",
                 at,
                 "division by the immediate 0".to_string(),

@@ -4,13 +4,16 @@
 //! (`Pred`, `U32`, `F32`: raw bits, predicates as 0/1) or `r64` (`U64`). Each slot holds one
 //! value per thread of the CTA. Immediates become constant slots after the registers, so
 //! every operand the interpreter reads is a slot and its inner loops never branch on the
-//! operand kind. Operand classes (32/64-bit) are checked here against each op's signature,
-//! so the interpreter can index without checks; a mismatch is an [`ExecError::Malformed`].
+//! operand kind. Operand classes (32/64-bit) are checked here against each op's signature
+//! ([`Op::signature`], the kernel IR's one table), so the interpreter can index without
+//! checks; a mismatch is an [`ExecError::Malformed`].
 //! Shared buffers are laid out in declaration order, each at its alignment.
 
 use super::ExecError;
 use std::collections::HashMap;
-use tessel_ir::kernel::{Kernel, MmaShape, Op, Operand, ParamKind, RegType, Space, Stmt, Width};
+use tessel_ir::kernel::{
+    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, Width,
+};
 use tessel_ir::Reg;
 
 /// A compiled statement. Slots index `r32` unless the op's signature says 64-bit.
@@ -188,76 +191,23 @@ impl Lower<'_> {
         }
     }
 
-    /// Argument classes and result class of `op`, given the destination's class (which
-    /// decides `Mov`/`Select`).
-    fn signature(&self, op: Op, dst: Class) -> Result<(&'static [Class], Class), ExecError> {
-        use Class::*;
-        Ok(match op {
-            Op::Mov => (if dst == B64 { &[B64] } else { &[B32] }, dst),
-            Op::Select => (
-                if dst == B64 {
-                    &[B32, B64, B64]
-                } else {
-                    &[B32, B32, B32]
-                },
-                dst,
-            ),
-            Op::FAdd
-            | Op::FSub
-            | Op::FMul
-            | Op::FDiv
-            | Op::FMin
-            | Op::FMax
-            | Op::FCmp(_)
-            | Op::IAdd
-            | Op::ISub
-            | Op::IMulLo
-            | Op::UMulHi
-            | Op::UDiv
-            | Op::URem
-            | Op::Shl
-            | Op::ShrU
-            | Op::ShrS
-            | Op::And
-            | Op::Or
-            | Op::Xor
-            | Op::ICmp(_)
-            | Op::PAnd
-            | Op::POr
-            | Op::PackBf16x2
-            | Op::PackF16x2
-            | Op::ShflBfly => (&[B32, B32], B32),
-            Op::FFma => (&[B32, B32, B32], B32),
-            Op::FSqrt
-            | Op::FNeg
-            | Op::FAbs
-            | Op::FRint
-            | Op::Not
-            | Op::PNot
-            | Op::BitsToF32
-            | Op::F32ToBits
-            | Op::CvtRniS32F32
-            | Op::CvtRziS32F32
-            | Op::CvtF32S32
-            | Op::CvtF32U32
-            | Op::F16ToF32
-            | Op::CvtRnaTf32F32 => (&[B32], B32),
-            Op::CvtU64U32 => (&[B32], B64),
-            Op::AddU64 => (&[B64, B64], B64),
-            Op::MulWideU32 => (&[B32, B32], B64),
-            Op::Special(_) | Op::SharedAddr(_) => (&[], B32),
-            Op::Param(n) => match self.k.params.get(n as usize).map(|p| p.kind) {
-                Some(ParamKind::Ptr { .. }) => (&[], B64),
-                Some(ParamKind::U32) => (&[], B32),
-                None => return Err(self.err(format!("parameter {n} is not declared"))),
+    /// The class of `op`'s result, read from its signature ([`Op::signature`]) given the
+    /// destination's type. The executor has no evaluation of [`Op::Math`].
+    fn result_class(&self, op: Op, dst: RegType) -> Result<Class, ExecError> {
+        match (op, op.signature().result) {
+            (Op::Math(f), _) => Err(ExecError::UnexpandedMath {
+                kernel: self.k.name.clone(),
+                func: f,
+            }),
+            (Op::Param(n), _) => match self.k.params.get(n as usize) {
+                Some(p) => Ok(class_of(p.kind.reg_type())),
+                None => Err(self.err(format!("parameter {n} is not declared"))),
             },
-            Op::Math(f) => {
-                return Err(ExecError::UnexpandedMath {
-                    kernel: self.k.name.clone(),
-                    func: f,
-                })
-            }
-        })
+            (_, SigType::Is(t)) => Ok(class_of(t)),
+            (_, SigType::T) => Ok(class_of(dst)),
+            // `T32` is 32-bit whatever the destination; only `Op::Param` has `Param`.
+            (_, SigType::T32 | SigType::Param) => Ok(Class::B32),
+        }
     }
 
     fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<CStmt>, ExecError> {
@@ -268,22 +218,22 @@ impl Lower<'_> {
     fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<CStmt, ExecError> {
         Ok(match s {
             Stmt::Op { dst, op, args } => {
-                let dclass = match self.slot.get(dst.as_u32() as usize) {
-                    Some(&(c, _)) => c,
-                    None => return Err(self.err(format!("register {dst} is not declared"))),
+                let Some(&dty) = self.k.regs.get(*dst) else {
+                    return Err(self.err(format!("register {dst} is not declared")));
                 };
-                let (sig, rclass) = self.signature(*op, dclass)?;
-                let d = self.reg(*dst, rclass)?;
-                if args.len() != sig.len() {
+                let dclass = class_of(dty);
+                let d = self.reg(*dst, self.result_class(*op, dty)?)?;
+                let sig = op.signature();
+                if args.len() != sig.args.len() {
                     return Err(self.err(format!(
                         "{op:?} takes {} operands, {} given",
-                        sig.len(),
+                        sig.args.len(),
                         args.len()
                     )));
                 }
                 let mut a = [0u32; 3];
-                for (i, (&o, &c)) in args.iter().zip(sig).enumerate() {
-                    a[i] = self.operand(o, c)?;
+                for (i, (&o, t)) in args.iter().zip(sig.arg_types(dty)).enumerate() {
+                    a[i] = self.operand(o, class_of(t))?;
                 }
                 if let Op::SharedAddr(b) = op {
                     if self.k.shared.get(*b).is_none() {
@@ -426,6 +376,15 @@ impl Lower<'_> {
     }
 }
 
+/// The register file of a type: `r64` for `U64`, `r32` for the rest.
+fn class_of(ty: RegType) -> Class {
+    if ty == RegType::U64 {
+        Class::B64
+    } else {
+        Class::B32
+    }
+}
+
 fn addr_class(space: Space) -> Class {
     match space {
         Space::Global => Class::B64,
@@ -440,13 +399,14 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
     let mut slot = Vec::with_capacity(k.regs.len());
     let (mut n32, mut n64) = (0u32, 0u32);
     for (_, &ty) in k.regs.iter() {
-        if ty == RegType::U64 {
-            slot.push((Class::B64, n64));
-            n64 += 1;
+        let class = class_of(ty);
+        let n = if class == Class::B64 {
+            &mut n64
         } else {
-            slot.push((Class::B32, n32));
-            n32 += 1;
-        }
+            &mut n32
+        };
+        slot.push((class, *n));
+        *n += 1;
     }
     let threads = k.threads_per_cta() as usize;
     if threads == 0 || threads > 1024 {
