@@ -103,9 +103,11 @@
 
 mod graph;
 mod kernel;
+mod program;
 
 pub use graph::verify_graph;
-pub use kernel::{verify_kernel, verify_program};
+pub use kernel::verify_kernel;
+pub use program::verify_program;
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
