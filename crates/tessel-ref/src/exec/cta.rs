@@ -1,4 +1,4 @@
-//! The SIMT interpreter: runs one CTA of a compiled kernel, all threads in lockstep.
+//! The SIMT interpreter: runs one CTA of a kernel in slot form, all threads in lockstep.
 //!
 //! Data model: register files are slot-major (`r32[slot * threads + thread]`), so one
 //! statement is one tight loop over the CTA's threads: the op is matched once per
@@ -14,19 +14,19 @@
 //! every statement a CTA-wide barrier, so a kernel with a shared-memory race still gives
 //! one deterministic answer here; such races are for `compute-sanitizer racecheck`.
 
-use super::compile::{CStmt, Compiled};
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
+use super::slots::{SlotKernel, SlotStmt};
 use super::ExecError;
 use std::collections::VecDeque;
 use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Space, Special, Width};
 
 /// A `cp.async` destination: `(shared address, bytes)`.
-type Copy = (u32, u32);
+type PendingCopy = (u32, u32);
 
 /// Per-worker state, reused across the CTAs a rayon worker runs.
 pub(crate) struct Cta<'a> {
-    k: &'a Compiled,
+    k: &'a SlotKernel,
     mem: &'a GlobalMem,
     /// Launch argument values: buffer base addresses or `u32` scalars.
     params: &'a [u64],
@@ -52,8 +52,8 @@ pub(crate) struct Cta<'a> {
     cp_outstanding: usize,
     /// Per thread: copies issued since its last commit, and its committed groups, oldest
     /// first.
-    cp_open: Vec<Vec<Copy>>,
-    cp_groups: Vec<VecDeque<Vec<Copy>>>,
+    cp_open: Vec<Vec<PendingCopy>>,
+    cp_groups: Vec<VecDeque<Vec<PendingCopy>>>,
 }
 
 #[inline(always)]
@@ -117,7 +117,7 @@ enum Out {
 }
 
 impl<'a> Cta<'a> {
-    pub fn new(k: &'a Compiled, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
+    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
         let n = k.threads;
         let mut r32 = vec![!0u32; k.slots32 * n];
         for &(s, v) in &k.consts32 {
@@ -235,10 +235,10 @@ impl<'a> Cta<'a> {
         }
     }
 
-    fn block(&mut self, body: &[CStmt], d: usize) -> Result<(), ExecError> {
+    fn block(&mut self, body: &[SlotStmt], d: usize) -> Result<(), ExecError> {
         for s in body {
             match s {
-                CStmt::Op {
+                SlotStmt::Op {
                     dst,
                     op,
                     args,
@@ -247,7 +247,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.op(*dst as usize, *op, args, *wide, d)?;
                 }
-                CStmt::Load {
+                SlotStmt::Load {
                     dsts,
                     space,
                     width,
@@ -257,7 +257,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.load(dsts, *space, *width, *addr as usize, *offset, d)?;
                 }
-                CStmt::Store {
+                SlotStmt::Store {
                     values,
                     space,
                     width,
@@ -267,7 +267,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.store(values, *space, *width, *addr as usize, *offset, d)?;
                 }
-                CStmt::If {
+                SlotStmt::If {
                     cond,
                     then_body,
                     else_body,
@@ -294,7 +294,7 @@ impl<'a> Cta<'a> {
                         self.block(else_body, d + 1)?;
                     }
                 }
-                CStmt::For {
+                SlotStmt::For {
                     var,
                     start,
                     end,
@@ -308,7 +308,7 @@ impl<'a> Cta<'a> {
                     body,
                     d,
                 )?,
-                CStmt::Mma {
+                SlotStmt::Mma {
                     shape,
                     d: dd,
                     a,
@@ -318,7 +318,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.mma(*shape, dd, a, b, c, d)?;
                 }
-                CStmt::Ldmatrix {
+                SlotStmt::Ldmatrix {
                     dsts,
                     count,
                     trans,
@@ -328,7 +328,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.ldmatrix(&dsts[..*count], *trans, *addr as usize, *offset, d)?;
                 }
-                CStmt::CpAsync {
+                SlotStmt::CpAsync {
                     bytes,
                     dst,
                     dst_offset,
@@ -345,13 +345,13 @@ impl<'a> Cta<'a> {
                         d,
                     )?;
                 }
-                CStmt::CpAsyncCommit => self.cp_commit(d),
-                CStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
-                CStmt::CpAsyncWaitAll => {
+                SlotStmt::CpAsyncCommit => self.cp_commit(d),
+                SlotStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
+                SlotStmt::CpAsyncWaitAll => {
                     self.cp_commit(d);
                     self.cp_wait(0, d);
                 }
-                CStmt::Barrier => {
+                SlotStmt::Barrier => {
                     if self.active[d] as usize != self.n {
                         return Err(ExecError::DivergentBarrier {
                             kernel: self.k.name.clone(),
@@ -372,7 +372,7 @@ impl<'a> Cta<'a> {
         start: usize,
         end: usize,
         step: usize,
-        body: &[CStmt],
+        body: &[SlotStmt],
         d: usize,
     ) -> Result<(), ExecError> {
         let n = self.n;

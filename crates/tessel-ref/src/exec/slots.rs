@@ -1,4 +1,4 @@
-//! Lowers a [`Kernel`] into the executor's internal form, once per kernel.
+//! Puts a [`Kernel`] into the executor's slot form ([`SlotKernel`]), once per kernel.
 //!
 //! Data model: every register becomes a *slot* in one of two register files, `r32`
 //! (`Pred`, `U32`, `F32`: raw bits, predicates as 0/1) or `r64` (`U64`). Each slot holds one
@@ -16,9 +16,9 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::Reg;
 
-/// A compiled statement. Slots index `r32` unless the op's signature says 64-bit.
+/// A statement in slot form. Slots index `r32` unless the op's signature says 64-bit.
 #[derive(Clone, Debug)]
-pub(crate) enum CStmt {
+pub(crate) enum SlotStmt {
     Op {
         dst: u32,
         op: Op,
@@ -45,12 +45,12 @@ pub(crate) enum CStmt {
         start: u32,
         end: u32,
         step: u32,
-        body: Vec<CStmt>,
+        body: Vec<SlotStmt>,
     },
     If {
         cond: u32,
-        then_body: Vec<CStmt>,
-        else_body: Vec<CStmt>,
+        then_body: Vec<SlotStmt>,
+        else_body: Vec<SlotStmt>,
     },
     Barrier,
     /// Slots of D, A, B, C (all 32-bit).
@@ -83,8 +83,8 @@ pub(crate) enum CStmt {
     CpAsyncWaitAll,
 }
 
-/// A kernel ready to run.
-pub(crate) struct Compiled {
+/// A kernel ready to run: every register and immediate a slot of `r32` or `r64`.
+pub(crate) struct SlotKernel {
     pub name: String,
     pub params: Vec<ParamKind>,
     pub block: [u32; 3],
@@ -105,7 +105,7 @@ pub(crate) struct Compiled {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
-    pub body: Vec<CStmt>,
+    pub body: Vec<SlotStmt>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -114,7 +114,8 @@ enum Class {
     B64,
 }
 
-struct Lower<'k> {
+/// Gives registers their slots up front and immediates theirs as the statements meet them.
+struct SlotAssigner<'k> {
     k: &'k Kernel,
     slot: Vec<(Class, u32)>,
     n32: u32,
@@ -127,7 +128,7 @@ struct Lower<'k> {
     uses_cp_async: bool,
 }
 
-impl Lower<'_> {
+impl SlotAssigner<'_> {
     /// The 32-bit slots of `regs`, which must number exactly `N`.
     fn regs32<const N: usize>(&self, regs: &[Reg], what: &str) -> Result<[u32; N], ExecError> {
         if regs.len() != N {
@@ -210,12 +211,12 @@ impl Lower<'_> {
         }
     }
 
-    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<CStmt>, ExecError> {
+    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<SlotStmt>, ExecError> {
         self.max_depth = self.max_depth.max(depth);
         stmts.iter().map(|s| self.stmt(s, depth)).collect()
     }
 
-    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<CStmt, ExecError> {
+    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<SlotStmt, ExecError> {
         Ok(match s {
             Stmt::Op { dst, op, args } => {
                 let Some(&dty) = self.k.regs.get(*dst) else {
@@ -240,7 +241,7 @@ impl Lower<'_> {
                         return Err(self.err(format!("shared buffer {b} is not declared")));
                     }
                 }
-                CStmt::Op {
+                SlotStmt::Op {
                     dst: d,
                     op: *op,
                     args: a,
@@ -263,7 +264,7 @@ impl Lower<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                CStmt::Load {
+                SlotStmt::Load {
                     dsts: d,
                     space: *space,
                     width: *width,
@@ -285,7 +286,7 @@ impl Lower<'_> {
                 for (i, &o) in values.iter().enumerate() {
                     v[i] = self.operand(o, Class::B32)?;
                 }
-                CStmt::Store {
+                SlotStmt::Store {
                     values: v,
                     space: *space,
                     width: *width,
@@ -299,7 +300,7 @@ impl Lower<'_> {
                 end,
                 step,
                 body,
-            } => CStmt::For {
+            } => SlotStmt::For {
                 var: self.reg(*var, Class::B32)?,
                 start: self.operand(*start, Class::B32)?,
                 end: self.operand(*end, Class::B32)?,
@@ -310,15 +311,15 @@ impl Lower<'_> {
                 cond,
                 then_body,
                 else_body,
-            } => CStmt::If {
+            } => SlotStmt::If {
                 cond: self.reg(*cond, Class::B32)?,
                 then_body: self.block(then_body, depth + 1)?,
                 else_body: self.block(else_body, depth + 1)?,
             },
-            Stmt::Barrier => CStmt::Barrier,
+            Stmt::Barrier => SlotStmt::Barrier,
             Stmt::Mma { shape, d, a, b, c } => {
                 let what = format!("mma.{}", shape.name());
-                CStmt::Mma {
+                SlotStmt::Mma {
                     shape: *shape,
                     d: self.regs32(d, &format!("{what} D"))?,
                     a: self.regs32(a, &format!("{what} A"))?,
@@ -339,7 +340,7 @@ impl Lower<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                CStmt::Ldmatrix {
+                SlotStmt::Ldmatrix {
                     dsts: d,
                     count: dsts.len(),
                     trans: *trans,
@@ -360,7 +361,7 @@ impl Lower<'_> {
                     return Err(self.err(format!("cp.async.{} of {bytes} bytes", cache.name())));
                 }
                 self.uses_cp_async = true;
-                CStmt::CpAsync {
+                SlotStmt::CpAsync {
                     bytes: *bytes,
                     dst: self.reg(*dst, Class::B32)?,
                     dst_offset: *dst_offset,
@@ -369,9 +370,9 @@ impl Lower<'_> {
                     src_bytes: src_bytes.map(|o| self.operand(o, Class::B32)).transpose()?,
                 }
             }
-            Stmt::CpAsyncCommit => CStmt::CpAsyncCommit,
-            Stmt::CpAsyncWait(n) => CStmt::CpAsyncWait(*n),
-            Stmt::CpAsyncWaitAll => CStmt::CpAsyncWaitAll,
+            Stmt::CpAsyncCommit => SlotStmt::CpAsyncCommit,
+            Stmt::CpAsyncWait(n) => SlotStmt::CpAsyncWait(*n),
+            Stmt::CpAsyncWaitAll => SlotStmt::CpAsyncWaitAll,
         })
     }
 }
@@ -392,10 +393,10 @@ fn addr_class(space: Space) -> Class {
     }
 }
 
-/// Lowers `k`. Errors: [`ExecError::Malformed`] for operand-class or arity mismatches and
+/// `k` in slot form. Errors: [`ExecError::Malformed`] for operand-class or arity mismatches and
 /// undeclared registers, parameters or shared buffers; [`ExecError::UnexpandedMath`] for an
 /// [`Op::Math`] left in the body.
-pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
+pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
     let mut slot = Vec::with_capacity(k.regs.len());
     let (mut n32, mut n64) = (0u32, 0u32);
     for (_, &ty) in k.regs.iter() {
@@ -435,7 +436,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
             msg: format!("{off} bytes of shared memory"),
         });
     }
-    let mut l = Lower {
+    let mut l = SlotAssigner {
         k,
         slot,
         n32,
@@ -448,7 +449,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
         uses_cp_async: false,
     };
     let body = l.block(&k.body, 0)?;
-    Ok(Compiled {
+    Ok(SlotKernel {
         name: k.name.clone(),
         params: k.params.iter().map(|p| p.kind).collect(),
         block: k.block,
