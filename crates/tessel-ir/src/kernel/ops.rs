@@ -11,9 +11,9 @@
 //! Adding an op:
 //! 1. a variant of [`Op`] here, its semantics in the doc, and its row in [`Op::signature`];
 //! 2. its mnemonic in the text form (`text/mod.rs`: `kop_simple_name` and `KOPS_SIMPLE`);
-//! 3. its instruction row in the PTX writer (`tessel-ptx`, `Writer::write_op`), or a rewrite
-//!    in `legalize` / `expand-math` (`tessel-passes`) where PTX has no one instruction;
-//! 4. its evaluation in the executor (`tessel-ref`, `exec/cta.rs`).
+//! 3. its instruction row in the PTX writer (`tessel-ptx`, `writer/ops.rs`), or a rewrite in
+//!    `legalize` / `expand-math` (`tessel-passes`) where PTX has no one instruction;
+//! 4. its evaluation in the executor (`tessel-ref`, `Cta::op` in `exec/cta.rs`).
 
 use super::RegType;
 use crate::entities::SharedBuf;
