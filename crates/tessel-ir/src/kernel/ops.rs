@@ -182,14 +182,15 @@ pub enum SigType {
     T,
     /// `T` restricted to the 32-bit types, `U32` and `F32`.
     T32,
-    /// The type of the kernel parameter read ([`ParamKind::reg_type`](super::ParamKind::reg_type)): `U64` for a pointer,
-    /// `U32` for a scalar. Only [`Op::Param`]'s result.
+    /// The type of the kernel parameter read: `U64` for a pointer, `U32` for a scalar
+    /// ([`ParamKind::reg_type`](super::ParamKind::reg_type)). Only [`Op::Param`]'s result.
     Param,
 }
 
-/// A rule on an op's second operand (`b`) beyond its type. The verifier rejects an immediate
-/// that breaks it (rule `kernel.signature`); a register that breaks it is a fault the
-/// executor reports at run time (the PTX result is unspecified or, for `div`, undefined).
+/// A rule on an op's second operand (`b`) beyond its type: the op is defined only within it
+/// (see the op's doc). The verifier rejects an immediate that breaks it (rule
+/// `kernel.signature`); the executor reports a register that breaks it as a fault at run
+/// time.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum ArgRule {
     /// `b` is a shift amount, below 32.
@@ -227,7 +228,7 @@ impl Signature {
     /// Whether a destination of type `dst` can hold the result. `param` is the type of the
     /// kernel parameter an [`Op::Param`] reads (`None` when there is no such parameter, which
     /// no type fits).
-    pub fn result_fits(&self, dst: RegType, param: Option<RegType>) -> bool {
+    pub fn result_fits(self, dst: RegType, param: Option<RegType>) -> bool {
         match self.result {
             SigType::Is(t) => dst == t,
             SigType::T => true,
@@ -248,7 +249,7 @@ impl Signature {
     /// Whether `dst = op(args)` is typed by this signature: the result fits `dst` (as
     /// [`Signature::result_fits`]) and `args`, the operands' types, match in number and type.
     /// Rules on values ([`Signature::rule`]) are not checked.
-    pub fn fits(&self, dst: RegType, param: Option<RegType>, args: &[RegType]) -> bool {
+    pub fn fits(self, dst: RegType, param: Option<RegType>, args: &[RegType]) -> bool {
         self.result_fits(dst, param) && self.arg_types(dst).eq(args.iter().copied())
     }
 }
