@@ -69,9 +69,10 @@
 //!   together ≤ 48 KiB (the static shared-memory limit).
 //! - `kernel.reg`: every register used (destination, operand, address, loop variable,
 //!   condition) is declared.
-//! - `kernel.signature`: each op has its [`signature`]'s operand count; each operand's
+//! - `kernel.signature`: each op has its [`Op::signature`]'s operand count; each operand's
 //!   type (register) or kind (immediate) matches, the destination's type matches the
-//!   result's; shifts by an immediate take one below 32; `udiv`/`urem` never by immediate 0.
+//!   result's; an immediate keeps the signature's [`ArgRule`] (shifts by one below 32,
+//!   `udiv`/`urem` never by 0).
 //! - `kernel.param`: `param n` has `n` in range and a `u64` destination for a pointer,
 //!   `u32` for a scalar.
 //! - `kernel.shared_addr`: `shared_addr` names a declared shared buffer.
@@ -101,12 +102,16 @@
 //!   every `output` buffer is written by some launch.
 //!
 //! [`Graph::inputs`]: crate::graph::Graph::inputs
+//! [`Op::signature`]: crate::kernel::Op::signature
+//! [`ArgRule`]: crate::kernel::ArgRule
 
 mod graph;
 mod kernel;
+mod program;
 
 pub use graph::verify_graph;
-pub use kernel::{signature, verify_kernel, verify_program, SigType, Signature};
+pub use kernel::verify_kernel;
+pub use program::verify_program;
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -9,9 +9,9 @@ use tessel_ir::graph::{
 };
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op as KOp, Operand,
-    Param, ParamKind, Program, RegType, Space, Special, Stmt, Width,
+    Param, ParamKind, Program, RegType, SigType, Space, Special, Stmt, Width,
 };
-use tessel_ir::verify::{signature, SigType, VerifyError};
+use tessel_ir::verify::VerifyError;
 use tessel_ir::{DType, TensorType, Value};
 
 pub fn t(d: DType, s: &[u64]) -> TensorType {
@@ -340,7 +340,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
     ops
 }
 
-/// A valid kernel with every op (operands from [`signature`], alternating registers and
+/// A valid kernel with every op (operands from [`KOp::signature`], alternating registers and
 /// immediates), every width and space of load and store, loops and branches.
 pub fn kitchen_sink_kernel() -> Kernel {
     let mut k = Kernel {
@@ -392,7 +392,7 @@ pub fn kitchen_sink_kernel() -> Kernel {
         1,
     ];
     for (i, op) in all_kernel_ops().into_iter().enumerate() {
-        let sig = signature(op);
+        let sig = op.signature();
         let dty = match (sig.result, op) {
             (SigType::Is(t), _) => t,
             (SigType::Param, KOp::Param(n)) => match k.params[n as usize].kind {
