@@ -108,6 +108,7 @@
 mod graph;
 mod kernel;
 mod program;
+mod schedule;
 
 pub use graph::verify_graph;
 pub use kernel::verify_kernel;
