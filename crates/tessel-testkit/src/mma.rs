@@ -1,73 +1,26 @@
 //! Hand-built kernels for the tensor-core and async-copy statements (`mma`, `cvt.rna.tf32`,
-//! `ldmatrix`, `cp.async`), shared by three test crates so that the same IR is run on the
-//! executor (`tessel-ref/tests/mma.rs`), assembled by ptxas (`tessel-ptx/tests/mma.rs`) and
-//! run on the GPU (`tessel/tests/gpu_mma.rs`), each including this file by `#[path]`. It
-//! depends on `tessel_ir` only; host data and references live in the tests.
+//! `ldmatrix`, `cp.async`), so that the same IR is run on the executor
+//! (`tessel-ref/tests/mma.rs`), assembled by ptxas (`tessel-ptx/tests/mma.rs`) and run on the
+//! GPU (`tessel/tests/gpu_mma.rs`). The kernels need `tessel_ir` only; their host-side
+//! inputs and references are in [`crate::host`] (feature `exec`).
 //!
 //! Buffers are plain row-major arrays; each kernel's doc lists its parameters in order.
 
-#![allow(dead_code)]
-
 use tessel_ir::kernel::{
-    Builder, CpAsyncCache, ICmp, Kernel, MmaShape, Op, Operand, Param, ParamKind, RegType, Space,
-    Special, Stmt, Width,
+    Builder, CpAsyncCache, ICmp, Kernel, MmaShape, Op, Operand, Param, RegType, Space, Special,
+    Stmt, Width,
 };
 use tessel_ir::{DType, Reg};
 
+use crate::build::{gaddr, kernel, load, ptr, r, scalar, store, u};
 use RegType::{Pred, F32, U32, U64};
 
-fn u(x: u32) -> Operand {
-    Operand::U32(x)
-}
-
-fn r(x: Reg) -> Operand {
-    Operand::Reg(x)
-}
-
-fn ptr(name: &str, dtype: DType, writes: bool) -> Param {
-    Param {
-        name: name.to_owned(),
-        kind: ParamKind::Ptr { dtype, writes },
-    }
-}
-
-fn kernel(name: &str, params: Vec<Param>, threads: u32, schedule: &str) -> Kernel {
+/// A one-CTA kernel of `threads` threads whose PTX comment names `schedule`.
+fn one_cta(name: &str, params: Vec<Param>, threads: u32, schedule: &str) -> Kernel {
     Kernel {
-        name: name.to_owned(),
-        params,
-        block: [threads, 1, 1],
-        grid: [1, 1, 1],
         schedule: schedule.to_owned(),
-        ..Kernel::default()
+        ..kernel(name, params, threads, 1)
     }
-}
-
-/// `base + i·elem` as a u64 global address.
-fn gaddr(b: &mut Builder, base: Reg, i: Reg, elem: u32) -> Reg {
-    let off = b.op(U64, Op::MulWideU32, &[r(i), u(elem)]);
-    b.op(U64, Op::AddU64, &[r(base), r(off)])
-}
-
-fn load(b: &mut Builder, ty: RegType, width: Width, space: Space, addr: Reg) -> Vec<Reg> {
-    let dsts: Vec<Reg> = (0..width.regs()).map(|_| b.kernel.new_reg(ty)).collect();
-    b.push(Stmt::Load {
-        dsts: dsts.clone(),
-        space,
-        width,
-        addr,
-        offset: 0,
-    });
-    dsts
-}
-
-fn store(b: &mut Builder, width: Width, space: Space, addr: Reg, values: &[Reg]) {
-    b.push(Stmt::Store {
-        space,
-        width,
-        addr,
-        offset: 0,
-        values: values.iter().map(|&v| r(v)).collect(),
-    });
 }
 
 /// `row·cols + col` for immediate `row_add`, `col_add` added to register `row`, `col`.
@@ -114,7 +67,7 @@ pub fn mma_single(shape: MmaShape) -> Kernel {
         params.push(ptr("at", DType::F32, true));
     }
     let kk = shape.k() as u32;
-    let mut k = kernel(
+    let mut k = one_cta(
         name,
         params,
         32,
@@ -216,7 +169,7 @@ pub const LDMATRIX_REGS: usize = 11;
 /// registers of lane `l` at `out[11·l ..]` (`i32` dtype, raw bits). Parameters: `src`
 /// [128] i32, `out` [352] i32.
 pub fn ldmatrix_all() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "ldmatrix_all",
         vec![ptr("src", DType::I32, false), ptr("out", DType::I32, true)],
         32,
@@ -304,15 +257,12 @@ fn guarded_src(b: &mut Builder, base: Reg, total: Reg, start: Reg, chunk: u32) -
 /// 1, which is stored to `y[0..128]`; then `wait_all` and tile 2 goes to `y[128..256]`.
 /// Parameters: `x` [n] f32, `y` [256] f32 (written), `n` u32 (at most 128).
 pub fn cp_async_tail() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "cp_async_tail",
         vec![
             ptr("x", DType::F32, false),
             ptr("y", DType::F32, true),
-            Param {
-                name: "n".to_owned(),
-                kind: ParamKind::U32,
-            },
+            scalar("n"),
         ],
         32,
         "one warp: cp.async with zero-fill of the tail, two groups",
@@ -385,16 +335,13 @@ pub const GEMM_BK: u32 = 16;
 /// → `commit` / `wait_group 1` → `ldmatrix.x4` (A) and `ldmatrix.x2.trans` (B) → `mma`.
 /// Parameters: `a` [32, K] bf16, `b` [K, 16] bf16, `c` [32, 16] f32 (written), `k` u32.
 pub fn gemm_bf16() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "gemm_bf16",
         vec![
             ptr("a", DType::Bf16, false),
             ptr("b", DType::Bf16, false),
             ptr("c", DType::F32, true),
-            Param {
-                name: "k".to_owned(),
-                kind: ParamKind::U32,
-            },
+            scalar("k"),
         ],
         128,
         "tensor-core GEMM 32x16 per CTA, 4 warps of 16x8, BK 16, 2-stage cp.async pipeline; \
