@@ -10,7 +10,10 @@ use tessel_ir::kernel::{
 use tessel_ir::{BufferId, DType, Reg, TensorType};
 use tessel_ref::exec::numerics::CANONICAL_NAN;
 use tessel_ref::{run_kernel, run_program, ExecError, ExecOptions, Tensor};
-use tessel_testkit::build::{global_index, kernel, load, param_gaddr, ptr, r, scalar, store};
+use tessel_testkit::build::{
+    close_for, close_if, global_index, kernel, load, load_at, param_gaddr, ptr, r, scalar, store,
+    store_at,
+};
 use tessel_testkit::host::{buf, f32_tensor, poison_f32, words};
 
 /// `c[i] = a[i] + b[i]` for `i < n`, with a tail guard.
@@ -39,12 +42,7 @@ fn vector_add(n: u32, block: u32) -> Kernel {
     let y = load(&mut b, RegType::F32, Width::B32, Space::Global, pb)[0];
     let s = b.op(RegType::F32, Op::FAdd, &[r(x), r(y)]);
     store(&mut b, Width::B32, Space::Global, pc, &[r(s)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: inb,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, inb);
     b.finish();
     k
 }
@@ -104,14 +102,7 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
     let a = param_gaddr(&mut b, 0, idx, 4);
     let x = load(&mut b, RegType::F32, Width::B32, Space::Global, a)[0];
     b.assign(acc, Op::FAdd, &[r(acc), r(x)]);
-    let body = b.close();
-    b.push(Stmt::For {
-        var: j,
-        start: r(tid),
-        end: Operand::U32(cols),
-        step: Operand::U32(64),
-        body,
-    });
+    close_for(&mut b, j, r(tid), Operand::U32(cols), Operand::U32(64));
     for m in [16u32, 8, 4, 2, 1] {
         let o = b.op(RegType::F32, Op::ShflBfly, &[r(acc), Operand::U32(m)]);
         b.assign(acc, Op::FAdd, &[r(acc), r(o)]);
@@ -128,12 +119,7 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
     let off = b.op(RegType::U32, Op::Shl, &[r(warp), Operand::U32(2)]);
     let sa = b.op(RegType::U32, Op::IAdd, &[r(base), r(off)]);
     store(&mut b, Width::B32, Space::Shared, sa, &[r(acc)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, is0);
     b.push(Stmt::Barrier);
     let t0 = b.op(
         RegType::Pred,
@@ -154,12 +140,7 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
     let tot = b.op(RegType::F32, Op::FAdd, &[r(s), r(s1)]);
     let o = param_gaddr(&mut b, 1, row, 4);
     store(&mut b, Width::B32, Space::Global, o, &[r(tot)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: t0,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, t0);
     b.finish();
     k
 }
@@ -251,14 +232,7 @@ fn for_loop_with_per_thread_trip_counts() {
     let v = b.kernel.new_reg(RegType::U32);
     b.open();
     b.assign(cnt, Op::IAdd, &[r(cnt), Operand::U32(1)]);
-    let body = b.close();
-    b.push(Stmt::For {
-        var: v,
-        start: r(tid),
-        end: Operand::U32(10),
-        step: Operand::U32(3),
-        body,
-    });
+    close_for(&mut b, v, r(tid), Operand::U32(10), Operand::U32(3));
     // After the loop var holds the first value ≥ end (threads that ran) or start.
     let both = b.op(RegType::U32, Op::Shl, &[r(v), Operand::U32(16)]);
     let packed = b.op(RegType::U32, Op::Or, &[r(both), r(cnt)]);
@@ -307,12 +281,7 @@ fn run_op(op: Op, dst: RegType, args: &[&[u32]]) -> Result<Vec<u32>, ExecError> 
     b.open();
     let a = param_gaddr(&mut b, args.len() as u32, tid, 4);
     store(&mut b, Width::B32, Space::Global, a, &[r(d)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: lim,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, lim);
     b.finish();
     let mut bufs: Vec<Tensor> = args
         .iter()
@@ -749,13 +718,7 @@ fn wide_ops_and_vector_memory() {
     let off = b.op(RegType::U64, Op::CvtU64U32, &[r(t8)]);
     let a = b.op(RegType::U64, Op::AddU64, &[r(a), r(off)]);
     let t3 = b.op(RegType::U32, Op::IMulLo, &[r(tid), Operand::U32(3)]);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V2,
-        addr: a,
-        offset: 0,
-        values: vec![r(tid), r(t3)],
-    });
+    store(&mut b, Width::V2, Space::Global, a, &[r(tid), r(t3)]);
     let bit = b.op(RegType::U32, Op::And, &[r(tid), Operand::U32(1)]);
     let even = b.op(
         RegType::Pred,
@@ -795,41 +758,25 @@ fn wide_ops_and_vector_memory() {
         offset: 0,
         values: regs.iter().map(|&x| r(x)).collect(),
     });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B16,
-        addr: dst,
-        offset: 18,
-        values: vec![Operand::U32(0xabcd_1234)],
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B8,
-        addr: dst,
-        offset: 17,
-        values: vec![Operand::U32(0x77)],
-    });
-    let bl = b.kernel.new_reg(RegType::U32);
-    b.push(Stmt::Load {
-        dsts: vec![bl],
-        space: Space::Global,
-        width: Width::B8,
-        addr: dst,
-        offset: 19,
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B32,
-        addr: dst,
-        offset: 20,
-        values: vec![r(bl)],
-    });
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: vec![],
-    });
+    store_at(
+        &mut b,
+        Width::B16,
+        Space::Global,
+        dst,
+        18,
+        &[Operand::U32(0xabcd_1234)],
+    );
+    store_at(
+        &mut b,
+        Width::B8,
+        Space::Global,
+        dst,
+        17,
+        &[Operand::U32(0x77)],
+    );
+    let bl = load_at(&mut b, RegType::U32, Width::B8, Space::Global, dst, 19)[0];
+    store_at(&mut b, Width::B32, Space::Global, dst, 20, &[r(bl)]);
+    close_if(&mut b, is0);
     b.finish();
     let mut bufs = vec![
         Tensor::poison(TensorType::new(DType::I32, vec![64])),
@@ -1026,12 +973,7 @@ fn divergent_barrier_faults() {
     );
     b.open();
     b.push(Stmt::Barrier);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     assert_eq!(
         expect_err(&k, vec![], &[]),
@@ -1057,12 +999,7 @@ fn shuffle_faults() {
     );
     b.open();
     b.op(RegType::U32, Op::ShflBfly, &[r(tid), Operand::U32(1)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     assert!(matches!(
         expect_err(&k, vec![], &[]),
@@ -1114,12 +1051,7 @@ fn arithmetic_faults() {
     );
     b.open();
     b.op(RegType::U32, Op::UDiv, &[Operand::U32(7), r(tid)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     run_kernel(&k, &mut [], &[], &ExecOptions::default()).unwrap();
     // Math placeholders cannot run.

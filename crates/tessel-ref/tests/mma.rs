@@ -11,7 +11,7 @@ use tessel_ir::kernel::{
 use tessel_ir::DType;
 use tessel_ref::tensor::SplitMix64;
 use tessel_ref::{run_kernel, ExecError, ExecOptions, Tensor};
-use tessel_testkit::build::{kernel, ptr, r, u};
+use tessel_testkit::build::{kernel, load_at, ptr, r, u};
 use tessel_testkit::host::{
     buf, f32_tensor, gemm_bf16_case, mma_single_case, poison_f32, raw, MatmulCase,
 };
@@ -240,14 +240,7 @@ fn cp_then(tail: &[Stmt]) -> Kernel {
     for s in tail {
         b.push(s.clone());
     }
-    let v = b.kernel.new_reg(RegType::F32);
-    b.push(Stmt::Load {
-        dsts: vec![v],
-        space: Space::Shared,
-        width: Width::B32,
-        addr: dst,
-        offset: 4,
-    });
+    load_at(&mut b, RegType::F32, Width::B32, Space::Shared, dst, 4);
     b.finish();
     verified(k)
 }

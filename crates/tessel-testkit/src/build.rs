@@ -78,13 +78,25 @@ pub fn global_index(b: &mut Builder) -> Reg {
 /// A load of `width` at `addr` into fresh registers of type `ty` (as many as the width
 /// holds), which it returns.
 pub fn load(b: &mut Builder, ty: RegType, width: Width, space: Space, addr: Reg) -> Vec<Reg> {
+    load_at(b, ty, width, space, addr, 0)
+}
+
+/// [`load`] at `addr + offset` bytes.
+pub fn load_at(
+    b: &mut Builder,
+    ty: RegType,
+    width: Width,
+    space: Space,
+    addr: Reg,
+    offset: i32,
+) -> Vec<Reg> {
     let dsts: Vec<Reg> = (0..width.regs()).map(|_| b.kernel.new_reg(ty)).collect();
     b.push(Stmt::Load {
         dsts: dsts.clone(),
         space,
         width,
         addr,
-        offset: 0,
+        offset,
     });
     dsts
 }
@@ -97,11 +109,46 @@ pub fn store<V: Into<Operand> + Copy>(
     addr: Reg,
     values: &[V],
 ) {
+    store_at(b, width, space, addr, 0, values)
+}
+
+/// [`store`] at `addr + offset` bytes.
+pub fn store_at<V: Into<Operand> + Copy>(
+    b: &mut Builder,
+    width: Width,
+    space: Space,
+    addr: Reg,
+    offset: i32,
+    values: &[V],
+) {
     b.push(Stmt::Store {
         space,
         width,
         addr,
-        offset: 0,
+        offset,
         values: values.iter().map(|&v| v.into()).collect(),
+    });
+}
+
+/// Closes the block [`Builder::open`] began and appends `if cond { block }` (no else).
+pub fn close_if(b: &mut Builder, cond: Reg) {
+    let then_body = b.close();
+    b.push(Stmt::If {
+        cond,
+        then_body,
+        else_body: Vec::new(),
+    });
+}
+
+/// Closes the block [`Builder::open`] began and appends it as the body of
+/// `for var in (start..end).step_by(step)`.
+pub fn close_for(b: &mut Builder, var: Reg, start: Operand, end: Operand, step: Operand) {
+    let body = b.close();
+    b.push(Stmt::For {
+        var,
+        start,
+        end,
+        step,
+        body,
     });
 }

@@ -8,7 +8,9 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::{DType, Reg};
 
-use crate::build::{f, gaddr, global_index, ptr, r, scalar, u};
+use crate::build::{
+    close_for, close_if, f, gaddr, global_index, load, ptr, r, scalar, store, store_at, u,
+};
 use crate::ir::ALL_FCMP;
 use RegType::{Pred, F32, U32, U64};
 
@@ -60,13 +62,13 @@ pub fn float_ops() -> Kernel {
     }
     let nan = b.op(F32, Op::Mov, &[Operand::F32(0x7fc0_0001)]);
     let denormal = b.op(F32, Op::Mov, &[Operand::F32(1)]);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V4,
-        addr: ya,
-        offset: 0,
-        values: vec![r(acc), r(rint), r(nan), r(denormal)],
-    });
+    store(
+        &mut b,
+        Width::V4,
+        Space::Global,
+        ya,
+        &[r(acc), r(rint), r(nan), r(denormal)],
+    );
     b.finish();
     k
 }
@@ -167,13 +169,7 @@ pub fn int_ops() -> Kernel {
     let addr = b.op(U64, Op::Select, &[r(p64), r(out), r(out)]);
     let _ = sum;
     let a = gaddr(&mut b, addr, i, 4);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B32,
-        addr: a,
-        offset: 0,
-        values: vec![r(acc)],
-    });
+    store(&mut b, Width::B32, Space::Global, a, &[r(acc)]);
     b.finish();
     k
 }
@@ -273,14 +269,7 @@ pub fn control() -> Kernel {
         b.open();
         b.open();
         b.assign(acc, Op::FMul, &[r(acc), f(0.5)]);
-        let inner = b.close();
-        b.push(Stmt::For {
-            var: j,
-            start: r(i),
-            end: u(8),
-            step: u(2),
-            body: inner,
-        });
+        close_for(&mut b, j, r(i), u(8), u(2));
         let else_body = b.close();
         b.push(Stmt::If {
             cond: small,
@@ -291,23 +280,13 @@ pub fn control() -> Kernel {
         let even = b.op(Pred, Op::ICmp(ICmp::Eq), &[r(odd), u(0)]);
         b.open();
         b.assign(acc, Op::FSub, &[r(acc), f(0.25)]);
-        let then_only = b.close();
-        b.push(Stmt::If {
-            cond: even,
-            then_body: then_only,
-            else_body: vec![],
-        });
+        close_if(&mut b, even);
         // Else only, holding a nested if.
         b.open();
         let first = b.op(Pred, Op::ICmp(ICmp::Eq), &[r(tid), u(0)]);
         b.open();
         b.assign(acc, Op::FNeg, &[r(acc)]);
-        let nested = b.close();
-        b.push(Stmt::If {
-            cond: first,
-            then_body: nested,
-            else_body: vec![],
-        });
+        close_if(&mut b, first);
         let else_only = b.close();
         b.push(Stmt::If {
             cond: even,
@@ -315,22 +294,9 @@ pub fn control() -> Kernel {
             else_body: else_only,
         });
     }
-    let body = b.close();
-    b.push(Stmt::For {
-        var: i,
-        start: u(0),
-        end: r(n),
-        step: u(1),
-        body,
-    });
+    close_for(&mut b, i, u(0), r(n), u(1));
     let a = gaddr(&mut b, y, tid, 4);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B32,
-        addr: a,
-        offset: 0,
-        values: vec![r(acc)],
-    });
+    store(&mut b, Width::B32, Space::Global, a, &[r(acc)]);
     b.finish();
     k
 }
@@ -365,23 +331,9 @@ pub fn row_sum() -> Kernel {
     let i = b.kernel.new_reg(U32);
     b.open();
     let a = gaddr(&mut b, row_ptr, i, 4);
-    let v = b.kernel.new_reg(F32);
-    b.push(Stmt::Load {
-        dsts: vec![v],
-        space: Space::Global,
-        width: Width::B32,
-        addr: a,
-        offset: 0,
-    });
+    let v = load(&mut b, F32, Width::B32, Space::Global, a)[0];
     b.assign(acc, Op::FAdd, &[r(acc), r(v)]);
-    let body = b.close();
-    b.push(Stmt::For {
-        var: i,
-        start: r(tid),
-        end: r(n),
-        step: u(256),
-        body,
-    });
+    close_for(&mut b, i, r(tid), r(n), u(256));
     let butterfly = |b: &mut Builder, acc: Reg| {
         for off in [16, 8, 4, 2, 1] {
             let other = b.op(F32, Op::ShflBfly, &[r(acc), u(off)]);
@@ -394,19 +346,8 @@ pub fn row_sum() -> Kernel {
     b.open();
     let slot_off = b.op(U32, Op::Shl, &[r(warp), u(2)]);
     let slot = b.op(U32, Op::IAdd, &[r(base), r(slot_off)]);
-    b.push(Stmt::Store {
-        space: Space::Shared,
-        width: Width::B32,
-        addr: slot,
-        offset: 0,
-        values: vec![r(acc)],
-    });
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: lead,
-        then_body,
-        else_body: vec![],
-    });
+    store(&mut b, Width::B32, Space::Shared, slot, &[r(acc)]);
+    close_if(&mut b, lead);
     b.push(Stmt::Barrier);
     let warp0 = b.op(Pred, Op::ICmp(ICmp::Eq), &[r(warp), u(0)]);
     b.open();
@@ -423,36 +364,15 @@ pub fn row_sum() -> Kernel {
             addr: at,
             offset: 0,
         });
-        let load = b.close();
-        b.push(Stmt::If {
-            cond: has,
-            then_body: load,
-            else_body: vec![],
-        });
+        close_if(&mut b, has);
         butterfly(&mut b, total);
         let first = b.op(Pred, Op::ICmp(ICmp::Eq), &[r(tid), u(0)]);
         b.open();
         let out = gaddr(&mut b, y, row, 4);
-        b.push(Stmt::Store {
-            space: Space::Global,
-            width: Width::B32,
-            addr: out,
-            offset: 0,
-            values: vec![r(total)],
-        });
-        let store = b.close();
-        b.push(Stmt::If {
-            cond: first,
-            then_body: store,
-            else_body: vec![],
-        });
+        store(&mut b, Width::B32, Space::Global, out, &[r(total)]);
+        close_if(&mut b, first);
     }
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: warp0,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, warp0);
     b.finish();
     k
 }
@@ -480,26 +400,13 @@ pub fn elementwise_bf16() -> Kernel {
     let inside = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(i), r(n)]);
     b.open();
     let xa = gaddr(&mut b, x, i, 2);
-    let h = b.kernel.new_reg(U32);
-    b.push(Stmt::Load {
-        dsts: vec![h],
-        space: Space::Global,
-        width: Width::B16,
-        addr: xa,
-        offset: 0,
-    });
+    let h = load(&mut b, U32, Width::B16, Space::Global, xa)[0];
     let bits = b.op(U32, Op::Shl, &[r(h), u(16)]);
     let v = b.op(F32, Op::BitsToF32, &[r(bits)]);
     let sq = b.op(F32, Op::FMul, &[r(v), r(v)]);
     let packed = b.op(U32, Op::PackBf16x2, &[f(0.0), r(sq)]);
     let ya = gaddr(&mut b, y, i, 2);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B16,
-        addr: ya,
-        offset: 0,
-        values: vec![r(packed)],
-    });
+    store(&mut b, Width::B16, Space::Global, ya, &[r(packed)]);
     // Even elements also go to z as f16 (round trip through F16ToF32 on odd ones).
     let pair = b.op(U32, Op::UDiv, &[r(i), u(2)]);
     let back = b.op(U32, Op::Shl, &[r(pair), u(1)]);
@@ -511,19 +418,8 @@ pub fn elementwise_bf16() -> Kernel {
     let again = b.op(U32, Op::PackF16x2, &[r(round_trip), r(round_trip)]);
     let out = b.op(U32, Op::Select, &[r(keep), r(half), r(again)]);
     let za = gaddr(&mut b, z, i, 2);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B16,
-        addr: za,
-        offset: 0,
-        values: vec![r(out)],
-    });
-    let body = b.close();
-    b.push(Stmt::If {
-        cond: inside,
-        then_body: body,
-        else_body: vec![],
-    });
+    store(&mut b, Width::B16, Space::Global, za, &[r(out)]);
+    close_if(&mut b, inside);
     b.finish();
     k
 }
@@ -558,34 +454,29 @@ pub fn immediates() -> Kernel {
     let imm_mov = b.op(U64, Op::Mov, &[Operand::U64(u64::MAX)]);
     let _ = imm_mov;
     let a = gaddr(&mut b, sum, lane, 16);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V4,
-        addr: a,
-        offset: 0,
-        values: vec![r(cvt), r(pack), r(shuffled), r(fbits)],
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V2,
-        addr: y,
-        offset: 0,
-        values: vec![r(shuffled_f), r(from_imm)],
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V4,
-        addr: y,
-        offset: 16,
-        values: vec![u(1), f(2.0), u(3), Operand::F32(0x8000_0000)],
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B8,
-        addr: y,
-        offset: -1,
-        values: vec![u(255)],
-    });
+    store(
+        &mut b,
+        Width::V4,
+        Space::Global,
+        a,
+        &[r(cvt), r(pack), r(shuffled), r(fbits)],
+    );
+    store(
+        &mut b,
+        Width::V2,
+        Space::Global,
+        y,
+        &[r(shuffled_f), r(from_imm)],
+    );
+    store_at(
+        &mut b,
+        Width::V4,
+        Space::Global,
+        y,
+        16,
+        &[u(1), f(2.0), u(3), Operand::F32(0x8000_0000)],
+    );
+    store_at(&mut b, Width::B8, Space::Global, y, -1, &[u(255)]);
     b.finish();
     k
 }

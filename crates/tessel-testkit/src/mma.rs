@@ -12,7 +12,7 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::{DType, Reg};
 
-use crate::build::{gaddr, kernel, load, ptr, r, scalar, store, u};
+use crate::build::{close_for, close_if, gaddr, kernel, load, ptr, r, scalar, store, u};
 use RegType::{Pred, F32, U32, U64};
 
 /// A one-CTA kernel of `threads` threads whose PTX comment names `schedule`.
@@ -201,12 +201,7 @@ pub fn ldmatrix_all() -> Kernel {
         last,
         &[zero, zero, zero, zero],
     );
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: Vec::new(),
-    });
+    close_if(&mut b, is0);
     b.push(Stmt::Barrier);
     // slot = (5·lane + 3) % 32
     let s5 = b.op(U32, Op::IMulLo, &[r(lane), u(5)]);
@@ -383,6 +378,22 @@ pub fn gemm_bf16() -> Kernel {
     let hoff = b.op(U32, Op::Shl, &[r(half), u(4)]);
     let doff = b.op(U32, Op::IAdd, &[r(drow), r(hoff)]);
 
+    // One 16-byte `cp.async.cg` of `nb` bytes from `src` to this thread's chunk of `stage`
+    // in the two-stage buffer at `smem0` of `tile` bytes per stage.
+    let copy_chunk = |b: &mut Builder, (nb, src): (Reg, Reg), smem0: Reg, stage: Reg, tile: u32| {
+        let so = b.op(U32, Op::IMulLo, &[r(stage), u(tile)]);
+        let d = b.op(U32, Op::IAdd, &[r(smem0), r(so)]);
+        let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
+        b.push(Stmt::CpAsync {
+            cache: CpAsyncCache::Cg,
+            bytes: 16,
+            dst: d,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            src_bytes: Some(r(nb)),
+        });
+    };
     // Issues the copies of k-tile `kt` into stage `kt & 1`.
     let issue = |b: &mut Builder, kt: Reg| {
         let stage = b.op(U32, Op::And, &[r(kt), u(1)]);
@@ -395,25 +406,9 @@ pub fn gemm_bf16() -> Kernel {
             let abase = gaddr(b, pa, rowbase, 1);
             let start = b.op(U32, Op::Shl, &[r(kcol), u(1)]);
             let (nb, src) = guarded_src(b, abase, k_bytes_a, start, 16);
-            let so = b.op(U32, Op::IMulLo, &[r(stage), u(a_tile)]);
-            let d = b.op(U32, Op::IAdd, &[r(sa0), r(so)]);
-            let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
-            b.push(Stmt::CpAsync {
-                cache: CpAsyncCache::Cg,
-                bytes: 16,
-                dst: d,
-                dst_offset: 0,
-                src,
-                src_offset: 0,
-                src_bytes: Some(r(nb)),
-            });
+            copy_chunk(b, (nb, src), sa0, stage, a_tile);
         }
-        let then_a = b.close();
-        b.push(Stmt::If {
-            cond: is_a,
-            then_body: then_a,
-            else_body: Vec::new(),
-        });
+        close_if(b, is_a);
         // B: element (k0 + crow, col8) (crow is 0..16 for threads 64..96), zero past K.
         b.open();
         {
@@ -423,25 +418,9 @@ pub fn gemm_bf16() -> Kernel {
             let start = b.op(U32, Op::Shl, &[r(idx), u(1)]);
             let total = b.op(U32, Op::IMulLo, &[r(kk), u(GEMM_N * 2)]);
             let (nb, src) = guarded_src(b, pb, total, start, 16);
-            let so = b.op(U32, Op::IMulLo, &[r(stage), u(b_tile)]);
-            let d = b.op(U32, Op::IAdd, &[r(sb0), r(so)]);
-            let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
-            b.push(Stmt::CpAsync {
-                cache: CpAsyncCache::Cg,
-                bytes: 16,
-                dst: d,
-                dst_offset: 0,
-                src,
-                src_offset: 0,
-                src_bytes: Some(r(nb)),
-            });
+            copy_chunk(b, (nb, src), sb0, stage, b_tile);
         }
-        let then_b = b.close();
-        b.push(Stmt::If {
-            cond: is_b,
-            then_body: then_b,
-            else_body: Vec::new(),
-        });
+        close_if(b, is_b);
     };
 
     let acc: Vec<Reg> = (0..4)
@@ -471,12 +450,7 @@ pub fn gemm_bf16() -> Kernel {
         let more = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(next), r(tiles)]);
         b.open();
         issue(&mut b, next);
-        let then_body = b.close();
-        b.push(Stmt::If {
-            cond: more,
-            then_body,
-            else_body: Vec::new(),
-        });
+        close_if(&mut b, more);
         // Always commit (an empty group past the last tile) so that `wait_group 1` always
         // means "all but the newest": tile kt is complete.
         b.push(Stmt::CpAsyncCommit);
@@ -514,14 +488,7 @@ pub fn gemm_bf16() -> Kernel {
         // The stage read here is overwritten by the copies issued next iteration.
         b.push(Stmt::Barrier);
     }
-    let body = b.close();
-    b.push(Stmt::For {
-        var: kt,
-        start: u(0),
-        end: r(tiles),
-        step: u(1),
-        body,
-    });
+    close_for(&mut b, kt, u(0), r(tiles), u(1));
 
     // Epilogue: c_i at (16·wm + g + 8·(i >> 1), 8·wn + 2t + (i & 1)).
     let g = b.op(U32, Op::ShrU, &[r(lane), u(2)]);

@@ -112,126 +112,88 @@ pub fn renumbered(k: &Kernel) -> Kernel {
     let mut out = k.clone();
     out.regs = regs;
     out.shared = shared;
-    out.body = remap.block(&k.body);
+    remap.block(&mut out.body);
     out
 }
 
+/// Old register and shared-buffer ids to new ones, applied in place.
 struct Remap {
     regs: HashMap<Reg, Reg>,
     shared: HashMap<SharedBuf, SharedBuf>,
 }
 
 impl Remap {
-    fn reg(&self, r: Reg) -> Reg {
-        self.regs[&r]
+    fn reg(&self, r: &mut Reg) {
+        *r = self.regs[r];
     }
 
-    fn operand(&self, o: Operand) -> Operand {
-        match o {
-            Operand::Reg(r) => Operand::Reg(self.reg(r)),
-            o => o,
+    fn regs<'a>(&self, rs: impl IntoIterator<Item = &'a mut Reg>) {
+        rs.into_iter().for_each(|r| self.reg(r));
+    }
+
+    fn operand(&self, o: &mut Operand) {
+        if let Operand::Reg(r) = o {
+            self.reg(r);
         }
     }
 
-    fn block(&self, stmts: &[Stmt]) -> Vec<Stmt> {
-        stmts.iter().map(|s| self.stmt(s)).collect()
+    fn block(&self, stmts: &mut [Stmt]) {
+        for s in stmts {
+            self.stmt(s);
+        }
     }
 
-    fn stmt(&self, s: &Stmt) -> Stmt {
+    fn stmt(&self, s: &mut Stmt) {
         match s {
-            Stmt::Op { dst, op, args } => Stmt::Op {
-                dst: self.reg(*dst),
-                op: match op {
-                    Op::SharedAddr(b) => Op::SharedAddr(self.shared[b]),
-                    op => *op,
-                },
-                args: args.iter().map(|&a| self.operand(a)).collect(),
-            },
-            Stmt::Load {
-                dsts,
-                space,
-                width,
-                addr,
-                offset,
-            } => Stmt::Load {
-                dsts: dsts.iter().map(|&d| self.reg(d)).collect(),
-                space: *space,
-                width: *width,
-                addr: self.reg(*addr),
-                offset: *offset,
-            },
-            Stmt::Store {
-                space,
-                width,
-                addr,
-                offset,
-                values,
-            } => Stmt::Store {
-                space: *space,
-                width: *width,
-                addr: self.reg(*addr),
-                offset: *offset,
-                values: values.iter().map(|&v| self.operand(v)).collect(),
-            },
+            Stmt::Op { dst, op, args } => {
+                self.reg(dst);
+                if let Op::SharedAddr(b) = op {
+                    *b = self.shared[b];
+                }
+                args.iter_mut().for_each(|a| self.operand(a));
+            }
+            Stmt::Load { dsts, addr, .. } | Stmt::Ldmatrix { dsts, addr, .. } => {
+                self.regs(dsts);
+                self.reg(addr);
+            }
+            Stmt::Store { addr, values, .. } => {
+                self.reg(addr);
+                values.iter_mut().for_each(|v| self.operand(v));
+            }
             Stmt::For {
                 var,
                 start,
                 end,
                 step,
                 body,
-            } => Stmt::For {
-                var: self.reg(*var),
-                start: self.operand(*start),
-                end: self.operand(*end),
-                step: self.operand(*step),
-                body: self.block(body),
-            },
+            } => {
+                self.reg(var);
+                [start, end, step].into_iter().for_each(|o| self.operand(o));
+                self.block(body);
+            }
             Stmt::If {
                 cond,
                 then_body,
                 else_body,
-            } => Stmt::If {
-                cond: self.reg(*cond),
-                then_body: self.block(then_body),
-                else_body: self.block(else_body),
-            },
-            Stmt::Barrier => Stmt::Barrier,
-            Stmt::Mma { shape, d, a, b, c } => Stmt::Mma {
-                shape: *shape,
-                d: d.map(|r| self.reg(r)),
-                a: a.iter().map(|&r| self.reg(r)).collect(),
-                b: b.iter().map(|&r| self.reg(r)).collect(),
-                c: c.map(|r| self.reg(r)),
-            },
-            Stmt::Ldmatrix {
-                dsts,
-                trans,
-                addr,
-                offset,
-            } => Stmt::Ldmatrix {
-                dsts: dsts.iter().map(|&r| self.reg(r)).collect(),
-                trans: *trans,
-                addr: self.reg(*addr),
-                offset: *offset,
-            },
+            } => {
+                self.reg(cond);
+                self.block(then_body);
+                self.block(else_body);
+            }
+            Stmt::Mma { d, a, b, c, .. } => {
+                self.regs(d.iter_mut().chain(a).chain(b).chain(c));
+            }
             Stmt::CpAsync {
-                cache,
-                bytes,
                 dst,
-                dst_offset,
                 src,
-                src_offset,
                 src_bytes,
-            } => Stmt::CpAsync {
-                cache: *cache,
-                bytes: *bytes,
-                dst: self.reg(*dst),
-                dst_offset: *dst_offset,
-                src: self.reg(*src),
-                src_offset: *src_offset,
-                src_bytes: src_bytes.map(|o| self.operand(o)),
-            },
-            s @ (Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll) => s.clone(),
+                ..
+            } => {
+                self.reg(dst);
+                self.reg(src);
+                src_bytes.iter_mut().for_each(|o| self.operand(o));
+            }
+            Stmt::Barrier | Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll => {}
         }
     }
 }
