@@ -778,10 +778,10 @@ fn golden_output_digests_of_every_example() {
     }
 }
 
-/// The digests of the examples with weight matrices (about a minute in a debug build):
-/// `cargo test --release -p tessel --test e2e -- --ignored golden_output`.
+/// The digests of the examples with weight matrices (about a minute):
+/// `cargo test -p tessel --test e2e -- --ignored golden_output`.
 #[test]
-#[ignore = "about a minute in a debug build: run with --release -- --ignored"]
+#[ignore = "about a minute on the executor: run with -- --ignored"]
 fn golden_output_digests_of_the_weight_heavy_examples() {
     for (path, per_profile, heavy) in digest_cases() {
         if heavy {
