@@ -71,11 +71,11 @@ pub fn rna_tf32(x: f32) -> f32 {
 /// A matmul's operands as the f32 values multiplied, with the kernel's buffers and
 /// launch arguments in parameter order.
 pub struct MatmulCase {
-    /// Row-major A [M, K].
+    /// Row-major A `[M, K]`.
     pub a: Vec<f32>,
-    /// Row-major B [K, N].
+    /// Row-major B `[K, N]`.
     pub b: Vec<f32>,
-    /// Row-major C [M, N] added to the product (zeros where the kernel adds none).
+    /// Row-major C `[M, N]` added to the product (zeros where the kernel adds none).
     pub c: Vec<f32>,
     pub bufs: Vec<Tensor>,
     pub args: Vec<LaunchArg>,
@@ -148,7 +148,7 @@ pub fn mma_single_case(shape: MmaShape, seed: u64) -> MatmulCase {
 }
 
 /// The inputs of [`crate::mma::gemm_bf16`] at reduction length `kk` from `seed`: bf16
-/// A [32, kk] and B [kk, 16], C poisoned, and `k`.
+/// A `[32, kk]` and B `[kk, 16]`, C poisoned, and `k`.
 pub fn gemm_bf16_case(kk: usize, seed: u64) -> MatmulCase {
     let (m, n) = (GEMM_M as usize, GEMM_N as usize);
     let mut rng = SplitMix64::new(seed);

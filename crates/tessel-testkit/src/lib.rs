@@ -11,7 +11,7 @@
 //!   (`tessel`'s `gpu_mma`), with their host-side inputs and references under `exec`;
 //! - [`ir`]: a graph, a kernel and a program that between them use every variant of every
 //!   IR enum, and that verify (`tessel-ir`'s reader, writer and verifier tests);
-//! - [`host`] (feature `exec`): host tensors and launch arguments for the executor and the
+//! - `host` (feature `exec`): host tensors and launch arguments for the executor and the
 //!   GPU.
 //!
 //! Dependencies point one way: this crate depends on `tessel-ir` (and, with `exec`, on

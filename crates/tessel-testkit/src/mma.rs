@@ -2,7 +2,7 @@
 //! `ldmatrix`, `cp.async`), so that the same IR is run on the executor
 //! (`tessel-ref/tests/mma.rs`), assembled by ptxas (`tessel-ptx/tests/mma.rs`) and run on the
 //! GPU (`tessel/tests/gpu_mma.rs`). The kernels need `tessel_ir` only; their host-side
-//! inputs and references are in [`crate::host`] (feature `exec`).
+//! inputs and references are in `crate::host` (feature `exec`).
 //!
 //! Buffers are plain row-major arrays; each kernel's doc lists its parameters in order.
 
@@ -47,9 +47,9 @@ fn pack(b: &mut Builder, lo: Reg, hi: Reg) -> Reg {
 
 /// One warp computes `D[16×8] = A[16×K]·B[K×8] + C` with one `mma` of `shape`, loading each
 /// lane's fragments straight from global memory with the PTX layouts. Parameters:
-/// `a` [16, K], `b` [K, 8] (row-major, bf16/f16, or f32 for tf32, which the kernel rounds
-/// with `cvt.rna.tf32.f32`), `c` [16, 8] f32, `d` [16, 8] f32 (written), and for tf32 only
-/// `at` [128] f32 (written): A register `i` of lane `l` after `cvt.rna.tf32` at
+/// `a: [16, K]`, `b: [K, 8]` (row-major, bf16/f16, or f32 for tf32, which the kernel rounds
+/// with `cvt.rna.tf32.f32`), `c: [16, 8]` f32, `d: [16, 8]` f32 (written), and for tf32 only
+/// `at: [128]` f32 (written): A register `i` of lane `l` after `cvt.rna.tf32` at
 /// `at[`[`tf32_cvt_index`]`(l, i)]`, to compare the conversion bit for bit.
 pub fn mma_single(shape: MmaShape) -> Kernel {
     let (name, dtype) = match shape {
@@ -166,8 +166,8 @@ pub const LDMATRIX_REGS: usize = 11;
 /// bits) into shared memory with plain stores, then runs `ldmatrix.x4`, `.x4.trans`, `.x2`
 /// and `.x1.trans` with lane `l` pointing at row slot [`ldmatrix_slot`]`(l)` (plus 16 bytes
 /// of offset in the IR for the x2, whose rows start one slot later), and stores the 11
-/// registers of lane `l` at `out[11·l ..]` (`i32` dtype, raw bits). Parameters: `src`
-/// [128] i32, `out` [352] i32.
+/// registers of lane `l` at `out[11·l ..]` (`i32` dtype, raw bits). Parameters:
+/// `src: [128]` i32, `out: [352]` i32.
 pub fn ldmatrix_all() -> Kernel {
     let mut k = one_cta(
         "ldmatrix_all",
@@ -250,7 +250,7 @@ fn guarded_src(b: &mut Builder, base: Reg, total: Reg, start: Reg, chunk: u32) -
 /// tile 1 with one `cp.async.cg` of 16 bytes per lane (group 1), tile 2 with a
 /// `cp.async.ca` of 8 bytes and two of 4 per lane (group 2). `wait_group 1` completes tile
 /// 1, which is stored to `y[0..128]`; then `wait_all` and tile 2 goes to `y[128..256]`.
-/// Parameters: `x` [n] f32, `y` [256] f32 (written), `n` u32 (at most 128).
+/// Parameters: `x: [n]` f32, `y: [256]` f32 (written), `n` u32 (at most 128).
 pub fn cp_async_tail() -> Kernel {
     let mut k = one_cta(
         "cp_async_tail",
@@ -328,7 +328,7 @@ pub const GEMM_BK: u32 = 16;
 /// columns `8·(w % 2)`). K runs in tiles of 16 through a two-stage shared-memory pipeline:
 /// `cp.async.cg` 16-byte chunks (zero-filled past K, so K need only be a multiple of 8)
 /// → `commit` / `wait_group 1` → `ldmatrix.x4` (A) and `ldmatrix.x2.trans` (B) → `mma`.
-/// Parameters: `a` [32, K] bf16, `b` [K, 16] bf16, `c` [32, 16] f32 (written), `k` u32.
+/// Parameters: `a: [32, K]` bf16, `b: [K, 16]` bf16, `c: [32, 16]` f32 (written), `k` u32.
 pub fn gemm_bf16() -> Kernel {
     let mut k = one_cta(
         "gemm_bf16",
