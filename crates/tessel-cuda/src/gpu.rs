@@ -20,6 +20,17 @@ pub struct Properties {
     /// Largest dynamic + static shared memory one CTA may opt in to, bytes
     /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`; 227 KiB on sm_90).
     pub max_shared_bytes_per_block_optin: u32,
+    /// Shared memory of one SM, bytes
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR`).
+    pub max_shared_bytes_per_sm: u32,
+    /// Most threads in one CTA (`CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK`).
+    pub max_threads_per_block: u32,
+    /// Most threads resident on one SM
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR`; 2048 on sm_90).
+    pub max_threads_per_sm: u32,
+    /// 32-bit registers of one SM
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR`; 65536 on sm_90).
+    pub registers_per_sm: u32,
     /// L2 cache size, bytes.
     pub l2_bytes: u64,
     /// Device memory, bytes.
@@ -231,6 +242,22 @@ fn query_properties(ctx: &Arc<CudaContext>) -> Result<Properties, Error> {
         A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
         "opt-in shared memory per block",
     )?;
+    let max_shared_bytes_per_sm = attr(
+        A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+        "shared memory per SM",
+    )?;
+    let max_threads_per_block = attr(
+        A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+        "threads per block",
+    )?;
+    let max_threads_per_sm = attr(
+        A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+        "threads per SM",
+    )?;
+    let registers_per_sm = attr(
+        A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR,
+        "registers per SM",
+    )?;
     let l2_bytes = u64::from(attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2 size")?);
     let total_memory_bytes = ctx
         .total_mem()
@@ -250,6 +277,10 @@ fn query_properties(ctx: &Arc<CudaContext>) -> Result<Properties, Error> {
         compute_capability,
         sm_count,
         max_shared_bytes_per_block_optin,
+        max_shared_bytes_per_sm,
+        max_threads_per_block,
+        max_threads_per_sm,
+        registers_per_sm,
         l2_bytes,
         total_memory_bytes,
         driver_version,
@@ -297,6 +328,10 @@ mod tests {
             compute_capability: (9, 0),
             sm_count: 132,
             max_shared_bytes_per_block_optin: 232_448,
+            max_shared_bytes_per_sm: 233_472,
+            max_threads_per_block: 1024,
+            max_threads_per_sm: 2048,
+            registers_per_sm: 65536,
             l2_bytes: 60 << 20,
             total_memory_bytes: 141 << 30,
             driver_version: (13, 0),

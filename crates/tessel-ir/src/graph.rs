@@ -13,6 +13,7 @@
 //! No op broadcasts implicitly: the `check` pass inserts [`Op::Reshape`] and [`Op::Broadcast`].
 
 use crate::entities::{Group, Value};
+use crate::kernel::MmaShape;
 use crate::types::TensorType;
 use cranelift_entity::{packed_option::PackedOption, PrimaryMap, SecondaryMap};
 use std::fmt;
@@ -365,6 +366,9 @@ pub enum TileConfig {
     /// memory buffers filled by 16-byte `cp.async` copies (`stages - 1` slices in flight
     /// while one is multiplied; plain loads where rows are not 16-byte aligned), swizzled so
     /// that `ldmatrix` reads are free of bank conflicts. `split_k` as for [`TileConfig::Simt`].
+    /// `shape` is the `mma.sync` instruction (from the operands' dtype), `epilogue` how the
+    /// accumulators reach memory, and `min_ctas_per_sm` the occupancy asked of ptxas
+    /// (`.minnctapersm`; 0 asks nothing).
     Mma {
         bm: u32,
         bn: u32,
@@ -373,6 +377,9 @@ pub enum TileConfig {
         warps_n: u32,
         stages: u32,
         split_k: u32,
+        shape: MmaShape,
+        epilogue: MmaEpilogue,
+        min_ctas_per_sm: u32,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
     /// read along K, K a multiple of 8 elements, 16-bit dtypes): the M ≤ 16 left rows are
@@ -382,8 +389,43 @@ pub enum TileConfig {
     /// leaves the sum's terms unchanged. The `warps` warps of a CTA share the same 8 weight
     /// rows and take every `warps`-th chunk of 32 k; each warp processes `unroll` chunks per
     /// loop iteration (loads issued before the mma), and with more than one warp their
-    /// results are added in warp order through shared memory.
-    GemvMma { warps: u32, unroll: u32 },
+    /// results are added in warp order through shared memory. `min_ctas_per_sm` as for
+    /// [`TileConfig::Mma`] (the schedule asks for every CTA of the grid to be resident).
+    GemvMma {
+        warps: u32,
+        unroll: u32,
+        min_ctas_per_sm: u32,
+    },
+}
+
+/// How a tensor-core tile's f32 accumulators reach memory (the epilogue runs per element
+/// either way).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum MmaEpilogue {
+    /// Through shared memory: the tile is written there, then every thread stores 4
+    /// consecutive columns of a row as one vector (needs N a multiple of 4 and the output
+    /// of the matmul's shape).
+    Staged,
+    /// Straight from the registers, the two columns each lane holds of a row as one store
+    /// (needs N even: the pair is then aligned).
+    Pairs,
+    /// Straight from the registers, one element per store.
+    Single,
+}
+
+impl MmaEpilogue {
+    /// Every epilogue, in the order of the docs.
+    pub const ALL: [MmaEpilogue; 3] =
+        [MmaEpilogue::Staged, MmaEpilogue::Pairs, MmaEpilogue::Single];
+
+    /// The textual name: `staged`, `pairs`, `single`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaEpilogue::Staged => "staged",
+            MmaEpilogue::Pairs => "pairs",
+            MmaEpilogue::Single => "single",
+        }
+    }
 }
 
 impl TileConfig {
@@ -455,13 +497,23 @@ impl fmt::Display for TileConfig {
                 warps_n,
                 stages,
                 split_k,
+                shape,
+                epilogue,
+                min_ctas_per_sm,
             } => write!(
                 f,
-                "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k} }}"
+                "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k}, shape: {}, epilogue: {}, min_ctas_per_sm: {min_ctas_per_sm} }}",
+                shape.name(),
+                epilogue.name()
             ),
-            TileConfig::GemvMma { warps, unroll } => {
-                write!(f, "gemv_mma {{ warps: {warps}, unroll: {unroll} }}")
-            }
+            TileConfig::GemvMma {
+                warps,
+                unroll,
+                min_ctas_per_sm,
+            } => write!(
+                f,
+                "gemv_mma {{ warps: {warps}, unroll: {unroll}, min_ctas_per_sm: {min_ctas_per_sm} }}"
+            ),
         }
     }
 }

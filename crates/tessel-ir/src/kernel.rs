@@ -5,7 +5,8 @@
 //! [`RegType`]), its shared-memory buffers and a body of [`Stmt`]s. Registers are mutable
 //! variables, not SSA values: an accumulator is assigned in a loop. Every [`Op`] maps to one
 //! PTX instruction (after `legalize`), except [`Op::Math`], a placeholder for a math-library
-//! function that the `expand-math` pass replaces by its sequence of plain ops.
+//! function that the `expand-math` pass replaces by its sequence of plain ops. The ops and
+//! their one signature table ([`Op::signature`]) are in the `ops` submodule, re-exported here.
 //!
 //! Semantics are per thread, executed by every thread of a CTA of `block` threads, over a
 //! grid of `grid` CTAs. Floating point is IEEE-754 binary32 with round-to-nearest-even on
@@ -20,6 +21,10 @@
 //!
 //! A [`Program`] is a step: the buffers (inputs, outputs, intermediates), the kernels, and
 //! the launches in order.
+
+mod ops;
+
+pub use ops::{ArgRule, FCmp, ICmp, MathFn, Op, SigType, Signature, Special};
 
 use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
 use crate::types::{DType, TensorType};
@@ -67,160 +72,6 @@ impl From<Reg> for Operand {
     fn from(r: Reg) -> Self {
         Operand::Reg(r)
     }
-}
-
-/// f32 comparisons. All are IEEE "ordered" (false when an operand is NaN) except `Ne`,
-/// which is unordered (true when an operand is NaN; PTX `neu`), and `Nan`, true when either
-/// operand is NaN.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum FCmp {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Nan,
-}
-
-/// 32-bit integer comparisons; `S` signed, `U` unsigned.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum ICmp {
-    Eq,
-    Ne,
-    LtU,
-    LeU,
-    GtU,
-    GeU,
-    LtS,
-    LeS,
-    GtS,
-    GeS,
-}
-
-/// Hardware-provided per-thread values (PTX special registers), all `U32`.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum Special {
-    /// `%tid.x`: thread index in the CTA.
-    TidX,
-    /// `%ntid.x`: threads per CTA.
-    NtidX,
-    /// `%ctaid.x`, `%ctaid.y`: CTA index in the grid.
-    CtaidX,
-    CtaidY,
-    /// `%nctaid.x`: CTAs in the grid along x.
-    NctaidX,
-    /// `%laneid`: lane in the warp, 0..32.
-    LaneId,
-}
-
-/// Math-library functions, placeholders until `expand-math` (f32 in, f32 out; `Pow` takes
-/// two operands). Their algorithms and error bounds: `tessel-math`.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum MathFn {
-    Sin,
-    Cos,
-    Exp,
-    Log,
-    Rsqrt,
-    Pow,
-    Tanh,
-    Sigmoid,
-    Silu,
-}
-
-/// One instruction: `dst = op(args)`. Operand and result types are fixed per op (listed as
-/// `args -> dst`); the verifier checks them.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum Op {
-    /// `a -> same type`: copy.
-    Mov,
-    /// `f32, f32 -> f32`, round to nearest even.
-    FAdd,
-    FSub,
-    FMul,
-    FDiv,
-    /// `f32, f32, f32 -> f32`: `a·b + c` rounded once.
-    FFma,
-    /// `f32 -> f32`, correctly rounded.
-    FSqrt,
-    FNeg,
-    FAbs,
-    /// `f32, f32 -> f32`, NaN-propagating, `-0 < +0`.
-    FMin,
-    FMax,
-    /// `f32 -> f32`: round to the nearest integral value, ties to even.
-    FRint,
-    /// `f32, f32 -> pred`.
-    FCmp(FCmp),
-    /// `u32, u32 -> u32`, wrapping.
-    IAdd,
-    ISub,
-    /// Low 32 bits of the product.
-    IMulLo,
-    /// High 32 bits of the unsigned 64-bit product.
-    UMulHi,
-    /// Unsigned division and remainder (divisor ≠ 0).
-    UDiv,
-    URem,
-    /// Shifts by `b < 32`.
-    Shl,
-    ShrU,
-    ShrS,
-    And,
-    Or,
-    Xor,
-    /// `u32 -> u32`: bitwise not.
-    Not,
-    /// `u32, u32 -> pred`.
-    ICmp(ICmp),
-    /// `pred, pred -> pred`.
-    PAnd,
-    POr,
-    /// `pred -> pred`.
-    PNot,
-    /// `pred, T, T -> T`: `a ? b : c`.
-    Select,
-    /// `u32 -> f32` and `f32 -> u32`: reinterpret the bits.
-    BitsToF32,
-    F32ToBits,
-    /// `f32 -> u32`: to signed integer, nearest even / toward zero; saturating, NaN → 0.
-    CvtRniS32F32,
-    CvtRziS32F32,
-    /// `u32 -> f32`: signed / unsigned integer to float, round to nearest even.
-    CvtF32S32,
-    CvtF32U32,
-    /// `f32 hi, f32 lo -> u32`: two floats rounded to nearest even to bf16 and packed, `hi`
-    /// in bits 31..16 and `lo` in bits 15..0 (PTX `cvt.rn.bf16x2.f32`; NaN gives 0x7fff).
-    PackBf16x2,
-    /// As [`Op::PackBf16x2`] for f16 (PTX `cvt.rn.f16x2.f32`).
-    PackF16x2,
-    /// `u32 -> f32`: the f16 in bits 15..0, converted exactly.
-    F16ToF32,
-    /// `u32 -> u64`: zero-extend.
-    CvtU64U32,
-    /// `u64, u64 -> u64`.
-    AddU64,
-    /// `u32, u32 -> u64`: full unsigned product.
-    MulWideU32,
-    /// `-> u32`: a special register.
-    Special(Special),
-    /// `-> u64` (pointer) or `u32` (scalar): kernel parameter number `n`.
-    Param(u32),
-    /// `-> u32`: the shared-window address of a shared buffer.
-    SharedAddr(SharedBuf),
-    /// `T, u32 -> T` (T 32-bit): the value of `a` in lane `laneid ^ b` of the warp
-    /// (PTX `shfl.sync.bfly.b32` with all 32 lanes participating).
-    ShflBfly,
-    /// `f32 [, f32] -> f32`: a math-library call, removed by `expand-math`.
-    Math(MathFn),
-    /// `f32 -> u32`: `a` rounded to TF32 (10 fraction bits) to nearest, ties away from zero,
-    /// as an f32 bit pattern whose low 13 bits are 0 (PTX `cvt.rna.tf32.f32`, sm_80+). Carry
-    /// out of the fraction rounds up the exponent, so values past the largest TF32 become
-    /// infinity; ±0, ±infinity and denormals follow the same rule (denormals are kept). A NaN
-    /// gives a NaN; the executor returns `0x7fffffff` (the PTX ISA does not fix the payload).
-    /// The operand format of [`MmaShape::M16N8K8Tf32`].
-    CvtRnaTf32F32,
 }
 
 /// The shape and input type of a warp-level [`Stmt::Mma`]: `D[16×N] = A[16×K]·B[K×N] + C`
@@ -512,6 +363,17 @@ pub enum ParamKind {
     U32,
 }
 
+impl ParamKind {
+    /// The type of the register an [`Op::Param`] reading this parameter gives: `U64` for a
+    /// pointer (a global address), `U32` for a scalar.
+    pub fn reg_type(self) -> RegType {
+        match self {
+            ParamKind::Ptr { .. } => RegType::U64,
+            ParamKind::U32 => RegType::U32,
+        }
+    }
+}
+
 /// A kernel parameter.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct Param {
@@ -532,7 +394,7 @@ pub struct SharedDecl {
 /// One GPU kernel.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Kernel {
-    /// The PTX entry name: a valid identifier, unique in its program.
+    /// The PTX entry name: a PTX identifier ([`is_ptx_identifier`]), unique in its program.
     pub name: String,
     pub params: Vec<Param>,
     /// CTA shape in threads (x, y, z); only x is used by the schedules today.
@@ -636,6 +498,27 @@ where
         }
     }
     Ok(out)
+}
+
+/// Whether `s` is a PTX identifier: `[a-zA-Z]{followsym}*` or `[_$%]{followsym}+`, with
+/// `followsym` as [`is_ptx_followsym`] (PTX ISA §4.4, "Identifiers"). The one check of a
+/// kernel name: the verifier (rule `kernel.name`) and the PTX writer call it.
+pub fn is_ptx_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() => chars.all(is_ptx_followsym),
+        Some('_' | '$' | '%') => {
+            let rest = chars.as_str();
+            !rest.is_empty() && rest.chars().all(is_ptx_followsym)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `c` may follow the first character of a PTX identifier: `[a-zA-Z0-9_$]` (PTX ISA
+/// §4.4, `followsym`).
+pub fn is_ptx_followsym(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '$'
 }
 
 /// What a program buffer is for.

@@ -1,10 +1,8 @@
 //! The readers never panic: mutated and truncated texts give errors (or, by chance, IR).
 
-mod common;
-
-use common::*;
 use tessel_ir::text::{read_graph, read_kernel, read_program, write_graph, write_program};
 use tessel_ir::verify::{verify_graph, verify_program};
+use tessel_testkit::ir::*;
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);

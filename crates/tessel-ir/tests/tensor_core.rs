@@ -2,15 +2,13 @@
 //! form and the verifier: a kernel with every variant round-trips and verifies, malformed
 //! text is a reader error, and each rule catches its violation.
 
-mod common;
-
-use common::rules;
 use tessel_ir::kernel::{
     CpAsyncCache, Kernel, MmaShape, Op, Operand, Param, ParamKind, RegType, Stmt,
 };
 use tessel_ir::text::{read_kernel, write_kernel};
 use tessel_ir::verify::verify_kernel;
 use tessel_ir::DType;
+use tessel_testkit::ir::rules;
 
 /// A valid kernel with every new statement: each mma shape, ldmatrix x1/x2/x4 with and
 /// without `.trans`, both cp.async caches and sizes with and without `src_bytes`, commit and

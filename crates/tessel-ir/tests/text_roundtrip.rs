@@ -1,9 +1,6 @@
 //! Printer and reader round trips: print → read → print is identical, and the IR read back
 //! equals the IR printed.
 
-mod common;
-
-use common::*;
 use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, Schedules};
 use tessel_ir::kernel::{Kernel, Operand, RegType, Stmt};
 use tessel_ir::text::{
@@ -11,6 +8,7 @@ use tessel_ir::text::{
 };
 use tessel_ir::verify::{verify_graph, verify_kernel, verify_program};
 use tessel_ir::{DType, Group};
+use tessel_testkit::ir::*;
 
 fn graph_round_trip(g: &Graph, f: Option<&Fusion>, s: Option<&Schedules>) -> String {
     let text = write_graph(g, f, s);

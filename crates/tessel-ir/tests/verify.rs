@@ -1,9 +1,6 @@
 //! Verifier tests: a valid IR passes; for each invariant a minimal IR that breaks it is
 //! reported under the invariant's rule.
 
-mod common;
-
-use common::*;
 use tessel_ir::graph::{
     BinaryOp, Fusion, Graph, Op, ReduceOp, Schedule, Schedules, TileConfig, UnaryOp,
 };
@@ -13,6 +10,7 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::verify::{verify_graph, verify_kernel, verify_program};
 use tessel_ir::{DType, Group, Reg, SharedBuf};
+use tessel_testkit::ir::*;
 
 use DType::*;
 

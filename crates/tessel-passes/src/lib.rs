@@ -29,7 +29,7 @@ use tessel_ir::graph::Graph;
 
 pub use compiled::Compiled;
 pub use pipeline::{pass, run_passes, Ir, Level, PassInfo, Run};
-pub use target::{Profile, Target};
+pub use target::{Peaks, Profile, Target};
 
 /// The pipeline, in order: [`compile`] runs exactly these, one after the other, each on the
 /// IR the one before gave ([`Run`] says which level each takes).
@@ -62,7 +62,7 @@ pub static PASSES: &[PassInfo] = &[
     PassInfo {
         name: "lower",
         what: "fusion groups to kernel IR",
-        run: Run::Lower(|g, f, s, o| Ok(lower::run_with_buffers(g, f, s, &o.target)?)),
+        run: Run::Lower(|g, f, s| Ok(lower::run_with_buffers(g, f, s)?)),
     },
     // Math placeholders → the tessel-math sequences of plain IEEE ops.
     PassInfo {

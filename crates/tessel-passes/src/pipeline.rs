@@ -70,8 +70,8 @@ pub enum Run {
     /// Graph IR and fusion groups → a schedule per group.
     Schedule(fn(&Graph, &Fusion, &Options) -> Schedules),
     /// Graph IR, groups and schedules → kernel IR, with the buffer of every materialised
-    /// value and the group of every kernel.
-    Lower(fn(&Graph, &Fusion, &Schedules, &Options) -> Result<Lowered, CompileError>),
+    /// value and the group of every kernel. Every decision is in the schedules: no options.
+    Lower(fn(&Graph, &Fusion, &Schedules) -> Result<Lowered, CompileError>),
     /// Kernel IR → kernel IR, each kernel in place. `expands_math`: no `math.*` placeholder
     /// is left after it, and the verifier holds every later kernel to that.
     Kernel {
@@ -202,7 +202,7 @@ pub fn run_passes(
                 Ir::Scheduled(g, f, s)
             }
             (Run::Lower(run), Some(Ir::Scheduled(graph, fusion, schedules))) => {
-                let l = run(&graph, &fusion, &schedules, opts)?;
+                let l = run(&graph, &fusion, &schedules)?;
                 Ir::Kernel(Box::new(Compiled {
                     graph,
                     fusion,

@@ -1,6 +1,9 @@
-//! The properties of the GPU a step is compiled for, read by `schedule`.
+//! The machine a step is compiled for: the one source of machine facts. `schedule` reads
+//! the SM count, occupancy limits and shared memory from it; the CLI fills it from the GPU
+//! it finds (or a named preset without one) and derives the PTX target from it; `bench`
+//! reads its datasheet peaks.
 
-/// Device properties that tile selection depends on.
+/// The facts about a GPU that compilation and measurement depend on.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Target {
     /// e.g. "NVIDIA H200".
@@ -13,20 +16,101 @@ pub struct Target {
     pub max_threads_per_cta: u32,
     /// Most shared memory one CTA may use, bytes (with the opt-in attribute).
     pub max_shared_per_cta: u32,
+    /// Shared memory of one SM, bytes.
+    pub max_shared_per_sm: u32,
+    /// 32-bit registers of one SM.
+    pub registers_per_sm: u32,
+    /// Most registers one thread may use (ISA limit).
+    pub max_registers_per_thread: u32,
+    /// Most warps resident on one SM.
+    pub max_warps_per_sm: u32,
+    /// L2 cache, bytes.
+    pub l2_bytes: u64,
+    /// Dense peak rates from the part's datasheet, when it is a known part: the compute
+    /// floor `bench` reports (never a measured rate).
+    pub peaks: Option<Peaks>,
 }
 
+/// Datasheet dense peak rates, FLOP/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Peaks {
+    /// BF16/FP16 tensor cores, dense.
+    pub bf16_tensor: f64,
+    /// TF32 tensor cores, dense.
+    pub tf32_tensor: f64,
+    /// FP32 FMA (SIMT).
+    pub fp32: f64,
+    /// Where the figures come from.
+    pub source: &'static str,
+}
+
+/// Hopper's per-SM limits (NVIDIA Hopper Tuning Guide, "Occupancy", and the CUDA C
+/// Programming Guide, "Technical Specifications per Compute Capability", 9.0): 64 warps,
+/// 65536 registers, 255 per thread, 228 KiB shared memory of which 227 KiB to one CTA.
+fn hopper(name: &str, sm_count: u32, peaks: Peaks) -> Target {
+    Target {
+        name: name.into(),
+        compute_capability: (9, 0),
+        sm_count,
+        max_threads_per_cta: 1024,
+        max_shared_per_cta: 227 * 1024,
+        max_shared_per_sm: 228 * 1024,
+        registers_per_sm: 65536,
+        max_registers_per_thread: 255,
+        max_warps_per_sm: 64,
+        l2_bytes: 50 * 1024 * 1024,
+        peaks: Some(peaks),
+    }
+}
+
+/// H100 and H200 SXM share the compute of one chip: NVIDIA H100 Tensor Core GPU datasheet
+/// (2023) and H200 datasheet (2024), dense rates: BF16/FP16 989 TFLOP/s, TF32 494 TFLOP/s,
+/// FP32 67 TFLOP/s.
+const HOPPER_SXM_PEAKS: Peaks = Peaks {
+    bf16_tensor: 989e12,
+    tf32_tensor: 494e12,
+    fp32: 67e12,
+    source: "H100/H200 SXM datasheets, dense",
+};
+
 impl Target {
-    /// The H200 SXM (compute capability 9.0, 132 SMs, 227 KiB shared memory per CTA;
-    /// NVIDIA Hopper tuning guide and the H200 datasheet). The default when no GPU is
-    /// present, so that a build on a machine without one gives the same kernels.
+    /// The named presets, for `--target` on a machine without a GPU.
+    pub const PRESETS: [&'static str; 2] = ["h200", "h100"];
+
+    /// The H200 SXM: 132 SMs, 50 MB L2, the Hopper limits (see [`hopper`]). The default when
+    /// no GPU is present, so a build on a machine without one gives the same kernels.
     pub fn h200() -> Target {
-        Target {
-            name: "NVIDIA H200".into(),
-            compute_capability: (9, 0),
-            sm_count: 132,
-            max_threads_per_cta: 1024,
-            max_shared_per_cta: 227 * 1024,
+        hopper("NVIDIA H200", 132, HOPPER_SXM_PEAKS)
+    }
+
+    /// The H100 SXM5: the same chip as the H200 with less and slower memory (80 GB at
+    /// 3.35 TB/s): the same compilation facts.
+    pub fn h100() -> Target {
+        hopper("NVIDIA H100 80GB HBM3", 132, HOPPER_SXM_PEAKS)
+    }
+
+    /// A preset by its name in [`Target::PRESETS`].
+    pub fn preset(name: &str) -> Option<Target> {
+        match name {
+            "h200" => Some(Target::h200()),
+            "h100" => Some(Target::h100()),
+            _ => None,
         }
+    }
+
+    /// The PTX `.target` for kernels compiled for this machine: `sm_XY` from the compute
+    /// capability (PTX ISA §11.1.2; `sm_90a` would be needed only by wgmma/setmaxnreg,
+    /// which no schedule emits yet).
+    pub fn ptx_target(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+
+    /// Warps the whole GPU holds resident at once.
+    pub fn resident_warps(&self) -> u64 {
+        self.max_warps_per_sm as u64 * self.sm_count as u64
     }
 }
 

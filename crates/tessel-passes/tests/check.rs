@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use tessel_ir::graph::{Graph, Op, ReduceOp, UnaryOp};
 use tessel_ir::{DType, TensorType};
 use tessel_passes::check;
+use tessel_ref::{judge, Tensor};
 
 fn example(name: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -198,40 +199,276 @@ fn swiglu_checks() {
     }
 }
 
-/// Small programs for the semantics the examples do not reach.
+/// A program whose step `s` is checked at T = 4, its inputs (row-major, in parameter
+/// order) and the outputs worked out by hand, with their types.
+struct Case {
+    src: &'static str,
+    inputs: Vec<Vec<f64>>,
+    want: Vec<(TensorType, Vec<f64>)>,
+    /// Whether the reference value may differ from `want` within its allowed set (math
+    /// functions whose result is not exact in f32); otherwise it must equal `want`.
+    rounded: bool,
+}
+
+fn case(src: &'static str, inputs: Vec<Vec<f64>>, want: Vec<(TensorType, Vec<f64>)>) -> Case {
+    Case {
+        src,
+        inputs,
+        want,
+        rounded: false,
+    }
+}
+
+fn f32t(shape: &[u64]) -> TensorType {
+    TensorType::new(DType::F32, shape.to_vec())
+}
+
+fn i32t(shape: &[u64]) -> TensorType {
+    TensorType::new(DType::I32, shape.to_vec())
+}
+
+/// `n` values of `f(i)` for i in 0..n.
+fn table(n: usize, f: impl Fn(usize) -> f64) -> Vec<f64> {
+    (0..n).map(f).collect()
+}
+
+/// The step's inputs as tensors of the checked graph's input types.
+fn tensors(g: &Graph, values: &[Vec<f64>]) -> Vec<Tensor> {
+    assert_eq!(g.inputs.len(), values.len(), "input count");
+    g.inputs
+        .iter()
+        .zip(values)
+        .map(|((name, v), x)| {
+            let t = tensor(g.ty(*v), x);
+            assert!(
+                same(&t.to_f64_vec(), x),
+                "input {name}: {x:?} is not exact in {}",
+                t.ty
+            );
+            t
+        })
+        .collect()
+}
+
+/// `values` as a tensor of `ty`, rounded to its dtype.
+fn tensor(ty: &TensorType, values: &[f64]) -> Tensor {
+    let shape = ty.shape.0.clone();
+    match ty.dtype {
+        DType::I32 => {
+            Tensor::from_i32(shape, &values.iter().map(|&x| x as i32).collect::<Vec<_>>())
+        }
+        DType::Bool => {
+            Tensor::from_bool(shape, &values.iter().map(|&x| x != 0.0).collect::<Vec<_>>())
+        }
+        dt => Tensor::from_f32(
+            dt,
+            shape,
+            &values.iter().map(|&x| x as f32).collect::<Vec<_>>(),
+        ),
+    }
+}
+
+/// Equal element by element, NaN equal to NaN.
+fn same(a: &[f64], b: &[f64]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x == y || (x.is_nan() && y.is_nan()))
+}
+
+/// Small programs for the semantics the examples do not reach: each checked graph is
+/// evaluated by the dtype-following reference on small inputs, and its outputs must be the
+/// values worked out by hand (and the types declared).
 #[test]
 fn semantics() {
-    let cases: &[(&str, &str, &[TensorType])] = &[
-        // Promotion: bf16 + f16 → f32; int literal with bf16 stays bf16; float literal with i32 → f32.
-        ("step s(a: bf16[T], b: f16[T]) -> f32[T] { a + b }", "s", &[TensorType::new(DType::F32, vec![4])]),
-        ("step s(a: bf16[T]) -> bf16[T] { a * 2 }", "s", &[bf16(&[4])]),
-        ("step s(a: i32[T]) -> f32[T] { a * 0.5 }", "s", &[TensorType::new(DType::F32, vec![4])]),
-        ("step s(a: i32[T]) -> i32[T] { a / 2 % 3 }", "s", &[TensorType::new(DType::I32, vec![4])]),
-        ("step s(a: f32[T], b: f32[T]) -> bool[T] { !(a < b) }", "s", &[TensorType::new(DType::Bool, vec![4])]),
-        // Broadcasting, where, reductions with keep, indexing, reshape, permute, transpose.
-        ("step s(a: f32[T, 1], b: f32[3]) -> f32[T, 3] { where(a > 0.0, a, b) }", "s", &[TensorType::new(DType::F32, vec![4, 3])]),
-        ("step s(a: f32[T, 6]) -> f32[T] { sum(a, axis: 1) + max(a, axis: -1) }", "s", &[TensorType::new(DType::F32, vec![4])]),
-        ("step s(a: f32[T, 6]) -> f32[1, 6] { min(a, axis: 0, keep: true) }", "s", &[TensorType::new(DType::F32, vec![1, 6])]),
-        ("step s(a: f32[T, 6, 5]) -> f32[6, 2] { a[-1, :, 1:-2] }", "s", &[TensorType::new(DType::F32, vec![6, 2])]),
-        ("step s(a: f32[T, 6, 5]) -> f32[T, 1, 6, 5] { a[:, None, ...] }", "s", &[TensorType::new(DType::F32, vec![4, 1, 6, 5])]),
-        ("step s(a: f32[T, 6]) -> f32[3, T, 2] { permute(reshape(a, [T, 3, -1]), [1, 0, 2]) }", "s", &[TensorType::new(DType::F32, vec![3, 4, 2])]),
-        ("step s(a: f32[T, 6]) -> f32[6, T] { a^T + transpose(a, 0, -1) }", "s", &[TensorType::new(DType::F32, vec![6, 4])]),
-        ("step s(a: f32[T, 6]) -> f32[T, 6] { softmax(a, axis: -1) }", "s", &[TensorType::new(DType::F32, vec![4, 6])]),
-        ("step s(a: f32[T, 6]) -> (f32[T, 3], f32[T, 3]) { let (x, y) = split(a, 2, axis: 1); (y, x) }", "s",
-         &[TensorType::new(DType::F32, vec![4, 3]), TensorType::new(DType::F32, vec![4, 3])]),
-        ("const K = 2 * 3 - 1; step s(a: f32[T]) -> f32[T] { pow(a, K) + min(a, 1) }", "s", &[TensorType::new(DType::F32, vec![4])]),
-        ("step s(a: i32[T]) -> f32[T] { pow(a, 2) }", "s", &[TensorType::new(DType::F32, vec![4])]),
-        ("step s() -> f32 { 1.0 / 3.0 }", "s", &[TensorType::new(DType::F32, vec![])]),
-        ("step s() -> i32[5] { iota(5) - 1 }", "s", &[TensorType::new(DType::I32, vec![5])]),
-        ("step s(a: f32[T]) -> bf16[T] { bf16(a) + bf16(1e-6) }", "s", &[bf16(&[4])]),
-        // fn with `...`, named arguments and a tuple result.
-        ("fn f(x: f32[..., D], y: f32[D]) -> (f32[..., D], f32[D]) { (x * y, y) }
-          step s(a: f32[T, 2, 8], b: f32[8]) -> f32[T, 2, 8] { let (p, q) = f(y: b, x: a); p + q }", "s",
-         &[TensorType::new(DType::F32, vec![4, 2, 8])]),
+    let bf16_1e6 = 9.98377799987793e-7; // the bf16 nearest 1e-6 (see below)
+    let rows = vec![
+        1.0, 2.0, 3.0, 4.0, 5.0, 6.0, //
+        -1.0, -2.0, -3.0, -4.0, -5.0, -6.0, //
+        0.0, 0.0, 0.0, 0.0, 0.0, 7.0, //
+        0.5, 0.25, 0.0, 0.0, 0.0, 0.0,
     ];
-    for (src, step, want) in cases {
-        let g = build(src, step, 4);
-        assert_eq!(&out_types(&g), want, "{src}");
+    // a[t][c] = 10t + c over [4, 6].
+    let a46 = table(24, |i| (10 * (i / 6) + i % 6) as f64);
+    // a[t][j][k] = 100t + 10j + k over [4, 6, 5].
+    let a465 = table(120, |i| (100 * (i / 30) + 10 * (i / 5 % 6) + i % 5) as f64);
+    let ninf = f64::NEG_INFINITY;
+    let cases = vec![
+        // Promotion: bf16 + f16 → f32, so 1 + 2^-10 and 257 survive (bf16 would round both).
+        case(
+            "step s(a: bf16[T], b: f16[T]) -> f32[T] { a + b }",
+            vec![vec![1.0, -2.0, 256.0, 0.5], vec![1.0 / 1024.0, 0.25, 1.0, -0.5]],
+            vec![(f32t(&[4]), vec![1.0009765625, -1.75, 257.0, 0.0])],
+        ),
+        // An int literal with bf16 stays bf16.
+        case(
+            "step s(a: bf16[T]) -> bf16[T] { a * 2 }",
+            vec![vec![1.5, -3.0, 255.0, 0.0078125]],
+            vec![(bf16(&[4]), vec![3.0, -6.0, 510.0, 0.015625])],
+        ),
+        // A float literal with i32 → f32: 2^24 + 1 becomes 2^24 on the way.
+        case(
+            "step s(a: i32[T]) -> f32[T] { a * 0.5 }",
+            vec![vec![3.0, -7.0, 0.0, 16777217.0]],
+            vec![(f32t(&[4]), vec![1.5, -3.5, 0.0, 8388608.0])],
+        ),
+        // i32 division and remainder truncate toward zero.
+        case(
+            "step s(a: i32[T]) -> i32[T] { a / 2 % 3 }",
+            vec![vec![9.0, -9.0, 5.0, 1.0]],
+            vec![(i32t(&[4]), vec![1.0, -1.0, 2.0, 0.0])],
+        ),
+        // NaN < 0 is false, so its negation is true.
+        case(
+            "step s(a: f32[T], b: f32[T]) -> bool[T] { !(a < b) }",
+            vec![vec![1.0, 2.0, f64::NAN, 3.0], vec![2.0, 2.0, 0.0, -1.0]],
+            vec![(
+                TensorType::new(DType::Bool, vec![4]),
+                vec![0.0, 1.0, 1.0, 1.0],
+            )],
+        ),
+        // Broadcasting, where, reductions with keep, indexing, reshape, permute, transpose.
+        case(
+            "step s(a: f32[T, 1], b: f32[3]) -> f32[T, 3] { where(a > 0.0, a, b) }",
+            vec![vec![1.0, -1.0, 0.0, 2.0], vec![10.0, 20.0, 30.0]],
+            vec![(
+                f32t(&[4, 3]),
+                vec![1.0, 1.0, 1.0, 10.0, 20.0, 30.0, 10.0, 20.0, 30.0, 2.0, 2.0, 2.0],
+            )],
+        ),
+        case(
+            "step s(a: f32[T, 6]) -> f32[T] { sum(a, axis: 1) + max(a, axis: -1) }",
+            vec![rows.clone()],
+            vec![(f32t(&[4]), vec![21.0 + 6.0, -21.0 - 1.0, 7.0 + 7.0, 0.75 + 0.5])],
+        ),
+        case(
+            "step s(a: f32[T, 6]) -> f32[1, 6] { min(a, axis: 0, keep: true) }",
+            vec![rows],
+            vec![(f32t(&[1, 6]), vec![-1.0, -2.0, -3.0, -4.0, -5.0, -6.0])],
+        ),
+        // a[3, :, 1..3]
+        case(
+            "step s(a: f32[T, 6, 5]) -> f32[6, 2] { a[-1, :, 1:-2] }",
+            vec![a465.clone()],
+            vec![(f32t(&[6, 2]), table(12, |i| (301 + 10 * (i / 2) + i % 2) as f64))],
+        ),
+        case(
+            "step s(a: f32[T, 6, 5]) -> f32[T, 1, 6, 5] { a[:, None, ...] }",
+            vec![a465.clone()],
+            vec![(f32t(&[4, 1, 6, 5]), a465)],
+        ),
+        // out[i][t][k] = a[t][2i + k]
+        case(
+            "step s(a: f32[T, 6]) -> f32[3, T, 2] { permute(reshape(a, [T, 3, -1]), [1, 0, 2]) }",
+            vec![a46.clone()],
+            vec![(
+                f32t(&[3, 4, 2]),
+                table(24, |x| (10 * (x / 2 % 4) + 2 * (x / 8) + x % 2) as f64),
+            )],
+        ),
+        // out[c][t] = 2·a[t][c]
+        case(
+            "step s(a: f32[T, 6]) -> f32[6, T] { a^T + transpose(a, 0, -1) }",
+            vec![a46.clone()],
+            vec![(f32t(&[6, 4]), table(24, |x| (2 * (10 * (x % 4) + x / 4)) as f64))],
+        ),
+        // Equal logits share evenly whatever their size; -inf gets nothing.
+        Case {
+            rounded: true,
+            ..case(
+                "step s(a: f32[T, 6]) -> f32[T, 6] { softmax(a, axis: -1) }",
+                vec![[
+                    [0.0; 6],
+                    [100.0; 6],
+                    [0.0, 0.0, 0.0, ninf, ninf, ninf],
+                    [ninf, 5.0, ninf, ninf, 5.0, ninf],
+                ]
+                .concat()],
+                vec![(
+                    f32t(&[4, 6]),
+                    [
+                        [1.0 / 6.0; 6],
+                        [1.0 / 6.0; 6],
+                        [1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0, 0.0, 0.0, 0.0],
+                        [0.0, 0.5, 0.0, 0.0, 0.5, 0.0],
+                    ]
+                    .concat(),
+                )],
+            )
+        },
+        // (y, x) of the halves x = a[:, 0:3], y = a[:, 3:6].
+        case(
+            "step s(a: f32[T, 6]) -> (f32[T, 3], f32[T, 3]) { let (x, y) = split(a, 2, axis: 1); (y, x) }",
+            vec![a46],
+            vec![
+                (f32t(&[4, 3]), table(12, |i| (10 * (i / 3) + 3 + i % 3) as f64)),
+                (f32t(&[4, 3]), table(12, |i| (10 * (i / 3) + i % 3) as f64)),
+            ],
+        ),
+        // K = 5.
+        case(
+            "const K = 2 * 3 - 1; step s(a: f32[T]) -> f32[T] { pow(a, K) + min(a, 1) }",
+            vec![vec![2.0, -1.0, 0.5, 3.0]],
+            vec![(f32t(&[4]), vec![32.0 + 1.0, -1.0 - 1.0, 0.03125 + 0.5, 243.0 + 1.0])],
+        ),
+        case(
+            "step s(a: i32[T]) -> f32[T] { pow(a, 2) }",
+            vec![vec![3.0, -4.0, 0.0, 7.0]],
+            vec![(f32t(&[4]), vec![9.0, 16.0, 0.0, 49.0])],
+        ),
+        // The f32 quotient, correctly rounded.
+        case(
+            "step s() -> f32 { 1.0 / 3.0 }",
+            vec![],
+            vec![(f32t(&[]), vec![(1.0f32 / 3.0f32) as f64])],
+        ),
+        case(
+            "step s() -> i32[5] { iota(5) - 1 }",
+            vec![],
+            vec![(i32t(&[5]), vec![-1.0, 0.0, 1.0, 2.0, 3.0])],
+        ),
+        // Each sum rounded to bf16: 1 + 1e-6 is 1, and 3 + 1e-6 is 3.
+        case(
+            "step s(a: f32[T]) -> bf16[T] { bf16(a) + bf16(1e-6) }",
+            vec![vec![1.0, 0.0, 3.0, 1e-6f32 as f64]],
+            vec![(bf16(&[4]), vec![1.0, bf16_1e6, 3.0, 2.0 * bf16_1e6])],
+        ),
+        // fn with `...`, named arguments and a tuple result: (a·b, b) summed, (t + h + 1)·d.
+        case(
+            "fn f(x: f32[..., D], y: f32[D]) -> (f32[..., D], f32[D]) { (x * y, y) }
+             step s(a: f32[T, 2, 8], b: f32[8]) -> f32[T, 2, 8] { let (p, q) = f(y: b, x: a); p + q }",
+            vec![table(64, |i| (i / 16 + i / 8 % 2) as f64), table(8, |d| d as f64)],
+            vec![(
+                f32t(&[4, 2, 8]),
+                table(64, |i| ((i / 16 + i / 8 % 2 + 1) * (i % 8)) as f64),
+            )],
+        ),
+    ];
+    for c in cases {
+        let g = build(c.src, "s", 4);
+        let types: Vec<TensorType> = c.want.iter().map(|(t, _)| t.clone()).collect();
+        assert_eq!(out_types(&g), types, "{}", c.src);
+        let inputs = tensors(&g, &c.inputs);
+        let outs = tessel_ref::eval_reference(&g, &inputs, &tessel_ref::Model::default())
+            .unwrap_or_else(|e| panic!("{}: {e}", c.src));
+        for (i, ((ty, want), got)) in c.want.iter().zip(&outs).enumerate() {
+            let expected = tensor(ty, want);
+            if !c.rounded {
+                assert!(
+                    same(&expected.to_f64_vec(), want),
+                    "{}: output {i}: {want:?} is not exact in {ty}",
+                    c.src
+                );
+                let r: Vec<f64> = got.data.iter().map(|b| b.r).collect();
+                assert!(
+                    same(&r, want),
+                    "{}: output {i}: {r:?}, want {want:?}",
+                    c.src
+                );
+            }
+            let v = judge(&expected, got).unwrap_or_else(|e| panic!("{}: {e}", c.src));
+            assert!(v.pass(), "{}: output {i}: {v}", c.src);
+        }
     }
 }
 

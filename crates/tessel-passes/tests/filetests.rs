@@ -211,7 +211,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         Run::Lower(run) => {
             let (g, f, s) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, Some(&f), Some(&s))?;
-            let p = run(&g, &f, &s, &opts)
+            let p = run(&g, &f, &s)
                 .map_err(|e| format!("{} failed: {}", info.name, chain(&e)))?
                 .program;
             let printed = text::write_program(&p);

@@ -1,22 +1,28 @@
 //! The PTX writer: a legalized [`Kernel`] in, PTX text out (naga `back/msl/writer.rs` style).
 //!
 //! [`Writer`] holds the output, the options and the [`Namer`] of the kernel being printed,
-//! with one `write_*` method per construct. Every IR op is one row of [`Writer::write_op`]'s
-//! table (design §7: every f32 `add`/`sub`/`mul` carries `.rn`, which also forbids ptxas
-//! from contracting them into an `fma`; `fma`, `div`, `sqrt` and the conversions are `.rn`
-//! too; nothing is `.approx` or `.ftz`). An op without a row, or with operand types outside
-//! its signature, is a [`PtxError::NoRow`] naming the op and its types.
+//! with one `write_*` method per construct. Every IR op is one row of the op → instruction
+//! table in `writer/ops.rs` (design §7: every f32 `add`/`sub`/`mul` carries `.rn`, which
+//! also forbids ptxas from contracting them into an `fma`; `fma`, `div`, `sqrt` and the
+//! conversions are `.rn` too; nothing is `.approx` or `.ftz`). Operand and result types come
+//! from the kernel IR's one table, [`Op::signature`]; an op without a row, with operand
+//! types outside its signature, or in a form `legalize` removes, is a [`PtxError::NoRow`]
+//! naming the op and its types. Memory statements (`ld`, `st`, `ldmatrix`, `cp.async`) are
+//! in `writer/memory.rs`; the kernel frame, control flow and `mma` here.
 //!
 //! Inputs must have been through `tessel-passes`' `legalize`; the writer does not rewrite.
 //! A kernel's body is printed into a buffer first, because registers are named in the order
 //! the writer meets them (a statement's destinations, then its operands in IR order) and
 //! their declarations go above the body.
 
+mod memory;
+mod ops;
+
 use std::fmt;
 
 use tessel_ir::kernel::{
-    CpAsyncCache, FCmp, ICmp, Kernel, MmaShape, Op, Operand, ParamKind, Program, RegType, Space,
-    Special, Stmt, Width,
+    is_ptx_followsym, is_ptx_identifier, Kernel, MmaShape, Operand, ParamKind, Program, RegType,
+    Stmt,
 };
 use tessel_ir::{Reg, SharedBuf};
 
@@ -126,7 +132,7 @@ impl<W: fmt::Write> Writer<W> {
                 options.address_size
             )));
         }
-        if options.target.is_empty() || !options.target.chars().all(is_followsym) {
+        if options.target.is_empty() || !options.target.chars().all(is_ptx_followsym) {
             return Err(PtxError::Options(format!(
                 ".target {:?} is not a target name",
                 options.target
@@ -166,7 +172,7 @@ impl<W: fmt::Write> Writer<W> {
     /// # Errors
     /// [`PtxError::NoRow`] / [`PtxError::Malformed`] for a kernel the table cannot print.
     pub fn write_kernel(&mut self, k: &Kernel) -> Result<(), PtxError> {
-        if !is_identifier(&k.name) {
+        if !is_ptx_identifier(&k.name) {
             return Err(malformed(k, "the name is not a PTX identifier"));
         }
         if k.block.contains(&0) {
@@ -470,309 +476,6 @@ impl<W: fmt::Write> Writer<W> {
         self.write_instr(level, &instr)
     }
 
-    /// `ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.shared.b16 {d..}, [addr+offset]`.
-    fn write_ldmatrix(
-        &mut self,
-        k: &Kernel,
-        level: Indent,
-        dsts: &[Reg],
-        trans: bool,
-        addr: Reg,
-        offset: i32,
-    ) -> Result<(), PtxError> {
-        let num = match dsts.len() {
-            1 => "x1",
-            2 => "x2",
-            4 => "x4",
-            n => {
-                return Err(malformed(
-                    k,
-                    &format!("ldmatrix of {n} matrices (1, 2 or 4)"),
-                ))
-            }
-        };
-        let d = self.typed_regs(k, dsts, RegType::U32, "Ldmatrix")?;
-        let a = self
-            .typed_regs(k, &[addr], RegType::U32, "Ldmatrix address")?
-            .remove(0);
-        let mut mods = vec!["sync", "aligned", "m8n8", num];
-        if trans {
-            mods.push("trans");
-        }
-        mods.extend(["shared", "b16"]);
-        let instr = Instr::new("ldmatrix")
-            .m(&mods)
-            .arg(Arg::Vector(d))
-            .arg(Arg::Addr(Box::new(a.into()), offset));
-        self.write_instr(level, &instr)
-    }
-
-    /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes{, src_bytes}`.
-    #[allow(clippy::too_many_arguments)]
-    fn write_cp_async(
-        &mut self,
-        k: &Kernel,
-        level: Indent,
-        cache: CpAsyncCache,
-        bytes: u32,
-        (dst, dst_offset): (Reg, i32),
-        (src, src_offset): (Reg, i32),
-        src_bytes: Option<Operand>,
-    ) -> Result<(), PtxError> {
-        let what = format!("CpAsync({cache:?}, {bytes} bytes)");
-        let src_ty = src_bytes.map(|o| operand_type(k, o)).transpose()?;
-        let typed = cache.allows(bytes)
-            && reg_type(k, dst)? == RegType::U32
-            && reg_type(k, src)? == RegType::U64
-            && src_ty.is_none_or(|t| t.ty() == RegType::U32);
-        if !typed {
-            let mut tys = vec![
-                OperandType::Reg(reg_type(k, dst)?),
-                OperandType::Reg(reg_type(k, src)?),
-            ];
-            tys.extend(src_ty);
-            return Err(no_row(k, what, &tys, None));
-        }
-        let d = self.names.reg(dst, RegClass::B32);
-        let s = self.names.reg(src, RegClass::B64);
-        let mut instr = Instr::new("cp")
-            .m(&["async", cache.name(), "shared", "global"])
-            .arg(Arg::Addr(Box::new(d.into()), dst_offset))
-            .arg(Arg::Addr(Box::new(s.into()), src_offset))
-            .arg(Arg::Uint(u64::from(bytes)));
-        if let Some(n) = src_bytes {
-            instr = instr.arg(self.operand(k, n)?);
-        }
-        self.write_instr(level, &instr)
-    }
-
-    /// The op → instruction table.
-    fn write_op(
-        &mut self,
-        k: &Kernel,
-        level: Indent,
-        dst: Reg,
-        op: Op,
-        args: &[Operand],
-    ) -> Result<(), PtxError> {
-        let dty = reg_type(k, dst)?;
-        let tys = args
-            .iter()
-            .map(|&a| operand_type(k, a))
-            .collect::<Result<Vec<_>, _>>()?;
-        let typed = signature(op, dty).is_some_and(|sig| {
-            sig.len() == tys.len() && sig.iter().zip(&tys).all(|(want, got)| got.ty() == *want)
-        });
-        // shfl.sync exchanges register data; legalize moves an immediate value to a register.
-        let shuffles_imm = op == Op::ShflBfly && matches!(tys.first(), Some(OperandType::Imm(_)));
-        let param = match op {
-            Op::Param(n) => Some(k.params.get(n as usize).ok_or_else(|| {
-                malformed(
-                    k,
-                    &format!("{dst} reads parameter {n} of {}", k.params.len()),
-                )
-            })?),
-            _ => None,
-        };
-        let param_typed = param.is_none_or(|p| {
-            matches!(
-                (p.kind, dty),
-                (ParamKind::Ptr { .. }, RegType::U64) | (ParamKind::U32, RegType::U32)
-            )
-        });
-        if !typed || shuffles_imm || !param_typed {
-            return Err(no_row(k, format!("{op:?}"), &tys, Some(dty)));
-        }
-        if let Op::SharedAddr(b) = op {
-            if k.shared.get(b).is_none() {
-                return Err(malformed(
-                    k,
-                    &format!("{dst} takes the address of undefined {b}"),
-                ));
-            }
-        }
-
-        let d = self.names.reg(dst, class_of(dty));
-        let mut s = Vec::with_capacity(args.len());
-        for &a in args {
-            s.push(self.operand(k, a)?);
-        }
-        let row = |opcode: &'static str, mods: &[&'static str]| Instr::new(opcode).m(mods).arg(d);
-        let instr = match op {
-            Op::Mov => row("mov", &[mov_type(dty)]).args(s),
-            Op::FAdd => row("add", &["rn", "f32"]).args(s),
-            Op::FSub => row("sub", &["rn", "f32"]).args(s),
-            Op::FMul => row("mul", &["rn", "f32"]).args(s),
-            Op::FDiv => row("div", &["rn", "f32"]).args(s),
-            Op::FFma => row("fma", &["rn", "f32"]).args(s),
-            Op::FSqrt => row("sqrt", &["rn", "f32"]).args(s),
-            Op::FNeg => row("neg", &["f32"]).args(s),
-            Op::FAbs => row("abs", &["f32"]).args(s),
-            Op::FMin => row("min", &["NaN", "f32"]).args(s),
-            Op::FMax => row("max", &["NaN", "f32"]).args(s),
-            Op::FRint => row("cvt", &["rni", "f32", "f32"]).args(s),
-            Op::FCmp(c) => row("setp", &[fcmp(c), "f32"]).args(s),
-            Op::IAdd => row("add", &["u32"]).args(s),
-            Op::ISub => row("sub", &["u32"]).args(s),
-            Op::IMulLo => row("mul", &["lo", "u32"]).args(s),
-            Op::UMulHi => row("mul", &["hi", "u32"]).args(s),
-            Op::UDiv => row("div", &["u32"]).args(s),
-            Op::URem => row("rem", &["u32"]).args(s),
-            Op::Shl => row("shl", &["b32"]).args(s),
-            Op::ShrU => row("shr", &["u32"]).args(s),
-            Op::ShrS => {
-                let mut s = s.into_iter();
-                let a = s.next().map(signed);
-                row("shr", &["s32"]).args(a).args(s)
-            }
-            Op::And => row("and", &["b32"]).args(s),
-            Op::Or => row("or", &["b32"]).args(s),
-            Op::Xor => row("xor", &["b32"]).args(s),
-            Op::Not => row("not", &["b32"]).args(s),
-            Op::ICmp(c) => {
-                let (cmp, ty) = icmp(c);
-                let s = s
-                    .into_iter()
-                    .map(|a| if ty == "s32" { signed(a) } else { a });
-                row("setp", &[cmp, ty]).args(s)
-            }
-            Op::PAnd => row("and", &["pred"]).args(s),
-            Op::POr => row("or", &["pred"]).args(s),
-            Op::PNot => row("not", &["pred"]).args(s),
-            Op::Select => {
-                // IR `a ? b : c`; PTX `selp d, b, c, a`.
-                s.rotate_left(1);
-                row("selp", &[selp_type(dty)]).args(s)
-            }
-            Op::BitsToF32 | Op::F32ToBits => row("mov", &["b32"]).args(s),
-            Op::CvtRniS32F32 => row("cvt", &["rni", "s32", "f32"]).args(s),
-            Op::CvtRziS32F32 => row("cvt", &["rzi", "s32", "f32"]).args(s),
-            Op::CvtF32S32 => row("cvt", &["rn", "f32", "s32"]).args(s.into_iter().map(signed)),
-            Op::CvtF32U32 => row("cvt", &["rn", "f32", "u32"]).args(s),
-            Op::PackBf16x2 => row("cvt", &["rn", "bf16x2", "f32"]).args(s),
-            Op::PackF16x2 => row("cvt", &["rn", "f16x2", "f32"]).args(s),
-            Op::F16ToF32 => {
-                // cvt.f32.f16 reads a .b16 register: narrow into an %h scratch first.
-                let h = self.names.fresh(RegClass::B16);
-                let narrow = Instr::new("cvt").m(&["u16", "u32"]).arg(h).args(s);
-                self.write_instr(level, &narrow)?;
-                row("cvt", &["f32", "f16"]).arg(h)
-            }
-            Op::CvtU64U32 => row("cvt", &["u64", "u32"]).args(s),
-            Op::AddU64 => row("add", &["u64"]).args(s),
-            Op::MulWideU32 => row("mul", &["wide", "u32"]).args(s),
-            Op::Special(sr) => row("mov", &["u32"]).arg(Arg::Special(special(sr))),
-            Op::Param(n) => {
-                let addr = Arg::Addr(Box::new(Arg::Symbol(param_name(&k.name, n))), 0);
-                if dty == RegType::U64 {
-                    self.write_instr(level, &row("ld", &["param", "u64"]).arg(addr))?;
-                    // A kernel pointer parameter is a generic address of global memory.
-                    row("cvta", &["to", "global", "u64"]).arg(d)
-                } else {
-                    row("ld", &["param", "u32"]).arg(addr)
-                }
-            }
-            Op::SharedAddr(b) => {
-                let n = self.names.shared(b);
-                let name = if k.dynamic_shared_bytes() > 0 {
-                    dynamic_shared_name(k)
-                } else {
-                    shared_name(n)
-                };
-                row("mov", &["u32"]).arg(Arg::Symbol(name))
-            }
-            Op::ShflBfly => row("shfl", &["sync", "bfly", "b32"])
-                .args(s)
-                .arg(Arg::Hex(0x1f))
-                .arg(Arg::Hex(0xffff_ffff)),
-            Op::Math(_) => return Err(no_row(k, format!("{op:?}"), &tys, Some(dty))),
-            Op::CvtRnaTf32F32 => row("cvt", &["rna", "tf32", "f32"]).args(s),
-        };
-        self.write_instr(level, &instr)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write_load(
-        &mut self,
-        k: &Kernel,
-        level: Indent,
-        dsts: &[Reg],
-        space: Space,
-        width: Width,
-        addr: Reg,
-        offset: i32,
-    ) -> Result<(), PtxError> {
-        let tys = dsts
-            .iter()
-            .map(|&r| reg_type(k, r).map(OperandType::Reg))
-            .collect::<Result<Vec<_>, _>>()?;
-        let addr_ty = reg_type(k, addr)?;
-        if !access_typed(space, width, addr_ty, &tys) {
-            let mut all = vec![OperandType::Reg(addr_ty)];
-            all.extend(tys);
-            return Err(no_row(
-                k,
-                format!("ld.{} {width:?}", space_name(space)),
-                &all,
-                None,
-            ));
-        }
-        let mut regs = Vec::with_capacity(dsts.len());
-        for &r in dsts {
-            regs.push(self.names.reg(r, class_of(reg_type(k, r)?)));
-        }
-        let a = self.names.reg(addr, class_of(addr_ty));
-        let instr = Instr::new("ld")
-            .m(&[space_name(space)])
-            .m(width_mods(width))
-            .arg(data_arg(regs))
-            .arg(Arg::Addr(Box::new(a.into()), offset));
-        self.write_instr(level, &instr)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn write_store(
-        &mut self,
-        k: &Kernel,
-        level: Indent,
-        space: Space,
-        width: Width,
-        addr: Reg,
-        offset: i32,
-        values: &[Operand],
-    ) -> Result<(), PtxError> {
-        let tys = values
-            .iter()
-            .map(|&v| operand_type(k, v))
-            .collect::<Result<Vec<_>, _>>()?;
-        let addr_ty = reg_type(k, addr)?;
-        // st stores registers; legalize moves immediates into them.
-        let registers = tys.iter().all(|t| matches!(t, OperandType::Reg(_)));
-        if !registers || !access_typed(space, width, addr_ty, &tys) {
-            let mut all = vec![OperandType::Reg(addr_ty)];
-            all.extend(tys);
-            return Err(no_row(
-                k,
-                format!("st.{} {width:?}", space_name(space)),
-                &all,
-                None,
-            ));
-        }
-        let a = self.names.reg(addr, class_of(addr_ty));
-        let mut regs = Vec::with_capacity(values.len());
-        for &v in values {
-            if let Operand::Reg(r) = v {
-                regs.push(self.names.reg(r, class_of(reg_type(k, r)?)));
-            }
-        }
-        let instr = Instr::new("st")
-            .m(&[space_name(space)])
-            .m(width_mods(width))
-            .arg(Arg::Addr(Box::new(a.into()), offset))
-            .arg(data_arg(regs));
-        self.write_instr(level, &instr)
-    }
-
     /// `var = start; while var < end (unsigned) { body; var += step }`:
     ///
     /// ```text
@@ -888,172 +591,12 @@ impl<W: fmt::Write> Writer<W> {
     }
 }
 
-/// Operand types of each op by result type: the kernel IR's signatures (`kernel.rs`), split
-/// per result type where an op is polymorphic. `None`: no row.
-fn signature(op: Op, dst: RegType) -> Option<&'static [RegType]> {
-    use RegType::{Pred as P, F32 as F, U32 as U, U64 as D};
-    Some(match (op, dst) {
-        (Op::Mov, P) => &[P],
-        (Op::Mov, U) => &[U],
-        (Op::Mov, D) => &[D],
-        (Op::Mov, F) => &[F],
-        (Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax, F) => &[F, F],
-        (Op::FFma, F) => &[F, F, F],
-        (Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint, F) => &[F],
-        (Op::FCmp(_), P) => &[F, F],
-        (
-            Op::IAdd
-            | Op::ISub
-            | Op::IMulLo
-            | Op::UMulHi
-            | Op::UDiv
-            | Op::URem
-            | Op::Shl
-            | Op::ShrU
-            | Op::ShrS
-            | Op::And
-            | Op::Or
-            | Op::Xor,
-            U,
-        ) => &[U, U],
-        (Op::Not, U) => &[U],
-        (Op::ICmp(_), P) => &[U, U],
-        (Op::PAnd | Op::POr, P) => &[P, P],
-        (Op::PNot, P) => &[P],
-        // A predicate select has no `selp`; legalize rewrites it into and/or/not.
-        (Op::Select, U) => &[P, U, U],
-        (Op::Select, D) => &[P, D, D],
-        (Op::Select, F) => &[P, F, F],
-        (Op::BitsToF32, F) => &[U],
-        (Op::F32ToBits, U) => &[F],
-        (Op::CvtRniS32F32 | Op::CvtRziS32F32, U) => &[F],
-        (Op::CvtF32S32 | Op::CvtF32U32, F) => &[U],
-        (Op::PackBf16x2 | Op::PackF16x2, U) => &[F, F],
-        (Op::F16ToF32, F) => &[U],
-        (Op::CvtU64U32, D) => &[U],
-        (Op::AddU64, D) => &[D, D],
-        (Op::MulWideU32, D) => &[U, U],
-        (Op::Special(_) | Op::SharedAddr(_), U) => &[],
-        (Op::Param(_), U | D) => &[],
-        (Op::ShflBfly, U) => &[U, U],
-        (Op::ShflBfly, F) => &[F, U],
-        (Op::CvtRnaTf32F32, U) => &[F],
-        _ => return None,
-    })
-}
-
-/// Whether a load's destinations / a store's values and the address fit `ld`/`st`: `B8`
-/// and `B16` move the low bits of a `U32` register (PTX lets `ld`/`st` registers be wider
-/// than the access); `B32` and vectors move 32-bit registers, `U32` or `F32`.
-fn access_typed(space: Space, width: Width, addr: RegType, data: &[OperandType]) -> bool {
-    let addr_ok = matches!(
-        (space, addr),
-        (Space::Global, RegType::U64) | (Space::Shared, RegType::U32)
-    );
-    let data_ok = data.iter().all(|t| match width {
-        Width::B8 | Width::B16 => t.ty() == RegType::U32,
-        Width::B32 | Width::V2 | Width::V4 => matches!(t.ty(), RegType::U32 | RegType::F32),
-    });
-    addr_ok && data_ok && data.len() == width.regs()
-}
-
-fn width_mods(width: Width) -> &'static [&'static str] {
-    match width {
-        Width::B8 => &["u8"],
-        Width::B16 => &["u16"],
-        Width::B32 => &["b32"],
-        Width::V2 => &["v2", "b32"],
-        Width::V4 => &["v4", "b32"],
-    }
-}
-
-fn space_name(space: Space) -> &'static str {
-    match space {
-        Space::Global => "global",
-        Space::Shared => "shared",
-    }
-}
-
-/// One register as itself, several as a `{...}` vector.
-fn data_arg(mut regs: Vec<RegName>) -> Arg {
-    if regs.len() == 1 {
-        Arg::Reg(regs.remove(0))
-    } else {
-        Arg::Vector(regs)
-    }
-}
-
 fn class_of(ty: RegType) -> RegClass {
     match ty {
         RegType::Pred => RegClass::Pred,
         RegType::U32 => RegClass::B32,
         RegType::U64 => RegClass::B64,
         RegType::F32 => RegClass::F32,
-    }
-}
-
-fn mov_type(ty: RegType) -> &'static str {
-    match ty {
-        RegType::Pred => "pred",
-        RegType::U32 => "b32",
-        RegType::U64 => "b64",
-        RegType::F32 => "f32",
-    }
-}
-
-fn selp_type(ty: RegType) -> &'static str {
-    match ty {
-        RegType::F32 => "f32",
-        RegType::U64 => "b64",
-        _ => "b32",
-    }
-}
-
-fn fcmp(c: FCmp) -> &'static str {
-    match c {
-        FCmp::Eq => "eq",
-        // IR `Ne` is unordered: true when an operand is NaN.
-        FCmp::Ne => "neu",
-        FCmp::Lt => "lt",
-        FCmp::Le => "le",
-        FCmp::Gt => "gt",
-        FCmp::Ge => "ge",
-        FCmp::Nan => "nan",
-    }
-}
-
-/// The comparison and its operand type.
-fn icmp(c: ICmp) -> (&'static str, &'static str) {
-    match c {
-        ICmp::Eq => ("eq", "u32"),
-        ICmp::Ne => ("ne", "u32"),
-        ICmp::LtU => ("lo", "u32"),
-        ICmp::LeU => ("ls", "u32"),
-        ICmp::GtU => ("hi", "u32"),
-        ICmp::GeU => ("hs", "u32"),
-        ICmp::LtS => ("lt", "s32"),
-        ICmp::LeS => ("le", "s32"),
-        ICmp::GtS => ("gt", "s32"),
-        ICmp::GeS => ("ge", "s32"),
-    }
-}
-
-fn special(s: Special) -> &'static str {
-    match s {
-        Special::TidX => "%tid.x",
-        Special::NtidX => "%ntid.x",
-        Special::CtaidX => "%ctaid.x",
-        Special::CtaidY => "%ctaid.y",
-        Special::NctaidX => "%nctaid.x",
-        Special::LaneId => "%laneid",
-    }
-}
-
-/// A `u32` immediate read by an `.s32` instruction, printed as the signed value of its bits.
-fn signed(a: Arg) -> Arg {
-    match a {
-        Arg::Uint(v) => Arg::Sint(i64::from(v as u32 as i32)),
-        a => a,
     }
 }
 
@@ -1097,23 +640,6 @@ fn malformed(k: &Kernel, message: &str) -> PtxError {
     PtxError::Malformed {
         kernel: k.name.clone(),
         message: message.to_owned(),
-    }
-}
-
-fn is_followsym(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '$'
-}
-
-/// A PTX identifier: `[a-zA-Z]{followsym}*` or `[_$%]{followsym}+` (PTX ISA §4.4).
-fn is_identifier(s: &str) -> bool {
-    let mut chars = s.chars();
-    match chars.next() {
-        Some(c) if c.is_ascii_alphabetic() => chars.all(is_followsym),
-        Some('_' | '$' | '%') => {
-            let rest = chars.as_str();
-            !rest.is_empty() && rest.chars().all(is_followsym)
-        }
-        _ => false,
     }
 }
 

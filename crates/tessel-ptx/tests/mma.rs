@@ -1,16 +1,13 @@
 //! The PTX rows of the tensor-core and async-copy statements, on the kernels shared with the
-//! executor and GPU tests (`tessel-ref/tests/mma_kernels/`); every kernel is assembled by
+//! executor and GPU tests (`tessel_testkit::mma`); every kernel is assembled by
 //! ptxas 13.0 for sm_90 (`common::emit`).
 
 mod common;
 
-#[path = "../../tessel-ref/tests/mma_kernels/mod.rs"]
-mod mma_kernels;
-
 use common::{emit, renumbered};
-use mma_kernels as mk;
 use tessel_ir::kernel::{CpAsyncCache, MmaShape, Operand, RegType, Stmt};
 use tessel_ptx::{write_kernel, PtxError, PtxOptions};
+use tessel_testkit::mma as mk;
 
 fn lines(ptx: &str) -> Vec<&str> {
     ptx.lines().map(str::trim).collect()

@@ -4,9 +4,11 @@
 
 mod common;
 
-use common::{all, assemble, assert_exact, emit, f, legalized, r, renumbered, u};
+use common::{assemble, assert_exact, emit, legalized, renumbered};
 use tessel_ir::kernel::{Builder, Kernel, MathFn, Op, Operand, RegType, Space, Stmt, Width};
 use tessel_ptx::{write_kernel, write_module, PtxError, PtxOptions};
+use tessel_testkit::build::{f, r, u};
+use tessel_testkit::kernels::{self, all};
 
 /// Asserts that each row appears as a whole line of `ptx` (after indentation).
 fn assert_rows(ptx: &str, rows: &[&str]) {
@@ -31,7 +33,7 @@ fn assert_opcodes(ptx: &str, opcodes: &[&str]) {
 
 #[test]
 fn float_rows() {
-    let (ptx, _) = emit(&common::float_ops());
+    let (ptx, _) = emit(&kernels::float_ops());
     assert_opcodes(
         &ptx,
         &[
@@ -76,7 +78,7 @@ fn float_rows() {
 
 #[test]
 fn integer_predicate_and_conversion_rows() {
-    let (ptx, _) = emit(&common::int_ops());
+    let (ptx, _) = emit(&kernels::int_ops());
     assert_opcodes(
         &ptx,
         &[
@@ -185,7 +187,7 @@ fn integer_predicate_and_conversion_rows() {
 
 #[test]
 fn memory_rows_every_width_and_space() {
-    let (ptx, report) = emit(&common::memory());
+    let (ptx, report) = emit(&kernels::memory());
     for space in ["global", "shared"] {
         for width in ["u8", "u16", "b32", "v2.b32", "v4.b32"] {
             assert_opcodes(
@@ -219,7 +221,7 @@ fn memory_rows_every_width_and_space() {
 
 #[test]
 fn loops_and_nested_ifs() {
-    let (ptx, _) = emit(&common::control());
+    let (ptx, _) = emit(&kernels::control());
     let expected_labels = [
         "$L__for0_head:",
         "$L__if1_else:",
@@ -275,7 +277,7 @@ fn loops_and_nested_ifs() {
 
 #[test]
 fn shuffles_and_shared_reduction() {
-    let (ptx, report) = emit(&common::row_sum());
+    let (ptx, report) = emit(&kernels::row_sum());
     for off in [16, 8, 4, 2, 1] {
         assert!(
             ptx.lines()
@@ -293,7 +295,7 @@ fn shuffles_and_shared_reduction() {
 
 #[test]
 fn immediates_where_ptx_allows_them() {
-    let (ptx, _) = emit(&common::immediates());
+    let (ptx, _) = emit(&kernels::immediates());
     assert_rows(
         &ptx,
         &[
@@ -320,7 +322,7 @@ fn immediates_where_ptx_allows_them() {
 
 #[test]
 fn header_and_entry_from_options() {
-    let k = legalized(&common::row_sum());
+    let k = legalized(&kernels::row_sum());
     let ptx = write_kernel(&k, &PtxOptions::default()).unwrap();
     assert!(
         ptx.contains("\n.version 8.0\n.target sm_90\n.address_size 64\n"),
@@ -390,7 +392,7 @@ fn names_are_stable() {
 
 #[test]
 fn registers_numbered_by_first_use_and_declared() {
-    let (ptx, _) = emit(&common::float_ops());
+    let (ptx, _) = emit(&kernels::float_ops());
     assert_rows(
         &ptx,
         &[
@@ -532,24 +534,24 @@ fn malformed_kernels_are_errors() {
 
 #[test]
 fn snapshot_row_sum() {
-    let (ptx, _) = emit(&common::row_sum());
-    insta::with_settings!({description => "row_sum: strided loop, warp shuffles, shared memory, barrier (tests/common/mod.rs)"}, {
+    let (ptx, _) = emit(&kernels::row_sum());
+    insta::with_settings!({description => "row_sum: strided loop, warp shuffles, shared memory, barrier (tessel-testkit/src/kernels.rs)"}, {
         insta::assert_snapshot!("row_sum", ptx);
     });
 }
 
 #[test]
 fn snapshot_square_bf16() {
-    let (ptx, _) = emit(&common::elementwise_bf16());
-    insta::with_settings!({description => "square_bf16: bf16/f16 storage, bounds check, legalized select and division (tests/common/mod.rs)"}, {
+    let (ptx, _) = emit(&kernels::elementwise_bf16());
+    insta::with_settings!({description => "square_bf16: bf16/f16 storage, bounds check, legalized select and division (tessel-testkit/src/kernels.rs)"}, {
         insta::assert_snapshot!("square_bf16", ptx);
     });
 }
 
 #[test]
 fn snapshot_control() {
-    let (ptx, _) = emit(&common::control());
-    insta::with_settings!({description => "control: nested loops and every shape of If (tests/common/mod.rs)"}, {
+    let (ptx, _) = emit(&kernels::control());
+    insta::with_settings!({description => "control: nested loops and every shape of If (tessel-testkit/src/kernels.rs)"}, {
         insta::assert_snapshot!("control", ptx);
     });
 }

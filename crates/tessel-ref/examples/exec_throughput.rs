@@ -7,15 +7,11 @@
 //! time and lane-instructions per second.
 
 use std::time::Instant;
-use tessel_ir::kernel::{
-    Builder, Kernel, LaunchArg, Op, Operand, Param, ParamKind, RegType, Space, Special, Stmt, Width,
-};
-use tessel_ir::{BufferId, DType, Reg, TensorType};
+use tessel_ir::kernel::{Builder, ICmp, Kernel, Op, Operand, RegType, Space, Special, Stmt, Width};
+use tessel_ir::{DType, Reg, TensorType};
 use tessel_ref::{run_kernel, ExecOptions, Tensor};
-
-fn r(x: Reg) -> Operand {
-    Operand::Reg(x)
-}
+use tessel_testkit::build::{kernel, load, ptr, r, store, u};
+use tessel_testkit::host::buf;
 
 fn silu(b: &mut Builder, x: Reg) -> Reg {
     use RegType::{F32, U32};
@@ -54,58 +50,35 @@ fn silu(b: &mut Builder, x: Reg) -> Reg {
 }
 
 fn swiglu_kernel(n_pairs: u32, block: u32) -> Kernel {
-    let ptr = |name: &str, writes| Param {
-        name: name.into(),
-        kind: ParamKind::Ptr {
-            dtype: DType::Bf16,
-            writes,
-        },
-    };
-    let mut k = Kernel {
-        name: "swiglu".into(),
-        params: vec![ptr("g", false), ptr("u", false), ptr("y", true)],
-        block: [block, 1, 1],
-        grid: [n_pairs.div_ceil(block), 1, 1],
-        ..Default::default()
-    };
-    let mut b = Builder::new(&mut k);
     use RegType::{Pred, F32, U32, U64};
+    let params = ["g", "u", "y"].map(|name| ptr(name, DType::Bf16, name == "y"));
+    let mut k = kernel("swiglu", params.to_vec(), block, n_pairs.div_ceil(block));
+    let mut b = Builder::new(&mut k);
     let tid = b.op(U32, Op::Special(Special::TidX), &[]);
     let cta = b.op(U32, Op::Special(Special::CtaidX), &[]);
-    let i = b.op(U32, Op::IMulLo, &[r(cta), Operand::U32(block)]);
+    let i = b.op(U32, Op::IMulLo, &[r(cta), u(block)]);
     let i = b.op(U32, Op::IAdd, &[r(i), r(tid)]);
-    let ok = b.op(
-        Pred,
-        Op::ICmp(tessel_ir::kernel::ICmp::LtU),
-        &[r(i), Operand::U32(n_pairs)],
-    );
+    let ok = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(i), u(n_pairs)]);
     b.open();
-    let off = b.op(U64, Op::MulWideU32, &[r(i), Operand::U32(4)]);
+    // One bf16 pair (a 32-bit word) per thread from each of g, u, y: one offset for all.
+    let off = b.op(U64, Op::MulWideU32, &[r(i), u(4)]);
     let mut addrs = Vec::new();
     for p in 0..3 {
         let base = b.op(U64, Op::Param(p), &[]);
         addrs.push(b.op(U64, Op::AddU64, &[r(base), r(off)]));
     }
-    let mut words = Vec::new();
-    for &a in &addrs[..2] {
-        let w = b.kernel.new_reg(U32);
-        b.push(Stmt::Load {
-            dsts: vec![w],
-            space: Space::Global,
-            width: Width::B32,
-            addr: a,
-            offset: 0,
-        });
-        words.push(w);
-    }
+    let words: Vec<Reg> = addrs[..2]
+        .iter()
+        .map(|&a| load(&mut b, U32, Width::B32, Space::Global, a)[0])
+        .collect();
     let mut outs = Vec::new();
     for half in 0..2 {
         let mut vals = Vec::new();
         for &w in &words {
             let bits = if half == 0 {
-                b.op(U32, Op::And, &[r(w), Operand::U32(0xffff_0000)])
+                b.op(U32, Op::And, &[r(w), u(0xffff_0000)])
             } else {
-                b.op(U32, Op::Shl, &[r(w), Operand::U32(16)])
+                b.op(U32, Op::Shl, &[r(w), u(16)])
             };
             vals.push(b.op(F32, Op::BitsToF32, &[r(bits)]));
         }
@@ -113,13 +86,7 @@ fn swiglu_kernel(n_pairs: u32, block: u32) -> Kernel {
         outs.push(b.op(F32, Op::FMul, &[r(s), r(vals[1])]));
     }
     let packed = b.op(U32, Op::PackBf16x2, &[r(outs[0]), r(outs[1])]);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B32,
-        addr: addrs[2],
-        offset: 0,
-        values: vec![r(packed)],
-    });
+    store(&mut b, Width::B32, Space::Global, addrs[2], &[packed]);
     let then_body = b.close();
     b.push(Stmt::If {
         cond: ok,
@@ -143,9 +110,7 @@ fn main() {
         Tensor::random(ty.clone(), 2),
         Tensor::poison(ty),
     ];
-    let args: Vec<LaunchArg> = (0..3)
-        .map(|i| LaunchArg::Buffer(BufferId::from_u32(i)))
-        .collect();
+    let args = [buf(0), buf(1), buf(2)];
     let t0 = Instant::now();
     let stats = run_kernel(&k, &mut bufs, &args, &ExecOptions::default()).expect("run");
     let dt = t0.elapsed().as_secs_f64();

@@ -5,89 +5,16 @@ use half::{bf16, f16};
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op, Operand,
-    Param, ParamKind, Program, RegType, Space, Special, Stmt, Width,
+    Param, Program, RegType, Space, Special, Stmt, Width,
 };
 use tessel_ir::{BufferId, DType, Reg, TensorType};
 use tessel_ref::exec::numerics::CANONICAL_NAN;
 use tessel_ref::{run_kernel, run_program, ExecError, ExecOptions, Tensor};
-
-fn ptr(name: &str, dtype: DType, writes: bool) -> Param {
-    Param {
-        name: name.into(),
-        kind: ParamKind::Ptr { dtype, writes },
-    }
-}
-
-fn kernel(name: &str, params: Vec<Param>, block: u32, grid: u32) -> Kernel {
-    Kernel {
-        name: name.into(),
-        params,
-        block: [block, 1, 1],
-        grid: [grid, 1, 1],
-        ..Default::default()
-    }
-}
-
-fn buf(i: usize) -> LaunchArg {
-    LaunchArg::Buffer(BufferId::from_u32(i as u32))
-}
-
-fn r(x: Reg) -> Operand {
-    Operand::Reg(x)
-}
-
-/// `ctaid.x * ntid.x + tid.x`.
-fn global_index(b: &mut Builder) -> Reg {
-    let tid = b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-    let ntid = b.op(RegType::U32, Op::Special(Special::NtidX), &[]);
-    let cta = b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-    let base = b.op(RegType::U32, Op::IMulLo, &[r(cta), r(ntid)]);
-    b.op(RegType::U32, Op::IAdd, &[r(base), r(tid)])
-}
-
-/// The global address of element `idx` of `elem` bytes behind pointer parameter `param`.
-fn gaddr(b: &mut Builder, param: u32, idx: Reg, elem: u32) -> Reg {
-    let p = b.op(RegType::U64, Op::Param(param), &[]);
-    let off = b.op(RegType::U64, Op::MulWideU32, &[r(idx), Operand::U32(elem)]);
-    b.op(RegType::U64, Op::AddU64, &[r(p), r(off)])
-}
-
-fn load(b: &mut Builder, ty: RegType, width: Width, space: Space, addr: Reg) -> Reg {
-    let d = b.kernel.new_reg(ty);
-    b.push(Stmt::Load {
-        dsts: vec![d],
-        space,
-        width,
-        addr,
-        offset: 0,
-    });
-    d
-}
-
-fn store(b: &mut Builder, width: Width, space: Space, addr: Reg, v: Operand) {
-    b.push(Stmt::Store {
-        space,
-        width,
-        addr,
-        offset: 0,
-        values: vec![v],
-    });
-}
-
-fn f32s(v: &[f32]) -> Tensor {
-    Tensor::from_f32(DType::F32, vec![v.len() as u64], v)
-}
-
-fn f32_out(n: u64) -> Tensor {
-    Tensor::poison(TensorType::new(DType::F32, vec![n]))
-}
-
-fn bits_of(t: &Tensor) -> Vec<u32> {
-    t.data
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
+use tessel_testkit::build::{
+    close_for, close_if, global_index, kernel, load, load_at, param_gaddr, ptr, r, scalar, store,
+    store_at,
+};
+use tessel_testkit::host::{buf, f32_tensor, poison_f32, words};
 
 /// `c[i] = a[i] + b[i]` for `i < n`, with a tail guard.
 fn vector_add(n: u32, block: u32) -> Kernel {
@@ -98,10 +25,7 @@ fn vector_add(n: u32, block: u32) -> Kernel {
             ptr("a", DType::F32, false),
             ptr("b", DType::F32, false),
             ptr("c", DType::F32, true),
-            Param {
-                name: "n".into(),
-                kind: ParamKind::U32,
-            },
+            scalar("n"),
         ],
         block,
         grid,
@@ -111,19 +35,14 @@ fn vector_add(n: u32, block: u32) -> Kernel {
     let n = b.op(RegType::U32, Op::Param(3), &[]);
     let inb = b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[r(i), r(n)]);
     b.open();
-    let pa = gaddr(&mut b, 0, i, 4);
-    let pb = gaddr(&mut b, 1, i, 4);
-    let pc = gaddr(&mut b, 2, i, 4);
-    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, pa);
-    let y = load(&mut b, RegType::F32, Width::B32, Space::Global, pb);
+    let pa = param_gaddr(&mut b, 0, i, 4);
+    let pb = param_gaddr(&mut b, 1, i, 4);
+    let pc = param_gaddr(&mut b, 2, i, 4);
+    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, pa)[0];
+    let y = load(&mut b, RegType::F32, Width::B32, Space::Global, pb)[0];
     let s = b.op(RegType::F32, Op::FAdd, &[r(x), r(y)]);
-    store(&mut b, Width::B32, Space::Global, pc, r(s));
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: inb,
-        then_body,
-        else_body: vec![],
-    });
+    store(&mut b, Width::B32, Space::Global, pc, &[r(s)]);
+    close_if(&mut b, inb);
     b.finish();
     k
 }
@@ -135,7 +54,7 @@ fn vector_add_with_tail_guard() {
     let a: Vec<f32> = (0..n).map(|i| i as f32 * 0.37 - 11.0).collect();
     let bv: Vec<f32> = (0..n).map(|i| 1.0 / (i as f32 + 1.5)).collect();
     // One element past n: the guard must leave it alone.
-    let mut bufs = vec![f32s(&a), f32s(&bv), f32_out(n as u64 + 1)];
+    let mut bufs = vec![f32_tensor(&a), f32_tensor(&bv), poison_f32(n as usize + 1)];
     let done = AtomicU64::new(0);
     let progress = |d: u64, total: u64| {
         assert_eq!(total, 8);
@@ -157,7 +76,7 @@ fn vector_add_with_tail_guard() {
     for i in 0..n as usize {
         assert_eq!(c[i].to_bits(), (a[i] + bv[i]).to_bits(), "element {i}");
     }
-    assert_eq!(bits_of(&bufs[2])[n as usize], 0xFFFF_FFFF);
+    assert_eq!(words(&bufs[2].data)[n as usize], 0xFFFF_FFFF);
     // 1024 threads run the 7 statements before the guard, 1000 of them the 13 in the arm.
     assert_eq!(stats.lane_instructions, 1024 * 7 + 1000 * 13);
 }
@@ -180,17 +99,10 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
     let j = b.kernel.new_reg(RegType::U32);
     b.open();
     let idx = b.op(RegType::U32, Op::IAdd, &[r(row0), r(j)]);
-    let a = gaddr(&mut b, 0, idx, 4);
-    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, a);
+    let a = param_gaddr(&mut b, 0, idx, 4);
+    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, a)[0];
     b.assign(acc, Op::FAdd, &[r(acc), r(x)]);
-    let body = b.close();
-    b.push(Stmt::For {
-        var: j,
-        start: r(tid),
-        end: Operand::U32(cols),
-        step: Operand::U32(64),
-        body,
-    });
+    close_for(&mut b, j, r(tid), Operand::U32(cols), Operand::U32(64));
     for m in [16u32, 8, 4, 2, 1] {
         let o = b.op(RegType::F32, Op::ShflBfly, &[r(acc), Operand::U32(m)]);
         b.assign(acc, Op::FAdd, &[r(acc), r(o)]);
@@ -206,13 +118,8 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
     let base = b.op(RegType::U32, Op::SharedAddr(smem), &[]);
     let off = b.op(RegType::U32, Op::Shl, &[r(warp), Operand::U32(2)]);
     let sa = b.op(RegType::U32, Op::IAdd, &[r(base), r(off)]);
-    store(&mut b, Width::B32, Space::Shared, sa, r(acc));
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: vec![],
-    });
+    store(&mut b, Width::B32, Space::Shared, sa, &[r(acc)]);
+    close_if(&mut b, is0);
     b.push(Stmt::Barrier);
     let t0 = b.op(
         RegType::Pred,
@@ -231,14 +138,9 @@ fn row_sum(cols: u32, rows: u32) -> Kernel {
         offset: 0,
     });
     let tot = b.op(RegType::F32, Op::FAdd, &[r(s), r(s1)]);
-    let o = gaddr(&mut b, 1, row, 4);
-    store(&mut b, Width::B32, Space::Global, o, r(tot));
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: t0,
-        then_body,
-        else_body: vec![],
-    });
+    let o = param_gaddr(&mut b, 1, row, 4);
+    store(&mut b, Width::B32, Space::Global, o, &[r(tot)]);
+    close_if(&mut b, t0);
     b.finish();
     k
 }
@@ -250,7 +152,7 @@ fn row_sum_with_loop_shuffles_shared_and_barrier() {
     let x: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 7919) % 1000) as f32 * 0.001 - 0.3)
         .collect();
-    let mut bufs = vec![f32s(&x), f32_out(rows as u64)];
+    let mut bufs = vec![f32_tensor(&x), poison_f32(rows as usize)];
     run_kernel(&k, &mut bufs, &[buf(0), buf(1)], &ExecOptions::default()).unwrap();
     let out = bufs[1].to_f32_vec();
     for row in 0..rows as usize {
@@ -287,8 +189,8 @@ fn divergent_if_uses_the_condition_before_either_arm() {
     let mut k = kernel("diverge", vec![ptr("io", DType::F32, true)], 64, 1);
     let mut b = Builder::new(&mut k);
     let tid = b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-    let a = gaddr(&mut b, 0, tid, 4);
-    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, a);
+    let a = param_gaddr(&mut b, 0, tid, 4);
+    let x = load(&mut b, RegType::F32, Width::B32, Space::Global, a)[0];
     let bit = b.op(RegType::U32, Op::And, &[r(tid), Operand::U32(1)]);
     let even = b.op(
         RegType::Pred,
@@ -307,10 +209,10 @@ fn divergent_if_uses_the_condition_before_either_arm() {
         then_body,
         else_body,
     });
-    store(&mut b, Width::B32, Space::Global, a, r(x));
+    store(&mut b, Width::B32, Space::Global, a, &[r(x)]);
     b.finish();
     let v: Vec<f32> = (0..64).map(|i| i as f32 - 10.5).collect();
-    let mut bufs = vec![f32s(&v)];
+    let mut bufs = vec![f32_tensor(&v)];
     run_kernel(&k, &mut bufs, &[buf(0)], &ExecOptions::default()).unwrap();
     let out = bufs[0].to_f32_vec();
     for (i, (&o, &x)) in out.iter().zip(&v).enumerate() {
@@ -330,19 +232,12 @@ fn for_loop_with_per_thread_trip_counts() {
     let v = b.kernel.new_reg(RegType::U32);
     b.open();
     b.assign(cnt, Op::IAdd, &[r(cnt), Operand::U32(1)]);
-    let body = b.close();
-    b.push(Stmt::For {
-        var: v,
-        start: r(tid),
-        end: Operand::U32(10),
-        step: Operand::U32(3),
-        body,
-    });
+    close_for(&mut b, v, r(tid), Operand::U32(10), Operand::U32(3));
     // After the loop var holds the first value ≥ end (threads that ran) or start.
     let both = b.op(RegType::U32, Op::Shl, &[r(v), Operand::U32(16)]);
     let packed = b.op(RegType::U32, Op::Or, &[r(both), r(cnt)]);
-    let a = gaddr(&mut b, 0, tid, 4);
-    store(&mut b, Width::B32, Space::Global, a, r(packed));
+    let a = param_gaddr(&mut b, 0, tid, 4);
+    store(&mut b, Width::B32, Space::Global, a, &[r(packed)]);
     b.finish();
     let mut bufs = vec![Tensor::zeros(TensorType::new(DType::I32, vec![32]))];
     run_kernel(&k, &mut bufs, &[buf(0)], &ExecOptions::default()).unwrap();
@@ -377,19 +272,16 @@ fn run_op(op: Op, dst: RegType, args: &[&[u32]]) -> Result<Vec<u32>, ExecError> 
     let idx = b.op(RegType::U32, Op::Select, &[r(lim), r(tid), r(last)]);
     let mut ops = Vec::new();
     for i in 0..args.len() {
-        let a = gaddr(&mut b, i as u32, idx, 4);
-        ops.push(r(load(&mut b, RegType::U32, Width::B32, Space::Global, a)));
+        let a = param_gaddr(&mut b, i as u32, idx, 4);
+        ops.push(r(
+            load(&mut b, RegType::U32, Width::B32, Space::Global, a)[0]
+        ));
     }
     let d = b.op(dst, op, &ops);
     b.open();
-    let a = gaddr(&mut b, args.len() as u32, tid, 4);
-    store(&mut b, Width::B32, Space::Global, a, r(d));
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: lim,
-        then_body,
-        else_body: vec![],
-    });
+    let a = param_gaddr(&mut b, args.len() as u32, tid, 4);
+    store(&mut b, Width::B32, Space::Global, a, &[r(d)]);
+    close_if(&mut b, lim);
     b.finish();
     let mut bufs: Vec<Tensor> = args
         .iter()
@@ -401,7 +293,7 @@ fn run_op(op: Op, dst: RegType, args: &[&[u32]]) -> Result<Vec<u32>, ExecError> 
     bufs.push(Tensor::poison(TensorType::new(DType::I32, vec![n as u64])));
     let launch: Vec<LaunchArg> = (0..bufs.len()).map(buf).collect();
     run_kernel(&k, &mut bufs, &launch, &ExecOptions::default())?;
-    Ok(bits_of(&bufs[args.len()]))
+    Ok(words(&bufs[args.len()].data))
 }
 
 fn fb(x: f32) -> u32 {
@@ -826,13 +718,7 @@ fn wide_ops_and_vector_memory() {
     let off = b.op(RegType::U64, Op::CvtU64U32, &[r(t8)]);
     let a = b.op(RegType::U64, Op::AddU64, &[r(a), r(off)]);
     let t3 = b.op(RegType::U32, Op::IMulLo, &[r(tid), Operand::U32(3)]);
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::V2,
-        addr: a,
-        offset: 0,
-        values: vec![r(tid), r(t3)],
-    });
+    store(&mut b, Width::V2, Space::Global, a, &[r(tid), r(t3)]);
     let bit = b.op(RegType::U32, Op::And, &[r(tid), Operand::U32(1)]);
     let even = b.op(
         RegType::Pred,
@@ -847,7 +733,7 @@ fn wide_ops_and_vector_memory() {
         Width::B32,
         Space::Global,
         wide_copy,
-        Operand::U32(0xAAAA_AAAA),
+        &[Operand::U32(0xAAAA_AAAA)],
     );
     let is0 = b.op(
         RegType::Pred,
@@ -872,48 +758,32 @@ fn wide_ops_and_vector_memory() {
         offset: 0,
         values: regs.iter().map(|&x| r(x)).collect(),
     });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B16,
-        addr: dst,
-        offset: 18,
-        values: vec![Operand::U32(0xabcd_1234)],
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B8,
-        addr: dst,
-        offset: 17,
-        values: vec![Operand::U32(0x77)],
-    });
-    let bl = b.kernel.new_reg(RegType::U32);
-    b.push(Stmt::Load {
-        dsts: vec![bl],
-        space: Space::Global,
-        width: Width::B8,
-        addr: dst,
-        offset: 19,
-    });
-    b.push(Stmt::Store {
-        space: Space::Global,
-        width: Width::B32,
-        addr: dst,
-        offset: 20,
-        values: vec![r(bl)],
-    });
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: vec![],
-    });
+    store_at(
+        &mut b,
+        Width::B16,
+        Space::Global,
+        dst,
+        18,
+        &[Operand::U32(0xabcd_1234)],
+    );
+    store_at(
+        &mut b,
+        Width::B8,
+        Space::Global,
+        dst,
+        17,
+        &[Operand::U32(0x77)],
+    );
+    let bl = load_at(&mut b, RegType::U32, Width::B8, Space::Global, dst, 19)[0];
+    store_at(&mut b, Width::B32, Space::Global, dst, 20, &[r(bl)]);
+    close_if(&mut b, is0);
     b.finish();
     let mut bufs = vec![
         Tensor::poison(TensorType::new(DType::I32, vec![64])),
         Tensor::zeros(TensorType::new(DType::I32, vec![6])),
     ];
     run_kernel(&k, &mut bufs, &[buf(0), buf(1)], &ExecOptions::default()).unwrap();
-    let out = bits_of(&bufs[0]);
+    let out = words(&bufs[0].data);
     for t in 0..32u32 {
         let (lo, hi) = if t % 2 == 0 {
             (0xAAAA_AAAA, 3 * t)
@@ -926,7 +796,7 @@ fn wide_ops_and_vector_memory() {
             "thread {t}"
         );
     }
-    let tmp = bits_of(&bufs[1]);
+    let tmp = words(&bufs[1].data);
     assert_eq!(&tmp[..4], &out[4..8]);
     assert_eq!(tmp[4], 0x1234_7700);
     assert_eq!(tmp[5], 0x12);
@@ -945,9 +815,9 @@ fn bf16_load_compute_store() {
     );
     let mut b = Builder::new(&mut k);
     let i = global_index(&mut b);
-    let ax = gaddr(&mut b, 0, i, 4);
-    let ay = gaddr(&mut b, 1, i, 4);
-    let w = load(&mut b, RegType::U32, Width::B32, Space::Global, ax);
+    let ax = param_gaddr(&mut b, 0, i, 4);
+    let ay = param_gaddr(&mut b, 1, i, 4);
+    let w = load(&mut b, RegType::U32, Width::B32, Space::Global, ax)[0];
     let lo_bits = b.op(RegType::U32, Op::Shl, &[r(w), Operand::U32(16)]);
     let hi_bits = b.op(RegType::U32, Op::And, &[r(w), Operand::U32(0xffff_0000)]);
     let mut outs = Vec::new();
@@ -961,7 +831,7 @@ fn bf16_load_compute_store() {
         outs.push(y);
     }
     let p = b.op(RegType::U32, Op::PackBf16x2, &[r(outs[0]), r(outs[1])]);
-    store(&mut b, Width::B32, Space::Global, ay, r(p));
+    store(&mut b, Width::B32, Space::Global, ay, &[r(p)]);
     b.finish();
     let x = Tensor::random(TensorType::new(DType::Bf16, vec![n as u64]), 42);
     let mut bufs = vec![
@@ -987,9 +857,9 @@ fn bytes_from_many_ctas_share_words() {
     let cta = b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
     let t3 = b.op(RegType::U32, Op::IMulLo, &[r(tid), Operand::U32(3)]);
     let i = b.op(RegType::U32, Op::IAdd, &[r(t3), r(cta)]);
-    let a = gaddr(&mut b, 0, i, 1);
+    let a = param_gaddr(&mut b, 0, i, 1);
     let v = b.op(RegType::U32, Op::IAdd, &[r(i), Operand::U32(0x100)]);
-    store(&mut b, Width::B8, Space::Global, a, r(v));
+    store(&mut b, Width::B8, Space::Global, a, &[r(v)]);
     b.finish();
     let mut bufs = vec![Tensor::poison(TensorType::new(DType::Bool, vec![n + 1]))];
     run_kernel(&k, &mut bufs, &[buf(0)], &ExecOptions::default()).unwrap();
@@ -1008,10 +878,10 @@ fn out_of_bounds_store_names_the_buffer() {
     k.body = vec![];
     let mut b = Builder::new(&mut k);
     let i = global_index(&mut b);
-    let pc = gaddr(&mut b, 2, i, 4);
-    store(&mut b, Width::B32, Space::Global, pc, Operand::f32(1.0));
+    let pc = param_gaddr(&mut b, 2, i, 4);
+    store(&mut b, Width::B32, Space::Global, pc, &[Operand::f32(1.0)]);
     b.finish();
-    let bufs = vec![f32_out(1000), f32_out(1000), f32_out(1000)];
+    let bufs = vec![poison_f32(1000), poison_f32(1000), poison_f32(1000)];
     let e = expect_err(&k, bufs, &[buf(0), buf(1), buf(2), LaunchArg::U32(1000)]);
     assert_eq!(
         e,
@@ -1047,7 +917,7 @@ fn misaligned_vector_load_faults() {
         offset: 8,
     });
     b.finish();
-    let e = expect_err(&k, vec![f32_out(64)], &[buf(0)]);
+    let e = expect_err(&k, vec![poison_f32(64)], &[buf(0)]);
     assert!(
         matches!(e, ExecError::Misaligned { bytes: 16, thread: 0, addr, .. } if addr % 16 == 8),
         "{e}"
@@ -1074,7 +944,7 @@ fn wild_and_shared_faults() {
     let base = b.op(RegType::U32, Op::SharedAddr(s), &[]);
     let off = b.op(RegType::U32, Op::Shl, &[r(tid), Operand::U32(3)]);
     let a = b.op(RegType::U32, Op::IAdd, &[r(base), r(off)]);
-    store(&mut b, Width::B32, Space::Shared, a, Operand::U32(1));
+    store(&mut b, Width::B32, Space::Shared, a, &[Operand::U32(1)]);
     b.finish();
     let e = expect_err(&k, vec![], &[]);
     assert!(
@@ -1103,12 +973,7 @@ fn divergent_barrier_faults() {
     );
     b.open();
     b.push(Stmt::Barrier);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     assert_eq!(
         expect_err(&k, vec![], &[]),
@@ -1134,12 +999,7 @@ fn shuffle_faults() {
     );
     b.open();
     b.op(RegType::U32, Op::ShflBfly, &[r(tid), Operand::U32(1)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     assert!(matches!(
         expect_err(&k, vec![], &[]),
@@ -1191,12 +1051,7 @@ fn arithmetic_faults() {
     );
     b.open();
     b.op(RegType::U32, Op::UDiv, &[Operand::U32(7), r(tid)]);
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: c,
-        then_body,
-        else_body: vec![],
-    });
+    close_if(&mut b, c);
     b.finish();
     run_kernel(&k, &mut [], &[], &ExecOptions::default()).unwrap();
     // Math placeholders cannot run.
@@ -1221,13 +1076,13 @@ fn malformed_kernels_and_launches_are_errors() {
     b.op(RegType::F32, Op::FAdd, &[r(p), Operand::f32(1.0)]);
     b.finish();
     assert!(matches!(
-        expect_err(&k, vec![f32_out(1)], &[buf(0)]),
+        expect_err(&k, vec![poison_f32(1)], &[buf(0)]),
         ExecError::Malformed { .. }
     ));
     let k = vector_add(10, 32);
     let e = expect_err(
         &k,
-        vec![f32_out(10)],
+        vec![poison_f32(10)],
         &[buf(0), buf(0), LaunchArg::U32(3), LaunchArg::U32(1)],
     );
     assert!(matches!(e, ExecError::BadLaunch { .. }), "{e}");
@@ -1266,13 +1121,13 @@ fn two_kernel_program(n: u32) -> Program {
     );
     let mut b = Builder::new(&mut k1);
     let i = global_index(&mut b);
-    let ax = gaddr(&mut b, 0, i, 2);
-    let h = load(&mut b, RegType::U32, Width::B16, Space::Global, ax);
+    let ax = param_gaddr(&mut b, 0, i, 2);
+    let h = load(&mut b, RegType::U32, Width::B16, Space::Global, ax)[0];
     let hb = b.op(RegType::U32, Op::Shl, &[r(h), Operand::U32(16)]);
     let v = b.op(RegType::F32, Op::BitsToF32, &[r(hb)]);
     let v2 = b.op(RegType::F32, Op::FMul, &[r(v), Operand::f32(2.0)]);
-    let at = gaddr(&mut b, 1, i, 4);
-    store(&mut b, Width::B32, Space::Global, at, r(v2));
+    let at = param_gaddr(&mut b, 1, i, 4);
+    store(&mut b, Width::B32, Space::Global, at, &[r(v2)]);
     b.finish();
     let k1 = p.kernels.push(k1);
 
@@ -1284,12 +1139,12 @@ fn two_kernel_program(n: u32) -> Program {
     );
     let mut b = Builder::new(&mut k2);
     let i = global_index(&mut b);
-    let at = gaddr(&mut b, 0, i, 4);
-    let v = load(&mut b, RegType::F32, Width::B32, Space::Global, at);
+    let at = param_gaddr(&mut b, 0, i, 4);
+    let v = load(&mut b, RegType::F32, Width::B32, Space::Global, at)[0];
     let w = b.op(RegType::F32, Op::FAdd, &[r(v), Operand::f32(1.0)]);
     let pk = b.op(RegType::U32, Op::PackBf16x2, &[Operand::f32(0.0), r(w)]);
-    let ay = gaddr(&mut b, 1, i, 2);
-    store(&mut b, Width::B16, Space::Global, ay, r(pk));
+    let ay = param_gaddr(&mut b, 1, i, 2);
+    store(&mut b, Width::B16, Space::Global, ay, &[r(pk)]);
     b.finish();
     let k2 = p.kernels.push(k2);
     p.launches.push(Launch {

@@ -1,25 +1,21 @@
 //! The executor on the tensor-core and async-copy statements: `mma` (bf16, f16, tf32) against
 //! the documented model (bit for bit) and an f64 reference (within the f32 accumulation
 //! bound), `cvt.rna.tf32`, the `ldmatrix` lane mapping, `cp.async` zero-fill and wait-group
-//! bookkeeping, and a complete tiled GEMM. The kernels are in `mma_kernels/` (shared with
-//! the PTX and GPU tests).
+//! bookkeeping, and a complete tiled GEMM. The kernels and their inputs are
+//! `tessel_testkit`'s (shared with the PTX and GPU tests).
 
-#[path = "mma_kernels/mod.rs"]
-mod mma_kernels;
-
-use half::{bf16, f16};
-use mma_kernels as mk;
 use tessel_ir::kernel::{
-    Builder, CpAsyncCache, ICmp, Kernel, LaunchArg, MmaShape, Op, Operand, Param, ParamKind,
-    RegType, Space, Special, Stmt, Width,
+    Builder, CpAsyncCache, ICmp, Kernel, LaunchArg, MmaShape, Op, Operand, RegType, Space, Special,
+    Stmt, Width,
 };
-use tessel_ir::{BufferId, DType, TensorType};
+use tessel_ir::DType;
 use tessel_ref::tensor::SplitMix64;
 use tessel_ref::{run_kernel, ExecError, ExecOptions, Tensor};
-
-fn buf(i: usize) -> LaunchArg {
-    LaunchArg::Buffer(BufferId::from_u32(i as u32))
-}
+use tessel_testkit::build::{kernel, load_at, ptr, r, u};
+use tessel_testkit::host::{
+    buf, f32_tensor, gemm_bf16_case, mma_single_case, poison_f32, raw, MatmulCase,
+};
+use tessel_testkit::mma as mk;
 
 fn verified(k: Kernel) -> Kernel {
     if let Err(e) = tessel_ir::verify::verify_kernel(&k, true) {
@@ -30,32 +26,6 @@ fn verified(k: Kernel) -> Kernel {
 
 fn run(k: &Kernel, bufs: &mut [Tensor], args: &[LaunchArg]) -> Result<(), ExecError> {
     run_kernel(k, bufs, args, &ExecOptions::default()).map(|_| ())
-}
-
-fn raw(dtype: DType, n: usize, bytes: Vec<u8>) -> Tensor {
-    Tensor {
-        ty: TensorType::new(dtype, vec![n as u64]),
-        data: bytes,
-    }
-}
-
-fn f32_tensor(v: &[f32]) -> Tensor {
-    Tensor::from_f32(DType::F32, vec![v.len() as u64], v)
-}
-
-fn poison_f32(n: usize) -> Tensor {
-    raw(DType::F32, n, vec![0xFF; 4 * n])
-}
-
-/// Uniform values in [-2, 2) with a spread of exponents (some tiny, some large).
-fn values(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            let x = (rng.next_f64() * 4.0 - 2.0) as f32;
-            let scale = [1.0f32, 1.0, 0.25, 8.0, 1.0 / 1024.0][(rng.next_u64() % 5) as usize];
-            x * scale
-        })
-        .collect()
 }
 
 /// The model of `Stmt::Mma`'s docs for one output: `acc = c; acc = fma(a_k, b_k, acc)` in
@@ -85,63 +55,13 @@ fn within_bound(d: f32, a: &[f32], b: &[f32], c: f32) -> (f64, f64) {
 fn check_mma_single(shape: MmaShape, seed: u64) {
     let k = verified(mk::mma_single(shape));
     let kk = shape.k();
-    let mut rng = SplitMix64::new(seed);
-    let c = values(&mut rng, 16 * 8);
-    // Row-major A [16, K] and B [K, 8] as the f32 values the tensor core sees.
-    let (a_vals, b_vals, mut bufs);
-    match shape {
-        MmaShape::M16N8K16Bf16 => {
-            let a: Vec<bf16> = values(&mut rng, 16 * kk)
-                .into_iter()
-                .map(bf16::from_f32)
-                .collect();
-            let b: Vec<bf16> = values(&mut rng, kk * 8)
-                .into_iter()
-                .map(bf16::from_f32)
-                .collect();
-            a_vals = a.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-            b_vals = b.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-            bufs = vec![
-                Tensor::from_bf16(vec![(16 * kk) as u64], &a),
-                Tensor::from_bf16(vec![(kk * 8) as u64], &b),
-            ];
-        }
-        MmaShape::M16N8K16F16 => {
-            let a: Vec<f16> = values(&mut rng, 16 * kk)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            let b: Vec<f16> = values(&mut rng, kk * 8)
-                .into_iter()
-                .map(f16::from_f32)
-                .collect();
-            a_vals = a.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-            b_vals = b.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
-            let bytes = |v: &[f16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
-            bufs = vec![
-                raw(DType::F16, 16 * kk, bytes(&a)),
-                raw(DType::F16, kk * 8, bytes(&b)),
-            ];
-        }
-        MmaShape::M16N8K8Tf32 => {
-            let mut a = values(&mut rng, 16 * kk);
-            // Exact ties of the tf32 rounding, both signs, and a carry into the exponent.
-            a[0] = f32::from_bits(0x3f80_1000);
-            a[1] = f32::from_bits(0xbf80_3000);
-            a[2] = f32::from_bits(0x3fff_f000);
-            let b = values(&mut rng, kk * 8);
-            a_vals = a.iter().map(|&x| rna_tf32(x)).collect();
-            b_vals = b.iter().map(|&x| rna_tf32(x)).collect();
-            bufs = vec![f32_tensor(&a), f32_tensor(&b)];
-        }
-    }
-    bufs.push(f32_tensor(&c));
-    bufs.push(poison_f32(16 * 8));
-    let mut args = vec![buf(0), buf(1), buf(2), buf(3)];
-    if shape == MmaShape::M16N8K8Tf32 {
-        bufs.push(poison_f32(128));
-        args.push(buf(4));
-    }
+    let MatmulCase {
+        a: a_vals,
+        b: b_vals,
+        c,
+        mut bufs,
+        args,
+    } = mma_single_case(shape, seed);
     run(&k, &mut bufs, &args).unwrap();
     let d = bufs[3].to_f32_vec();
     let mut worst = 0f64;
@@ -175,17 +95,6 @@ fn check_mma_single(shape: MmaShape, seed: u64) {
             }
         }
     }
-}
-
-/// Round to 10 fraction bits, ties away from zero, computed in f64 (normal inputs only):
-/// an independent statement of `cvt.rna.tf32.f32`.
-fn rna_tf32(x: f32) -> f32 {
-    if x == 0.0 {
-        return x;
-    }
-    let e = (x.abs() as f64).log2().floor() as i32;
-    let ulp = 2f64.powi(e - 10);
-    ((x as f64 / ulp).round() * ulp) as f32
 }
 
 #[test]
@@ -307,49 +216,18 @@ fn cp_async_zero_fills_the_tail() {
 /// One warp: a 16-byte `cp.async` of `x[4·lane..]` into shared, then the statements `tail`
 /// and a shared load of the destination.
 fn cp_then(tail: &[Stmt]) -> Kernel {
-    let mut k = Kernel {
-        name: "cp_then".into(),
-        params: vec![
-            Param {
-                name: "x".into(),
-                kind: ParamKind::Ptr {
-                    dtype: DType::F32,
-                    writes: false,
-                },
-            },
-            Param {
-                name: "y".into(),
-                kind: ParamKind::Ptr {
-                    dtype: DType::F32,
-                    writes: true,
-                },
-            },
-        ],
-        block: [32, 1, 1],
-        grid: [1, 1, 1],
-        ..Default::default()
-    };
+    use RegType::{U32, U64};
+    let params = vec![ptr("x", DType::F32, false), ptr("y", DType::F32, true)];
+    let mut k = kernel("cp_then", params, 32, 1);
     let sm = k.new_shared(512, 16);
     let mut b = Builder::new(&mut k);
-    let x = b.op(RegType::U64, Op::Param(0), &[]);
-    let lane = b.op(RegType::U32, Op::Special(Special::LaneId), &[]);
-    let off = b.op(
-        RegType::U32,
-        Op::IMulLo,
-        &[Operand::Reg(lane), Operand::U32(16)],
-    );
-    let off64 = b.op(RegType::U64, Op::CvtU64U32, &[Operand::Reg(off)]);
-    let src = b.op(
-        RegType::U64,
-        Op::AddU64,
-        &[Operand::Reg(x), Operand::Reg(off64)],
-    );
-    let s0 = b.op(RegType::U32, Op::SharedAddr(sm), &[]);
-    let dst = b.op(
-        RegType::U32,
-        Op::IAdd,
-        &[Operand::Reg(s0), Operand::Reg(off)],
-    );
+    let x = b.op(U64, Op::Param(0), &[]);
+    let lane = b.op(U32, Op::Special(Special::LaneId), &[]);
+    let off = b.op(U32, Op::IMulLo, &[r(lane), u(16)]);
+    let off64 = b.op(U64, Op::CvtU64U32, &[r(off)]);
+    let src = b.op(U64, Op::AddU64, &[r(x), r(off64)]);
+    let s0 = b.op(U32, Op::SharedAddr(sm), &[]);
+    let dst = b.op(U32, Op::IAdd, &[r(s0), r(off)]);
     b.push(Stmt::CpAsync {
         cache: CpAsyncCache::Cg,
         bytes: 16,
@@ -362,14 +240,7 @@ fn cp_then(tail: &[Stmt]) -> Kernel {
     for s in tail {
         b.push(s.clone());
     }
-    let v = b.kernel.new_reg(RegType::F32);
-    b.push(Stmt::Load {
-        dsts: vec![v],
-        space: Space::Shared,
-        width: Width::B32,
-        addr: dst,
-        offset: 4,
-    });
+    load_at(&mut b, RegType::F32, Width::B32, Space::Shared, dst, 4);
     b.finish();
     verified(k)
 }
@@ -503,40 +374,28 @@ fn warp_wide_statements_need_the_whole_warp() {
 fn check_gemm(kk: usize, seed: u64) {
     let (m, n) = (mk::GEMM_M as usize, mk::GEMM_N as usize);
     let k = verified(mk::gemm_bf16());
-    let mut rng = SplitMix64::new(seed);
-    let a: Vec<bf16> = values(&mut rng, m * kk)
-        .into_iter()
-        .map(bf16::from_f32)
-        .collect();
-    let b: Vec<bf16> = values(&mut rng, kk * n)
-        .into_iter()
-        .map(bf16::from_f32)
-        .collect();
-    let mut bufs = vec![
-        Tensor::from_bf16(vec![(m * kk) as u64], &a),
-        Tensor::from_bf16(vec![(kk * n) as u64], &b),
-        poison_f32(m * n),
-    ];
-    run(
-        &k,
-        &mut bufs,
-        &[buf(0), buf(1), buf(2), LaunchArg::U32(kk as u32)],
-    )
-    .unwrap();
+    let MatmulCase {
+        a,
+        b,
+        mut bufs,
+        args,
+        ..
+    } = gemm_bf16_case(kk, seed);
+    run(&k, &mut bufs, &args).unwrap();
     let c = bufs[2].to_f32_vec();
     let mut worst = 0f64;
     for i in 0..m {
-        let arow: Vec<f32> = a[i * kk..(i + 1) * kk].iter().map(|x| x.to_f32()).collect();
+        let arow = &a[i * kk..(i + 1) * kk];
         for j in 0..n {
-            let bcol: Vec<f32> = (0..kk).map(|x| b[x * n + j].to_f32()).collect();
+            let bcol: Vec<f32> = (0..kk).map(|x| b[x * n + j]).collect();
             let got = c[i * n + j];
             // k-tiles in order, each mma's k in order, zero-filled k past K adding 0·0.
             assert_eq!(
                 got.to_bits(),
-                model(&arow, &bcol, 0.0).to_bits(),
+                model(arow, &bcol, 0.0).to_bits(),
                 "K {kk} C[{i}][{j}]"
             );
-            let (err, bound) = within_bound(got, &arow, &bcol, 0.0);
+            let (err, bound) = within_bound(got, arow, &bcol, 0.0);
             assert!(err <= bound, "K {kk} C[{i}][{j}]: {err:e} > {bound:e}");
             worst = worst.max(err);
         }

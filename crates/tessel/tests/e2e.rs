@@ -1,6 +1,8 @@
 //! End-to-end tests through the whole pipeline, without a GPU (design §9):
 //! - every example's PTX is snapshotted in `golden/` and assembled by ptxas 13.0 for sm_90,
 //!   with registers and spills reported;
+//! - every example's outputs, in every profile, for fixed seeds, as digests in `golden/`
+//!   (`digests__*.snap`), so a change in numerics shows in review as a PTX change does;
 //! - no emitted PTX uses an approximate instruction or flushes denormals;
 //! - semantics: the kernel-IR executor against the f64 oracle — f32 paths within rel-RMS
 //!   1e-6, 16-bit outputs within rel-RMS 2^-8 (the bf16 unit roundoff: a few roundings of
@@ -639,4 +641,151 @@ fn exact_profile_gemv_changes_rows_the_invariance_probe_sees() {
         rows(&want[1], 0, 8),
         "GEMV (M = 8) and the SIMT tile (M = 64) gave identical u at K = 4096"
     );
+}
+
+/// The dims of the golden output digests: decode-sized Qwen3-14B steps (T = 5) and a small
+/// LoRA step. Each step takes the dims it declares and ignores the others.
+const DIGEST_DIMS: [(&str, u64); 5] = [("T", 5), ("M", 24), ("K", 64), ("N", 32), ("R", 16)];
+
+/// Examples whose inputs at [`DIGEST_DIMS`] exceed this many bytes (the Qwen3-14B weight
+/// matrices, 50 to 360 MB) take about a minute on the executor in a debug build: their
+/// digests are checked by an `#[ignore]`d test.
+const DIGEST_HEAVY_BYTES: u64 = 16 << 20;
+
+/// FNV-1a, 64 bits (Fowler, Noll, Vo; the published offset basis and prime): a digest of an
+/// output's bytes that any tool can recompute.
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Every `.tsl` file under `examples/`, sorted.
+fn all_examples() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).expect("examples dir") {
+            let p = e.expect("entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "tsl") {
+                out.push(p);
+            }
+        }
+    }
+    let mut v = Vec::new();
+    walk(&root().join("examples"), &mut v);
+    v.sort();
+    v
+}
+
+/// Every example's steps compiled in each profile (in [`Profile::ALL`] order) at
+/// [`DIGEST_DIMS`], and whether the example is heavy (see [`DIGEST_HEAVY_BYTES`]).
+///
+/// [`Profile::ALL`]: tessel_passes::Profile::ALL
+fn digest_cases() -> Vec<(PathBuf, Vec<Vec<Step>>, bool)> {
+    all_examples()
+        .into_iter()
+        .map(|path| {
+            let per_profile: Vec<Vec<Step>> = tessel_passes::Profile::ALL
+                .iter()
+                .map(|&profile| compile_file_with(&path, &DIGEST_DIMS, profile))
+                .collect();
+            let heavy = per_profile[0].iter().any(|s| {
+                let p = &s.program;
+                let bytes: u64 = p
+                    .inputs
+                    .iter()
+                    .map(|(_, b)| p.buffers[*b].ty.size_bytes())
+                    .sum();
+                bytes > DIGEST_HEAVY_BYTES
+            });
+            (path, per_profile, heavy)
+        })
+        .collect()
+}
+
+/// Checks the golden digests of `path`'s outputs: every step run on the executor in every
+/// profile from the inputs `tessel run --seed 0` makes (input `i` is `Tensor::random` with
+/// seed `0 · 1000 + i`), one FNV-1a 64 per output, against `golden/digests__<stem>.snap`.
+fn assert_output_digests(path: &Path, per_profile: &[Vec<Step>]) {
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("x");
+    let rel = path.strip_prefix(root()).unwrap_or(path);
+    let dims: Vec<String> = DIGEST_DIMS
+        .iter()
+        .map(|(k, v)| format!("--dim {k}={v}"))
+        .collect();
+    let mut rows: Vec<(String, String, Vec<String>)> = Vec::new();
+    for (s, step) in per_profile[0].iter().enumerate() {
+        let p = &step.program;
+        let inputs: Vec<Tensor> = p
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), i as u64))
+            .collect();
+        let first = rows.len();
+        for (profile, steps) in tessel_passes::Profile::ALL.iter().zip(per_profile) {
+            let q = &steps[s].program;
+            let outs = run_program(q, &inputs).unwrap_or_else(|e| {
+                panic!(
+                    "{} step {} ({}): {e}",
+                    rel.display(),
+                    step.name,
+                    profile.name()
+                )
+            });
+            for (o, ((name, _), t)) in q.outputs.iter().zip(&outs).enumerate() {
+                if rows.len() == first + o {
+                    rows.push((
+                        format!("{}.{name}", step.name),
+                        t.ty.to_string(),
+                        Vec::new(),
+                    ));
+                }
+                rows[first + o]
+                    .2
+                    .push(format!("{} {:016x}", profile.name(), fnv1a64(&t.data)));
+            }
+        }
+    }
+    let wn = rows.iter().map(|r| r.0.len()).max().unwrap_or(0);
+    let wt = rows.iter().map(|r| r.1.len()).max().unwrap_or(0);
+    let mut text = String::new();
+    for (name, ty, digests) in &rows {
+        text += &format!("{name:wn$}  {ty:wt$}  {}\n", digests.join("  "));
+    }
+    let mut settings = insta::Settings::clone_current();
+    settings.set_snapshot_path(root().join("golden"));
+    settings.set_prepend_module_to_snapshot(false);
+    settings.set_description(format!(
+        "FNV-1a 64 of each output's bytes: the digest `tessel run {} {} --seed 0 --cpu \
+         --profile P` prints, for each profile P",
+        rel.display(),
+        dims.join(" ")
+    ));
+    settings.bind(|| insta::assert_snapshot!(format!("digests__{stem}"), text));
+}
+
+/// Golden output digests (design §1: `golden/` holds them beside the PTX): a change in any example's numbers, in any profile,
+/// shows in review as a changed line in `golden/digests__*.snap`, as a PTX change does in
+/// the PTX snapshots. Blessing them on purpose: docs/testing.md.
+#[test]
+fn golden_output_digests_of_every_example() {
+    for (path, per_profile, heavy) in digest_cases() {
+        if !heavy {
+            assert_output_digests(&path, &per_profile);
+        }
+    }
+}
+
+/// The digests of the examples with weight matrices (about a minute):
+/// `cargo test -p tessel --test e2e -- --ignored golden_output`.
+#[test]
+#[ignore = "about a minute on the executor: run with -- --ignored"]
+fn golden_output_digests_of_the_weight_heavy_examples() {
+    for (path, per_profile, heavy) in digest_cases() {
+        if heavy {
+            assert_output_digests(&path, &per_profile);
+        }
+    }
 }

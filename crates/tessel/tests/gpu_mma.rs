@@ -1,5 +1,5 @@
 //! GPU check of the tensor-core and async-copy statements: each kernel of
-//! `tessel-ref/tests/mma_kernels/` is legalized, printed as PTX, run on the GPU and on the
+//! `tessel_testkit::mma` is legalized, printed as PTX, run on the GPU and on the
 //! kernel-IR executor with the same inputs, and the outputs compared. Needs an NVIDIA GPU
 //! (sm_80 or newer; written for the H200), so every test is `#[ignore]`d:
 //!
@@ -16,46 +16,16 @@
 //!   exact f64 value (twice the round-to-nearest bound of K f32 additions, which also covers
 //!   truncating accumulation); the maximum |GPU − executor| is printed for the record.
 
-#[path = "../../tessel-ref/tests/mma_kernels/mod.rs"]
-mod mma_kernels;
-
-use half::{bf16, f16};
-use mma_kernels as mk;
 use tessel_cuda::{Arg, Buffer, Gpu, Launch, Module};
 use tessel_ir::kernel::{Kernel, LaunchArg, MmaShape};
-use tessel_ir::{BufferId, DType, TensorType};
+use tessel_ir::DType;
 use tessel_ptx::PtxOptions;
 use tessel_ref::tensor::SplitMix64;
 use tessel_ref::{run_kernel, ExecOptions, Tensor};
-
-fn buf(i: usize) -> LaunchArg {
-    LaunchArg::Buffer(BufferId::from_u32(i as u32))
-}
-
-fn raw(dtype: DType, n: usize, bytes: Vec<u8>) -> Tensor {
-    Tensor {
-        ty: TensorType::new(dtype, vec![n as u64]),
-        data: bytes,
-    }
-}
-
-fn f32_tensor(v: &[f32]) -> Tensor {
-    Tensor::from_f32(DType::F32, vec![v.len() as u64], v)
-}
-
-fn poison_f32(n: usize) -> Tensor {
-    raw(DType::F32, n, vec![0xFF; 4 * n])
-}
-
-fn values(rng: &mut SplitMix64, n: usize) -> Vec<f32> {
-    (0..n)
-        .map(|_| {
-            let x = (rng.next_f64() * 4.0 - 2.0) as f32;
-            let scale = [1.0f32, 1.0, 0.25, 8.0, 1.0 / 1024.0][(rng.next_u64() % 5) as usize];
-            x * scale
-        })
-        .collect()
-}
+use tessel_testkit::host::{
+    buf, f32_tensor, f32s, gemm_bf16_case, mma_single_case, poison_f32, raw, MatmulCase,
+};
+use tessel_testkit::mma as mk;
 
 fn gpu() -> Gpu {
     Gpu::open(0).expect("an NVIDIA GPU (these tests are --ignored for machines without one)")
@@ -99,13 +69,6 @@ fn run_both(
         .map(|b| b.download().expect("download"))
         .collect();
     (exec, out)
-}
-
-fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
 }
 
 /// Checks `gpu` and `exec` results of `D = A·B + C` (row-major A [m, k], B [k, n], C [m, n]
@@ -155,72 +118,17 @@ fn gpu_mma_single_warp() {
         (MmaShape::M16N8K8Tf32, 3),
     ] {
         let k = mk::mma_single(shape);
-        let kk = shape.k();
-        let mut rng = SplitMix64::new(seed);
-        let c = values(&mut rng, 128);
-        let (a_vals, b_vals, mut bufs): (Vec<f32>, Vec<f32>, Vec<Tensor>) = match shape {
-            MmaShape::M16N8K16Bf16 => {
-                let a: Vec<bf16> = values(&mut rng, 16 * kk)
-                    .into_iter()
-                    .map(bf16::from_f32)
-                    .collect();
-                let b: Vec<bf16> = values(&mut rng, kk * 8)
-                    .into_iter()
-                    .map(bf16::from_f32)
-                    .collect();
-                (
-                    a.iter().map(|x| x.to_f32()).collect(),
-                    b.iter().map(|x| x.to_f32()).collect(),
-                    vec![
-                        Tensor::from_bf16(vec![(16 * kk) as u64], &a),
-                        Tensor::from_bf16(vec![(kk * 8) as u64], &b),
-                    ],
-                )
-            }
-            MmaShape::M16N8K16F16 => {
-                let a: Vec<f16> = values(&mut rng, 16 * kk)
-                    .into_iter()
-                    .map(f16::from_f32)
-                    .collect();
-                let b: Vec<f16> = values(&mut rng, kk * 8)
-                    .into_iter()
-                    .map(f16::from_f32)
-                    .collect();
-                let bytes = |v: &[f16]| v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect();
-                (
-                    a.iter().map(|x| x.to_f32()).collect(),
-                    b.iter().map(|x| x.to_f32()).collect(),
-                    vec![
-                        raw(DType::F16, 16 * kk, bytes(&a)),
-                        raw(DType::F16, kk * 8, bytes(&b)),
-                    ],
-                )
-            }
-            MmaShape::M16N8K8Tf32 => {
-                let mut a = values(&mut rng, 16 * kk);
-                a[0] = f32::from_bits(0x3f80_1000);
-                a[1] = f32::from_bits(0xbf80_3000);
-                a[2] = f32::from_bits(0x3fff_f000);
-                let b = values(&mut rng, kk * 8);
-                let rna = |x: f32| f32::from_bits(x.to_bits().wrapping_add(0x1000) & 0xffff_e000);
-                (
-                    a.iter().map(|&x| rna(x)).collect(),
-                    b.iter().map(|&x| rna(x)).collect(),
-                    vec![f32_tensor(&a), f32_tensor(&b)],
-                )
-            }
-        };
-        bufs.push(f32_tensor(&c));
-        bufs.push(poison_f32(128));
-        let mut args = vec![buf(0), buf(1), buf(2), buf(3)];
-        if shape == MmaShape::M16N8K8Tf32 {
-            bufs.push(poison_f32(128));
-            args.push(buf(4));
-        }
+        let MatmulCase {
+            a: a_vals,
+            b: b_vals,
+            c,
+            bufs,
+            args,
+        } = mma_single_case(shape, seed);
         let (exec, dev) = run_both(&gpu, &k, &bufs, &args);
         check_matmul(
             &format!("mma.{}", shape.name()),
-            (16, 8, kk),
+            (16, 8, shape.k()),
             &a_vals,
             &b_vals,
             Some(&c),
@@ -277,33 +185,13 @@ fn gpu_tiled_gemm_bf16() {
     let k = mk::gemm_bf16();
     let (m, n) = (mk::GEMM_M as usize, mk::GEMM_N as usize);
     for (kk, seed) in [(32usize, 11u64), (64, 12), (24, 13), (8, 14)] {
-        let mut rng = SplitMix64::new(seed);
-        let a: Vec<bf16> = values(&mut rng, m * kk)
-            .into_iter()
-            .map(bf16::from_f32)
-            .collect();
-        let b: Vec<bf16> = values(&mut rng, kk * n)
-            .into_iter()
-            .map(bf16::from_f32)
-            .collect();
-        let bufs = vec![
-            Tensor::from_bf16(vec![(m * kk) as u64], &a),
-            Tensor::from_bf16(vec![(kk * n) as u64], &b),
-            poison_f32(m * n),
-        ];
-        let (exec, dev) = run_both(
-            &gpu,
-            &k,
-            &bufs,
-            &[buf(0), buf(1), buf(2), LaunchArg::U32(kk as u32)],
-        );
-        let af: Vec<f32> = a.iter().map(|x| x.to_f32()).collect();
-        let bf: Vec<f32> = b.iter().map(|x| x.to_f32()).collect();
+        let case = gemm_bf16_case(kk, seed);
+        let (exec, dev) = run_both(&gpu, &k, &case.bufs, &case.args);
         check_matmul(
             &format!("gemm_bf16 32x16x{kk}"),
             (m, n, kk),
-            &af,
-            &bf,
+            &case.a,
+            &case.b,
             None,
             &f32s(&dev[2]),
             &exec[2].to_f32_vec(),

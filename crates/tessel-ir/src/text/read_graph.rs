@@ -6,7 +6,8 @@ use super::{
     GROUP_KINDS, REDUCE_OPS, UNARY_OPS,
 };
 use crate::entities::{Group, Value};
-use crate::graph::{Fusion, Graph, GroupData, Op, Schedule, Schedules, TileConfig};
+use crate::graph::{Fusion, Graph, GroupData, MmaEpilogue, Op, Schedule, Schedules, TileConfig};
+use crate::kernel::MmaShape;
 use crate::types::{DType, Shape, TensorType};
 use cranelift_entity::packed_option::PackedOption;
 use std::collections::HashMap;
@@ -223,21 +224,22 @@ pub(crate) fn dtype_named(w: &str, pos: Pos) -> Result<DType, ReadError> {
     })
 }
 
-/// `tile <TileConfig> why "..."`.
+/// `tile <TileConfig> why "..."`: a tile kind and its fields, each a number or, for a
+/// tensor-core tile's `shape` and `epilogue`, a name.
 fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
     c.keyword("tile")?;
     let (k, kpos) = c.word("a tile kind")?;
     c.punct('{')?;
-    let mut fields: Vec<(String, u32)> = Vec::new();
+    let mut fields: Vec<(String, String, Pos)> = Vec::new();
     if !c.eat_punct('}') {
         loop {
             let (f, fpos) = c.word("a field name")?;
-            if fields.iter().any(|(x, _)| *x == f) {
+            if fields.iter().any(|(x, ..)| *x == f) {
                 return Err(fpos.error(format!("field `{f}` is given twice")));
             }
             c.punct(':')?;
-            let x = c.u32("a field value")?;
-            fields.push((f, x));
+            let (x, xpos) = c.word("a field value")?;
+            fields.push((f, x, xpos));
             if c.eat_punct('}') {
                 break;
             }
@@ -249,55 +251,100 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
         "gemv" => &["warps", "vector", "columns"],
         "simt" => &["bm", "bn", "bk", "tm", "tn", "split_k"],
-        "mma" => &["bm", "bn", "bk", "warps_m", "warps_n", "stages", "split_k"],
-        "gemv_mma" => &["warps", "unroll"],
+        "mma" => &[
+            "bm",
+            "bn",
+            "bk",
+            "warps_m",
+            "warps_n",
+            "stages",
+            "split_k",
+            "shape",
+            "epilogue",
+            "min_ctas_per_sm",
+        ],
+        "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         _ => {
             return Err(kpos.error(format!(
             "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma` or `gemv_mma`)"
         )))
         }
     };
-    let mut vals = Vec::new();
-    for e in expect {
-        match fields.iter().find(|(f, _)| f == e) {
-            Some((_, x)) => vals.push(*x),
-            None => return Err(kpos.error(format!("`{k}` tile needs the field `{e}`"))),
-        }
-    }
-    if let Some((f, _)) = fields.iter().find(|(f, _)| !expect.contains(&f.as_str())) {
+    if let Some((f, ..)) = fields.iter().find(|(f, ..)| !expect.contains(&f.as_str())) {
         return Err(kpos.error(format!("`{k}` tile has no field `{f}`")));
     }
-    let tile = match (k.as_str(), &vals[..]) {
-        ("elementwise", &[threads, vector]) => TileConfig::Elementwise { threads, vector },
-        ("row_reduction", &[threads_per_row, rows_per_cta, vector]) => TileConfig::RowReduction {
-            threads_per_row,
-            rows_per_cta,
-            vector,
+    let field = |name: &str| -> Result<(&str, Pos), ReadError> {
+        fields
+            .iter()
+            .find(|(f, ..)| f == name)
+            .map(|(_, x, p)| (x.as_str(), *p))
+            .ok_or_else(|| kpos.error(format!("`{k}` tile needs the field `{name}`")))
+    };
+    let num = |name: &str| -> Result<u32, ReadError> {
+        let (x, pos) = field(name)?;
+        x.parse()
+            .map_err(|_| pos.error(format!("`{name}` is a number, found `{x}`")))
+    };
+    let tile = match k.as_str() {
+        "elementwise" => TileConfig::Elementwise {
+            threads: num("threads")?,
+            vector: num("vector")?,
         },
-        ("gemv", &[warps, vector, columns]) => TileConfig::Gemv {
-            warps,
-            vector,
-            columns,
+        "row_reduction" => TileConfig::RowReduction {
+            threads_per_row: num("threads_per_row")?,
+            rows_per_cta: num("rows_per_cta")?,
+            vector: num("vector")?,
         },
-        ("simt", &[bm, bn, bk, tm, tn, split_k]) => TileConfig::Simt {
-            bm,
-            bn,
-            bk,
-            tm,
-            tn,
-            split_k,
+        "gemv" => TileConfig::Gemv {
+            warps: num("warps")?,
+            vector: num("vector")?,
+            columns: num("columns")?,
         },
-        ("mma", &[bm, bn, bk, warps_m, warps_n, stages, split_k]) => TileConfig::Mma {
-            bm,
-            bn,
-            bk,
-            warps_m,
-            warps_n,
-            stages,
-            split_k,
+        "simt" => TileConfig::Simt {
+            bm: num("bm")?,
+            bn: num("bn")?,
+            bk: num("bk")?,
+            tm: num("tm")?,
+            tn: num("tn")?,
+            split_k: num("split_k")?,
         },
-        ("gemv_mma", &[warps, unroll]) => TileConfig::GemvMma { warps, unroll },
-        _ => return Err(kpos.error("malformed tile")),
+        "mma" => {
+            let (sh, spos) = field("shape")?;
+            let shape = MmaShape::ALL
+                .into_iter()
+                .find(|x| x.name() == sh)
+                .ok_or_else(|| {
+                    spos.error(format!(
+                        "unknown mma shape `{sh}` (expected m16n8k16.bf16, m16n8k16.f16 or m16n8k8.tf32)"
+                    ))
+                })?;
+            let (ep, epos) = field("epilogue")?;
+            let epilogue = MmaEpilogue::ALL
+                .into_iter()
+                .find(|x| x.name() == ep)
+                .ok_or_else(|| {
+                    epos.error(format!(
+                        "unknown epilogue `{ep}` (expected staged, pairs or single)"
+                    ))
+                })?;
+            TileConfig::Mma {
+                bm: num("bm")?,
+                bn: num("bn")?,
+                bk: num("bk")?,
+                warps_m: num("warps_m")?,
+                warps_n: num("warps_n")?,
+                stages: num("stages")?,
+                split_k: num("split_k")?,
+                shape,
+                epilogue,
+                min_ctas_per_sm: num("min_ctas_per_sm")?,
+            }
+        }
+        _ => TileConfig::GemvMma {
+            warps: num("warps")?,
+            unroll: num("unroll")?,
+            min_ctas_per_sm: num("min_ctas_per_sm")?,
+        },
     };
     c.keyword("why")?;
     let why = c.string("the reason as a string")?;

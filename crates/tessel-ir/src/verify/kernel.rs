@@ -1,85 +1,14 @@
-//! Kernel IR and program checks, and the op signature table.
+//! Kernel IR checks (the `kernel.*` rules). Ops are checked against their one signature
+//! table, [`Op::signature`].
 
 use super::{Errors, VerifyError};
-use crate::entities::{BufferId, Reg};
+use crate::entities::Reg;
 use crate::kernel::{
-    BufferRole, CpAsyncCache, Kernel, LaunchArg, MathFn, Op, Operand, ParamKind, Program, RegType,
-    Space, Stmt, Width,
+    is_ptx_identifier, ArgRule, CpAsyncCache, Kernel, Op, Operand, RegType, SigType, Space, Stmt,
+    Width,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
-
-/// A type in an op [`Signature`].
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum SigType {
-    /// Exactly this register type (an immediate of the same kind also matches).
-    Is(RegType),
-    /// The op's type variable `T`: the destination's type, the same at every occurrence.
-    T,
-    /// `T` restricted to the 32-bit types, `U32` and `F32`.
-    T32,
-    /// The kernel parameter's type: `U64` for a pointer, `U32` for a scalar
-    /// ([`Op::Param`]'s result).
-    Param,
-}
-
-/// The operand and result types of a kernel op (the `args -> dst` of each [`Op`]'s doc).
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub struct Signature {
-    pub args: &'static [SigType],
-    pub result: SigType,
-}
-
-const P: SigType = SigType::Is(RegType::Pred);
-const U: SigType = SigType::Is(RegType::U32);
-const D: SigType = SigType::Is(RegType::U64);
-const F: SigType = SigType::Is(RegType::F32);
-
-/// The signature of `op`: one row per op, the table the verifier checks against and that the
-/// PTX writer and the executor may use to type operands.
-pub fn signature(op: Op) -> Signature {
-    let (args, result): (&'static [SigType], SigType) = match op {
-        Op::Mov => (&[SigType::T], SigType::T),
-        Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax => (&[F, F], F),
-        Op::FFma => (&[F, F, F], F),
-        Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint => (&[F], F),
-        Op::FCmp(_) => (&[F, F], P),
-        Op::IAdd
-        | Op::ISub
-        | Op::IMulLo
-        | Op::UMulHi
-        | Op::UDiv
-        | Op::URem
-        | Op::Shl
-        | Op::ShrU
-        | Op::ShrS
-        | Op::And
-        | Op::Or
-        | Op::Xor => (&[U, U], U),
-        Op::Not => (&[U], U),
-        Op::ICmp(_) => (&[U, U], P),
-        Op::PAnd | Op::POr => (&[P, P], P),
-        Op::PNot => (&[P], P),
-        Op::Select => (&[P, SigType::T, SigType::T], SigType::T),
-        Op::BitsToF32 => (&[U], F),
-        Op::F32ToBits => (&[F], U),
-        Op::CvtRniS32F32 | Op::CvtRziS32F32 => (&[F], U),
-        Op::CvtF32S32 | Op::CvtF32U32 => (&[U], F),
-        Op::PackBf16x2 | Op::PackF16x2 => (&[F, F], U),
-        Op::F16ToF32 => (&[U], F),
-        Op::CvtU64U32 => (&[U], D),
-        Op::AddU64 => (&[D, D], D),
-        Op::MulWideU32 => (&[U, U], D),
-        Op::Special(_) => (&[], U),
-        Op::Param(_) => (&[], SigType::Param),
-        Op::SharedAddr(_) => (&[], U),
-        Op::ShflBfly => (&[SigType::T32, U], SigType::T32),
-        Op::Math(MathFn::Pow) => (&[F, F], F),
-        Op::Math(_) => (&[F], F),
-        Op::CvtRnaTf32F32 => (&[F], U),
-    };
-    Signature { args, result }
-}
 
 /// Checks one kernel against the invariants in the module documentation. With
 /// `after_expand_math`, a `math.*` op is an error.
@@ -89,22 +18,7 @@ pub fn verify_kernel(k: &Kernel, after_expand_math: bool) -> Result<(), Vec<Veri
     e.finish()
 }
 
-/// True for a PTX identifier (PTX ISA §4.4): `[a-zA-Z][a-zA-Z0-9_$]*` or
-/// `[_$%][a-zA-Z0-9_$]+`.
-pub(crate) fn is_ptx_identifier(s: &str) -> bool {
-    let follow = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
-    let mut cs = s.chars();
-    match cs.next() {
-        Some(c) if c.is_ascii_alphabetic() => cs.all(follow),
-        Some('_' | '$' | '%') => {
-            let rest: Vec<char> = cs.collect();
-            !rest.is_empty() && rest.into_iter().all(follow)
-        }
-        _ => false,
-    }
-}
-
-fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors) {
+pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: &mut Errors) {
     if !is_ptx_identifier(&k.name) {
         e.push(
             "kernel.name",
@@ -572,7 +486,7 @@ impl Cx<'_, '_> {
         let text = write_op_stmt(dst, op, args);
         let at = format!("{path} `{text}`");
         let at = at.as_str();
-        let sig = signature(op);
+        let sig = op.signature();
         if let Op::Math(m) = op {
             if self.after_expand_math {
                 self.err(
@@ -621,10 +535,7 @@ impl Cx<'_, '_> {
                             ),
                         ),
                         Some(p) => {
-                            let want = match p.kind {
-                                ParamKind::Ptr { .. } => RegType::U64,
-                                ParamKind::U32 => RegType::U32,
-                            };
+                            let want = p.kind.reg_type();
                             if let Some(dt) = dt {
                                 if dt != want {
                                     self.err(
@@ -682,167 +593,18 @@ impl Cx<'_, '_> {
                 }
             }
         }
-        match (op, args.get(1)) {
-            (Op::Shl | Op::ShrU | Op::ShrS, Some(Operand::U32(b))) if *b >= 32 => self.err(
+        match (sig.rule, args.get(1)) {
+            (Some(ArgRule::ShiftBelow32), Some(Operand::U32(b))) if *b >= 32 => self.err(
                 "kernel.signature",
                 at,
                 format!("shift by {b}, not below 32"),
             ),
-            (Op::UDiv | Op::URem, Some(Operand::U32(0))) => self.err(
+            (Some(ArgRule::NonzeroDivisor), Some(Operand::U32(0))) => self.err(
                 "kernel.signature",
                 at,
                 "division by the immediate 0".to_string(),
             ),
             _ => {}
         }
-    }
-}
-
-/// Checks a program: every kernel (as [`verify_kernel`]), the launches, the step's inputs
-/// and outputs, and that every buffer is written before it is read.
-pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<VerifyError>> {
-    let mut e = Errors::default();
-    let mut names = HashSet::new();
-    for (kid, k) in p.kernels.iter() {
-        kernel_checks(
-            k,
-            after_expand_math,
-            &format!("{kid} (kernel {})", k.name),
-            &mut e,
-        );
-        if !names.insert(k.name.as_str()) {
-            e.push(
-                "program.kernel",
-                kid.to_string(),
-                format!("kernel name {:?} is used twice", k.name),
-            );
-        }
-    }
-    // Rule `program.io`.
-    for (i, (n, b)) in p.inputs.iter().enumerate() {
-        let role = p.buffers.get(*b).map(|d| d.role);
-        if role != Some(BufferRole::Input(i as u32)) {
-            e.push(
-                "program.io",
-                format!("input {i} (\"{n}\")"),
-                format!("{b} is {}, not an `input {i}` buffer", role_words(role)),
-            );
-        }
-    }
-    for (b, d) in p.buffers.iter() {
-        if let BufferRole::Input(i) = d.role {
-            if p.inputs.get(i as usize).map(|x| x.1) != Some(b) {
-                e.push(
-                    "program.io",
-                    b.to_string(),
-                    format!("an `input {i}` buffer that is not step input {i}"),
-                );
-            }
-        }
-    }
-    for (n, b) in &p.outputs {
-        let role = p.buffers.get(*b).map(|d| d.role);
-        if role != Some(BufferRole::Output) {
-            e.push(
-                "program.io",
-                format!("output \"{n}\""),
-                format!("{b} is {}, not an `output` buffer", role_words(role)),
-            );
-        }
-    }
-    // Rules `program.launch` and `program.dataflow`.
-    let mut written: HashSet<BufferId> = HashSet::new();
-    for (li, l) in p.launches.iter().enumerate() {
-        let loc = format!("launch {li} ({})", l.kernel);
-        let Some(k) = p.kernels.get(l.kernel) else {
-            e.push(
-                "program.launch",
-                loc,
-                format!("kernel {} does not exist", l.kernel),
-            );
-            continue;
-        };
-        if l.args.len() != k.params.len() {
-            e.push(
-                "program.launch",
-                loc.clone(),
-                format!(
-                    "{} arguments for {} parameters",
-                    l.args.len(),
-                    k.params.len()
-                ),
-            );
-        }
-        let mut writes = Vec::new();
-        for (i, (a, prm)) in l.args.iter().zip(&k.params).enumerate() {
-            match (a, prm.kind) {
-                (LaunchArg::U32(_), ParamKind::U32) => {}
-                (LaunchArg::Buffer(b), ParamKind::Ptr { dtype, writes: w }) => {
-                    let Some(d) = p.buffers.get(*b) else {
-                        e.push(
-                            "program.launch",
-                            loc.clone(),
-                            format!("argument {i}: buffer {b} does not exist"),
-                        );
-                        continue;
-                    };
-                    if d.ty.dtype != dtype {
-                        e.push(
-                            "program.launch",
-                            loc.clone(),
-                            format!(
-                                "argument {i}: {b} holds {}, parameter {} points to {dtype}",
-                                d.ty.dtype, prm.name
-                            ),
-                        );
-                    }
-                    if w {
-                        writes.push(*b);
-                    } else if !matches!(d.role, BufferRole::Input(_)) && !written.contains(b) {
-                        e.push(
-                            "program.dataflow",
-                            loc.clone(),
-                            format!("reads {b} (\"{}\") before any launch writes it", d.name),
-                        );
-                    }
-                }
-                (a, kind) => e.push(
-                    "program.launch",
-                    loc.clone(),
-                    format!(
-                        "argument {i} is {}, parameter {} is {}",
-                        match a {
-                            LaunchArg::Buffer(b) => format!("buffer {b}"),
-                            LaunchArg::U32(x) => format!("the u32 {x}"),
-                        },
-                        prm.name,
-                        match kind {
-                            ParamKind::Ptr { dtype, .. } => format!("a pointer to {dtype}"),
-                            ParamKind::U32 => "a u32".to_string(),
-                        }
-                    ),
-                ),
-            }
-        }
-        written.extend(writes);
-    }
-    for (b, d) in p.buffers.iter() {
-        if d.role == BufferRole::Output && !written.contains(&b) {
-            e.push(
-                "program.dataflow",
-                b.to_string(),
-                format!("output buffer \"{}\" is never written", d.name),
-            );
-        }
-    }
-    e.finish()
-}
-
-fn role_words(role: Option<BufferRole>) -> String {
-    match role {
-        None => "not a buffer".to_string(),
-        Some(BufferRole::Input(i)) => format!("an `input {i}` buffer"),
-        Some(BufferRole::Output) => "an `output` buffer".to_string(),
-        Some(BufferRole::Temp) => "a `temp` buffer".to_string(),
     }
 }

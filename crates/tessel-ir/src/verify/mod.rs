@@ -52,6 +52,10 @@
 //! - `schedule.kind`: the tile's kind is the group's kind (ditto).
 //! - `schedule.tile`: threads per CTA in `1..=1024`; `vector` in {1, 2, 4, 8};
 //!   `threads_per_row` a power of two ≤ 32 or a multiple of 32; `rows_per_cta` ≥ 1.
+//! - `schedule.mma`: a tensor-core tile's `shape` is its operands' dtype's instruction
+//!   (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32), `bk` whole k steps,
+//!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even, both with
+//!   the output of the matmul's shape).
 //!
 //! # Kernel IR ([`verify_kernel`])
 //! - `kernel.name`: the name is a PTX identifier (`[a-zA-Z][a-zA-Z0-9_$]*` or
@@ -65,9 +69,10 @@
 //!   together ≤ 48 KiB (the static shared-memory limit).
 //! - `kernel.reg`: every register used (destination, operand, address, loop variable,
 //!   condition) is declared.
-//! - `kernel.signature`: each op has its [`signature`]'s operand count; each operand's
+//! - `kernel.signature`: each op has its [`Op::signature`]'s operand count; each operand's
 //!   type (register) or kind (immediate) matches, the destination's type matches the
-//!   result's; shifts by an immediate take one below 32; `udiv`/`urem` never by immediate 0.
+//!   result's; an immediate keeps the signature's [`ArgRule`] (shifts by one below 32,
+//!   `udiv`/`urem` never by 0).
 //! - `kernel.param`: `param n` has `n` in range and a `u64` destination for a pointer,
 //!   `u32` for a scalar.
 //! - `kernel.shared_addr`: `shared_addr` names a declared shared buffer.
@@ -97,12 +102,17 @@
 //!   every `output` buffer is written by some launch.
 //!
 //! [`Graph::inputs`]: crate::graph::Graph::inputs
+//! [`Op::signature`]: crate::kernel::Op::signature
+//! [`ArgRule`]: crate::kernel::ArgRule
 
 mod graph;
 mod kernel;
+mod program;
+mod schedule;
 
 pub use graph::verify_graph;
-pub use kernel::{signature, verify_kernel, verify_program, SigType, Signature};
+pub use kernel::verify_kernel;
+pub use program::verify_program;
 
 /// One broken invariant.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -1,4 +1,4 @@
-//! The SIMT interpreter: runs one CTA of a compiled kernel, all threads in lockstep.
+//! The SIMT interpreter: runs one CTA of a kernel in slot form, all threads in lockstep.
 //!
 //! Data model: register files are slot-major (`r32[slot * threads + thread]`), so one
 //! statement is one tight loop over the CTA's threads: the op is matched once per
@@ -13,20 +13,28 @@
 //! left. `Barrier` requires every thread of the CTA to be active. Lockstep execution makes
 //! every statement a CTA-wide barrier, so a kernel with a shared-memory race still gives
 //! one deterministic answer here; such races are for `compute-sanitizer racecheck`.
+//!
+//! Layout: this file holds the CTA's state, control flow and `Cta::op`, the evaluation of
+//! every kernel-IR op; that one match over every op stays whole (about 330 lines), which
+//! is why the file is a little over 700 lines. Memory accesses (`ld`, `st`, `cp.async`) are
+//! in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`.
 
-use super::compile::{CStmt, Compiled};
+mod access;
+mod warp;
+
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
+use super::slots::{SlotKernel, SlotStmt};
 use super::ExecError;
 use std::collections::VecDeque;
-use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Space, Special, Width};
+use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special};
 
 /// A `cp.async` destination: `(shared address, bytes)`.
-type Copy = (u32, u32);
+type PendingCopy = (u32, u32);
 
 /// Per-worker state, reused across the CTAs a rayon worker runs.
 pub(crate) struct Cta<'a> {
-    k: &'a Compiled,
+    k: &'a SlotKernel,
     mem: &'a GlobalMem,
     /// Launch argument values: buffer base addresses or `u32` scalars.
     params: &'a [u64],
@@ -52,8 +60,8 @@ pub(crate) struct Cta<'a> {
     cp_outstanding: usize,
     /// Per thread: copies issued since its last commit, and its committed groups, oldest
     /// first.
-    cp_open: Vec<Vec<Copy>>,
-    cp_groups: Vec<VecDeque<Vec<Copy>>>,
+    cp_open: Vec<Vec<PendingCopy>>,
+    cp_groups: Vec<VecDeque<Vec<PendingCopy>>>,
 }
 
 #[inline(always)]
@@ -117,7 +125,7 @@ enum Out {
 }
 
 impl<'a> Cta<'a> {
-    pub fn new(k: &'a Compiled, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
+    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
         let n = k.threads;
         let mut r32 = vec![!0u32; k.slots32 * n];
         for &(s, v) in &k.consts32 {
@@ -235,10 +243,10 @@ impl<'a> Cta<'a> {
         }
     }
 
-    fn block(&mut self, body: &[CStmt], d: usize) -> Result<(), ExecError> {
+    fn block(&mut self, body: &[SlotStmt], d: usize) -> Result<(), ExecError> {
         for s in body {
             match s {
-                CStmt::Op {
+                SlotStmt::Op {
                     dst,
                     op,
                     args,
@@ -247,7 +255,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.op(*dst as usize, *op, args, *wide, d)?;
                 }
-                CStmt::Load {
+                SlotStmt::Load {
                     dsts,
                     space,
                     width,
@@ -257,7 +265,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.load(dsts, *space, *width, *addr as usize, *offset, d)?;
                 }
-                CStmt::Store {
+                SlotStmt::Store {
                     values,
                     space,
                     width,
@@ -267,7 +275,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.store(values, *space, *width, *addr as usize, *offset, d)?;
                 }
-                CStmt::If {
+                SlotStmt::If {
                     cond,
                     then_body,
                     else_body,
@@ -294,7 +302,7 @@ impl<'a> Cta<'a> {
                         self.block(else_body, d + 1)?;
                     }
                 }
-                CStmt::For {
+                SlotStmt::For {
                     var,
                     start,
                     end,
@@ -308,7 +316,7 @@ impl<'a> Cta<'a> {
                     body,
                     d,
                 )?,
-                CStmt::Mma {
+                SlotStmt::Mma {
                     shape,
                     d: dd,
                     a,
@@ -318,7 +326,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.mma(*shape, dd, a, b, c, d)?;
                 }
-                CStmt::Ldmatrix {
+                SlotStmt::Ldmatrix {
                     dsts,
                     count,
                     trans,
@@ -328,7 +336,7 @@ impl<'a> Cta<'a> {
                     self.lane_instructions += self.active[d] as u64;
                     self.ldmatrix(&dsts[..*count], *trans, *addr as usize, *offset, d)?;
                 }
-                CStmt::CpAsync {
+                SlotStmt::CpAsync {
                     bytes,
                     dst,
                     dst_offset,
@@ -345,13 +353,13 @@ impl<'a> Cta<'a> {
                         d,
                     )?;
                 }
-                CStmt::CpAsyncCommit => self.cp_commit(d),
-                CStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
-                CStmt::CpAsyncWaitAll => {
+                SlotStmt::CpAsyncCommit => self.cp_commit(d),
+                SlotStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
+                SlotStmt::CpAsyncWaitAll => {
                     self.cp_commit(d);
                     self.cp_wait(0, d);
                 }
-                CStmt::Barrier => {
+                SlotStmt::Barrier => {
                     if self.active[d] as usize != self.n {
                         return Err(ExecError::DivergentBarrier {
                             kernel: self.k.name.clone(),
@@ -372,7 +380,7 @@ impl<'a> Cta<'a> {
         start: usize,
         end: usize,
         step: usize,
-        body: &[CStmt],
+        body: &[SlotStmt],
         d: usize,
     ) -> Result<(), ExecError> {
         let n = self.n;
@@ -418,6 +426,8 @@ impl<'a> Cta<'a> {
         }
     }
 
+    /// `dst = op(args)` for every active thread at depth `d`: the executor's evaluation of
+    /// each kernel-IR op, one arm per op.
     fn op(
         &mut self,
         dst: usize,
@@ -746,388 +756,5 @@ impl<'a> Cta<'a> {
             ),
         }
         Ok(())
-    }
-
-    fn shared_range(&self, addr: u32, bytes: u32) -> bool {
-        let (a, e) = (addr as u64, addr as u64 + bytes as u64);
-        self.k
-            .shared
-            .iter()
-            .any(|&(o, b)| a >= o as u64 && e <= o as u64 + b as u64)
-    }
-
-    fn shared_fault(&self, thread: usize, addr: u32, bytes: u32, store: bool) -> ExecError {
-        if addr % bytes != 0 {
-            return ExecError::Misaligned {
-                kernel: self.k.name.clone(),
-                cta: self.cta,
-                thread: thread as u32,
-                access: if store { "store" } else { "load" },
-                space: Space::Shared,
-                addr: addr as u64,
-                bytes,
-            };
-        }
-        ExecError::SharedOutOfBounds {
-            kernel: self.k.name.clone(),
-            cta: self.cta,
-            thread: thread as u32,
-            access: if store { "store" } else { "load" },
-            addr,
-            bytes,
-            size: self.k.shared_size,
-        }
-    }
-
-    fn load(
-        &mut self,
-        dsts: &[u32; 4],
-        space: Space,
-        width: Width,
-        addr: usize,
-        offset: i32,
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        let bytes = width.bytes();
-        let nregs = width.regs();
-        let mut v = [0u32; 4];
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
-                continue;
-            }
-            match space {
-                Space::Global => {
-                    let a = self.r64[addr * n + i].wrapping_add(offset as i64 as u64);
-                    if let Err(e) = self.mem.load(a, bytes, &mut v) {
-                        return Err(self.fault(i, space, a, bytes, false, e));
-                    }
-                }
-                Space::Shared => {
-                    let a = self.r32[addr * n + i].wrapping_add(offset as u32);
-                    if a % bytes != 0 || !self.shared_range(a, bytes) {
-                        return Err(self.shared_fault(i, a, bytes, false));
-                    }
-                    self.check_not_pending(i, a, bytes, "load")?;
-                    let sh = &self.shared[a as usize..][..bytes as usize];
-                    match bytes {
-                        1 => v[0] = sh[0] as u32,
-                        2 => v[0] = u16::from_le_bytes([sh[0], sh[1]]) as u32,
-                        _ => {
-                            for (k, c) in sh.chunks_exact(4).enumerate() {
-                                v[k] = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                            }
-                        }
-                    }
-                }
-            }
-            for k in 0..nregs {
-                self.r32[dsts[k] as usize * n + i] = v[k];
-            }
-        }
-        Ok(())
-    }
-
-    fn store(
-        &mut self,
-        values: &[u32; 4],
-        space: Space,
-        width: Width,
-        addr: usize,
-        offset: i32,
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        let bytes = width.bytes();
-        let nregs = width.regs();
-        let mut v = [0u32; 4];
-        // Threads store in increasing order: when several write one address, the highest
-        // thread wins (the GPU picks one unspecified writer).
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
-                continue;
-            }
-            for k in 0..nregs {
-                v[k] = self.r32[values[k] as usize * n + i];
-            }
-            match space {
-                Space::Global => {
-                    let a = self.r64[addr * n + i].wrapping_add(offset as i64 as u64);
-                    if let Err(e) = self.mem.store(a, bytes, &v) {
-                        return Err(self.fault(i, space, a, bytes, true, e));
-                    }
-                }
-                Space::Shared => {
-                    let a = self.r32[addr * n + i].wrapping_add(offset as u32);
-                    if a % bytes != 0 || !self.shared_range(a, bytes) {
-                        return Err(self.shared_fault(i, a, bytes, true));
-                    }
-                    self.check_not_pending(i, a, bytes, "store")?;
-                    let sh = &mut self.shared[a as usize..][..bytes as usize];
-                    match bytes {
-                        1 => sh[0] = v[0] as u8,
-                        2 => sh.copy_from_slice(&(v[0] as u16).to_le_bytes()),
-                        _ => {
-                            for (k, c) in sh.chunks_exact_mut(4).enumerate() {
-                                c.copy_from_slice(&v[k].to_le_bytes());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The first thread of each warp that reaches a warp-wide statement at depth `d`; a
-    /// warp with some but not all of its 32 lanes active (or present) is an error.
-    fn full_warps(&self, d: usize, op: &'static str) -> Result<Vec<usize>, ExecError> {
-        let (n, mask) = (self.n, &self.masks[d]);
-        let mut out = Vec::new();
-        for warp in (0..n).step_by(32) {
-            if (warp..(warp + 32).min(n)).all(|j| mask[j] == 0) {
-                continue;
-            }
-            if let Some(j) = (warp..warp + 32).find(|&j| j >= n || mask[j] == 0) {
-                return Err(ExecError::WarpDivergent {
-                    kernel: self.k.name.clone(),
-                    cta: self.cta,
-                    warp: (warp / 32) as u32,
-                    inactive: j as u32,
-                    op,
-                });
-            }
-            out.push(warp);
-        }
-        Ok(out)
-    }
-
-    /// `D = A·B + C` per warp, by the model of `Stmt::Mma`: fragments gathered with the
-    /// PTX layouts ([`MmaShape::a_pos`] and friends), then for each output element
-    /// `acc = c; acc = fma(a[i][k], b[k][j], acc)` for k = 0, 1, ..., K-1.
-    fn mma(
-        &mut self,
-        shape: MmaShape,
-        dst: &[u32; 4],
-        a: &[u32; 4],
-        b: &[u32; 2],
-        c: &[u32; 4],
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        let elem = |h: u32| match shape {
-            MmaShape::M16N8K16Bf16 => h << 16,
-            MmaShape::M16N8K16F16 => nm::f16_to_f32(h),
-            MmaShape::M16N8K8Tf32 => nm::tf32_operand(h),
-        };
-        let packed = shape != MmaShape::M16N8K8Tf32;
-        for warp in self.full_warps(d, "mma")? {
-            // f32 bits: am[row][k], bm[k][col], acc[row][col].
-            let mut am = [[0u32; 16]; 16];
-            let mut bm = [[0u32; 8]; 16];
-            let mut acc = [[0u32; 8]; 16];
-            for lane in 0..32 {
-                let th = warp + lane;
-                for (i, &slot) in a.iter().enumerate() {
-                    let v = self.r32[slot as usize * n + th];
-                    let (row, col) = shape.a_pos(lane, i);
-                    if packed {
-                        am[row][col] = elem(v & 0xffff);
-                        am[row][col + 1] = elem(v >> 16);
-                    } else {
-                        am[row][col] = elem(v);
-                    }
-                }
-                for (i, &slot) in b.iter().enumerate() {
-                    let v = self.r32[slot as usize * n + th];
-                    let (k, col) = shape.b_pos(lane, i);
-                    if packed {
-                        bm[k][col] = elem(v & 0xffff);
-                        bm[k + 1][col] = elem(v >> 16);
-                    } else {
-                        bm[k][col] = elem(v);
-                    }
-                }
-                for (i, &slot) in c.iter().enumerate() {
-                    let (row, col) = MmaShape::cd_pos(lane, i);
-                    acc[row][col] = self.r32[slot as usize * n + th];
-                }
-            }
-            for (row, acc_row) in acc.iter_mut().enumerate() {
-                for (col, x) in acc_row.iter_mut().enumerate() {
-                    for (k, b_row) in bm.iter().enumerate().take(shape.k()) {
-                        *x = nm::ffma(am[row][k], b_row[col], *x);
-                    }
-                }
-            }
-            // D may be C: every input was read above.
-            for lane in 0..32 {
-                for (i, &slot) in dst.iter().enumerate() {
-                    let (row, col) = MmaShape::cd_pos(lane, i);
-                    self.r32[slot as usize * n + warp + lane] = acc[row][col];
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// `ldmatrix.m8n8.x{count}{.trans}.b16` per warp: row `r` of matrix `m` from the address
-    /// of lane `8m + r`; lane `l` receives elements `(l / 4, 2(l % 4) + {0, 1})` of each
-    /// matrix, or `(2(l % 4) + {0, 1}, l / 4)` transposed.
-    fn ldmatrix(
-        &mut self,
-        dsts: &[u32],
-        trans: bool,
-        addr: usize,
-        offset: i32,
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        for warp in self.full_warps(d, "ldmatrix")? {
-            // mats[m][row][col], 16-bit elements.
-            let mut mats = [[[0u16; 8]; 8]; 4];
-            for (m, mat) in mats.iter_mut().enumerate().take(dsts.len()) {
-                for (r, row) in mat.iter_mut().enumerate() {
-                    let th = warp + 8 * m + r;
-                    let a = self.r32[addr * n + th].wrapping_add(offset as u32);
-                    if a % 16 != 0 || !self.shared_range(a, 16) {
-                        return Err(self.shared_fault(th, a, 16, false));
-                    }
-                    self.check_not_pending(th, a, 16, "ldmatrix")?;
-                    let sh = &self.shared[a as usize..][..16];
-                    for (e, c) in row.iter_mut().zip(sh.chunks_exact(2)) {
-                        *e = u16::from_le_bytes([c[0], c[1]]);
-                    }
-                }
-            }
-            // Destinations may include the address register: all rows were read above.
-            for lane in 0..32 {
-                let (g, t) = (lane / 4, 2 * (lane % 4));
-                for (m, &slot) in dsts.iter().enumerate() {
-                    let (lo, hi) = if trans {
-                        (mats[m][t][g], mats[m][t + 1][g])
-                    } else {
-                        (mats[m][g][t], mats[m][g][t + 1])
-                    };
-                    self.r32[slot as usize * n + warp + lane] = lo as u32 | (hi as u32) << 16;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn cp_error(&self, thread: usize, msg: String) -> ExecError {
-        ExecError::CpAsync {
-            kernel: self.k.name.clone(),
-            cta: self.cta,
-            thread: thread as u32,
-            msg,
-        }
-    }
-
-    /// Fails if a `cp.async` still pending writes any of the `bytes` bytes at `addr`.
-    fn check_not_pending(
-        &self,
-        thread: usize,
-        addr: u32,
-        bytes: u32,
-        access: &str,
-    ) -> Result<(), ExecError> {
-        if self.cp_outstanding == 0 {
-            return Ok(());
-        }
-        let range = addr as usize..(addr + bytes) as usize;
-        if self.cp_pending[range].iter().any(|&c| c > 0) {
-            return Err(self.cp_error(
-                thread,
-                format!(
-                    "shared {access} of {bytes} bytes at {addr:#x} touches the destination of a cp.async that no cp.async.wait has completed"
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Copies at once for every active thread, marking the destination pending in the
-    /// thread's open group.
-    fn cp_async(
-        &mut self,
-        bytes: u32,
-        (dst, dst_offset): (usize, i32),
-        (src, src_offset): (usize, i32),
-        src_bytes: Option<u32>,
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        let mut buf = [0u8; 16];
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
-                continue;
-            }
-            let a = self.r32[dst * n + i].wrapping_add(dst_offset as u32);
-            if a % bytes != 0 || !self.shared_range(a, bytes) {
-                return Err(self.shared_fault(i, a, bytes, true));
-            }
-            self.check_not_pending(i, a, bytes, "cp.async destination")?;
-            let read = src_bytes.map_or(bytes, |s| self.r32[s as usize * n + i]);
-            if read > bytes {
-                return Err(self.cp_error(
-                    i,
-                    format!("cp.async reads {read} source bytes of a {bytes}-byte copy"),
-                ));
-            }
-            buf.fill(0);
-            if read > 0 {
-                let g = self.r64[src * n + i].wrapping_add(src_offset as i64 as u64);
-                if let Err(e) = self.mem.load_bytes(g, bytes, &mut buf[..read as usize]) {
-                    return Err(self.fault(i, Space::Global, g, bytes, false, e));
-                }
-            }
-            self.shared[a as usize..][..bytes as usize].copy_from_slice(&buf[..bytes as usize]);
-            for c in &mut self.cp_pending[a as usize..][..bytes as usize] {
-                *c += 1;
-            }
-            self.cp_outstanding += 1;
-            self.cp_open[i].push((a, bytes));
-        }
-        Ok(())
-    }
-
-    /// `cp.async.commit_group` for every active thread: its open copies (maybe none)
-    /// become its newest group.
-    fn cp_commit(&mut self, d: usize) {
-        if !self.k.uses_cp_async {
-            return;
-        }
-        for i in 0..self.n {
-            if self.masks[d][i] != 0 {
-                let group = std::mem::take(&mut self.cp_open[i]);
-                self.cp_groups[i].push_back(group);
-            }
-        }
-    }
-
-    /// `cp.async.wait_group keep` for every active thread: all but its `keep` newest groups
-    /// complete.
-    fn cp_wait(&mut self, keep: usize, d: usize) {
-        if !self.k.uses_cp_async {
-            return;
-        }
-        for i in 0..self.n {
-            if self.masks[d][i] == 0 {
-                continue;
-            }
-            while self.cp_groups[i].len() > keep {
-                let Some(group) = self.cp_groups[i].pop_front() else {
-                    break;
-                };
-                for (a, bytes) in group {
-                    for c in &mut self.cp_pending[a as usize..][..bytes as usize] {
-                        *c -= 1;
-                    }
-                    self.cp_outstanding -= 1;
-                }
-            }
-        }
     }
 }

@@ -27,10 +27,10 @@
 //! inputs, divergent barriers, shuffles and warp-wide matrix instructions, division by zero,
 //! shifts ≥ 32, and shared bytes used before their `cp.async` completes.
 
-mod compile;
 mod cta;
 mod memory;
 pub mod numerics;
+mod slots;
 
 use crate::tensor::Tensor;
 use memory::{GlobalBuf, GlobalMem};
@@ -273,18 +273,18 @@ fn run_launches(
     let total: u64 = launches.iter().map(|(k, _)| ctas(k)).sum();
     let done = AtomicU64::new(0);
     let mut stats = ExecStats::default();
-    // Kernels launched several times are compiled once.
-    let mut compiled: Vec<(*const Kernel, compile::Compiled)> = Vec::new();
+    // Kernels launched several times get their slots once.
+    let mut in_slots: Vec<(*const Kernel, slots::SlotKernel)> = Vec::new();
     for &(k, args) in launches {
-        let ci = match compiled.iter().position(|(p, _)| std::ptr::eq(*p, k)) {
+        let si = match in_slots.iter().position(|(p, _)| std::ptr::eq(*p, k)) {
             Some(i) => i,
             None => {
-                compiled.push((k as *const Kernel, compile::compile(k)?));
-                compiled.len() - 1
+                in_slots.push((k as *const Kernel, slots::assign_slots(k)?));
+                in_slots.len() - 1
             }
         };
-        let ck = &compiled[ci].1;
-        let params = launch_params(ck, mem, args)?;
+        let sk = &in_slots[si].1;
+        let params = launch_params(sk, mem, args)?;
         let n = ctas(k);
         // The lowest-numbered faulting CTA wins, so the reported fault is deterministic:
         // CTAs above a known fault are skipped, those below always run.
@@ -292,7 +292,7 @@ fn run_launches(
         let fault: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
         let lanes = AtomicU64::new(0);
         (0..n).into_par_iter().for_each_init(
-            || cta::Cta::new(ck, mem, &params),
+            || cta::Cta::new(sk, mem, &params),
             |st, c| {
                 if c > first_fault.load(Ordering::Relaxed) {
                     return;
@@ -323,22 +323,22 @@ fn run_launches(
 
 /// Parameter values of one launch: buffer base addresses and `u32` scalars.
 fn launch_params(
-    ck: &compile::Compiled,
+    sk: &slots::SlotKernel,
     mem: &GlobalMem,
     args: &[LaunchArg],
 ) -> Result<Vec<u64>, ExecError> {
     let bad = |msg: String| ExecError::BadLaunch {
-        kernel: ck.name.clone(),
+        kernel: sk.name.clone(),
         msg,
     };
-    if args.len() != ck.params.len() {
+    if args.len() != sk.params.len() {
         return Err(bad(format!(
             "{} arguments for {} parameters",
             args.len(),
-            ck.params.len()
+            sk.params.len()
         )));
     }
-    ck.params
+    sk.params
         .iter()
         .zip(args)
         .enumerate()

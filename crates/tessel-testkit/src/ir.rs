@@ -1,7 +1,7 @@
-//! IR builders shared by the tests: a graph, a kernel and a program that between them use
-//! every variant of every enum, and that verify.
-
-#![allow(dead_code)]
+//! A graph, a kernel and a program that between them use every variant of every IR enum,
+//! and that verify: what `tessel-ir`'s reader, writer and verifier tests run on. The lists
+//! of every variant are written out here, not taken from `tessel-ir`'s own tables, so that
+//! a variant missing from one of those is caught.
 
 use tessel_ir::graph::{
     BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
@@ -9,9 +9,9 @@ use tessel_ir::graph::{
 };
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op as KOp, Operand,
-    Param, ParamKind, Program, RegType, Space, Special, Stmt, Width,
+    Param, ParamKind, Program, RegType, SigType, Space, Special, Stmt, Width,
 };
-use tessel_ir::verify::{signature, SigType, VerifyError};
+use tessel_ir::verify::VerifyError;
 use tessel_ir::{DType, TensorType, Value};
 
 pub fn t(d: DType, s: &[u64]) -> TensorType {
@@ -50,6 +50,31 @@ pub const ALL_BINARY: [BinaryOp; 16] = [
     BinaryOp::Ge,
     BinaryOp::And,
     BinaryOp::Or,
+];
+
+/// Every f32 comparison.
+pub const ALL_FCMP: [FCmp; 7] = [
+    FCmp::Eq,
+    FCmp::Ne,
+    FCmp::Lt,
+    FCmp::Le,
+    FCmp::Gt,
+    FCmp::Ge,
+    FCmp::Nan,
+];
+
+/// Every integer comparison.
+pub const ALL_ICMP: [ICmp; 10] = [
+    ICmp::Eq,
+    ICmp::Ne,
+    ICmp::LtU,
+    ICmp::LeU,
+    ICmp::GtU,
+    ICmp::GeU,
+    ICmp::LtS,
+    ICmp::LeS,
+    ICmp::GtS,
+    ICmp::GeS,
 ];
 
 /// An RMSNorm-like graph plus one op of every kind; valid. Returns the graph, its fusion
@@ -289,31 +314,8 @@ pub fn all_kernel_ops() -> Vec<KOp> {
             Param(1),
         ]
     };
-    for c in [
-        FCmp::Eq,
-        FCmp::Ne,
-        FCmp::Lt,
-        FCmp::Le,
-        FCmp::Gt,
-        FCmp::Ge,
-        FCmp::Nan,
-    ] {
-        ops.push(KOp::FCmp(c));
-    }
-    for c in [
-        ICmp::Eq,
-        ICmp::Ne,
-        ICmp::LtU,
-        ICmp::LeU,
-        ICmp::GtU,
-        ICmp::GeU,
-        ICmp::LtS,
-        ICmp::LeS,
-        ICmp::GtS,
-        ICmp::GeS,
-    ] {
-        ops.push(KOp::ICmp(c));
-    }
+    ops.extend(ALL_FCMP.map(KOp::FCmp));
+    ops.extend(ALL_ICMP.map(KOp::ICmp));
     for s in [
         Special::TidX,
         Special::NtidX,
@@ -340,7 +342,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
     ops
 }
 
-/// A valid kernel with every op (operands from [`signature`], alternating registers and
+/// A valid kernel with every op (operands from [`KOp::signature`], alternating registers and
 /// immediates), every width and space of load and store, loops and branches.
 pub fn kitchen_sink_kernel() -> Kernel {
     let mut k = Kernel {
@@ -392,7 +394,7 @@ pub fn kitchen_sink_kernel() -> Kernel {
         1,
     ];
     for (i, op) in all_kernel_ops().into_iter().enumerate() {
-        let sig = signature(op);
+        let sig = op.signature();
         let dty = match (sig.result, op) {
             (SigType::Is(t), _) => t,
             (SigType::Param, KOp::Param(n)) => match k.params[n as usize].kind {

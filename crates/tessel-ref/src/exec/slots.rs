@@ -1,21 +1,24 @@
-//! Lowers a [`Kernel`] into the executor's internal form, once per kernel.
+//! Puts a [`Kernel`] into the executor's slot form ([`SlotKernel`]), once per kernel.
 //!
 //! Data model: every register becomes a *slot* in one of two register files, `r32`
 //! (`Pred`, `U32`, `F32`: raw bits, predicates as 0/1) or `r64` (`U64`). Each slot holds one
 //! value per thread of the CTA. Immediates become constant slots after the registers, so
 //! every operand the interpreter reads is a slot and its inner loops never branch on the
-//! operand kind. Operand classes (32/64-bit) are checked here against each op's signature,
-//! so the interpreter can index without checks; a mismatch is an [`ExecError::Malformed`].
+//! operand kind. Operand classes (32/64-bit) are checked here against each op's signature
+//! ([`Op::signature`], the kernel IR's one table), so the interpreter can index without
+//! checks; a mismatch is an [`ExecError::Malformed`].
 //! Shared buffers are laid out in declaration order, each at its alignment.
 
 use super::ExecError;
 use std::collections::HashMap;
-use tessel_ir::kernel::{Kernel, MmaShape, Op, Operand, ParamKind, RegType, Space, Stmt, Width};
+use tessel_ir::kernel::{
+    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, Width,
+};
 use tessel_ir::Reg;
 
-/// A compiled statement. Slots index `r32` unless the op's signature says 64-bit.
+/// A statement in slot form. Slots index `r32` unless the op's signature says 64-bit.
 #[derive(Clone, Debug)]
-pub(crate) enum CStmt {
+pub(crate) enum SlotStmt {
     Op {
         dst: u32,
         op: Op,
@@ -42,12 +45,12 @@ pub(crate) enum CStmt {
         start: u32,
         end: u32,
         step: u32,
-        body: Vec<CStmt>,
+        body: Vec<SlotStmt>,
     },
     If {
         cond: u32,
-        then_body: Vec<CStmt>,
-        else_body: Vec<CStmt>,
+        then_body: Vec<SlotStmt>,
+        else_body: Vec<SlotStmt>,
     },
     Barrier,
     /// Slots of D, A, B, C (all 32-bit).
@@ -80,8 +83,8 @@ pub(crate) enum CStmt {
     CpAsyncWaitAll,
 }
 
-/// A kernel ready to run.
-pub(crate) struct Compiled {
+/// A kernel ready to run: every register and immediate a slot of `r32` or `r64`.
+pub(crate) struct SlotKernel {
     pub name: String,
     pub params: Vec<ParamKind>,
     pub block: [u32; 3],
@@ -102,7 +105,7 @@ pub(crate) struct Compiled {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
-    pub body: Vec<CStmt>,
+    pub body: Vec<SlotStmt>,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -111,7 +114,8 @@ enum Class {
     B64,
 }
 
-struct Lower<'k> {
+/// Gives registers their slots up front and immediates theirs as the statements meet them.
+struct SlotAssigner<'k> {
     k: &'k Kernel,
     slot: Vec<(Class, u32)>,
     n32: u32,
@@ -124,7 +128,7 @@ struct Lower<'k> {
     uses_cp_async: bool,
 }
 
-impl Lower<'_> {
+impl SlotAssigner<'_> {
     /// The 32-bit slots of `regs`, which must number exactly `N`.
     fn regs32<const N: usize>(&self, regs: &[Reg], what: &str) -> Result<[u32; N], ExecError> {
         if regs.len() != N {
@@ -188,109 +192,56 @@ impl Lower<'_> {
         }
     }
 
-    /// Argument classes and result class of `op`, given the destination's class (which
-    /// decides `Mov`/`Select`).
-    fn signature(&self, op: Op, dst: Class) -> Result<(&'static [Class], Class), ExecError> {
-        use Class::*;
-        Ok(match op {
-            Op::Mov => (if dst == B64 { &[B64] } else { &[B32] }, dst),
-            Op::Select => (
-                if dst == B64 {
-                    &[B32, B64, B64]
-                } else {
-                    &[B32, B32, B32]
-                },
-                dst,
-            ),
-            Op::FAdd
-            | Op::FSub
-            | Op::FMul
-            | Op::FDiv
-            | Op::FMin
-            | Op::FMax
-            | Op::FCmp(_)
-            | Op::IAdd
-            | Op::ISub
-            | Op::IMulLo
-            | Op::UMulHi
-            | Op::UDiv
-            | Op::URem
-            | Op::Shl
-            | Op::ShrU
-            | Op::ShrS
-            | Op::And
-            | Op::Or
-            | Op::Xor
-            | Op::ICmp(_)
-            | Op::PAnd
-            | Op::POr
-            | Op::PackBf16x2
-            | Op::PackF16x2
-            | Op::ShflBfly => (&[B32, B32], B32),
-            Op::FFma => (&[B32, B32, B32], B32),
-            Op::FSqrt
-            | Op::FNeg
-            | Op::FAbs
-            | Op::FRint
-            | Op::Not
-            | Op::PNot
-            | Op::BitsToF32
-            | Op::F32ToBits
-            | Op::CvtRniS32F32
-            | Op::CvtRziS32F32
-            | Op::CvtF32S32
-            | Op::CvtF32U32
-            | Op::F16ToF32
-            | Op::CvtRnaTf32F32 => (&[B32], B32),
-            Op::CvtU64U32 => (&[B32], B64),
-            Op::AddU64 => (&[B64, B64], B64),
-            Op::MulWideU32 => (&[B32, B32], B64),
-            Op::Special(_) | Op::SharedAddr(_) => (&[], B32),
-            Op::Param(n) => match self.k.params.get(n as usize).map(|p| p.kind) {
-                Some(ParamKind::Ptr { .. }) => (&[], B64),
-                Some(ParamKind::U32) => (&[], B32),
-                None => return Err(self.err(format!("parameter {n} is not declared"))),
+    /// The class of `op`'s result, read from its signature ([`Op::signature`]) given the
+    /// destination's type. The executor has no evaluation of [`Op::Math`].
+    fn result_class(&self, op: Op, dst: RegType) -> Result<Class, ExecError> {
+        match (op, op.signature().result) {
+            (Op::Math(f), _) => Err(ExecError::UnexpandedMath {
+                kernel: self.k.name.clone(),
+                func: f,
+            }),
+            (Op::Param(n), _) => match self.k.params.get(n as usize) {
+                Some(p) => Ok(class_of(p.kind.reg_type())),
+                None => Err(self.err(format!("parameter {n} is not declared"))),
             },
-            Op::Math(f) => {
-                return Err(ExecError::UnexpandedMath {
-                    kernel: self.k.name.clone(),
-                    func: f,
-                })
-            }
-        })
+            (_, SigType::Is(t)) => Ok(class_of(t)),
+            (_, SigType::T) => Ok(class_of(dst)),
+            // `T32` is 32-bit whatever the destination; only `Op::Param` has `Param`.
+            (_, SigType::T32 | SigType::Param) => Ok(Class::B32),
+        }
     }
 
-    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<CStmt>, ExecError> {
+    fn block(&mut self, stmts: &[Stmt], depth: usize) -> Result<Vec<SlotStmt>, ExecError> {
         self.max_depth = self.max_depth.max(depth);
         stmts.iter().map(|s| self.stmt(s, depth)).collect()
     }
 
-    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<CStmt, ExecError> {
+    fn stmt(&mut self, s: &Stmt, depth: usize) -> Result<SlotStmt, ExecError> {
         Ok(match s {
             Stmt::Op { dst, op, args } => {
-                let dclass = match self.slot.get(dst.as_u32() as usize) {
-                    Some(&(c, _)) => c,
-                    None => return Err(self.err(format!("register {dst} is not declared"))),
+                let Some(&dty) = self.k.regs.get(*dst) else {
+                    return Err(self.err(format!("register {dst} is not declared")));
                 };
-                let (sig, rclass) = self.signature(*op, dclass)?;
-                let d = self.reg(*dst, rclass)?;
-                if args.len() != sig.len() {
+                let dclass = class_of(dty);
+                let d = self.reg(*dst, self.result_class(*op, dty)?)?;
+                let sig = op.signature();
+                if args.len() != sig.args.len() {
                     return Err(self.err(format!(
                         "{op:?} takes {} operands, {} given",
-                        sig.len(),
+                        sig.args.len(),
                         args.len()
                     )));
                 }
                 let mut a = [0u32; 3];
-                for (i, (&o, &c)) in args.iter().zip(sig).enumerate() {
-                    a[i] = self.operand(o, c)?;
+                for (i, (&o, t)) in args.iter().zip(sig.arg_types(dty)).enumerate() {
+                    a[i] = self.operand(o, class_of(t))?;
                 }
                 if let Op::SharedAddr(b) = op {
                     if self.k.shared.get(*b).is_none() {
                         return Err(self.err(format!("shared buffer {b} is not declared")));
                     }
                 }
-                CStmt::Op {
+                SlotStmt::Op {
                     dst: d,
                     op: *op,
                     args: a,
@@ -313,7 +264,7 @@ impl Lower<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                CStmt::Load {
+                SlotStmt::Load {
                     dsts: d,
                     space: *space,
                     width: *width,
@@ -335,7 +286,7 @@ impl Lower<'_> {
                 for (i, &o) in values.iter().enumerate() {
                     v[i] = self.operand(o, Class::B32)?;
                 }
-                CStmt::Store {
+                SlotStmt::Store {
                     values: v,
                     space: *space,
                     width: *width,
@@ -349,7 +300,7 @@ impl Lower<'_> {
                 end,
                 step,
                 body,
-            } => CStmt::For {
+            } => SlotStmt::For {
                 var: self.reg(*var, Class::B32)?,
                 start: self.operand(*start, Class::B32)?,
                 end: self.operand(*end, Class::B32)?,
@@ -360,15 +311,15 @@ impl Lower<'_> {
                 cond,
                 then_body,
                 else_body,
-            } => CStmt::If {
+            } => SlotStmt::If {
                 cond: self.reg(*cond, Class::B32)?,
                 then_body: self.block(then_body, depth + 1)?,
                 else_body: self.block(else_body, depth + 1)?,
             },
-            Stmt::Barrier => CStmt::Barrier,
+            Stmt::Barrier => SlotStmt::Barrier,
             Stmt::Mma { shape, d, a, b, c } => {
                 let what = format!("mma.{}", shape.name());
-                CStmt::Mma {
+                SlotStmt::Mma {
                     shape: *shape,
                     d: self.regs32(d, &format!("{what} D"))?,
                     a: self.regs32(a, &format!("{what} A"))?,
@@ -389,7 +340,7 @@ impl Lower<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                CStmt::Ldmatrix {
+                SlotStmt::Ldmatrix {
                     dsts: d,
                     count: dsts.len(),
                     trans: *trans,
@@ -410,7 +361,7 @@ impl Lower<'_> {
                     return Err(self.err(format!("cp.async.{} of {bytes} bytes", cache.name())));
                 }
                 self.uses_cp_async = true;
-                CStmt::CpAsync {
+                SlotStmt::CpAsync {
                     bytes: *bytes,
                     dst: self.reg(*dst, Class::B32)?,
                     dst_offset: *dst_offset,
@@ -419,10 +370,19 @@ impl Lower<'_> {
                     src_bytes: src_bytes.map(|o| self.operand(o, Class::B32)).transpose()?,
                 }
             }
-            Stmt::CpAsyncCommit => CStmt::CpAsyncCommit,
-            Stmt::CpAsyncWait(n) => CStmt::CpAsyncWait(*n),
-            Stmt::CpAsyncWaitAll => CStmt::CpAsyncWaitAll,
+            Stmt::CpAsyncCommit => SlotStmt::CpAsyncCommit,
+            Stmt::CpAsyncWait(n) => SlotStmt::CpAsyncWait(*n),
+            Stmt::CpAsyncWaitAll => SlotStmt::CpAsyncWaitAll,
         })
+    }
+}
+
+/// The register file of a type: `r64` for `U64`, `r32` for the rest.
+fn class_of(ty: RegType) -> Class {
+    if ty == RegType::U64 {
+        Class::B64
+    } else {
+        Class::B32
     }
 }
 
@@ -433,20 +393,21 @@ fn addr_class(space: Space) -> Class {
     }
 }
 
-/// Lowers `k`. Errors: [`ExecError::Malformed`] for operand-class or arity mismatches and
+/// `k` in slot form. Errors: [`ExecError::Malformed`] for operand-class or arity mismatches and
 /// undeclared registers, parameters or shared buffers; [`ExecError::UnexpandedMath`] for an
 /// [`Op::Math`] left in the body.
-pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
+pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
     let mut slot = Vec::with_capacity(k.regs.len());
     let (mut n32, mut n64) = (0u32, 0u32);
     for (_, &ty) in k.regs.iter() {
-        if ty == RegType::U64 {
-            slot.push((Class::B64, n64));
-            n64 += 1;
+        let class = class_of(ty);
+        let n = if class == Class::B64 {
+            &mut n64
         } else {
-            slot.push((Class::B32, n32));
-            n32 += 1;
-        }
+            &mut n32
+        };
+        slot.push((class, *n));
+        *n += 1;
     }
     let threads = k.threads_per_cta() as usize;
     if threads == 0 || threads > 1024 {
@@ -475,7 +436,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
             msg: format!("{off} bytes of shared memory"),
         });
     }
-    let mut l = Lower {
+    let mut l = SlotAssigner {
         k,
         slot,
         n32,
@@ -488,7 +449,7 @@ pub(crate) fn compile(k: &Kernel) -> Result<Compiled, ExecError> {
         uses_cp_async: false,
     };
     let body = l.block(&k.body, 0)?;
-    Ok(Compiled {
+    Ok(SlotKernel {
         name: k.name.clone(),
         params: k.params.iter().map(|p| p.kind).collect(),
         block: k.block,

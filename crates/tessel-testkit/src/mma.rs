@@ -1,73 +1,26 @@
 //! Hand-built kernels for the tensor-core and async-copy statements (`mma`, `cvt.rna.tf32`,
-//! `ldmatrix`, `cp.async`), shared by three test crates so that the same IR is run on the
-//! executor (`tessel-ref/tests/mma.rs`), assembled by ptxas (`tessel-ptx/tests/mma.rs`) and
-//! run on the GPU (`tessel/tests/gpu_mma.rs`), each including this file by `#[path]`. It
-//! depends on `tessel_ir` only; host data and references live in the tests.
+//! `ldmatrix`, `cp.async`), so that the same IR is run on the executor
+//! (`tessel-ref/tests/mma.rs`), assembled by ptxas (`tessel-ptx/tests/mma.rs`) and run on the
+//! GPU (`tessel/tests/gpu_mma.rs`). The kernels need `tessel_ir` only; their host-side
+//! inputs and references are in `crate::host` (feature `exec`).
 //!
 //! Buffers are plain row-major arrays; each kernel's doc lists its parameters in order.
 
-#![allow(dead_code)]
-
 use tessel_ir::kernel::{
-    Builder, CpAsyncCache, ICmp, Kernel, MmaShape, Op, Operand, Param, ParamKind, RegType, Space,
-    Special, Stmt, Width,
+    Builder, CpAsyncCache, ICmp, Kernel, MmaShape, Op, Operand, Param, RegType, Space, Special,
+    Stmt, Width,
 };
 use tessel_ir::{DType, Reg};
 
+use crate::build::{close_for, close_if, gaddr, kernel, load, ptr, r, scalar, store, u};
 use RegType::{Pred, F32, U32, U64};
 
-fn u(x: u32) -> Operand {
-    Operand::U32(x)
-}
-
-fn r(x: Reg) -> Operand {
-    Operand::Reg(x)
-}
-
-fn ptr(name: &str, dtype: DType, writes: bool) -> Param {
-    Param {
-        name: name.to_owned(),
-        kind: ParamKind::Ptr { dtype, writes },
-    }
-}
-
-fn kernel(name: &str, params: Vec<Param>, threads: u32, schedule: &str) -> Kernel {
+/// A one-CTA kernel of `threads` threads whose PTX comment names `schedule`.
+fn one_cta(name: &str, params: Vec<Param>, threads: u32, schedule: &str) -> Kernel {
     Kernel {
-        name: name.to_owned(),
-        params,
-        block: [threads, 1, 1],
-        grid: [1, 1, 1],
         schedule: schedule.to_owned(),
-        ..Kernel::default()
+        ..kernel(name, params, threads, 1)
     }
-}
-
-/// `base + i·elem` as a u64 global address.
-fn gaddr(b: &mut Builder, base: Reg, i: Reg, elem: u32) -> Reg {
-    let off = b.op(U64, Op::MulWideU32, &[r(i), u(elem)]);
-    b.op(U64, Op::AddU64, &[r(base), r(off)])
-}
-
-fn load(b: &mut Builder, ty: RegType, width: Width, space: Space, addr: Reg) -> Vec<Reg> {
-    let dsts: Vec<Reg> = (0..width.regs()).map(|_| b.kernel.new_reg(ty)).collect();
-    b.push(Stmt::Load {
-        dsts: dsts.clone(),
-        space,
-        width,
-        addr,
-        offset: 0,
-    });
-    dsts
-}
-
-fn store(b: &mut Builder, width: Width, space: Space, addr: Reg, values: &[Reg]) {
-    b.push(Stmt::Store {
-        space,
-        width,
-        addr,
-        offset: 0,
-        values: values.iter().map(|&v| r(v)).collect(),
-    });
 }
 
 /// `row·cols + col` for immediate `row_add`, `col_add` added to register `row`, `col`.
@@ -94,9 +47,9 @@ fn pack(b: &mut Builder, lo: Reg, hi: Reg) -> Reg {
 
 /// One warp computes `D[16×8] = A[16×K]·B[K×8] + C` with one `mma` of `shape`, loading each
 /// lane's fragments straight from global memory with the PTX layouts. Parameters:
-/// `a` [16, K], `b` [K, 8] (row-major, bf16/f16, or f32 for tf32, which the kernel rounds
-/// with `cvt.rna.tf32.f32`), `c` [16, 8] f32, `d` [16, 8] f32 (written), and for tf32 only
-/// `at` [128] f32 (written): A register `i` of lane `l` after `cvt.rna.tf32` at
+/// `a: [16, K]`, `b: [K, 8]` (row-major, bf16/f16, or f32 for tf32, which the kernel rounds
+/// with `cvt.rna.tf32.f32`), `c: [16, 8]` f32, `d: [16, 8]` f32 (written), and for tf32 only
+/// `at: [128]` f32 (written): A register `i` of lane `l` after `cvt.rna.tf32` at
 /// `at[`[`tf32_cvt_index`]`(l, i)]`, to compare the conversion bit for bit.
 pub fn mma_single(shape: MmaShape) -> Kernel {
     let (name, dtype) = match shape {
@@ -114,7 +67,7 @@ pub fn mma_single(shape: MmaShape) -> Kernel {
         params.push(ptr("at", DType::F32, true));
     }
     let kk = shape.k() as u32;
-    let mut k = kernel(
+    let mut k = one_cta(
         name,
         params,
         32,
@@ -213,10 +166,10 @@ pub const LDMATRIX_REGS: usize = 11;
 /// bits) into shared memory with plain stores, then runs `ldmatrix.x4`, `.x4.trans`, `.x2`
 /// and `.x1.trans` with lane `l` pointing at row slot [`ldmatrix_slot`]`(l)` (plus 16 bytes
 /// of offset in the IR for the x2, whose rows start one slot later), and stores the 11
-/// registers of lane `l` at `out[11·l ..]` (`i32` dtype, raw bits). Parameters: `src`
-/// [128] i32, `out` [352] i32.
+/// registers of lane `l` at `out[11·l ..]` (`i32` dtype, raw bits). Parameters:
+/// `src: [128]` i32, `out: [352]` i32.
 pub fn ldmatrix_all() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "ldmatrix_all",
         vec![ptr("src", DType::I32, false), ptr("out", DType::I32, true)],
         32,
@@ -248,12 +201,7 @@ pub fn ldmatrix_all() -> Kernel {
         last,
         &[zero, zero, zero, zero],
     );
-    let then_body = b.close();
-    b.push(Stmt::If {
-        cond: is0,
-        then_body,
-        else_body: Vec::new(),
-    });
+    close_if(&mut b, is0);
     b.push(Stmt::Barrier);
     // slot = (5·lane + 3) % 32
     let s5 = b.op(U32, Op::IMulLo, &[r(lane), u(5)]);
@@ -302,17 +250,14 @@ fn guarded_src(b: &mut Builder, base: Reg, total: Reg, start: Reg, chunk: u32) -
 /// tile 1 with one `cp.async.cg` of 16 bytes per lane (group 1), tile 2 with a
 /// `cp.async.ca` of 8 bytes and two of 4 per lane (group 2). `wait_group 1` completes tile
 /// 1, which is stored to `y[0..128]`; then `wait_all` and tile 2 goes to `y[128..256]`.
-/// Parameters: `x` [n] f32, `y` [256] f32 (written), `n` u32 (at most 128).
+/// Parameters: `x: [n]` f32, `y: [256]` f32 (written), `n` u32 (at most 128).
 pub fn cp_async_tail() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "cp_async_tail",
         vec![
             ptr("x", DType::F32, false),
             ptr("y", DType::F32, true),
-            Param {
-                name: "n".to_owned(),
-                kind: ParamKind::U32,
-            },
+            scalar("n"),
         ],
         32,
         "one warp: cp.async with zero-fill of the tail, two groups",
@@ -383,18 +328,15 @@ pub const GEMM_BK: u32 = 16;
 /// columns `8·(w % 2)`). K runs in tiles of 16 through a two-stage shared-memory pipeline:
 /// `cp.async.cg` 16-byte chunks (zero-filled past K, so K need only be a multiple of 8)
 /// → `commit` / `wait_group 1` → `ldmatrix.x4` (A) and `ldmatrix.x2.trans` (B) → `mma`.
-/// Parameters: `a` [32, K] bf16, `b` [K, 16] bf16, `c` [32, 16] f32 (written), `k` u32.
+/// Parameters: `a: [32, K]` bf16, `b: [K, 16]` bf16, `c: [32, 16]` f32 (written), `k` u32.
 pub fn gemm_bf16() -> Kernel {
-    let mut k = kernel(
+    let mut k = one_cta(
         "gemm_bf16",
         vec![
             ptr("a", DType::Bf16, false),
             ptr("b", DType::Bf16, false),
             ptr("c", DType::F32, true),
-            Param {
-                name: "k".to_owned(),
-                kind: ParamKind::U32,
-            },
+            scalar("k"),
         ],
         128,
         "tensor-core GEMM 32x16 per CTA, 4 warps of 16x8, BK 16, 2-stage cp.async pipeline; \
@@ -436,6 +378,22 @@ pub fn gemm_bf16() -> Kernel {
     let hoff = b.op(U32, Op::Shl, &[r(half), u(4)]);
     let doff = b.op(U32, Op::IAdd, &[r(drow), r(hoff)]);
 
+    // One 16-byte `cp.async.cg` of `nb` bytes from `src` to this thread's chunk of `stage`
+    // in the two-stage buffer at `smem0` of `tile` bytes per stage.
+    let copy_chunk = |b: &mut Builder, (nb, src): (Reg, Reg), smem0: Reg, stage: Reg, tile: u32| {
+        let so = b.op(U32, Op::IMulLo, &[r(stage), u(tile)]);
+        let d = b.op(U32, Op::IAdd, &[r(smem0), r(so)]);
+        let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
+        b.push(Stmt::CpAsync {
+            cache: CpAsyncCache::Cg,
+            bytes: 16,
+            dst: d,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            src_bytes: Some(r(nb)),
+        });
+    };
     // Issues the copies of k-tile `kt` into stage `kt & 1`.
     let issue = |b: &mut Builder, kt: Reg| {
         let stage = b.op(U32, Op::And, &[r(kt), u(1)]);
@@ -448,25 +406,9 @@ pub fn gemm_bf16() -> Kernel {
             let abase = gaddr(b, pa, rowbase, 1);
             let start = b.op(U32, Op::Shl, &[r(kcol), u(1)]);
             let (nb, src) = guarded_src(b, abase, k_bytes_a, start, 16);
-            let so = b.op(U32, Op::IMulLo, &[r(stage), u(a_tile)]);
-            let d = b.op(U32, Op::IAdd, &[r(sa0), r(so)]);
-            let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
-            b.push(Stmt::CpAsync {
-                cache: CpAsyncCache::Cg,
-                bytes: 16,
-                dst: d,
-                dst_offset: 0,
-                src,
-                src_offset: 0,
-                src_bytes: Some(r(nb)),
-            });
+            copy_chunk(b, (nb, src), sa0, stage, a_tile);
         }
-        let then_a = b.close();
-        b.push(Stmt::If {
-            cond: is_a,
-            then_body: then_a,
-            else_body: Vec::new(),
-        });
+        close_if(b, is_a);
         // B: element (k0 + crow, col8) (crow is 0..16 for threads 64..96), zero past K.
         b.open();
         {
@@ -476,25 +418,9 @@ pub fn gemm_bf16() -> Kernel {
             let start = b.op(U32, Op::Shl, &[r(idx), u(1)]);
             let total = b.op(U32, Op::IMulLo, &[r(kk), u(GEMM_N * 2)]);
             let (nb, src) = guarded_src(b, pb, total, start, 16);
-            let so = b.op(U32, Op::IMulLo, &[r(stage), u(b_tile)]);
-            let d = b.op(U32, Op::IAdd, &[r(sb0), r(so)]);
-            let d = b.op(U32, Op::IAdd, &[r(d), r(doff)]);
-            b.push(Stmt::CpAsync {
-                cache: CpAsyncCache::Cg,
-                bytes: 16,
-                dst: d,
-                dst_offset: 0,
-                src,
-                src_offset: 0,
-                src_bytes: Some(r(nb)),
-            });
+            copy_chunk(b, (nb, src), sb0, stage, b_tile);
         }
-        let then_b = b.close();
-        b.push(Stmt::If {
-            cond: is_b,
-            then_body: then_b,
-            else_body: Vec::new(),
-        });
+        close_if(b, is_b);
     };
 
     let acc: Vec<Reg> = (0..4)
@@ -524,12 +450,7 @@ pub fn gemm_bf16() -> Kernel {
         let more = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(next), r(tiles)]);
         b.open();
         issue(&mut b, next);
-        let then_body = b.close();
-        b.push(Stmt::If {
-            cond: more,
-            then_body,
-            else_body: Vec::new(),
-        });
+        close_if(&mut b, more);
         // Always commit (an empty group past the last tile) so that `wait_group 1` always
         // means "all but the newest": tile kt is complete.
         b.push(Stmt::CpAsyncCommit);
@@ -567,14 +488,7 @@ pub fn gemm_bf16() -> Kernel {
         // The stage read here is overwritten by the copies issued next iteration.
         b.push(Stmt::Barrier);
     }
-    let body = b.close();
-    b.push(Stmt::For {
-        var: kt,
-        start: u(0),
-        end: r(tiles),
-        step: u(1),
-        body,
-    });
+    close_for(&mut b, kt, u(0), r(tiles), u(1));
 
     // Epilogue: c_i at (16·wm + g + 8·(i >> 1), 8·wn + 2t + (i & 1)).
     let g = b.op(U32, Op::ShrU, &[r(lane), u(2)]);

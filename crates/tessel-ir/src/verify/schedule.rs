@@ -1,0 +1,406 @@
+//! Fusion and schedule checks: the groups partition what is materialised, and each
+//! group's tile fits its kind and its matmul (the `fusion.*` and `schedule.*` rules of the
+//! module documentation).
+
+use super::graph::exists;
+use super::Errors;
+use crate::entities::{Group, Value};
+use crate::graph::{Fusion, Graph, GroupKind, MmaEpilogue, Op, Schedules, TileConfig};
+use crate::kernel::MmaShape;
+use crate::types::DType;
+use cranelift_entity::EntityRef;
+
+pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
+    for (grp, data) in f.groups.iter() {
+        let loc = format!("group {grp}");
+        if data.outputs.is_empty() {
+            e.push("fusion.outputs", loc.clone(), "the group has no outputs");
+        }
+        let mut shape = None;
+        for &v in &data.outputs {
+            if !exists(g, v) {
+                e.push(
+                    "fusion.outputs",
+                    loc.clone(),
+                    format!("output {v} is not a value"),
+                );
+                continue;
+            }
+            if f.writer[v].expand() != Some(grp) {
+                let who = match f.writer[v].expand() {
+                    Some(o) => format!("{o}"),
+                    None => "no group".to_string(),
+                };
+                e.push(
+                    "fusion.writer",
+                    loc.clone(),
+                    format!("output {v} has {who} as its writer"),
+                );
+            }
+            let s = &g.ty(v).shape;
+            match shape {
+                None => shape = Some((v, s)),
+                Some((first, s0)) if s0 != s => e.push(
+                    "fusion.outputs",
+                    loc.clone(),
+                    format!("outputs differ in shape: {first} is {s0}, {v} is {s}"),
+                ),
+                _ => {}
+            }
+        }
+        match data.kind {
+            GroupKind::Matmul => {
+                let one_matmul = data.reductions.len() == 1
+                    && exists(g, data.reductions[0])
+                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. });
+                if !one_matmul {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "a matmul group must list exactly one matmul",
+                    );
+                } else if let Some((o, s)) = shape {
+                    let m = g.ty(data.reductions[0]);
+                    if &m.shape != s {
+                        e.push(
+                            "fusion.outputs",
+                            loc.clone(),
+                            format!("output {o} is {s}, the matmul gives {}", m.shape),
+                        );
+                    }
+                }
+            }
+            GroupKind::Elementwise => {
+                if !data.reductions.is_empty() {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "an elementwise group has reductions",
+                    );
+                }
+            }
+            GroupKind::RowReduction => {
+                if data.reductions.is_empty() {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "a row-reduction group has no reductions",
+                    );
+                }
+                // The rows the kernel iterates over: the outputs' last axis, or — when the
+                // group materialises a reduction itself (outputs of shape [.., 1]) — the
+                // reduced tensor's last axis.
+                let row = match data.outputs.first() {
+                    Some(&o) if exists(g, o) => match &g.ops[o] {
+                        Op::Reduce { arg, .. } if exists(g, *arg) => Some(g.ty(*arg).shape.last()),
+                        _ => shape.map(|(_, s)| s.last()),
+                    },
+                    _ => shape.map(|(_, s)| s.last()),
+                };
+                for &r in &data.reductions {
+                    if !exists(g, r) {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} is not a value"),
+                        );
+                        continue;
+                    }
+                    let Op::Reduce { arg, axis, .. } = &g.ops[r] else {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} is not a reduce"),
+                        );
+                        continue;
+                    };
+                    if !exists(g, *arg) {
+                        continue;
+                    }
+                    let a = g.ty(*arg);
+                    if *axis as usize + 1 != a.shape.rank() {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            format!("{r} reduces axis {axis} of {a}, not the last axis"),
+                        );
+                    } else if let Some(row) = row {
+                        if a.shape.last() != row {
+                            e.push(
+                                "fusion.reductions",
+                                loc.clone(),
+                                format!(
+                                    "{r} reduces rows of length {}, the outputs' rows have {row}",
+                                    a.shape.last()
+                                ),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    for (v, w) in f.writer.iter() {
+        if let Some(grp) = w.expand() {
+            let listed = f.groups.get(grp).is_some_and(|d| d.outputs.contains(&v));
+            if !listed {
+                e.push(
+                    "fusion.writer",
+                    v.to_string(),
+                    format!("the writer is {grp}, which does not list {v} among its outputs"),
+                );
+            }
+        }
+    }
+    for (n, v) in &g.outputs {
+        if exists(g, *v) && !f.is_materialized(g, *v) {
+            e.push(
+                "fusion.materialized",
+                format!("output \"{n}\""),
+                format!("{v} is neither a step input nor a group's output"),
+            );
+        }
+    }
+}
+
+/// A tensor-core tile's decisions agree with its matmul `mm` (written to group output
+/// `out`): the instruction shape is the operands' dtype's, the K slice whole k steps, and
+/// the epilogue's vector stores fit the output's rows.
+fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e: &mut Errors) {
+    let TileConfig::Mma {
+        bk,
+        shape,
+        epilogue,
+        ..
+    } = *tile
+    else {
+        return;
+    };
+    if !exists(g, mm) || !exists(g, out) {
+        return;
+    }
+    let loc = format!("group {grp}");
+    let want = match g.ty(mm).dtype {
+        DType::Bf16 => Some(MmaShape::M16N8K16Bf16),
+        DType::F16 => Some(MmaShape::M16N8K16F16),
+        DType::F32 => Some(MmaShape::M16N8K8Tf32),
+        _ => None,
+    };
+    if want != Some(shape) {
+        e.push(
+            "schedule.mma",
+            loc.clone(),
+            format!("{} on {} operands", shape.name(), g.ty(mm).dtype),
+        );
+    }
+    if bk as usize % shape.k() != 0 {
+        e.push(
+            "schedule.mma",
+            loc.clone(),
+            format!("bk {bk} is not whole k steps of {}", shape.k()),
+        );
+    }
+    let n = g.ty(mm).shape.last();
+    let same = g.ty(out).shape == g.ty(mm).shape;
+    let fits = match epilogue {
+        MmaEpilogue::Staged => same && n % 4 == 0,
+        MmaEpilogue::Pairs => same && n % 2 == 0,
+        MmaEpilogue::Single => true,
+    };
+    if !fits {
+        e.push(
+            "schedule.mma",
+            loc,
+            format!(
+                "a {} epilogue for N = {n}{}",
+                epilogue.name(),
+                if same {
+                    ""
+                } else {
+                    " and an output of another shape"
+                }
+            ),
+        );
+    }
+}
+
+pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules, e: &mut Errors) {
+    if let Some(f) = fusion {
+        for (grp, data) in f.groups.iter() {
+            match s.get(grp) {
+                Some(Some(sched)) => {
+                    let kind = match sched.tile {
+                        TileConfig::Elementwise { .. } => GroupKind::Elementwise,
+                        TileConfig::RowReduction { .. } => GroupKind::RowReduction,
+                        TileConfig::Gemv { .. }
+                        | TileConfig::Simt { .. }
+                        | TileConfig::Mma { .. }
+                        | TileConfig::GemvMma { .. } => GroupKind::Matmul,
+                    };
+                    if kind != data.kind {
+                        e.push(
+                            "schedule.kind",
+                            format!("group {grp}"),
+                            format!("a {:?} group has a {:?} tile", data.kind, kind),
+                        );
+                    } else if let Some(&mm) = data.reductions.first() {
+                        mma_checks(g, &sched.tile, mm, data.outputs[0], grp, e);
+                    }
+                }
+                _ => e.push("schedule.missing", format!("group {grp}"), "no schedule"),
+            }
+        }
+        for (grp, sched) in s.iter() {
+            if sched.is_some() && grp.index() >= f.groups.len() {
+                e.push(
+                    "schedule.orphan",
+                    format!("group {grp}"),
+                    "a schedule for a group that does not exist",
+                );
+            }
+        }
+    }
+    for (grp, sched) in s.iter() {
+        let Some(sched) = sched else { continue };
+        let loc = format!("group {grp}");
+        let (threads, vector) = match sched.tile {
+            TileConfig::Elementwise { threads, vector } => (threads as u64, vector),
+            TileConfig::RowReduction {
+                threads_per_row,
+                rows_per_cta,
+                vector,
+            } => {
+                let tpr_ok = (threads_per_row.is_power_of_two() && threads_per_row <= 32)
+                    || (threads_per_row > 0 && threads_per_row % 32 == 0);
+                if !tpr_ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "threads_per_row {threads_per_row} is neither a power of two ≤ 32 nor a multiple of 32"
+                        ),
+                    );
+                }
+                if rows_per_cta == 0 {
+                    e.push("schedule.tile", loc.clone(), "rows_per_cta is 0");
+                }
+                (threads_per_row as u64 * rows_per_cta as u64, vector)
+            }
+            TileConfig::Gemv {
+                warps,
+                vector,
+                columns,
+            } => {
+                if columns == 0 || columns > 8 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("gemv columns {columns} outside 1..=8"),
+                    );
+                }
+                (32 * warps as u64, vector)
+            }
+            TileConfig::Simt {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split_k,
+            } => {
+                if split_k == 0 {
+                    e.push("schedule.tile", loc.clone(), "split_k is 0");
+                }
+                let ok =
+                    [bm, bn, bk, tm, tn].iter().all(|&x| x > 0) && bm % tm == 0 && bn % tn == 0;
+                if !ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "simt tile {bm}x{bn}x{bk} is not divided by the thread tile {tm}x{tn}"
+                        ),
+                    );
+                }
+                if ok && bk > 0 && (bm * bk * 4 + bk * bn * 4) > 48 * 1024 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        "simt tile needs more than 48 KiB of shared memory",
+                    );
+                }
+                (((bm / tm.max(1)) * (bn / tn.max(1))) as u64, 1)
+            }
+            TileConfig::Mma {
+                bm,
+                bn,
+                bk,
+                warps_m,
+                warps_n,
+                stages,
+                split_k,
+                ..
+            } => {
+                // Warp tiles of whole 16 × 16 fragments (pairs of 8-column B fragments, one
+                // ldmatrix.x4 each), power-of-two tile sides (the shared-memory swizzle XORs
+                // 16-byte chunk indices), K slices of whole k16 steps.
+                let wm = bm / warps_m.max(1);
+                let wn = bn / warps_n.max(1);
+                let ok = warps_m > 0
+                    && warps_n > 0
+                    && bm % warps_m == 0
+                    && bn % warps_n == 0
+                    && wm % 16 == 0
+                    && wn % 16 == 0
+                    && wm > 0
+                    && wn > 0
+                    && [bm, bn, bk].iter().all(|x| x.is_power_of_two())
+                    && bk >= 16;
+                if !ok {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "mma tile {bm}x{bn}x{bk} over {warps_m}x{warps_n} warps: sides must be powers of two, bk ≥ 16, and each warp's tile a multiple of 16 × 16"
+                        ),
+                    );
+                }
+                if !(2..=8).contains(&stages) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("mma stages {stages} outside 2..=8"),
+                    );
+                }
+                if split_k == 0 {
+                    e.push("schedule.tile", loc.clone(), "split_k is 0");
+                }
+                (32 * warps_m as u64 * warps_n as u64, 1)
+            }
+            TileConfig::GemvMma { warps, unroll, .. } => {
+                if unroll == 0 || unroll > 8 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("gemv_mma unroll {unroll} outside 1..=8"),
+                    );
+                }
+                (32 * warps as u64, 1)
+            }
+        };
+        if !(1..=1024).contains(&threads) {
+            e.push(
+                "schedule.tile",
+                loc.clone(),
+                format!("{threads} threads per CTA, outside 1..=1024"),
+            );
+        }
+        if ![1, 2, 4, 8].contains(&vector) {
+            e.push(
+                "schedule.tile",
+                loc.clone(),
+                format!("vector {vector} is not 1, 2, 4 or 8"),
+            );
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Matmul epilogues: the group's output as a function of the matmul value, stored per
+//! element with an accumulator standing in for the matmul (or, in a split-K partials kernel,
+//! the f32 sum to scratch), and the tensor-core tile's epilogue staged through shared
+//! memory in 16-byte row vectors.
+
+use super::{Gen, Ix, LowerError, Scratch};
+use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Stmt, Width};
+use tessel_ir::{Reg, Value};
+
+/// Where a thread's warp sits in the CTA's tile: the thread index, its lane, and the warp
+/// tile's first row and column.
+#[derive(Copy, Clone)]
+pub(super) struct WarpTile {
+    pub(super) tid: Reg,
+    pub(super) lane: Ix,
+    pub(super) wm0: Ix,
+    pub(super) wn0: Ix,
+}
+
+impl Gen<'_> {
+    /// A predicate: output element (`row`, `col`) lies inside the `m × n` output.
+    pub(super) fn in_bounds(&mut self, (row, m): (Ix, u64), (col, n): (Ix, u64)) -> Reg {
+        let (ro, co) = (self.ix_op(row), self.ix_op(col));
+        let m_ok = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ro, Self::imm_u(m)]);
+        let n_ok = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(n)]);
+        self.b
+            .op(RegType::Pred, Op::PAnd, &[m_ok.into(), n_ok.into()])
+    }
+
+    /// The epilogue of output element (`row`, `col`) under the batch index `lead` (and of
+    /// the `accs.len() - 1` elements after it along the row), with `accs` standing in for
+    /// matmul `mm`, if it lies inside the `m × n` output.
+    pub(super) fn guarded_epilogue(
+        &mut self,
+        (out, mm): (Value, Value),
+        lead: &[Ix],
+        (row, m): (Ix, u64),
+        (col, n): (Ix, u64),
+        accs: &[Reg],
+    ) -> Result<(), LowerError> {
+        let ok = self.in_bounds((row, m), (col, n));
+        self.open();
+        let mut idx = lead.to_vec();
+        idx.extend([row, col]);
+        self.matmul_epilogue(out, mm, &idx, accs)?;
+        self.close_if(ok);
+        Ok(())
+    }
+
+    /// Stores the epilogue of output elements `idx .. idx + accs.len()` along the last dim
+    /// (one element, or two whose address is aligned to two elements), with `accs` as the
+    /// matmul's values there. In a split-K partials kernel, stores the f32 sums to scratch.
+    pub(super) fn matmul_epilogue(
+        &mut self,
+        out: Value,
+        mm: Value,
+        idx: &[Ix],
+        accs: &[Reg],
+    ) -> Result<(), LowerError> {
+        if let Some(Scratch {
+            ptr,
+            writes: true,
+            range: Some(range),
+            ..
+        }) = self.scratch
+        {
+            // Split-K partials kernel: the range's f32 sums, unrounded, to scratch.
+            let shape = self.g.ty(mm).shape.clone();
+            let numel = shape.numel();
+            let flat = self.flatten(idx, &shape);
+            let base = self.imul_c(range, numel);
+            let flat = self.iadd(base, flat);
+            let fo = self.ix_op(flat);
+            let bytes = self
+                .b
+                .op(RegType::U64, Op::MulWideU32, &[fo, Operand::U32(4)]);
+            let addr = self
+                .b
+                .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+            for (j, &acc) in accs.iter().enumerate() {
+                self.b.push(Stmt::Store {
+                    space: Space::Global,
+                    width: Width::B32,
+                    addr,
+                    offset: 4 * j as i32,
+                    values: vec![acc.into()],
+                });
+            }
+            return Ok(());
+        }
+        // The product is rounded once to its dtype before the epilogue uses it, as the graph
+        // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
+        let dt = self.g.ty(mm).dtype;
+        let vals: Vec<Operand> = accs.iter().map(|&a| self.round(a.into(), dt)).collect();
+        self.lane_value.insert(mm, vals);
+        self.open();
+        let vals = self.value(out, idx, accs.len() as u32)?;
+        self.store(out, idx, &vals)?;
+        // The scope only limits what is remembered: its statements run in place.
+        for s in self.close() {
+            self.b.push(s);
+        }
+        self.lane_value.remove(&mm);
+        Ok(())
+    }
+
+    /// The tile's epilogue through shared memory: every warp writes its f32 accumulators
+    /// to a `bm × (bn + 8)` f32 tile (the ring, no longer read: all copies waited for, and a
+    /// barrier), then each thread takes 4 consecutive columns of a row at a time — 32
+    /// threads cover 512 contiguous bytes of f32 — and stores their epilogue as one vector
+    /// (16 bytes of f32, 8 of bf16): the output and any tensor the epilogue reads go
+    /// through whole cache lines. The padding of 8 floats puts the 8 rows of a fragment
+    /// store in different banks. Needs N a multiple of 4 (aligned vectors).
+    pub(super) fn staged_epilogue(
+        &mut self,
+        out: Value,
+        mm: Value,
+        (base, bm, bn, threads): (Reg, u32, u32, u32),
+        (accs, mi, ni): (&[[Reg; 4]], u32, u32),
+        WarpTile {
+            tid,
+            lane,
+            wm0,
+            wn0,
+        }: WarpTile,
+        (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
+    ) -> Result<(), LowerError> {
+        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        // Lane (g, t) writes rows g, g + 8 at columns 2t, 2t + 1 of each fragment.
+        let r = self.iadd(wm0, g);
+        let r = self.imul_c(r, stride as u64);
+        let c = self.imul_c(t, 2);
+        let c = self.iadd(wn0, c);
+        let c = self.imul_c(c, 4);
+        let off = self.iadd(r, c);
+        let mine = self.shared_addr(base, off);
+        self.b.push(Stmt::Barrier);
+        for i in 0..mi {
+            for j in 0..ni {
+                let frag = accs[(i * ni + j) as usize];
+                for h in 0..2u32 {
+                    let imm = ((16 * i + 8 * h) * stride + 8 * j * 4) as i32;
+                    self.b.push(Stmt::Store {
+                        space: Space::Shared,
+                        width: Width::V2,
+                        addr: mine,
+                        offset: imm,
+                        values: vec![frag[2 * h as usize].into(), frag[2 * h as usize + 1].into()],
+                    });
+                }
+            }
+        }
+        self.b.push(Stmt::Barrier);
+        // Read back 4 columns at a time, row by row.
+        let per_row = bn / 4;
+        let vecs = bm * per_row;
+        for it in 0..vecs.div_ceil(threads) {
+            let e = self.iadd(Ix::R(tid), Ix::C((it * threads) as u64));
+            let row = self.idiv_c(e, per_row as u64);
+            let c4 = self.irem_c(e, per_row as u64);
+            let col = self.imul_c(c4, 4);
+            let gr = self.iadd(m0, row);
+            let gc = self.iadd(n0, col);
+            let eo = self.ix_op(e);
+            let mut ok = self.in_bounds((gr, m), (gc, n));
+            if (it + 1) * threads > vecs {
+                let in_tile = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtU),
+                    &[eo, Operand::U32(vecs)],
+                );
+                ok = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[ok.into(), in_tile.into()]);
+            }
+            self.open();
+            let ro = self.imul_c(row, stride as u64);
+            let cb = self.imul_c(col, 4);
+            let so = self.iadd(ro, cb);
+            let addr = self.shared_addr(base, so);
+            let vals: Vec<Reg> = (0..4)
+                .map(|_| self.b.kernel.new_reg(RegType::F32))
+                .collect();
+            self.b.push(Stmt::Load {
+                dsts: vals.clone(),
+                space: Space::Shared,
+                width: Width::V4,
+                addr,
+                offset: 0,
+            });
+            let mut idx = lead.to_vec();
+            idx.extend([gr, gc]);
+            self.matmul_epilogue(out, mm, &idx, &vals)?;
+            self.close_if(ok);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,503 @@
+//! `lower`: turns every fusion group into a kernel of the kernel IR, and the step into a
+//! [`Program`] (buffers, kernels, launches).
+//!
+//! Before: a graph with its [`Fusion`] and a [`Schedule`](tessel_ir::graph::Schedule) per
+//! group. After: a program whose kernels still contain [`Op::Math`] placeholders
+//! (`expand-math` replaces them). A split-K matmul group becomes two kernels over an f32
+//! scratch buffer; every other group one kernel.
+//!
+//! Every value is computed at an *index* — one index per dim of its shape, each a constant
+//! or a register — by walking from a group's output back to materialised values, which are
+//! loaded from memory. Shape ops only rewrite indices: a broadcast pins broadcast dims to 0,
+//! a slice adds its start, a permute reorders, a reshape goes through the flat index (or,
+//! when it only inserts or removes dims of size 1, maps dims directly), a concat branches on
+//! the index along its axis. A thread handles `vector` consecutive elements along the last
+//! axis; where an op keeps those lanes contiguous and aligned the walk stays vectorised (one
+//! 16-byte load, one packed store), elsewhere it falls back to one index per lane.
+//!
+//! Values computed by a kernel are kept in registers: f32 for bf16/f16/f32 (a 16-bit value
+//! is exact in f32; after every bf16/f16 op the f32 result is rounded to the dtype, so the
+//! register always holds a representable value), u32 for i32, pred for bool.
+//!
+//! Row reductions follow the [`crate::schedule::reduction_order`] signature exactly.
+//!
+//! The module, by concern: this file drives (buffers, one kernel per group, dispatch on the
+//! schedule); `index` (index arithmetic), `values` (the shape-op walk), `memory` (loads and
+//! stores), `numerics` (dtype arithmetic) serve every schedule. One file per schedule:
+//! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`; the pieces the
+//! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
+//! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
+//! A new schedule is a new file beside them and one arm in `lower_group`.
+
+mod epilogue;
+mod fragments;
+mod gemv;
+mod gemv_mma;
+mod index;
+mod matmul;
+mod memory;
+mod mma;
+mod numerics;
+mod ring;
+mod rows;
+mod simt;
+mod values;
+
+use crate::fuse::row_shape;
+use std::collections::HashMap;
+use tessel_ir::graph::{Fusion, Graph, GroupKind, Op as GOp, Schedules, TileConfig};
+use tessel_ir::kernel::{
+    BufferDecl, BufferRole, Builder, Kernel, Launch, LaunchArg, Op, Operand, Param, ParamKind,
+    Program, RegType, Stmt,
+};
+use tessel_ir::{BufferId, DType, Group, Reg, Shape, Value};
+
+/// Why a group could not be lowered.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum LowerError {
+    #[error("{what} is not supported yet (value {value})")]
+    Unsupported { what: String, value: Value },
+    #[error("tensor {value} has {numel} elements; kernels index with 32 bits (at most 2^32 - 1)")]
+    TooLarge { value: Value, numel: u64 },
+    #[error("group {0} has no schedule")]
+    NoSchedule(Group),
+}
+
+/// Runs the pass. Every machine-dependent choice is in the schedules (`schedule` read the
+/// [`crate::Target`]); lowering only emits them.
+pub fn run(g: &Graph, fusion: &Fusion, schedules: &Schedules) -> Result<Program, LowerError> {
+    run_with_buffers(g, fusion, schedules).map(|l| l.program)
+}
+
+/// The result of [`run_with_buffers`].
+pub struct Lowered {
+    pub program: Program,
+    /// The buffer of every materialised value (step inputs and group outputs).
+    pub buffer_of: HashMap<Value, BufferId>,
+    /// The group each kernel computes, by kernel index (a split-K group has two kernels).
+    pub group_of_kernel: Vec<Group>,
+}
+
+/// [`run`], also returning the buffer of every materialised value and the group of every
+/// kernel, for tools that address a kernel's operands (e.g. the cuBLAS baseline).
+pub fn run_with_buffers(
+    g: &Graph,
+    fusion: &Fusion,
+    schedules: &Schedules,
+) -> Result<Lowered, LowerError> {
+    let mut group_of_kernel = Vec::new();
+    let mut p = Program {
+        name: g.name.clone(),
+        ..Default::default()
+    };
+    let mut buf_of: HashMap<Value, BufferId> = HashMap::new();
+    for (i, (name, v)) in g.inputs.iter().enumerate() {
+        let b = p.buffers.push(BufferDecl {
+            name: name.clone(),
+            ty: g.ty(*v).clone(),
+            role: BufferRole::Input(i as u32),
+        });
+        buf_of.insert(*v, b);
+        p.inputs.push((name.clone(), b));
+    }
+    let outputs: HashMap<Value, &str> = g.outputs.iter().map(|(n, v)| (*v, n.as_str())).collect();
+    for (grp, data) in fusion.groups.iter() {
+        for &o in &data.outputs {
+            let numel = g.ty(o).shape.numel();
+            if numel >= u32::MAX as u64 {
+                return Err(LowerError::TooLarge { value: o, numel });
+            }
+            let (name, role) = match outputs.get(&o) {
+                Some(n) => (n.to_string(), BufferRole::Output),
+                None => (format!("t{}", o.as_u32()), BufferRole::Temp),
+            };
+            let b = p.buffers.push(BufferDecl {
+                name,
+                ty: g.ty(o).clone(),
+                role,
+            });
+            buf_of.insert(o, b);
+        }
+        let sched = schedules[grp].as_ref().ok_or(LowerError::NoSchedule(grp))?;
+        let name = format!("{}_{}", sanitize(&g.name), grp.as_u32());
+        let split = sched.tile.split_k();
+        let parts = if data.kind == GroupKind::Matmul && split > 1 {
+            // Split-K: the partial products go to an f32 scratch buffer [split, ..mm shape],
+            // then a second kernel sums them in range order and runs the epilogue.
+            let mm = data.reductions[0];
+            let mut shape = vec![split as u64];
+            shape.extend(&g.ty(mm).shape.0);
+            let numel: u64 = shape.iter().product();
+            if numel >= u32::MAX as u64 {
+                return Err(LowerError::TooLarge { value: mm, numel });
+            }
+            let scratch = p.buffers.push(BufferDecl {
+                name: format!("t{}_split_k", mm.as_u32()),
+                ty: tessel_ir::TensorType {
+                    dtype: DType::F32,
+                    shape: Shape(shape),
+                },
+                role: BufferRole::Temp,
+            });
+            vec![
+                (Part::Partials { scratch, split }, format!("{name}_split")),
+                (Part::SumPartials { scratch, split }, format!("{name}_sum")),
+            ]
+        } else {
+            vec![(Part::Whole, name)]
+        };
+        for (part, name) in parts {
+            let (kernel, args) = lower_group(g, fusion, (grp, &sched.tile), name, &buf_of, part)?;
+            let k = p.kernels.push(kernel);
+            p.launches.push(Launch { kernel: k, args });
+            group_of_kernel.push(grp);
+        }
+    }
+    p.outputs = g
+        .outputs
+        .iter()
+        .map(|(n, v)| (n.clone(), buf_of[v]))
+        .collect();
+    Ok(Lowered {
+        program: p,
+        buffer_of: buf_of,
+        group_of_kernel,
+    })
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+/// One component of an index: a constant or a `U32` register.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+enum Ix {
+    C(u64),
+    R(Reg),
+}
+
+/// The register class holding values of a dtype.
+fn class(dt: DType) -> RegType {
+    match dt {
+        DType::Bf16 | DType::F16 | DType::F32 => RegType::F32,
+        DType::I32 => RegType::U32,
+        DType::Bool => RegType::Pred,
+    }
+}
+
+type Key = (Value, Vec<Ix>, u32);
+
+struct Gen<'a> {
+    g: &'a Graph,
+    fusion: &'a Fusion,
+    /// The values this kernel writes; they are computed here even though materialised.
+    own: Vec<Value>,
+    b: Builder<'a>,
+    /// Base pointer (`U64`) of every materialised value read or written.
+    ptr: HashMap<Value, Reg>,
+    /// Values already computed, innermost scope last.
+    memo: Vec<HashMap<Key, Vec<Operand>>>,
+    /// Per-row results of the group's reductions.
+    row_value: HashMap<Value, Operand>,
+    /// Per-lane values standing in for a value (a matmul's accumulators in its epilogue).
+    lane_value: HashMap<Value, Vec<Operand>>,
+    /// Flat indices that were unflattened, so flattening the same index in the same shape
+    /// gives the original register back instead of recomputing it.
+    flat_of: HashMap<(Vec<Ix>, Vec<u64>), Ix>,
+    /// The split-K scratch buffer of a split-K kernel.
+    scratch: Option<Scratch>,
+}
+
+/// The f32 scratch buffer `[split, ..matmul shape]` of a split-K matmul.
+struct Scratch {
+    ptr: Reg,
+    split: u32,
+    /// In the partials kernel: the K range this CTA computes (set by the schedule's code).
+    range: Option<Ix>,
+    /// True in the partials kernel (which stores the matmul's value instead of the epilogue).
+    writes: bool,
+}
+
+/// Which kernel of a group to generate: the whole group, or one of the two kernels of a
+/// split-K matmul (see [`TileConfig::Simt`]).
+#[derive(Copy, Clone, Debug)]
+enum Part {
+    Whole,
+    /// The matmul's K ranges, each CTA's f32 result stored to `scratch[range, ..]`.
+    Partials {
+        scratch: BufferId,
+        split: u32,
+    },
+    /// `scratch` summed over the ranges in order, then the epilogue.
+    SumPartials {
+        scratch: BufferId,
+        split: u32,
+    },
+}
+
+fn lower_group(
+    g: &Graph,
+    fusion: &Fusion,
+    (grp, tile): (Group, &TileConfig),
+    name: String,
+    buf_of: &HashMap<Value, BufferId>,
+    part: Part,
+) -> Result<(Kernel, Vec<LaunchArg>), LowerError> {
+    let data = &fusion.groups[grp];
+    let out = data.outputs[0];
+    let mut kernel = Kernel {
+        name,
+        ..Default::default()
+    };
+    // Parameters: every materialised value the kernel reads, then its outputs; the scratch
+    // buffer of a split-K part comes last.
+    let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
+        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
+        Part::Partials { .. } => (leaves(g, fusion, &data.reductions, None), vec![]),
+        Part::SumPartials { .. } => (
+            leaves(g, fusion, &data.outputs, Some(data.reductions[0])),
+            data.outputs.clone(),
+        ),
+    };
+    let mut args = Vec::new();
+    let mut params: Vec<Value> = Vec::new();
+    for &v in reads.iter().chain(writes.iter()) {
+        let w = writes.contains(&v);
+        kernel.params.push(Param {
+            name: format!("{}{}", if w { "out" } else { "in" }, params.len()),
+            kind: ParamKind::Ptr {
+                dtype: g.ty(v).dtype,
+                writes: w,
+            },
+        });
+        args.push(LaunchArg::Buffer(buf_of[&v]));
+        params.push(v);
+    }
+    let scratch = match part {
+        Part::Whole => None,
+        Part::Partials { scratch, split } | Part::SumPartials { scratch, split } => {
+            kernel.params.push(Param {
+                name: format!("scratch{}", params.len()),
+                kind: ParamKind::Ptr {
+                    dtype: DType::F32,
+                    writes: matches!(part, Part::Partials { .. }),
+                },
+            });
+            args.push(LaunchArg::Buffer(scratch));
+            Some(split)
+        }
+    };
+    let mut gen = Gen {
+        g,
+        fusion,
+        own: data.outputs.clone(),
+        b: Builder::new(&mut kernel),
+        ptr: HashMap::new(),
+        memo: vec![HashMap::new()],
+        row_value: HashMap::new(),
+        lane_value: HashMap::new(),
+        flat_of: HashMap::new(),
+        scratch: None,
+    };
+    for (i, &v) in params.iter().enumerate() {
+        let r = gen.b.op(RegType::U64, Op::Param(i as u32), &[]);
+        gen.ptr.insert(v, r);
+    }
+    if let Some(split) = scratch {
+        let r = gen.b.op(RegType::U64, Op::Param(params.len() as u32), &[]);
+        gen.scratch = Some(Scratch {
+            ptr: r,
+            split,
+            range: None,
+            writes: matches!(part, Part::Partials { .. }),
+        });
+    }
+    if let Part::SumPartials { split, .. } = part {
+        let mm = data.reductions[0];
+        let threads = 256;
+        let ctas = gen.sum_partials(out, mm, split, threads)?;
+        gen.b.finish();
+        kernel.block = [threads, 1, 1];
+        kernel.grid = [ctas, 1, 1];
+        kernel.schedule = format!(
+            "split-K sum of {tile}: each output element adds its {split} range results in range order into an f32 accumulator starting at 0, then the epilogue"
+        );
+        return Ok((kernel, args));
+    }
+    let (block, grid, schedule) = match (data.kind, tile) {
+        (GroupKind::Elementwise, &TileConfig::Elementwise { threads, vector }) => {
+            let ctas = gen.elementwise(&data.outputs, threads, vector)?;
+            (
+                threads,
+                [ctas, 1, 1],
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (
+            GroupKind::Matmul,
+            &TileConfig::Gemv {
+                warps,
+                vector,
+                columns,
+            },
+        ) => {
+            let grid = gen.gemv(out, data.reductions[0], (warps, vector, columns))?;
+            (
+                32 * warps,
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (
+            GroupKind::Matmul,
+            &TileConfig::Simt {
+                bm,
+                bn,
+                bk,
+                tm,
+                tn,
+                split_k,
+            },
+        ) => {
+            let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn, split_k))?;
+            (
+                (bm / tm) * (bn / tn),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Matmul, &TileConfig::Mma { .. }) => {
+            let grid = gen.mma(out, data.reductions[0], tile)?;
+            (
+                tile.threads_per_cta(),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll, .. }) => {
+            let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;
+            (
+                32 * warps,
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (
+            GroupKind::RowReduction,
+            &TileConfig::RowReduction {
+                threads_per_row,
+                rows_per_cta,
+                vector,
+            },
+        ) => {
+            let rows = row_shape(g, out);
+            let ctas =
+                gen.row_reduction(out, &data.reductions, threads_per_row, rows_per_cta, vector)?;
+            (
+                threads_per_row * rows_per_cta,
+                [ctas, 1, 1],
+                format!(
+                    "{tile}; {}",
+                    crate::schedule::reduction_order(tile, rows.last())
+                ),
+            )
+        }
+        _ => {
+            return Err(LowerError::Unsupported {
+                what: format!("tile {tile} for a {:?} group", data.kind),
+                value: out,
+            })
+        }
+    };
+    gen.b.finish();
+    kernel.block = [block, 1, 1];
+    kernel.grid = grid;
+    kernel.schedule = schedule;
+    // The occupancy the schedule asked for (`.minnctapersm`).
+    kernel.min_ctas_per_sm = match *tile {
+        TileConfig::Mma {
+            min_ctas_per_sm, ..
+        }
+        | TileConfig::GemvMma {
+            min_ctas_per_sm, ..
+        } => min_ctas_per_sm,
+        _ => 0,
+    };
+    Ok((kernel, args))
+}
+
+/// Materialised values read by the kernel writing `outputs`, in value order; the walk does
+/// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch). A
+/// matmul reads a transposed operand in place, from the tensor under its permute, even
+/// when the permute is materialised too (a step output): both are listed then.
+fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut found = std::collections::BTreeSet::new();
+    let mut stack: Vec<Value> = outputs.to_vec();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) || Some(v) == stop {
+            continue;
+        }
+        if !outputs.contains(&v) && fusion.is_materialized(g, v) {
+            found.insert(v);
+            continue;
+        }
+        if let GOp::MatMul { lhs, rhs } = g.ops[v] {
+            for x in [lhs, rhs] {
+                if let GOp::Permute { arg, .. } = g.ops[x] {
+                    stack.push(arg);
+                }
+            }
+        }
+        stack.extend(g.ops[v].args());
+    }
+    found.into_iter().collect()
+}
+
+impl Gen<'_> {
+    fn imm_u(x: u64) -> Operand {
+        Operand::U32(x as u32)
+    }
+
+    fn open(&mut self) {
+        self.b.open();
+        self.memo.push(HashMap::new());
+    }
+
+    fn close(&mut self) -> Vec<Stmt> {
+        self.memo.pop();
+        self.b.close()
+    }
+
+    /// Closes the innermost scope as the body of `if cond { .. }`.
+    fn close_if(&mut self, cond: Reg) {
+        let then_body = self.close();
+        self.b.push(Stmt::If {
+            cond,
+            then_body,
+            else_body: vec![],
+        });
+    }
+
+    /// Closes the innermost scope as the body of `for var = start; var < end; var += step`.
+    fn close_for(&mut self, var: Reg, start: Operand, end: Operand, step: Operand) {
+        let body = self.close();
+        self.b.push(Stmt::For {
+            var,
+            start,
+            end,
+            step,
+            body,
+        });
+    }
+
+    fn lookup(&self, k: &Key) -> Option<Vec<Operand>> {
+        self.memo.iter().rev().find_map(|m| m.get(k).cloned())
+    }
+
+    fn is_leaf(&self, v: Value) -> bool {
+        !self.own.contains(&v) && self.fusion.is_materialized(self.g, v)
+    }
+}

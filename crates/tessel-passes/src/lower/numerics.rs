@@ -1,0 +1,251 @@
+//! The dtype numerics of kernel values (design §5): constants, rounding to bf16/f16 after
+//! every 16-bit op (values live in f32 registers), conversions with graph `Cast`
+//! semantics, and the elementwise ops per register class.
+
+use super::{class, Gen, LowerError};
+use tessel_ir::graph::{BinaryOp, UnaryOp};
+use tessel_ir::kernel::{FCmp, ICmp, MathFn, Op, Operand, RegType};
+use tessel_ir::{DType, Reg, Value};
+
+impl Gen<'_> {
+    pub(super) fn constant(&mut self, value: f64, dt: DType) -> Operand {
+        match dt {
+            DType::Bf16 | DType::F16 | DType::F32 => Operand::f32(value as f32),
+            DType::I32 => Operand::U32(value as i64 as i32 as u32),
+            DType::Bool => self
+                .b
+                .op(
+                    RegType::Pred,
+                    Op::ICmp(if value != 0.0 { ICmp::Eq } else { ICmp::Ne }),
+                    &[Operand::U32(0), Operand::U32(0)],
+                )
+                .into(),
+        }
+    }
+
+    /// Rounds an f32 register to `dt` (no-op for f32): RNE through the packed conversion.
+    pub(super) fn round(&mut self, x: Operand, dt: DType) -> Operand {
+        match dt {
+            DType::Bf16 => {
+                let p = self
+                    .b
+                    .op(RegType::U32, Op::PackBf16x2, &[Operand::f32(0.0), x]);
+                let s = self
+                    .b
+                    .op(RegType::U32, Op::Shl, &[p.into(), Operand::U32(16)]);
+                self.b.op(RegType::F32, Op::BitsToF32, &[s.into()]).into()
+            }
+            DType::F16 => {
+                let p = self
+                    .b
+                    .op(RegType::U32, Op::PackF16x2, &[Operand::f32(0.0), x]);
+                self.b.op(RegType::F32, Op::F16ToF32, &[p.into()]).into()
+            }
+            _ => x,
+        }
+    }
+
+    /// Converts a register value from `from` to `to` (graph `Cast` semantics).
+    pub(super) fn convert(&mut self, x: Operand, from: DType, to: DType) -> Operand {
+        use DType::*;
+        if from == to {
+            return x;
+        }
+        match (from, to) {
+            (Bf16 | F16 | F32, Bf16 | F16 | F32) => self.round(x, to),
+            (I32, _) if to.is_float() => {
+                let f = self.b.op(RegType::F32, Op::CvtF32S32, &[x]);
+                self.round(f.into(), to)
+            }
+            (Bf16 | F16 | F32, I32) => self.b.op(RegType::U32, Op::CvtRziS32F32, &[x]).into(),
+            (Bool, I32) => self
+                .b
+                .op(
+                    RegType::U32,
+                    Op::Select,
+                    &[x, Operand::U32(1), Operand::U32(0)],
+                )
+                .into(),
+            (Bool, _) => self
+                .b
+                .op(
+                    RegType::F32,
+                    Op::Select,
+                    &[x, Operand::f32(1.0), Operand::f32(0.0)],
+                )
+                .into(),
+            (I32, Bool) => self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[x, Operand::U32(0)])
+                .into(),
+            (_, Bool) => self
+                .b
+                .op(RegType::Pred, Op::FCmp(FCmp::Ne), &[x, Operand::f32(0.0)])
+                .into(),
+            _ => x,
+        }
+    }
+
+    pub(super) fn unary(
+        &mut self,
+        op: UnaryOp,
+        dt: DType,
+        x: Operand,
+        v: Value,
+    ) -> Result<Operand, LowerError> {
+        let f = |m| Op::Math(m);
+        let r = match (op, class(dt)) {
+            (UnaryOp::Neg, RegType::F32) => self.b.op(RegType::F32, Op::FNeg, &[x]),
+            (UnaryOp::Neg, RegType::U32) => {
+                self.b.op(RegType::U32, Op::ISub, &[Operand::U32(0), x])
+            }
+            (UnaryOp::Abs, RegType::F32) => self.b.op(RegType::F32, Op::FAbs, &[x]),
+            (UnaryOp::Abs, RegType::U32) => {
+                let n = self.b.op(RegType::U32, Op::ISub, &[Operand::U32(0), x]);
+                let neg = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[x, Operand::U32(0)]);
+                self.b
+                    .op(RegType::U32, Op::Select, &[neg.into(), n.into(), x])
+            }
+            (UnaryOp::Not, RegType::Pred) => self.b.op(RegType::Pred, Op::PNot, &[x]),
+            (UnaryOp::Sqrt, RegType::F32) => self.b.op(RegType::F32, Op::FSqrt, &[x]),
+            (UnaryOp::Exp, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Exp), &[x]),
+            (UnaryOp::Log, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Log), &[x]),
+            (UnaryOp::Rsqrt, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Rsqrt), &[x]),
+            (UnaryOp::Sin, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Sin), &[x]),
+            (UnaryOp::Cos, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Cos), &[x]),
+            (UnaryOp::Tanh, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Tanh), &[x]),
+            (UnaryOp::Sigmoid, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Sigmoid), &[x]),
+            (UnaryOp::Silu, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Silu), &[x]),
+            _ => {
+                return Err(LowerError::Unsupported {
+                    what: format!("{op:?} on {dt}"),
+                    value: v,
+                })
+            }
+        };
+        Ok(self.round(r.into(), dt))
+    }
+
+    /// `op(a, b)` for operands of dtype `dt`; the result is rounded to `dt` (comparisons give
+    /// a predicate).
+    pub(super) fn binary(
+        &mut self,
+        op: BinaryOp,
+        dt: DType,
+        a: Operand,
+        b: Operand,
+        v: Value,
+    ) -> Result<Operand, LowerError> {
+        use BinaryOp::*;
+        let cls = class(dt);
+        let cmp_f = |o| Op::FCmp(o);
+        let r: Reg = match (op, cls) {
+            (Add, RegType::F32) => self.b.op(cls, Op::FAdd, &[a, b]),
+            (Sub, RegType::F32) => self.b.op(cls, Op::FSub, &[a, b]),
+            (Mul, RegType::F32) => self.b.op(cls, Op::FMul, &[a, b]),
+            (Div, RegType::F32) => self.b.op(cls, Op::FDiv, &[a, b]),
+            (Min, RegType::F32) => self.b.op(cls, Op::FMin, &[a, b]),
+            (Max, RegType::F32) => self.b.op(cls, Op::FMax, &[a, b]),
+            (Pow, RegType::F32) => self.b.op(cls, Op::Math(MathFn::Pow), &[a, b]),
+            (Add, RegType::U32) => self.b.op(cls, Op::IAdd, &[a, b]),
+            (Sub, RegType::U32) => self.b.op(cls, Op::ISub, &[a, b]),
+            (Mul, RegType::U32) => self.b.op(cls, Op::IMulLo, &[a, b]),
+            (Div | Rem, RegType::U32) => {
+                // Truncating signed division from the unsigned one: |a| / |b|, negated when
+                // the signs differ; the remainder takes the dividend's sign (C, PyTorch
+                // `torch.fmod`). Division by zero faults in the executor and is undefined on
+                // the GPU, as in CUDA C.
+                let abs = |this: &mut Self, x: Operand| -> Operand {
+                    let n = this.b.op(cls, Op::ISub, &[Operand::U32(0), x]);
+                    let neg = this
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[x, Operand::U32(0)]);
+                    this.b
+                        .op(cls, Op::Select, &[neg.into(), n.into(), x])
+                        .into()
+                };
+                let (ua, ub) = (abs(self, a), abs(self, b));
+                // x / 0 is defined as 0 and x % 0 as x (so a = q·b + r still holds), the same
+                // on the GPU, the executor and the oracle: the divisor 0 is replaced by 1 and
+                // the quotient by 0.
+                let zero = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[b, Operand::U32(0)]);
+                let ub = self
+                    .b
+                    .op(cls, Op::Select, &[zero.into(), Operand::U32(1), ub])
+                    .into();
+                let uq = self.b.op(cls, Op::UDiv, &[ua, ub]);
+                let uq = self
+                    .b
+                    .op(cls, Op::Select, &[zero.into(), Operand::U32(0), uq.into()]);
+                let sx = self.b.op(cls, Op::Xor, &[a, b]);
+                let neg = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::LtS),
+                    &[sx.into(), Operand::U32(0)],
+                );
+                let nq = self.b.op(cls, Op::ISub, &[Operand::U32(0), uq.into()]);
+                let q = self
+                    .b
+                    .op(cls, Op::Select, &[neg.into(), nq.into(), uq.into()]);
+                if op == Div {
+                    q
+                } else {
+                    let qb = self.b.op(cls, Op::IMulLo, &[q.into(), b]);
+                    self.b.op(cls, Op::ISub, &[a, qb.into()])
+                }
+            }
+            (Min | Max, RegType::U32) => {
+                let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtS), &[a, b]);
+                let (x, y) = if op == Min { (a, b) } else { (b, a) };
+                self.b.op(cls, Op::Select, &[lt.into(), x, y])
+            }
+            (Eq | Ne | Lt | Le | Gt | Ge, RegType::F32) => {
+                let c = match op {
+                    Eq => FCmp::Eq,
+                    Ne => FCmp::Ne,
+                    Lt => FCmp::Lt,
+                    Le => FCmp::Le,
+                    Gt => FCmp::Gt,
+                    _ => FCmp::Ge,
+                };
+                return Ok(self.b.op(RegType::Pred, cmp_f(c), &[a, b]).into());
+            }
+            (Eq | Ne | Lt | Le | Gt | Ge, RegType::U32) => {
+                let c = match op {
+                    Eq => ICmp::Eq,
+                    Ne => ICmp::Ne,
+                    Lt => ICmp::LtS,
+                    Le => ICmp::LeS,
+                    Gt => ICmp::GtS,
+                    _ => ICmp::GeS,
+                };
+                return Ok(self.b.op(RegType::Pred, Op::ICmp(c), &[a, b]).into());
+            }
+            (And, RegType::Pred) => self.b.op(cls, Op::PAnd, &[a, b]),
+            (Or, RegType::Pred) => self.b.op(cls, Op::POr, &[a, b]),
+            (Eq | Ne, RegType::Pred) => {
+                // a == b  ⇔  !(a xor b); xor = (a | b) & !(a & b).
+                let o = self.b.op(cls, Op::POr, &[a, b]);
+                let n = self.b.op(cls, Op::PAnd, &[a, b]);
+                let nn = self.b.op(cls, Op::PNot, &[n.into()]);
+                let x = self.b.op(cls, Op::PAnd, &[o.into(), nn.into()]);
+                if op == Ne {
+                    x
+                } else {
+                    self.b.op(cls, Op::PNot, &[x.into()])
+                }
+            }
+            _ => {
+                return Err(LowerError::Unsupported {
+                    what: format!("{op:?} on {dt}"),
+                    value: v,
+                })
+            }
+        };
+        Ok(self.round(r.into(), dt))
+    }
+}

@@ -1,0 +1,285 @@
+//! Values at an index: the walk from a group's output back to materialised values, through
+//! every shape op by rewriting the index (a broadcast pins dims to 0, a slice adds its
+//! start, a permute reorders, a reshape goes through the flat index, a concat branches),
+//! memoised per scope. `lanes` consecutive elements along the last axis stay one vector
+//! where the op keeps them contiguous and aligned.
+
+use super::{class, Gen, Ix, LowerError};
+use tessel_ir::graph::Op as GOp;
+use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Stmt};
+use tessel_ir::{DType, Reg, Shape, Value};
+
+impl Gen<'_> {
+    /// `lanes` values of `v` at `idx`, `idx`, ..., with the last index advanced by 0..lanes.
+    pub(super) fn value(
+        &mut self,
+        v: Value,
+        idx: &[Ix],
+        lanes: u32,
+    ) -> Result<Vec<Operand>, LowerError> {
+        let key = (v, idx.to_vec(), lanes);
+        if let Some(x) = self.lookup(&key) {
+            return Ok(x);
+        }
+        let r = self.value_uncached(v, idx, lanes)?;
+        if let Some(m) = self.memo.last_mut() {
+            m.insert(key, r.clone());
+        }
+        Ok(r)
+    }
+
+    /// One index per lane (the fallback where lanes cannot stay together).
+    pub(super) fn per_lane(
+        &mut self,
+        v: Value,
+        idx: &[Ix],
+        lanes: u32,
+    ) -> Result<Vec<Operand>, LowerError> {
+        let mut out = Vec::with_capacity(lanes as usize);
+        for j in 0..lanes {
+            let mut li = idx.to_vec();
+            if let Some(l) = li.last_mut() {
+                *l = self.iadd(*l, Ix::C(j as u64));
+            }
+            out.extend(self.value(v, &li, 1)?);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn value_uncached(
+        &mut self,
+        v: Value,
+        idx: &[Ix],
+        lanes: u32,
+    ) -> Result<Vec<Operand>, LowerError> {
+        if let Some(xs) = self.lane_value.get(&v) {
+            if xs.len() == lanes as usize {
+                return Ok(xs.clone());
+            }
+            return Err(LowerError::Unsupported {
+                what: format!("{lanes} lanes of a value held for {}", xs.len()),
+                value: v,
+            });
+        }
+        if let Some(&x) = self.row_value.get(&v) {
+            return Ok(vec![x; lanes as usize]);
+        }
+        if self.is_leaf(v) {
+            return self.load(v, idx, lanes);
+        }
+        let g = self.g;
+        let ty = g.ty(v).clone();
+        let dt = ty.dtype;
+        let rank = ty.shape.rank();
+        match &g.ops[v] {
+            GOp::Input { .. } => self.load(v, idx, lanes),
+            GOp::Const { value } => {
+                let x = self.constant(*value, dt);
+                Ok(vec![x; lanes as usize])
+            }
+            GOp::Iota { axis } => {
+                let a = *axis as usize;
+                let mut out = Vec::new();
+                for j in 0..lanes {
+                    let i = if a + 1 == rank {
+                        self.iadd(idx[a], Ix::C(j as u64))
+                    } else {
+                        idx[a]
+                    };
+                    let io = self.ix_op(i);
+                    out.push(self.convert(io, DType::I32, dt));
+                }
+                Ok(out)
+            }
+            GOp::Unary { op, arg } => {
+                let a = self.value(*arg, idx, lanes)?;
+                a.into_iter().map(|x| self.unary(*op, dt, x, v)).collect()
+            }
+            GOp::Binary { op, lhs, rhs } => {
+                let odt = g.ty(*lhs).dtype;
+                let a = self.value(*lhs, idx, lanes)?;
+                let b = self.value(*rhs, idx, lanes)?;
+                a.into_iter()
+                    .zip(b)
+                    .map(|(x, y)| self.binary(*op, odt, x, y, v))
+                    .collect()
+            }
+            GOp::Select {
+                cond,
+                on_true,
+                on_false,
+            } => {
+                let c = self.value(*cond, idx, lanes)?;
+                let t = self.value(*on_true, idx, lanes)?;
+                let f = self.value(*on_false, idx, lanes)?;
+                let cls = class(dt);
+                Ok((0..lanes as usize)
+                    .map(|j| self.b.op(cls, Op::Select, &[c[j], t[j], f[j]]).into())
+                    .collect())
+            }
+            GOp::Cast { arg } => {
+                let from = g.ty(*arg).dtype;
+                let a = self.value(*arg, idx, lanes)?;
+                Ok(a.into_iter().map(|x| self.convert(x, from, dt)).collect())
+            }
+            GOp::Broadcast { arg } => {
+                let sa = g.ty(*arg).shape.clone();
+                let ai: Vec<Ix> = idx
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &x)| if sa.0[i] == 1 { Ix::C(0) } else { x })
+                    .collect();
+                if lanes > 1 && sa.last() == 1 && ty.shape.last() != 1 {
+                    let x = self.value(*arg, &ai, 1)?;
+                    Ok(vec![x[0]; lanes as usize])
+                } else {
+                    self.value(*arg, &ai, lanes)
+                }
+            }
+            GOp::Reshape { arg } => {
+                let sa = g.ty(*arg).shape.clone();
+                let squeeze =
+                    |s: &Shape| s.0.iter().copied().filter(|&d| d != 1).collect::<Vec<_>>();
+                if squeeze(&sa) == squeeze(&ty.shape) {
+                    // Only size-1 dims differ: map the other dims in order.
+                    let src: Vec<Ix> = idx
+                        .iter()
+                        .zip(&ty.shape.0)
+                        .filter(|(_, &d)| d != 1)
+                        .map(|(&i, _)| i)
+                        .collect();
+                    let mut it = src.into_iter();
+                    let ai: Vec<Ix> =
+                        sa.0.iter()
+                            .map(|&d| {
+                                if d == 1 {
+                                    Ix::C(0)
+                                } else {
+                                    it.next().unwrap_or(Ix::C(0))
+                                }
+                            })
+                            .collect();
+                    let keeps_lanes = ty.shape.last() != 1 && sa.last() == ty.shape.last();
+                    if lanes == 1 || keeps_lanes {
+                        return self.value(*arg, &ai, lanes);
+                    }
+                    return self.per_lane(v, idx, lanes);
+                }
+                if lanes > 1
+                    && (ty.shape.last() % lanes as u64 != 0 || sa.last() % lanes as u64 != 0)
+                {
+                    return self.per_lane(v, idx, lanes);
+                }
+                let flat = self.flatten(idx, &ty.shape);
+                let ai = self.unflatten(flat, &sa);
+                self.value(*arg, &ai, lanes)
+            }
+            GOp::Permute { arg, perm } => {
+                if lanes > 1 && perm.last().map(|&p| p as usize + 1) != Some(rank) {
+                    return self.per_lane(v, idx, lanes);
+                }
+                let mut ai = vec![Ix::C(0); rank];
+                for (i, &p) in perm.iter().enumerate() {
+                    ai[p as usize] = idx[i];
+                }
+                self.value(*arg, &ai, lanes)
+            }
+            GOp::Slice { arg, axis, start } => {
+                let a = *axis as usize;
+                if lanes > 1 && a + 1 == rank && start % lanes as u64 != 0 {
+                    return self.per_lane(v, idx, lanes);
+                }
+                let mut ai = idx.to_vec();
+                ai[a] = self.iadd(idx[a], Ix::C(*start));
+                self.value(*arg, &ai, lanes)
+            }
+            GOp::Concat { args, axis } => {
+                let a = *axis as usize;
+                let sizes: Vec<u64> = args.iter().map(|x| g.ty(*x).shape.0[a]).collect();
+                if lanes > 1 && a + 1 == rank && sizes.iter().any(|s| s % lanes as u64 != 0) {
+                    return self.per_lane(v, idx, lanes);
+                }
+                let args = args.clone();
+                self.concat(&args, &sizes, a, idx, lanes, class(dt))
+            }
+            GOp::Reduce { .. } | GOp::Softmax { .. } | GOp::MatMul { .. } => {
+                Err(LowerError::Unsupported {
+                    what:
+                        "a reduction outside a row-reduction kernel (fuse should have grouped it)"
+                            .into(),
+                    value: v,
+                })
+            }
+        }
+    }
+
+    /// Concat: branch on the index along `axis` (statically when it is a constant).
+    pub(super) fn concat(
+        &mut self,
+        args: &[Value],
+        sizes: &[u64],
+        a: usize,
+        idx: &[Ix],
+        lanes: u32,
+        cls: RegType,
+    ) -> Result<Vec<Operand>, LowerError> {
+        if let Ix::C(i) = idx[a] {
+            let mut off = 0;
+            for (k, &s) in sizes.iter().enumerate() {
+                if i < off + s {
+                    let mut ai = idx.to_vec();
+                    ai[a] = Ix::C(i - off);
+                    return self.value(args[k], &ai, lanes);
+                }
+                off += s;
+            }
+        }
+        let res: Vec<Reg> = (0..lanes).map(|_| self.b.kernel.new_reg(cls)).collect();
+        self.concat_from(args, sizes, 0, 0, a, idx, lanes, &res)?;
+        Ok(res.into_iter().map(Operand::Reg).collect())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn concat_from(
+        &mut self,
+        args: &[Value],
+        sizes: &[u64],
+        k: usize,
+        off: u64,
+        a: usize,
+        idx: &[Ix],
+        lanes: u32,
+        res: &[Reg],
+    ) -> Result<(), LowerError> {
+        let emit_part = |this: &mut Self| -> Result<(), LowerError> {
+            let mut ai = idx.to_vec();
+            ai[a] = this.isub_c(idx[a], off);
+            let vals = this.value(args[k], &ai, lanes)?;
+            for (r, x) in res.iter().zip(vals) {
+                this.b.assign(*r, Op::Mov, &[x]);
+            }
+            Ok(())
+        };
+        if k + 1 == args.len() {
+            return emit_part(self);
+        }
+        let ia = self.ix_op(idx[a]);
+        let c = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[ia, Self::imm_u(off + sizes[k])],
+        );
+        self.open();
+        emit_part(self)?;
+        let then_body = self.close();
+        self.open();
+        self.concat_from(args, sizes, k + 1, off + sizes[k], a, idx, lanes, res)?;
+        let else_body = self.close();
+        self.b.push(Stmt::If {
+            cond: c,
+            then_body,
+            else_body,
+        });
+        Ok(())
+    }
+}

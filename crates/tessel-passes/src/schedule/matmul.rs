@@ -1,0 +1,482 @@
+//! The matmul schedules' selection: a deterministic function of M, N, K, the batch, the
+//! operand layouts and dtype, the profile and the [`Target`]. The candidates are rows of
+//! data below ([`MMA_TILES`], [`SIMT_TILES`]); the first that applies is taken. In order:
+//!
+//! 1. **Decode** — M ≤ 16, no batch, both operands read along K (`x @ w^T` with `w` stored
+//!    `[N, K]`): the weight dominates the traffic (N·K elements against M·K), so the kernel
+//!    streams it once with 16-byte loads.
+//!    - `fast`, 16-bit operands, K a multiple of 8, M ≥ 2: the tensor-core GEMV (`gemv_mma`):
+//!      8 weight rows per CTA — N/8 CTAs, 2176 for Qwen3-14B's gate projection, so that
+//!      every SM gets within 3% of the same number of weight bytes (with 16 rows, 1088 CTAs
+//!      leave some SMs 9 and others 8: 12% idle) — with the most warps per CTA (4, 2 or 1)
+//!      splitting K that keeps every warp of the grid resident at once (the target's warps
+//!      per SM: one wave, and the most loads in flight); 8 chunks of 32 k in flight per warp (4 for
+//!      M > 8, whose second left fragment doubles the registers).
+//!    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
+//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM). At M = 1 it
+//!      streams the weight at the copy bandwidth (measured 42.3 µs for the gate projection,
+//!      against 47.1 µs for the tensor-core GEMV, whose 16-row fragment is 1/16 used).
+//!    - `invariant`: neither (their k orders differ from the tile's); the tile below.
+//! 2. **Tensor-core tile** (`mma`) — `fast` and `invariant`, for bf16/f16 operands, and
+//!    f32 operands in `fast` only (rounded to TF32: `invariant` keeps f32 accuracy), when
+//!    both operands are stored tensors or their transposes:
+//!    - skinny N (N ≤ 64, the LoRA ranks): `bn` = N rounded up to a power of two ≥ 16,
+//!      `bm` = 64 over 4 warps stacked along M;
+//!    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
+//!    - short K (K ≤ 32, a LoRA up-projection): 64 × 64 over 2 × 2 warps — the output's
+//!      stores dominate, and many small CTAs overlap them;
+//!    - otherwise 128 × 256 over 2 × 4 warps (64 × 64 per warp: 8 ldmatrix.x4 feed 32 mma
+//!      per k step, 128 bytes of shared memory read per mma instead of 192 with 64 × 32),
+//!      or 64 × 64 over 2 × 2 when the large tiles would not give every SM one CTA. Measured
+//!      on the Qwen3-14B projections at T = 4096 (docs/perf/2026-11-29-h200-issue3-part2.md):
+//!      128 × 256 over 2 × 4 warps 1.59–1.65× cuBLAS's time, 128 × 128 over 2 × 2 1.70–1.73×,
+//!      256 × 128 over 4 × 2 1.63–1.68×; 3 stages instead of 2 no different;
+//!    - K slices of 128 bytes per row (`bk` 64 for 16-bit, 32 for TF32: every 16-byte
+//!      chunk of a row in a different bank group of one 128-byte line, after the swizzle),
+//!      or K rounded up to a power of two ≥ 16 when that is less (a LoRA up-projection's
+//!      K = 16 is one slice of 16),
+//!      as many stages as fit in 96 KiB, at most 4 and at most one more than K has slices
+//!      (2 for the 128 × 256 tile; dynamic shared memory beyond 48 KiB).
+//! 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
+//!    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
+//!    through shared memory; each slice's products are summed in k order into a partial,
+//!    the partials added in order — two levels, so the rounding error grows like
+//!    (16 + K/16)·u instead of K·u (a single f32 chain at K = 4096 measured rel-RMS
+//!    1.16e-6, above the 1e-6 contract) — and bits depend on neither the output tile nor M.
+//!    Skinny N ≤ 32: 128 × 16 tiles, 8 × 1 outputs per thread; skinny M ≤ 32: 16 × 128,
+//!    2 × 4 (a 64-row tile would compute 48 rows of zeros for a rank-16 LoRA's dA; 1 × 8
+//!    made ptxas spill). Operand slices are loaded 16 bytes at a time along whichever dim
+//!    the stored tensor is contiguous in, when its rows are a multiple of 4.
+//! 4. **Split-K** (`exact` and `fast`; never `invariant`, where it would make the order
+//!    depend on M): when the tiles do not give every SM a CTA and K has at least 8 slices,
+//!    K is cut into `split_k` ranges of whole slices, enough for two CTAs per SM and at
+//!    least 4 slices each; partials go to scratch and are summed in range order.
+
+use super::widest_vector;
+use crate::target::{Profile, Target};
+use tessel_ir::graph::{Graph, MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::kernel::MmaShape;
+use tessel_ir::{DType, Value};
+
+/// The shape and operand layout of a matmul, as the schedules see it.
+pub struct MatmulShape {
+    /// Product of the leading (batch) dims.
+    pub batch: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    /// The right operand is a transposed `[.., N, K]` tensor (a weight), contiguous along K.
+    pub rhs_k_contiguous: bool,
+    /// The left operand is a plain `[.., M, K]` tensor, contiguous along K.
+    pub lhs_k_contiguous: bool,
+    /// Each operand is a stored tensor or the swap of its last two dims (what the
+    /// tensor-core tile copies; any other permute goes through the SIMT tile).
+    pub operands_2d: bool,
+}
+
+/// Whether the permutation `perm` swaps the last two dims and keeps the others in place
+/// (a matrix transpose, the form `x^T` and `w^T` take).
+pub fn swaps_last_two(perm: &[u32]) -> bool {
+    let n = perm.len();
+    n >= 2
+        && perm[n - 1] as usize == n - 2
+        && perm[n - 2] as usize == n - 1
+        && perm[..n - 2]
+            .iter()
+            .enumerate()
+            .all(|(i, &p)| p as usize == i)
+}
+
+/// Reads M, N, K and the operand layouts of the matmul `mm`.
+pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
+    let tessel_ir::graph::Op::MatMul { lhs, rhs } = g.ops[mm] else {
+        unreachable!("matmul groups list their matmul");
+    };
+    let (ls, rs) = (&g.ty(lhs).shape.0, &g.ty(rhs).shape.0);
+    let r = ls.len();
+    let swaps_last_two = |v: tessel_ir::Value| match &g.ops[v] {
+        tessel_ir::graph::Op::Permute { perm, .. } => swaps_last_two(perm),
+        _ => false,
+    };
+    MatmulShape {
+        batch: ls[..r - 2].iter().product(),
+        m: ls[r - 2],
+        k: ls[r - 1],
+        n: rs[r - 1],
+        rhs_k_contiguous: swaps_last_two(rhs),
+        lhs_k_contiguous: !matches!(g.ops[lhs], tessel_ir::graph::Op::Permute { .. }),
+        operands_2d: [lhs, rhs].iter().all(|&x| {
+            !matches!(g.ops[x], tessel_ir::graph::Op::Permute { .. }) || swaps_last_two(x)
+        }),
+    }
+}
+
+/// The tensors the matmul `mm` reads, `(lhs, rhs)`: each operand itself or, when it is the
+/// swap of the last two dims of a tensor (`w^T`), that tensor, read transposed in place
+/// ([`MatmulShape`]'s `*_k_contiguous` say which). `None` when an operand is any other
+/// permute ([`MatmulShape::operands_2d`] false).
+pub fn stored_operands(g: &Graph, mm: Value) -> Option<(Value, Value)> {
+    use tessel_ir::graph::Op;
+    let Op::MatMul { lhs, rhs } = g.ops[mm] else {
+        unreachable!("matmul groups list their matmul");
+    };
+    let stored = |x: Value| match &g.ops[x] {
+        Op::Permute { arg, perm } => swaps_last_two(perm).then_some(*arg),
+        _ => Some(x),
+    };
+    Some((stored(lhs)?, stored(rhs)?))
+}
+
+/// Floats of padding per row of the staged epilogue's f32 tile in shared memory: puts the
+/// 8 rows of a fragment store in different banks (see `lower::epilogue`).
+pub const STAGED_ROW_PAD: u32 = 8;
+
+/// Shared memory of the tensor-core ring stages, bytes: at most this much goes to
+/// `stages` (measured: 3 stages no better than 2 for the large tile, docs/perf/
+/// 2026-11-29-h200-issue3-part2.md); the rest of the SM is left to a second CTA.
+const RING_BUDGET: u32 = 96 * 1024;
+
+/// Shared memory of a tensor-core tile, bytes: its ring of `stages` slices of A and B, or
+/// the staged epilogue's `bm × (bn + STAGED_ROW_PAD)` f32 tile where larger (it reuses the
+/// ring).
+pub fn mma_shared_bytes(
+    (bm, bn, bk): (u32, u32, u32),
+    stages: u32,
+    esz: u32,
+    epilogue: MmaEpilogue,
+) -> u32 {
+    let ring = stages * (bm + bn) * bk * esz;
+    if epilogue == MmaEpilogue::Staged {
+        ring.max(bm * (bn + STAGED_ROW_PAD) * 4)
+    } else {
+        ring
+    }
+}
+
+/// A candidate tensor-core tile: when it applies, and its `(bm, bn, warps_m, warps_n)`.
+struct MmaRow {
+    name: &'static str,
+    applies: fn(&MatmulShape, &Target) -> bool,
+    tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
+}
+
+/// A side of a skinny tile: the dim rounded up to a power of two, at least 16.
+fn pow2(x: u64) -> u32 {
+    x.max(16).next_power_of_two() as u32
+}
+
+/// The tensor-core tiles, tried in order (the module doc gives the measurements).
+const MMA_TILES: [MmaRow; 5] = [
+    MmaRow {
+        name: "skinny-N",
+        applies: |s, _| s.n <= 64,
+        tile: |s| (64, pow2(s.n), 4, 1),
+    },
+    MmaRow {
+        name: "skinny-M",
+        applies: |s, _| s.m <= 64,
+        tile: |s| (pow2(s.m), 128, 1, 4),
+    },
+    MmaRow {
+        name: "short-K (the output's stores dominate: many small CTAs)",
+        applies: |s, _| s.k <= 32,
+        tile: |_| (64, 64, 2, 2),
+    },
+    MmaRow {
+        name: "large",
+        applies: |s, t| s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= t.sm_count as u64,
+        tile: |_| (128, 256, 2, 4),
+    },
+    MmaRow {
+        name: "mid-size (128-tiles would leave SMs idle)",
+        applies: |_, _| true,
+        tile: |_| (64, 64, 2, 2),
+    },
+];
+
+/// A candidate SIMT tile: when it applies, its `(bm, bn, tm, tn)` and its description.
+struct SimtRow {
+    applies: fn(&MatmulShape) -> bool,
+    tile: (u32, u32, u32, u32),
+    name: &'static str,
+}
+
+/// The SIMT tiles, tried in order.
+const SIMT_TILES: [SimtRow; 3] = [
+    SimtRow {
+        applies: |s| s.n <= 32,
+        tile: (128, 16, 8, 1),
+        name: "skinny N: 128×16 tile, 8×1",
+    },
+    SimtRow {
+        applies: |s| s.m <= 32,
+        tile: (16, 128, 2, 4),
+        name: "skinny M: 16×128 tile, 2×4",
+    },
+    SimtRow {
+        applies: |_| true,
+        tile: (64, 64, 4, 4),
+        name: "64×64 tile, 4×4",
+    },
+];
+
+/// Why a schedule cannot serve a matmul, said in the reason of the one chosen instead.
+pub struct NotApplicable(pub String);
+
+/// The schedule of the matmul `mm` whose group writes `out`.
+pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Profile) -> Schedule {
+    let s = matmul_shape(g, mm);
+    // A matmul's operands and result have one dtype (the graph verifier's rule).
+    let dt = g.ty(mm).dtype;
+    let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
+    if decode {
+        if let Ok(sched) = gemv_mma(&s, dt, t, profile) {
+            return sched;
+        }
+        if profile != Profile::Invariant {
+            return gemv(&s, dt, t);
+        }
+    }
+    let because = if decode {
+        "the invariant profile keeps one k order for every M, so no GEMV; "
+    } else {
+        ""
+    };
+    let out_shape_is_mm = g.ty(out).shape == g.ty(mm).shape;
+    let mut why_not = String::new();
+    match mma(&s, dt, out_shape_is_mm, t, profile) {
+        Ok((tile, why)) => {
+            return Schedule {
+                tile,
+                why: format!("{because}{why}"),
+            }
+        }
+        Err(NotApplicable(w)) if !w.is_empty() => why_not = format!("tensor cores: {w}; "),
+        Err(_) => {}
+    }
+    let row = SIMT_TILES
+        .iter()
+        .find(|r| (r.applies)(&s))
+        .expect("the last SIMT row always applies");
+    let (bm, bn, tm, tn) = row.tile;
+    let bk = 16;
+    let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
+    let split = if profile != Profile::Invariant {
+        split_k(tiles, s.k, bk, t.sm_count as u64)
+    } else {
+        1
+    };
+    Schedule {
+        why: format!(
+            "{because}{why_not}M = {}, N = {}, K = {}, batch {}: SIMT FMA, {} outputs per thread, K slices of 16, {tiles} tiles{}",
+            s.m,
+            s.n,
+            s.k,
+            s.batch,
+            row.name,
+            split_why(split, tiles)
+        ),
+        tile: TileConfig::Simt {
+            bm,
+            bn,
+            bk,
+            tm,
+            tn,
+            split_k: split,
+        },
+    }
+}
+
+/// The tensor-core GEMV for decode (the caller has checked the decode shape).
+fn gemv_mma(
+    s: &MatmulShape,
+    dt: DType,
+    t: &Target,
+    profile: Profile,
+) -> Result<Schedule, NotApplicable> {
+    let sixteen_bit = matches!(dt, DType::Bf16 | DType::F16);
+    if !(profile == Profile::Fast && sixteen_bit && s.k % 8 == 0 && s.m > 1) {
+        return Err(NotApplicable(String::new()));
+    }
+    let sms = t.sm_count as u64;
+    let ctas = s.n.div_ceil(8);
+    let warps = [4u32, 2, 1]
+        .into_iter()
+        .find(|&w| ctas * w as u64 <= t.resident_warps())
+        .unwrap_or(1);
+    // Registers: every CTA resident means ⌈CTAs / SMs⌉ per SM, so the SM's registers over
+    // (that · threads) per thread (at most the ISA's per-thread limit); about 24 go to the
+    // accumulators, pointers and indices, the rest hold the loads in flight: 16 bytes of
+    // the weight and of each left fragment (one for M ≤ 8, two above) per chunk.
+    let per_sm = ctas.div_ceil(sms).max(1);
+    let cap = (t.registers_per_sm as u64 / (per_sm * 32 * warps as u64))
+        .min(t.max_registers_per_thread as u64);
+    let per_chunk = 4 * (1 + s.m.div_ceil(8));
+    let unroll = (cap.saturating_sub(24) / per_chunk).clamp(1, 8) as u32;
+    Ok(Schedule {
+        // Every CTA of the grid resident at once (the grid and `unroll` are sized for it):
+        // ptxas otherwise aims at full occupancy (32 registers for 64 threads) and
+        // interleaves the loads with the mma, leaving one or two loads in flight per warp.
+        tile: TileConfig::GemvMma {
+            warps,
+            unroll,
+            min_ctas_per_sm: per_sm as u32,
+        },
+        why: format!(
+            "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (the most that keeps every warp resident at once: ≤ {} warps), {unroll} chunks of 32 k in flight per warp",
+            s.m,
+            s.n,
+            s.k,
+            t.resident_warps()
+        ),
+    })
+}
+
+/// The SIMT GEMV for decode.
+fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
+    let sms = t.sm_count as u64;
+    let v = widest_vector(s.k, 16 / dt.size_bytes() as u32);
+    let columns = [4u32, 2, 1]
+        .into_iter()
+        .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 2 * sms)
+        .unwrap_or(1);
+    Schedule {
+        tile: TileConfig::Gemv {
+            warps: 4,
+            vector: v,
+            columns,
+        },
+        why: format!(
+            "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes), 4 warps per CTA, {} CTAs",
+            s.m,
+            s.n,
+            s.k,
+            2 * sms,
+            s.n.div_ceil(4 * columns as u64)
+        ),
+    }
+}
+
+/// The tensor-core tile and its reason, or why there is none: the profile or the operands
+/// rule tensor cores out (said by nothing: the SIMT tile is the schedule), or no row of
+/// [`MMA_TILES`] fits the target's shared memory (said).
+fn mma(
+    s: &MatmulShape,
+    dt: DType,
+    out_shape_is_mm: bool,
+    t: &Target,
+    profile: Profile,
+) -> Result<(TileConfig, String), NotApplicable> {
+    let shape = match dt {
+        DType::Bf16 => MmaShape::M16N8K16Bf16,
+        DType::F16 => MmaShape::M16N8K16F16,
+        DType::F32 => MmaShape::M16N8K8Tf32,
+        _ => return Err(NotApplicable(String::new())),
+    };
+    let sixteen_bit = dt != DType::F32;
+    let allowed = match profile {
+        Profile::Exact => false,
+        Profile::Invariant => sixteen_bit,
+        Profile::Fast => true,
+    };
+    if !(s.operands_2d && allowed) {
+        return Err(NotApplicable(String::new()));
+    }
+    // How the accumulators reach memory: 16-byte row vectors through shared memory where
+    // rows are whole vectors, else pairs where rows are even (see `MmaEpilogue`).
+    let epilogue = match s.n {
+        n if out_shape_is_mm && n % 4 == 0 => MmaEpilogue::Staged,
+        n if out_shape_is_mm && n % 2 == 0 => MmaEpilogue::Pairs,
+        _ => MmaEpilogue::Single,
+    };
+    let esz = dt.size_bytes() as u32;
+    // K slices of 128 bytes per row (every 16-byte chunk of a row in a different bank
+    // group of one 128-byte line, after the swizzle), or K rounded up to a power of two
+    // ≥ 16 when that is less.
+    let bk = (128 / esz).min(s.k.next_power_of_two().max(16) as u32);
+    let slices = s.k.div_ceil(bk as u64).max(1) as u32;
+    let sms = t.sm_count as u64;
+    let mut too_big = Vec::new();
+    for row in MMA_TILES.iter().filter(|r| (r.applies)(s, t)) {
+        let (bm, bn, warps_m, warps_n) = (row.tile)(s);
+        let stage = (bm + bn) * bk * esz;
+        let stages = (RING_BUDGET / stage).min(4).min(slices + 1).max(2);
+        let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
+        if shared > t.max_shared_per_cta {
+            too_big.push(format!("{} {bm}×{bn} needs {shared} bytes", row.name));
+            continue;
+        }
+        let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
+        let split = if profile != Profile::Invariant {
+            split_k(tiles, s.k, bk, sms)
+        } else {
+            1
+        };
+        // Two CTAs per SM for 16-bit tiles, so one's mma overlaps the other's barrier and
+        // copies: registers capped at 65536 / (2 · threads) when the shared memory allows
+        // two. Not for TF32 tiles, whose transposed operands load fragments element by
+        // element and spill under the cap.
+        let min_ctas_per_sm = if sixteen_bit && 2 * shared <= t.max_shared_per_cta {
+            2
+        } else {
+            0
+        };
+        let mma_name = if dt == DType::F32 {
+            "m16n8k8 on TF32-rounded f32"
+        } else {
+            "m16n8k16"
+        };
+        let why = format!(
+            "M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
+            s.m,
+            s.n,
+            s.k,
+            s.batch,
+            profile.name(),
+            row.name,
+            split_why(split, tiles)
+        );
+        let tile = TileConfig::Mma {
+            bm,
+            bn,
+            bk,
+            warps_m,
+            warps_n,
+            stages,
+            split_k: split,
+            shape,
+            epilogue,
+            min_ctas_per_sm,
+        };
+        return Ok((tile, why));
+    }
+    Err(NotApplicable(format!(
+        "no tile fits the {} bytes of shared memory a CTA may have ({})",
+        t.max_shared_per_cta,
+        too_big.join(", ")
+    )))
+}
+
+/// Split-K ranges for `tiles` output tiles: 1 when the tiles give every SM a CTA or K has
+/// fewer than 8 slices of `bk`; else enough ranges for two CTAs per SM with at least 4
+/// slices each, normalised so that no range is empty (`lower` checks the same).
+fn split_k(tiles: u64, k: u64, bk: u32, sms: u64) -> u32 {
+    let slices = k.div_ceil(bk as u64);
+    if tiles >= sms || slices < 8 {
+        return 1;
+    }
+    let want = (2 * sms).div_ceil(tiles).min(slices / 4).max(1);
+    let per = slices.div_ceil(want);
+    slices.div_ceil(per) as u32
+}
+
+fn split_why(split: u32, tiles: u64) -> String {
+    if split > 1 {
+        format!(
+            "; split-K into {split} ranges ({} CTAs), partials summed in range order by a second kernel",
+            tiles * split as u64
+        )
+    } else {
+        String::new()
+    }
+}

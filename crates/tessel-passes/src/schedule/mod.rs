@@ -1,0 +1,196 @@
+//! `schedule`: picks a [`TileConfig`] for every fusion group — a deterministic function of
+//! the group's shapes, dtypes and the [`Target`]'s properties; no autotuning.
+//!
+//! Before: a graph with its [`Fusion`]. After: a [`Schedule`] for every group, with the
+//! reason in words (printed by `tessel explain`).
+//!
+//! Knobs and why (H200 numbers: 132 SMs, 2048 threads and 64 warps resident per SM,
+//! 16-byte vector accesses are the widest single global load/store, PTX ISA §9.7.9.8 `ld`):
+//! - vector width `v`: the widest of 8, 4, 2, 1 elements that divides the row (last) length
+//!   and keeps one access at most 16 bytes for the widest dtype the kernel stores;
+//! - elementwise: 256 threads per CTA (8 warps; enough CTAs per SM to hide latency), fewer
+//!   for tiny tensors;
+//! - row reduction: the row's `D / v` chunks are shared by `threads_per_row` threads — the
+//!   next power of two ≥ the chunk count if it is ≤ 32 (a sub-warp per row, several rows per
+//!   CTA), else a multiple of 32 that divides the chunk count evenly with 4 or more chunks
+//!   per thread (the most threads that still gives every thread the same work), falling
+//!   back to the multiple of 32 with the least idle work. CTAs hold at least 128 threads.
+
+mod matmul;
+
+pub use matmul::{
+    matmul_shape, mma_shared_bytes, stored_operands, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
+};
+
+use crate::target::{Profile, Target};
+use tessel_ir::graph::{Fusion, Graph, GroupKind, Schedule, Schedules, TileConfig};
+use tessel_ir::Group;
+
+/// Runs the pass.
+pub fn run(g: &Graph, fusion: &Fusion, target: &Target, profile: Profile) -> Schedules {
+    let mut s = Schedules::new();
+    for (grp, data) in fusion.groups.iter() {
+        s[grp] = Some(choose(g, fusion, grp, data.kind, target, profile));
+    }
+    s
+}
+
+fn choose(
+    g: &Graph,
+    fusion: &Fusion,
+    grp: Group,
+    kind: GroupKind,
+    t: &Target,
+    profile: Profile,
+) -> Schedule {
+    let data = &fusion.groups[grp];
+    let out = data.outputs[0];
+    let out_bytes = data
+        .outputs
+        .iter()
+        .map(|&o| g.ty(o).dtype.size_bytes())
+        .max()
+        .unwrap_or(4);
+    let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
+    match kind {
+        GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
+        GroupKind::Elementwise => {
+            let ty = g.ty(out);
+            let last = ty.shape.last();
+            let v = widest_vector(last, max_v_bytes);
+            let work = ty.shape.numel().div_ceil(v as u64);
+            let threads = if work >= 256 {
+                256
+            } else {
+                (work.div_ceil(32) * 32).max(32) as u32
+            };
+            let ctas = work.div_ceil(threads as u64);
+            Schedule {
+                tile: TileConfig::Elementwise { threads, vector: v },
+                why: format!(
+                    "elementwise over {} elements: vector {v} (widest of 8/4/2/1 dividing the last dim {last} within 16 bytes), {threads} threads per CTA, {ctas} CTAs",
+                    ty.shape.numel()
+                ),
+            }
+        }
+        GroupKind::RowReduction => {
+            let rows_shape = crate::fuse::row_shape(g, out);
+            let d = rows_shape.last();
+            let rows = rows_shape.numel() / d.max(1);
+            let v = widest_vector(d, max_v_bytes.min(8));
+            let chunks = d / v as u64;
+            let (tpr, how) = threads_per_row(chunks);
+            let rows_per_cta = (128 / tpr).max(1);
+            Schedule {
+                tile: TileConfig::RowReduction {
+                    threads_per_row: tpr,
+                    rows_per_cta,
+                    vector: v,
+                },
+                why: format!(
+                    "row reduction over {rows} rows of {d}: vector {v}, {chunks} chunks per row, {tpr} threads per row ({how}), {rows_per_cta} rows per CTA"
+                ),
+            }
+        }
+    }
+}
+
+/// The widest of 8, 4, 2, 1 that divides `n` and is at most `max`.
+pub(super) fn widest_vector(n: u64, max: u32) -> u32 {
+    [8u32, 4, 2, 1]
+        .into_iter()
+        .find(|&v| v <= max && n % v as u64 == 0)
+        .unwrap_or(1)
+}
+
+fn threads_per_row(chunks: u64) -> (u32, &'static str) {
+    if chunks <= 32 {
+        return (
+            chunks.max(1).next_power_of_two() as u32,
+            "a sub-warp: the next power of two ≥ the chunk count",
+        );
+    }
+    let even = (1..=32u64)
+        .rev()
+        .map(|w| w * 32)
+        .find(|&t| chunks % t == 0 && chunks / t >= 4);
+    if let Some(t) = even {
+        return (
+            t as u32,
+            "the most threads dividing the chunks evenly, ≥ 4 each",
+        );
+    }
+    let best = (1..=32u64)
+        .map(|w| w * 32)
+        .filter(|&t| chunks.div_ceil(t) >= 2 || t >= chunks)
+        .min_by_key(|&t| (chunks.div_ceil(t) * t - chunks, std::cmp::Reverse(t)))
+        .unwrap_or(32);
+    (best as u32, "the multiple of 32 with the least idle work")
+}
+
+/// The reduction-order signature of a row-reduction tile (design §5): the exact order in
+/// which each row's sums are formed. Also printed in the kernel IR.
+pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
+    match *tile {
+        TileConfig::RowReduction {
+            threads_per_row,
+            vector,
+            ..
+        } => {
+            let lanes = threads_per_row.min(32);
+            let mut s = format!(
+                "row of {row_len}: thread j of {threads_per_row} folds chunks j, j+{threads_per_row}, ... of {vector} consecutive elements, left to right, into one f32 accumulator"
+            );
+            if lanes > 1 {
+                let xs: Vec<String> =
+                    std::iter::successors(Some(lanes / 2), |&m| (m > 1).then_some(m / 2))
+                        .map(|m| m.to_string())
+                        .collect();
+                s += &format!(
+                    "; then butterfly shuffles xor {} (acc + partner)",
+                    xs.join(", ")
+                );
+            }
+            if threads_per_row > 32 {
+                s += &format!(
+                    "; then the {} warp partials summed in warp order from shared memory",
+                    threads_per_row / 32
+                );
+            }
+            s
+        }
+        TileConfig::Elementwise { .. } => "no reduction".to_string(),
+        TileConfig::Gemv { vector, .. } => format!(
+            "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
+            32 * vector
+        ),
+        TileConfig::Simt { bk, split_k, .. } => format!(
+            "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator starting at 0 (independent of M, N and the output tile){}",
+            split_order(split_k)
+        ),
+        TileConfig::Mma { split_k, .. } => format!(
+            "each output: one f32 accumulator starting at 0, updated by one mma.sync per k step of 16 (8 for TF32) in k order; inside a step the tensor core's order is not specified by NVIDIA (the executor models it as an fma chain in k order){}",
+            split_order(split_k)
+        ),
+        TileConfig::GemvMma { warps, .. } => {
+            let mut o = format!(
+                "each output: warp w of {warps} accumulates, in one f32 register starting at 0, one mma.sync per 16 products of the chunks of 32 k numbered w, w+{warps}, ... in order (in chunk c, k = 32c + 8t + j sits at fragment position 2t + (j mod 2) + 8*(j div 2 mod 2) of mma j div 4)"
+            );
+            if warps > 1 {
+                o += &format!("; then the {warps} warp results added in warp order to 0");
+            }
+            o
+        }
+    }
+}
+
+/// The second phase of a split-K matmul, in words (empty without split-K).
+fn split_order(split_k: u32) -> String {
+    if split_k > 1 {
+        format!(
+            "; K cut into {split_k} ranges of whole slices, each range's sum (as above) stored to scratch, then the {split_k} range sums added in range order to 0"
+        )
+    } else {
+        String::new()
+    }
+}
