@@ -7,8 +7,16 @@ use tessel_ir::kernel::Program;
 use tessel_passes::{Options, Profile, Target};
 use tessel_ref::Tensor;
 
-/// Runs a compiled program on a device and returns its outputs (the CLI passes the GPU).
-pub type Device<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, String>;
+/// Runs a compiled program on a device and reads its outputs back.
+pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, String>;
+
+/// A device to run compiled programs on beside the executor (the CLI passes the GPU): the
+/// target to compile for, and how to run a program there and read its outputs back.
+#[derive(Clone, Copy)]
+pub struct Device<'a> {
+    pub target: &'a Target,
+    pub run: RunOn<'a>,
+}
 
 /// What happened to a case.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,7 +66,8 @@ impl Outcome {
 
 /// Runs step `step` of `source` with `dims` bound, in `profile`, on seeded random inputs
 /// (`Tensor::random` with seed `seed · 1000 + i` for input `i`, as `tessel run --seed`
-/// makes them), and judges it.
+/// makes them), and judges it. Compiled for the device's target, or the H200 preset without
+/// a device.
 pub fn run_case(
     source: &str,
     step: &str,
@@ -101,7 +110,7 @@ fn run_inner(
         Err(d) => return Outcome::Rejected(first_message(&d)),
     };
     let opts = Options {
-        target: Target::h200(),
+        target: device.map_or_else(Target::h200, |d| d.target.clone()),
         profile,
         verify: true,
     };
@@ -126,7 +135,7 @@ fn run_inner(
         Err(e) => return Outcome::Error(format!("executor: {e}")),
     };
     let gpu = match device {
-        Some(run) => match run(p, &inputs) {
+        Some(d) => match (d.run)(p, &inputs) {
             Ok(o) => Some(o),
             Err(e) => return Outcome::Error(format!("device: {e}")),
         },

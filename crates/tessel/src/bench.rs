@@ -3,27 +3,31 @@
 //! peak of a matmul's arithmetic, and cuBLAS on the same product.
 
 use crate::device::{self, open_gpu};
-use crate::frontend::{compile_steps, load, options, Step};
+use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::{CompileArgs, InputArgs};
 use anyhow::Result;
 use serde_json::json;
 use std::path::Path;
 use tessel_ir::DType;
-use tessel_passes::Compiled;
+use tessel_passes::{Compiled, Peaks};
 
 /// The multiply-adds (as 2·M·N·K·batch flops) of group `grp` if it is a matmul, with the
-/// H200 SXM datasheet's dense peak for the arithmetic its kernel uses (NVIDIA H200 Tensor
-/// Core GPU datasheet, 2024: BF16/FP16 tensor 989 TFLOP/s, TF32 tensor 494 TFLOP/s, FP32
-/// 67 TFLOP/s) and that arithmetic's name. Peaks assume the boost clock; sustained clocks
-/// are lower, so no kernel reaches 100%.
-fn matmul_peak(c: &Compiled, grp: tessel_ir::Group) -> Option<(f64, f64, &'static str)> {
+/// target's datasheet dense peak for the arithmetic its kernel uses ([`Peaks`]) and that
+/// arithmetic's name; None when the target has no datasheet figures. Peaks assume the
+/// boost clock; sustained clocks are lower, so no kernel reaches 100%.
+fn matmul_peak(
+    c: &Compiled,
+    grp: tessel_ir::Group,
+    peaks: Option<&Peaks>,
+) -> Option<(f64, f64, &'static str)> {
     let w = c.matmul(grp)?;
+    let peaks = peaks?;
     let flops = 2.0 * w.fmas() as f64;
     let (peak, what) = match (w.tensor_cores, w.dtype) {
-        (true, DType::F32) => (494e12, "TF32 tensor"),
-        (true, _) => (989e12, "BF16/FP16 tensor"),
-        (false, _) => (67e12, "FP32 FMA"),
+        (true, DType::F32) => (peaks.tf32_tensor, "TF32 tensor"),
+        (true, _) => (peaks.bf16_tensor, "BF16/FP16 tensor"),
+        (false, _) => (peaks.fp32, "FP32 FMA"),
     };
     Some((flops, peak, what))
 }
@@ -110,8 +114,18 @@ pub fn bench(
         props.name, bw.median_gb_s
     );
     let src = load(file)?;
+    let (target, from) = target_for(args, Some(&gpu));
+    println!(
+        "target: {} ({}, from {from}){}",
+        target.name,
+        target.ptx_target(),
+        match &target.peaks {
+            Some(p) => format!("; peaks: {}", p.source),
+            None => "; no datasheet peaks for it: no compute floor".into(),
+        }
+    );
     let mut recs = Vec::new();
-    for step in compile_steps(&src, args, &options())? {
+    for step in compile_steps(&src, args, &options(&target))? {
         let p = &step.compiled.program;
         let inputs = make_inputs(p, in_args)?;
         let l = device::load(&gpu, p, &inputs)?;
@@ -170,7 +184,7 @@ pub fn bench(
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
             let mem_floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
             // A matmul's floor is also its multiply-adds at the datasheet's peak rate.
-            let compute = matmul_peak(c, grp);
+            let compute = matmul_peak(c, grp, target.peaks.as_ref());
             let (floor_us, bound) = match compute {
                 Some((flops, peak, _)) if flops / peak * 1e6 > mem_floor_us => {
                     (flops / peak * 1e6, "compute")

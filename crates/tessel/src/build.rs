@@ -14,7 +14,7 @@
 //! | `kernel`  | the last pass (`legalize`)    | `STEP.kir`         |
 
 use crate::device;
-use crate::frontend::{bound_dims, check_step, load, options, step_names};
+use crate::frontend::{bound_dims, check_step, load, options, step_names, target_for};
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
@@ -193,9 +193,16 @@ pub fn build(
     // Every step is compiled before any file of a step is written: when one fails to
     // compile, no step's files are written (as before the registry).
     let dims = bound_dims(args)?;
+    let gpu = device::gpu_unless(args.target.is_some()).ok();
+    let (target, from) = target_for(args, gpu.as_ref());
+    println!(
+        "target: {} ({}, from {from})",
+        target.name,
+        target.ptx_target()
+    );
     let opts = Options {
         profile: args.profile,
-        ..options()
+        ..options(&target)
     };
     let mut files = Vec::new();
     for name in step_names(&src, args)? {
@@ -217,7 +224,7 @@ pub fn build(
                 Stage::Ast => continue,
                 Stage::Pass(p) => dumps[p.name].clone(),
                 Stage::Ptx => match &ir {
-                    Ir::Kernel(c) => device::ptx_of(&c.program)?,
+                    Ir::Kernel(c) => device::ptx_of(&c.program, &target)?,
                     _ => bail!("internal error: the last pass does not give kernel IR"),
                 },
             };

@@ -4,7 +4,7 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{bound_dims, compile_step, load, options, Step};
+use crate::frontend::{bound_dims, compile_step, load, options, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
@@ -72,6 +72,13 @@ pub fn check(
         ),
         Err(why) => println!("no GPU ({why}): judging the executor by the reference only"),
     }
+    let (target, from) = target_for(args, gpu.as_ref().ok());
+    println!(
+        "target: {} ({}, from {from})",
+        target.name,
+        target.ptx_target()
+    );
+    let opts = options(&target);
     let mut ok = true;
     let mut records = Vec::new();
     // A file or step that fails to compile or run is a failure of the check, reported, and
@@ -95,7 +102,7 @@ pub fn check(
             ok = false;
         }
         for name in names {
-            let step = match compile_step(&src, &name, &dims, args.profile, &options()) {
+            let step = match compile_step(&src, &name, &dims, args.profile, &opts) {
                 Ok(s) => s,
                 Err(e) => {
                     // Over the default list, an example needing dims the command line did

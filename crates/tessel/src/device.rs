@@ -3,6 +3,7 @@
 use anyhow::{Context, Result};
 use tessel_cuda::{Arg, Buffer, Gpu, KernelCall, Launch, Module};
 use tessel_ir::kernel::{BufferRole, LaunchArg, Program};
+use tessel_passes::Target;
 use tessel_ptx::PtxOptions;
 use tessel_ref::Tensor;
 
@@ -13,16 +14,47 @@ pub struct Loaded<'g> {
     pub program: &'g Program,
 }
 
-/// The PTX module of all of a program's kernels.
-pub fn ptx_of(p: &Program) -> Result<String> {
+/// The PTX module of all of a program's kernels, for `target`'s architecture.
+pub fn ptx_of(p: &Program, target: &Target) -> Result<String> {
     let ks: Vec<_> = p.kernels.values().collect();
-    Ok(tessel_ptx::write_module(&ks, &PtxOptions::default())?)
+    let opts = PtxOptions {
+        target: target.ptx_target(),
+        ..PtxOptions::default()
+    };
+    Ok(tessel_ptx::write_module(&ks, &opts)?)
+}
+
+/// The [`Target`] of a GPU, from its properties; the per-thread register limit is the ISA's
+/// (not queryable), and the datasheet peaks are those of the preset of the same chip, when
+/// the name says which.
+pub fn target_of(p: &tessel_cuda::Properties) -> Target {
+    let preset = if p.name.contains("H200") {
+        Some(Target::h200())
+    } else if p.name.contains("H100") {
+        Some(Target::h100())
+    } else {
+        None
+    };
+    Target {
+        name: p.name.clone(),
+        compute_capability: p.compute_capability,
+        sm_count: p.sm_count,
+        max_threads_per_cta: p.max_threads_per_block,
+        max_shared_per_cta: p.max_shared_bytes_per_block_optin,
+        max_shared_per_sm: p.max_shared_bytes_per_sm,
+        registers_per_sm: p.registers_per_sm,
+        max_registers_per_thread: 255,
+        max_warps_per_sm: p.max_threads_per_sm / 32,
+        l2_bytes: p.l2_bytes,
+        peaks: preset.and_then(|t| t.peaks),
+    }
 }
 
 /// Loads `p` and allocates its buffers (inputs uploaded, everything else poisoned with
 /// 0xFF bytes so that an element no kernel writes reads back as NaN).
 pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'g>> {
-    let module = Module::load(gpu, &ptx_of(p)?).context("loading the PTX module")?;
+    let module = Module::load(gpu, &ptx_of(p, &target_of(gpu.properties()))?)
+        .context("loading the PTX module")?;
     let mut buffers = Vec::new();
     for (_, decl) in p.buffers.iter() {
         let bytes = decl.ty.size_bytes() as usize;

@@ -3,7 +3,7 @@
 //! its registers, shared memory and spills.
 
 use crate::device;
-use crate::frontend::{compile_steps, load, options};
+use crate::frontend::{compile_steps, load, options, target_for};
 use crate::words::plural;
 use crate::CompileArgs;
 use anyhow::Result;
@@ -15,7 +15,16 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let src = load(file)?;
     // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
-    for step in compile_steps(&src, args, &options())? {
+    let gpu = device::gpu_unless(args.target.is_some()).ok();
+    let (target, from) = target_for(args, gpu.as_ref());
+    let arch = target.ptx_target();
+    println!(
+        "target: {} ({arch}, {} SMs, {} KiB shared memory per CTA; from {from})",
+        target.name,
+        target.sm_count,
+        target.max_shared_per_cta / 1024
+    );
+    for step in compile_steps(&src, args, &options(&target))? {
         let c = &step.compiled;
         println!(
             "step {}: {}",
@@ -23,7 +32,7 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             plural(c.program.kernels.len(), "kernel")
         );
         let report = match &ptxas {
-            Some(p) => Some(p.assemble(&device::ptx_of(&c.program)?, "sm_90")?),
+            Some(p) => Some(p.assemble(&device::ptx_of(&c.program, &target)?, &arch)?),
             None => None,
         };
         for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
@@ -58,7 +67,7 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             println!("    order: {}", k.schedule);
             match report.as_ref().and_then(|r| r.function(&k.name)) {
                 Some(f) => println!(
-                    "    ptxas sm_90: {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded",
+                    "    ptxas {arch}: {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded",
                     f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
                 ),
                 None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),

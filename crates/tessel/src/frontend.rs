@@ -9,13 +9,37 @@ use std::path::Path;
 use tessel_passes::{check, compile, Compiled, Options, Target};
 use tessel_syntax::{ast::Module, Diagnostic};
 
-/// The options every command compiles with: the H200 target and the IR verifier on (a
-/// command's `--profile` is set per step, by [`compile_step`]).
-pub fn options() -> Options {
+/// The options every command compiles with: `target` and the IR verifier on (a command's
+/// `--profile` is set per step, by [`compile_step`]).
+pub fn options(target: &Target) -> Options {
     Options {
-        target: Target::h200(),
+        target: target.clone(),
         verify: true,
         ..Options::default()
+    }
+}
+
+/// Parses `--target`: a preset's name.
+pub fn parse_target(s: &str) -> Result<String, String> {
+    match Target::preset(s) {
+        Some(_) => Ok(s.to_string()),
+        None => Err(format!(
+            "`{s}`: the targets are {}",
+            Target::PRESETS.join(", ")
+        )),
+    }
+}
+
+/// The machine a command compiles for, and where its facts came from: the `--target`
+/// preset when given, else the GPU the command runs on, else the H200 preset.
+pub fn target_for(args: &CompileArgs, gpu: Option<&tessel_cuda::Gpu>) -> (Target, String) {
+    match (&args.target, gpu) {
+        (Some(name), _) => (
+            Target::preset(name).unwrap_or_default(),
+            format!("preset `{name}` (--target)"),
+        ),
+        (None, Some(g)) => (crate::device::target_of(g.properties()), "the GPU".into()),
+        (None, None) => (Target::h200(), "preset `h200` (no GPU)".into()),
     }
 }
 

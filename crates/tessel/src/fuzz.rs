@@ -43,6 +43,10 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         ),
         Err(why) => println!("device: CPU kernel-IR executor only ({why})"),
     }
+    let target = match &gpu {
+        Ok(g) => device::target_of(g.properties()),
+        Err(_) => tessel_passes::Target::h200(),
+    };
     let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
         device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
@@ -61,7 +65,10 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         count: a.count,
         profiles: a.profiles.clone(),
         config,
-        device: gpu.is_ok().then_some(&run_on_gpu as _),
+        device: gpu.is_ok().then_some(tessel_fuzz::run::Device {
+            target: &target,
+            run: &run_on_gpu,
+        }),
         shrink_budget: 400,
     };
     let names: Vec<&str> = a.profiles.iter().map(|p| p.name()).collect();

@@ -4,7 +4,7 @@
 
 use crate::cpu::execute;
 use crate::device::{self, open_gpu};
-use crate::frontend::{compile_steps, load, options, Step};
+use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::{CompileArgs, InputArgs};
 use anyhow::{bail, Result};
@@ -68,11 +68,12 @@ pub fn invariance(
             }
         }
     };
+    let (target, _) = target_for(args, gpu.as_ref());
     let compile_at = |m: u64| -> Result<Vec<Step>> {
         let mut a = args.clone();
         a.dims.retain(|(n, _)| n != batch_dim);
         a.dims.push((batch_dim.to_string(), m));
-        compile_steps(&src, &a, &options())
+        compile_steps(&src, &a, &options(&target))
     };
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {

@@ -59,6 +59,10 @@ pub struct CompileArgs {
     /// result never depends on the batch size) or `fast`.
     #[arg(long, default_value = "exact", value_parser = frontend::parse_profile)]
     pub profile: tessel_passes::Profile,
+    /// Compile for a named machine (h200 or h100) instead of the GPU found (its properties
+    /// are used when there is one; without one, h200).
+    #[arg(long, value_name = "NAME", value_parser = frontend::parse_target)]
+    pub target: Option<String>,
 }
 
 /// How inputs are made.

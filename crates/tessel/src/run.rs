@@ -3,7 +3,7 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{compile_steps, load, options};
+use crate::frontend::{compile_steps, load, options, target_for};
 use crate::inputs::{make_inputs, write_outputs};
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
@@ -48,8 +48,9 @@ pub fn run(
     cpu: bool,
 ) -> Result<()> {
     let src = load(file)?;
-    let steps = compile_steps(&src, args, &options())?;
     let gpu = device::gpu_unless(cpu);
+    let (target, _) = target_for(args, gpu.as_ref().ok());
+    let steps = compile_steps(&src, args, &options(&target))?;
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
         Err(why) => println!("device: CPU kernel-IR executor ({why})"),

@@ -631,3 +631,32 @@ fn build_emits_and_stops_after_every_registered_pass() {
         text(&o)
     );
 }
+
+#[test]
+fn build_and_explain_take_a_named_target_without_a_gpu() {
+    let d = scratch("target");
+    write(&d, "n.tsl", "step s(x: f32[N]) -> f32[N] { exp(x) }\n");
+    for name in ["h200", "h100"] {
+        let o = tessel(
+            &d,
+            &[
+                "build", "n.tsl", "--dim", "N=8", "--target", name, "-o", "out",
+            ],
+        );
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains(&format!("from preset `{name}`")), "{t}");
+        let ptx = std::fs::read_to_string(d.join("out/s.ptx")).expect("ptx written");
+        assert!(ptx.contains(".target sm_90"), "{ptx}");
+        let o = tessel(&d, &["explain", "n.tsl", "--dim", "N=8", "--target", name]);
+        let t = text(&o);
+        assert!(o.status.success() && t.contains("target: NVIDIA H"), "{t}");
+    }
+    let o = tessel(&d, &["build", "n.tsl", "--dim", "N=8", "--target", "a100"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        text(&o).contains("the targets are h200, h100"),
+        "{}",
+        text(&o)
+    );
+}

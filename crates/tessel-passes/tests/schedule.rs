@@ -1,0 +1,125 @@
+//! The schedule pass reads every machine fact from the `Target` and writes its decisions
+//! into the TileConfig (issue 8 items 2 and 3): change a fact, the decision follows.
+
+use std::collections::BTreeMap;
+use tessel_ir::graph::{MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::kernel::MmaShape;
+use tessel_passes::{check, decompose, fuse, schedule, Profile, Target};
+
+/// The schedule of the one matmul of `x @ w^T` at (M, N, K) in `dt`.
+fn matmul_schedule(dt: &str, (m, n, k): (u64, u64, u64), t: &Target, p: Profile) -> Schedule {
+    let src = format!("step s(x: {dt}[M, K], w: {dt}[N, K]) -> {dt}[M, N] {{ x @ w^T }}");
+    let module = tessel_syntax::parse(&src).expect("parses");
+    let dims: BTreeMap<String, u64> = [("M", m), ("N", n), ("K", k)]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect();
+    let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+    let f = fuse::run(&g);
+    let s = schedule::run(&g, &f, t, p);
+    let (grp, _) = f.groups.iter().next().expect("one group");
+    s[grp].clone().expect("scheduled")
+}
+
+#[test]
+fn the_tensor_core_tile_carries_its_decisions() {
+    let s = matmul_schedule("bf16", (4096, 7168, 5120), &Target::h200(), Profile::Fast);
+    let TileConfig::Mma {
+        bm,
+        bn,
+        shape,
+        epilogue,
+        min_ctas_per_sm,
+        ..
+    } = s.tile
+    else {
+        panic!("{s:?}")
+    };
+    assert_eq!((bm, bn), (128, 256), "{}", s.why);
+    assert_eq!(shape, MmaShape::M16N8K16Bf16);
+    assert_eq!(epilogue, MmaEpilogue::Staged);
+    // Its staged tile, 128 × 264 f32 = 132 KiB, does not fit twice in 227 KiB: no hint.
+    assert_eq!(min_ctas_per_sm, 0);
+    // The skinny-M tile's 96 KiB ring does: two CTAs per SM.
+    let s = matmul_schedule("bf16", (64, 7168, 5120), &Target::h200(), Profile::Fast);
+    assert!(
+        matches!(
+            s.tile,
+            TileConfig::Mma {
+                min_ctas_per_sm: 2,
+                ..
+            }
+        ),
+        "{s:?}"
+    );
+    // N odd: no vector stores; f32 on TF32 tensor cores: no occupancy hint.
+    let s = matmul_schedule("f32", (300, 301, 200), &Target::h200(), Profile::Fast);
+    let TileConfig::Mma {
+        shape,
+        epilogue,
+        min_ctas_per_sm,
+        ..
+    } = s.tile
+    else {
+        panic!("{s:?}")
+    };
+    assert_eq!(shape, MmaShape::M16N8K8Tf32);
+    assert_eq!(epilogue, MmaEpilogue::Single);
+    assert_eq!(min_ctas_per_sm, 0);
+}
+
+#[test]
+fn a_target_without_the_shared_memory_gets_the_simt_tile_and_says_why() {
+    let small = Target {
+        max_shared_per_cta: 16 * 1024,
+        ..Target::h200()
+    };
+    let s = matmul_schedule("bf16", (4096, 7168, 5120), &small, Profile::Fast);
+    assert!(matches!(s.tile, TileConfig::Simt { .. }), "{s:?}");
+    assert!(
+        s.why.contains("tensor cores: no tile fits the 16384 bytes"),
+        "{}",
+        s.why
+    );
+}
+
+#[test]
+fn sm_count_and_resident_warps_come_from_the_target() {
+    // Split-K gives every SM work when the tiles do not: 1 tile on 132 SMs splits, on 1 SM
+    // it does not.
+    let split = |t: &Target| {
+        matmul_schedule("f32", (64, 64, 4096), t, Profile::Exact)
+            .tile
+            .split_k()
+    };
+    assert!(split(&Target::h200()) > 1);
+    let one_sm = Target {
+        sm_count: 1,
+        ..Target::h200()
+    };
+    assert_eq!(split(&one_sm), 1);
+    // The tensor-core GEMV asks for every CTA resident: ⌈2176 CTAs / SMs⌉ per SM.
+    let gemv_ctas =
+        |t: &Target| match matmul_schedule("bf16", (8, 17408, 5120), t, Profile::Fast).tile {
+            TileConfig::GemvMma {
+                min_ctas_per_sm, ..
+            } => min_ctas_per_sm,
+            other => panic!("{other:?}"),
+        };
+    assert_eq!(gemv_ctas(&Target::h200()), 17);
+    let twice = Target {
+        sm_count: 264,
+        ..Target::h200()
+    };
+    assert_eq!(gemv_ctas(&twice), 9);
+}
+
+#[test]
+fn presets_name_the_machines_and_their_ptx_target() {
+    for name in Target::PRESETS {
+        let t = Target::preset(name).expect("a preset");
+        assert_eq!(t.ptx_target(), "sm_90");
+        assert!(t.peaks.is_some(), "{name} has datasheet peaks");
+    }
+    assert!(Target::preset("a100").is_none());
+}
