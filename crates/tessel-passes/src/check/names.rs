@@ -9,7 +9,7 @@ use tessel_syntax::ast::{
 };
 use tessel_syntax::{Diagnostic, Span};
 
-use super::{codes, suggest, BUILTINS};
+use super::{codes, BUILTINS};
 
 /// Every name error of `m`.
 pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
@@ -244,4 +244,46 @@ pub(super) fn children(e: &Expr) -> Vec<ExprId> {
         Expr::Transpose(e) => vec![*e],
         Expr::Tuple(es) | Expr::List(es) => es.clone(),
     }
+}
+
+/// Names longer than this get no "did you mean" suggestion: a typo in such a name is rare,
+/// and the edit distance costs the product of the two lengths (two 100,000-character names
+/// took 16 s).
+pub(crate) const MAX_SUGGEST_LEN: usize = 64;
+
+/// The closest of `candidates` to `name` by edit distance, if close enough to be a typo
+/// (at most a third of the name's length, and at least 1). Names longer than
+/// [`MAX_SUGGEST_LEN`] characters get none; candidates whose length differs by more than
+/// the bound are skipped without computing the distance.
+pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let len = name.chars().count();
+    if len > MAX_SUGGEST_LEN {
+        return None;
+    }
+    let limit = (len / 3).max(1);
+    let mut best: Option<(usize, &str)> = None;
+    for c in candidates {
+        if c == name || c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
+        let d = edit_distance(name, c);
+        if d <= limit && best.is_none_or(|(bd, _)| d < bd) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
 }

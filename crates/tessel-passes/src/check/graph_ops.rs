@@ -1,0 +1,346 @@
+//! Building the graph for the checker: materialising literals, casts and promotion
+//! (`join`), broadcasting (NumPy rules, with the diagnostic that spells every shape),
+//! permutes, reshapes and slices, and the elementwise ops over them.
+
+use tessel_ir::graph::{BinaryOp as IrBinary, Op};
+use tessel_ir::{DType, TensorType, Value};
+use tessel_syntax::{Diagnostic, Span};
+
+use super::eval::{fmt_shape, Arg};
+use super::lit::Lit;
+use super::{codes, dtype_rank, Checker, Val, R};
+
+impl<'m> Checker<'m> {
+    // ---- values -------------------------------------------------------------------------
+    pub(crate) fn shape(&self, v: Value) -> Vec<u64> {
+        self.graph.ty(v).shape.0.clone()
+    }
+
+    pub(crate) fn dtype_of(&self, v: Value) -> DType {
+        self.graph.ty(v).dtype
+    }
+
+    /// A weak scalar as a `[]` constant of `dtype`, rounded to it.
+    pub(crate) fn materialize(&mut self, l: Lit, dtype: DType, span: Span) -> R<Value> {
+        match l.value_in(dtype) {
+            Ok(value) => self.push(Op::Const { value }, TensorType::new(dtype, vec![]), span),
+            Err(why) => Err(self.error(
+                Diagnostic::error(
+                    codes::LITERAL_RANGE,
+                    format!("{} does not fit {dtype}", l.describe()),
+                )
+                .with_label(span, format!("this takes the dtype {dtype}"))
+                .with_note(why),
+            )),
+        }
+    }
+
+    /// The value as one tensor: weak scalars take their default dtype; tuples and lists are
+    /// errors.
+    pub(crate) fn tensor(&mut self, v: Val, span: Span) -> R<Value> {
+        match v {
+            Val::T(v) => Ok(v),
+            Val::Weak(l) => self.materialize(l, l.default_dtype(), span),
+            other => {
+                let what = self.describe(&other);
+                Err(self.error(
+                    Diagnostic::error(
+                        codes::NOT_A_TENSOR,
+                        format!("expected a tensor, found {what}"),
+                    )
+                    .with_label(span, format!("this is {what}")),
+                ))
+            }
+        }
+    }
+
+    /// `v` converted to `dtype` (no op when it already has it).
+    pub(crate) fn cast(&mut self, v: Value, dtype: DType, span: Span) -> R<Value> {
+        if self.dtype_of(v) == dtype {
+            return Ok(v);
+        }
+        let shape = self.shape(v);
+        self.push(Op::Cast { arg: v }, TensorType::new(dtype, shape), span)
+    }
+
+    /// An operand (weak or tensor) as a tensor of `dtype`.
+    pub(crate) fn operand(&mut self, v: Val, dtype: DType, span: Span) -> R<Value> {
+        match v {
+            Val::Weak(l) => self.materialize(l, dtype, span),
+            other => {
+                let t = self.tensor(other, span)?;
+                self.cast(t, dtype, span)
+            }
+        }
+    }
+
+    /// `v` broadcast to `shape` (which numpy-broadcasts from `v`'s shape): leading 1s by
+    /// [`Op::Reshape`], then [`Op::Broadcast`].
+    pub(crate) fn broadcast_to(&mut self, v: Value, shape: &[u64], span: Span) -> R<Value> {
+        let mut cur = self.shape(v);
+        if cur == shape {
+            return Ok(v);
+        }
+        let dt = self.dtype_of(v);
+        let mut v = v;
+        if cur.len() < shape.len() {
+            let mut padded = vec![1; shape.len() - cur.len()];
+            padded.extend(&cur);
+            cur = padded;
+            v = self.push(
+                Op::Reshape { arg: v },
+                TensorType::new(dt, cur.clone()),
+                span,
+            )?;
+        }
+        if cur == shape {
+            return Ok(v);
+        }
+        self.push(
+            Op::Broadcast { arg: v },
+            TensorType::new(dt, shape.to_vec()),
+            span,
+        )
+    }
+
+    pub(crate) fn permute(&mut self, v: Value, perm: Vec<u32>, span: Span) -> R<Value> {
+        if perm.iter().enumerate().all(|(i, p)| *p as usize == i) {
+            return Ok(v);
+        }
+        let shape = self.shape(v);
+        let out: Vec<u64> = perm
+            .iter()
+            .filter_map(|p| shape.get(*p as usize).copied())
+            .collect();
+        let dt = self.dtype_of(v);
+        self.push(Op::Permute { arg: v, perm }, TensorType::new(dt, out), span)
+    }
+
+    pub(crate) fn reshape(&mut self, v: Value, shape: Vec<u64>, span: Span) -> R<Value> {
+        if self.shape(v) == shape {
+            return Ok(v);
+        }
+        let dt = self.dtype_of(v);
+        self.push(Op::Reshape { arg: v }, TensorType::new(dt, shape), span)
+    }
+
+    /// `v[.., start .. start + len, ..]` along `axis` (no op for the full axis).
+    pub(crate) fn slice(
+        &mut self,
+        v: Value,
+        axis: usize,
+        start: u64,
+        len: u64,
+        span: Span,
+    ) -> R<Value> {
+        let mut shape = self.shape(v);
+        if start == 0 && shape.get(axis) == Some(&len) {
+            return Ok(v);
+        }
+        if let Some(d) = shape.get_mut(axis) {
+            *d = len;
+        }
+        let dt = self.dtype_of(v);
+        self.push(
+            Op::Slice {
+                arg: v,
+                axis: axis as u32,
+                start,
+            },
+            TensorType::new(dt, shape),
+            span,
+        )
+    }
+
+    /// The dtype operands of different dtypes are promoted to (design §3): tensors by
+    /// category (bool < i32 < floats; two different float dtypes give f32), then weak
+    /// scalars join only when their category is higher (a float literal with an i32 tensor
+    /// gives f32). Only weak scalars: their default dtype.
+    pub(crate) fn join(&self, vals: &[&Val]) -> DType {
+        let mut strong: Option<DType> = None;
+        for v in vals {
+            if let Val::T(t) = v {
+                let d = self.dtype_of(*t);
+                strong = Some(match strong {
+                    None => d,
+                    Some(s) if s == d => s,
+                    Some(s) if dtype_rank(s) != dtype_rank(d) => {
+                        if dtype_rank(s) > dtype_rank(d) {
+                            s
+                        } else {
+                            d
+                        }
+                    }
+                    Some(_) => DType::F32,
+                });
+            }
+        }
+        let weak_max = vals
+            .iter()
+            .filter_map(|v| match v {
+                Val::Weak(l) => Some(*l),
+                _ => None,
+            })
+            .max_by_key(|l| l.rank());
+        match (strong, weak_max) {
+            (Some(s), Some(l)) if l.rank() > dtype_rank(s) => l.default_dtype(),
+            (Some(s), _) => s,
+            (None, Some(l)) => l.default_dtype(),
+            (None, None) => DType::F32,
+        }
+    }
+
+    /// The numpy broadcast of several shapes, or a diagnostic naming them all.
+    pub(crate) fn broadcast_shapes(
+        &mut self,
+        what: &str,
+        span: Span,
+        ops: &[(Vec<u64>, Span)],
+    ) -> R<Vec<u64>> {
+        let rank = ops.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+        let mut out = vec![1u64; rank];
+        let mut ok = true;
+        for (s, _) in ops {
+            let off = rank - s.len();
+            for (i, d) in s.iter().enumerate() {
+                let o = &mut out[off + i];
+                if *o == 1 {
+                    *o = *d;
+                } else if *d != 1 && *d != *o {
+                    ok = false;
+                }
+            }
+        }
+        if ok {
+            return Ok(out);
+        }
+        let shapes: Vec<String> = ops.iter().map(|(s, _)| fmt_shape(s)).collect();
+        let mut d = Diagnostic::error(
+            codes::BROADCAST,
+            format!(
+                "shape mismatch: {what} of {} does not broadcast",
+                shapes.join(" and ")
+            ),
+        )
+        .with_label(span, "in this operation");
+        for ((s, sp), text) in ops.iter().zip(&shapes) {
+            let _ = s;
+            d = d.with_secondary(*sp, format!("this has shape {text}"));
+        }
+        Err(self.error(d.with_note(
+            "shapes broadcast when, aligned from the right, each pair of dims is equal or one of them is 1",
+        )))
+    }
+
+    /// A binary elementwise op on two operands: promotion, casts, broadcasting.
+    /// `pow` computes in a float dtype (f32 when both operands are integers or bools).
+    pub(crate) fn elementwise(
+        &mut self,
+        op: IrBinary,
+        what: &str,
+        span: Span,
+        a: Arg,
+        b: Arg,
+    ) -> R<Value> {
+        let compare = matches!(
+            op,
+            IrBinary::Eq | IrBinary::Ne | IrBinary::Lt | IrBinary::Le | IrBinary::Gt | IrBinary::Ge
+        );
+        let mut dt = self.join(&[&a.0, &b.0]);
+        if op == IrBinary::Pow && !dt.is_float() {
+            dt = DType::F32;
+        }
+        if !compare && dt == DType::Bool {
+            let found = self.describe(&a.0);
+            return Err(self.bool_arith(what.trim_matches('`'), span, a.1, found));
+        }
+        let (aspan, bspan) = (a.1, b.1);
+        let x = self.operand(a.0, dt, aspan)?;
+        let y = self.operand(b.0, dt, bspan)?;
+        let shape = self.broadcast_shapes(
+            what,
+            span,
+            &[(self.shape(x), aspan), (self.shape(y), bspan)],
+        )?;
+        let rdt = if compare { DType::Bool } else { dt };
+        // A result too large to index is blamed on the operator, not on the operand whose
+        // broadcast would be the first tensor of that size.
+        self.addressable(&TensorType::new(rdt, shape.clone()), span, None)?;
+        let x = self.broadcast_to(x, &shape, aspan)?;
+        let y = self.broadcast_to(y, &shape, bspan)?;
+        self.push(
+            Op::Binary { op, lhs: x, rhs: y },
+            TensorType::new(rdt, shape),
+            span,
+        )
+    }
+
+    /// `a @ b`: `[.., M, K] @ [.., K, N] -> [.., M, N]` over the last two axes, leading dims
+    /// broadcast (numpy `matmul` rules, without the 1-D special cases: a vector operand is
+    /// written `x[None, :]` or `x[:, None]`). Operands are promoted to one float dtype.
+    pub(crate) fn matmul(&mut self, span: Span, a: Arg, b: Arg) -> R<Value> {
+        let (aspan, bspan) = (a.1, b.1);
+        let dt = self.join(&[&a.0, &b.0]);
+        if !dt.is_float() {
+            let found = self.describe(&a.0);
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::FLOAT_REQUIRED,
+                    format!("`@` needs float operands, found {dt}"),
+                )
+                .with_label(span, "matmul of non-float tensors")
+                .with_secondary(aspan, format!("this is {found}"))
+                .with_help("cast first, e.g. `f32(x) @ w`"),
+            ));
+        }
+        let x = self.operand(a.0, dt, aspan)?;
+        let y = self.operand(b.0, dt, bspan)?;
+        let (sx, sy) = (self.shape(x), self.shape(y));
+        for (s, sp) in [(&sx, aspan), (&sy, bspan)] {
+            if s.len() < 2 {
+                return Err(self.error(
+                    Diagnostic::error(
+                        codes::RANK,
+                        format!("`@` needs operands of rank 2 or more, found {}", fmt_shape(s)),
+                    )
+                    .with_label(sp, format!("this has rank {}", s.len()))
+                    .with_help("make a vector a matrix with `x[None, :]` (a row) or `x[:, None]` (a column)"),
+                ));
+            }
+        }
+        let (m, k) = (sx[sx.len() - 2], sx[sx.len() - 1]);
+        let (k2, n) = (sy[sy.len() - 2], sy[sy.len() - 1]);
+        if k != k2 {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BROADCAST,
+                    format!(
+                        "shape mismatch: `@` of {} and {}: the contracted dims differ ({k} and {k2})",
+                        fmt_shape(&sx),
+                        fmt_shape(&sy)
+                    ),
+                )
+                .with_label(span, "[.., M, K] @ [.., K, N] needs the same K")
+                .with_secondary(aspan, format!("K = {k} here"))
+                .with_secondary(bspan, format!("K = {k2} here"))
+                .with_help("a weight stored [N, K] is used as `x @ w^T`"),
+            ));
+        }
+        let batch = self.broadcast_shapes(
+            "the batch dims of `@`",
+            span,
+            &[
+                (sx[..sx.len() - 2].to_vec(), aspan),
+                (sy[..sy.len() - 2].to_vec(), bspan),
+            ],
+        )?;
+        let with = |tail: [u64; 2]| batch.iter().copied().chain(tail).collect::<Vec<u64>>();
+        let x = self.broadcast_to(x, &with([m, k]), aspan)?;
+        let y = self.broadcast_to(y, &with([k, n]), bspan)?;
+        self.push(
+            Op::MatMul { lhs: x, rhs: y },
+            TensorType::new(dt, with([m, n])),
+            span,
+        )
+    }
+}
