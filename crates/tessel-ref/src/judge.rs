@@ -49,8 +49,15 @@ pub struct Verdict {
     /// elements where neither is NaN.
     pub max_ulp: f64,
     /// The widest deviation the bound allows, in the same units (max over elements of
-    /// the distance from the reference to the farther end of its range).
+    /// the distance from the reference to the farther end of its range). Taken over all
+    /// elements, so it can be smaller than `max_ulp`, which may come from another element
+    /// with a wider range; `max_bound_used` is the per-element comparison.
     pub max_allowed_ulp: f64,
+    /// The largest share of its own allowed deviation any element inside its range used:
+    /// |out − reference| over the distance from the reference to the end of the range on
+    /// the output's side (0 when every element equals the reference, at most 1 when the
+    /// output passes).
+    pub max_bound_used: f64,
 }
 
 impl Verdict {
@@ -104,8 +111,10 @@ impl fmt::Display for Verdict {
             if self.differ > self.nan_differ {
                 write!(
                     f,
-                    ", by at most {} ulp (the bound allows up to {})",
+                    ", by at most {} ulp, no element past {:.0}% of its own bound (the widest \
+                     bound allows {} ulp)",
                     fmt_ulp(self.max_ulp),
+                    100.0 * self.max_bound_used,
                     fmt_ulp(self.max_allowed_ulp)
                 )?;
             }
@@ -172,6 +181,10 @@ pub fn judge(out: &Tensor, reference: &RefTensor) -> Result<Verdict, CompareErro
         if !b.r.is_nan() {
             if !o.is_nan() && !same {
                 v.max_ulp = v.max_ulp.max(ulps(dt, o, b.r));
+                if b.allows(o) {
+                    let room = if o > b.r { b.hi - b.r } else { b.r - b.lo };
+                    v.max_bound_used = v.max_bound_used.max((o - b.r).abs() / room);
+                }
             }
             if b.lo <= b.hi {
                 let wide = ulps(dt, b.hi, b.r).max(ulps(dt, b.lo, b.r));
@@ -356,6 +369,18 @@ mod tests {
         assert_eq!(v.differ, 1);
         assert_eq!(v.max_ulp, 1.0);
         assert_eq!(v.max_allowed_ulp, 1.0);
+        assert_eq!(v.max_bound_used, 1.0);
+        // Half of a two-ulp range used: 50%, though the difference equals `max_allowed_ulp`'s
+        // figure of another element.
+        let rf2 = reference(vec![b(2.0, 2f64.powi(-21)), b(1.0, 2f64.powi(-20))]);
+        let half = Tensor::from_f32(DType::F32, vec![2], &[2.0 + 2f32.powi(-22), 1.0]);
+        let v = judge(&half, &rf2).unwrap();
+        assert_eq!((v.max_ulp, v.max_bound_used), (1.0, 0.5));
+        assert!(
+            v.to_string()
+                .contains("no element past 50% of its own bound"),
+            "{v}"
+        );
         let bad = Tensor::from_f32(DType::F32, vec![3], &[1.0, 2.0, 4.5]);
         let v = judge(&bad, &rf).unwrap();
         assert!(!v.pass());

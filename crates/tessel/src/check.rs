@@ -241,6 +241,7 @@ fn check_step(
             "file": file, "step": step.name, "output": j.name, "type": e.ty.to_string(),
             "pass": j.pass(), "outside_bound": v.outside, "differ_from_reference": v.differ,
             "max_ulp_from_reference": v.max_ulp, "bound_ulp": v.max_allowed_ulp,
+            "bound_fraction_used": v.max_bound_used,
             "oracle_rel_rms": j.oracle.rel_rms, "oracle_max_abs": j.oracle.max_abs,
         });
         match &j.gpu {
@@ -256,6 +257,7 @@ fn check_step(
                 rec["gpu_bit_differences"] = json!(d.differing_elements);
                 rec["gpu_outside_bound"] = json!(g.outside);
                 rec["gpu_max_ulp_from_reference"] = json!(g.max_ulp);
+                rec["gpu_bound_fraction_used"] = json!(g.max_bound_used);
                 line += &format!(
                     "; GPU: {g} ({} elements differ from the executor)",
                     d.differing_elements
