@@ -154,6 +154,23 @@ pub enum Op {
         lhs: Value,
         rhs: Value,
     },
+    /// Composite, formed by the `attention` pass: `softmax(logits, axis: -1)` rounded to
+    /// `v`'s dtype, then `@ v` — `logits [.., M, N]` f32, `v [.., N, E]` of the result's
+    /// dtype (bf16 or f16), result `[.., M, E]`. It stands for exactly those three ops of
+    /// the program (a row whose logits are all -inf gives 0); the fused kernel computes
+    /// them in flash-attention's order (online softmax over key blocks, the unnormalised
+    /// probabilities rounded to `v`'s dtype, the division last), which differs from the
+    /// program by roundings only (Dao et al., "FlashAttention-2", 2023, Algorithm 1).
+    /// `logits` is computed inside the fused kernel, never written to memory. `bound`, when
+    /// present (i32 `[.., M, 1]`), is how many keys each row may see: the pass that forms
+    /// the op proved from the mask that logits at keys `j >= bound` are -inf, so the kernel
+    /// does not read them (their `v` rows too: the result is the softmax over the visible
+    /// keys only, as flash-attention defines it).
+    Attention {
+        logits: Value,
+        v: Value,
+        bound: Option<Value>,
+    },
 }
 
 impl Op {
@@ -170,6 +187,11 @@ impl Op {
             | Op::Slice { arg, .. }
             | Op::Softmax { arg, .. } => vec![*arg],
             Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![*lhs, *rhs],
+            Op::Attention { logits, v, bound } => {
+                let mut a = vec![*logits, *v];
+                a.extend(bound);
+                a
+            }
             Op::Select {
                 cond,
                 on_true,
@@ -192,6 +214,11 @@ impl Op {
             | Op::Slice { arg, .. }
             | Op::Softmax { arg, .. } => vec![arg],
             Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![lhs, rhs],
+            Op::Attention { logits, v, bound } => {
+                let mut a = vec![logits, v];
+                a.extend(bound.as_mut());
+                a
+            }
             Op::Select {
                 cond,
                 on_true,
@@ -206,7 +233,7 @@ impl Op {
     pub fn is_elementwise_like(&self) -> bool {
         !matches!(
             self,
-            Op::Reduce { .. } | Op::Softmax { .. } | Op::MatMul { .. }
+            Op::Reduce { .. } | Op::Softmax { .. } | Op::MatMul { .. } | Op::Attention { .. }
         )
     }
 }
@@ -274,6 +301,11 @@ pub enum GroupKind {
     /// materialised, with an elementwise epilogue (scale, bias, residual, activation, cast)
     /// applied to each result element before the store.
     Matmul,
+    /// One [`Op::Attention`] (listed last in [`GroupData::reductions`], after the one
+    /// [`Op::MatMul`] its logits are computed from): the logits, the online softmax and
+    /// the product with `v` in one kernel; the logits' elementwise cone (scale, mask) is
+    /// computed per score element from the first matmul's result.
+    Attention,
 }
 
 /// One fusion group: the values it writes to memory and, for a row reduction, the
@@ -396,6 +428,24 @@ pub enum TileConfig {
         unroll: u32,
         min_ctas_per_sm: u32,
     },
+    /// Fused attention on tensor cores (`mma.sync` m16n8k16, bf16/f16 operands, f32
+    /// accumulators), FlashAttention-2's loop (Dao, 2023, Algorithm 1): a CTA of `warps`
+    /// warps owns `16 · warps` query rows, each warp 16; the rows are the `pack` query heads
+    /// that share one key/value head times the query positions (row = position · pack +
+    /// head), so every query head of a KV group is served from one read of K and V. Keys
+    /// are walked in blocks of `block_n` through a ring of `stages` shared-memory buffers
+    /// of K and V filled by `cp.async`; per block: S = Q·Kᵀ (Q's fragments kept in
+    /// registers), the logits' elementwise cone per element, the running row maximum and
+    /// sum, P = exp(S - max) rounded to V's dtype, O = O · exp(old max - new max) + P·V.
+    /// The key loop ends at the last key any row of the CTA may see when the mask bounds it
+    /// (`where(j <= bound(row), x, -inf)`), else at N. At the end O / sum, 0 for a row
+    /// with no visible key.
+    Attention {
+        warps: u32,
+        block_n: u32,
+        stages: u32,
+        pack: u32,
+    },
 }
 
 /// How a tensor-core tile's f32 accumulators reach memory (the epilogue runs per element
@@ -444,6 +494,7 @@ impl TileConfig {
                 warps_m, warps_n, ..
             } => 32 * warps_m * warps_n,
             TileConfig::GemvMma { warps, .. } => 32 * warps,
+            TileConfig::Attention { warps, .. } => 32 * warps,
         }
     }
 
@@ -513,6 +564,15 @@ impl fmt::Display for TileConfig {
             } => write!(
                 f,
                 "gemv_mma {{ warps: {warps}, unroll: {unroll}, min_ctas_per_sm: {min_ctas_per_sm} }}"
+            ),
+            TileConfig::Attention {
+                warps,
+                block_n,
+                stages,
+                pack,
+            } => write!(
+                f,
+                "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack} }}"
             ),
         }
     }

@@ -10,6 +10,11 @@
 //!    permute, so a `[N, K]` weight is read in place — and the matmul's kernel writes the
 //!    tip of its epilogue: following single-use elementwise ops of the same shape whose
 //!    other operands need no reduction or matmul (scale, bias, residual, activation, cast).
+//!
+//!    An [`Op::Attention`] is materialised and its kernel computes its logits' cone and
+//!    their matmul (`q @ kᵀ`) itself: the tensors under the views of q, k and v are
+//!    materialised instead of the matmul's operands, and no other rule materialises a
+//!    value of those views.
 //! 1. Step outputs are materialised.
 //! 2. An expensive value crossing a broadcast is materialised: if a [`Op::Broadcast`]
 //!    multiplies the element count by 2 or more, and the value it broadcasts (looking through
@@ -34,6 +39,7 @@
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
+use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
 use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, UnaryOp};
 use tessel_ir::Value;
@@ -46,6 +52,28 @@ pub fn run(g: &Graph) -> Fusion {
     }
     let users = users(g);
 
+    // Rule 0, attention: the attention's own matmul reads q, k and v in place.
+    let mut claimed: EntitySet<Value> = EntitySet::new();
+    let mut attn_views: EntitySet<Value> = EntitySet::new();
+    for (v, op) in g.ops.iter() {
+        if let Op::Attention { logits, v: vv, .. } = op {
+            mat.insert(v);
+            let Some((s, _)) = crate::attention::logits_matmul(g, *logits) else {
+                continue;
+            };
+            claimed.insert(s);
+            let Op::MatMul { lhs, rhs } = g.ops[s] else {
+                continue;
+            };
+            for x in [lhs, rhs, *vv] {
+                for w in view_chain(g, x) {
+                    attn_views.insert(w);
+                }
+                mat.insert(view_base(g, x));
+            }
+        }
+    }
+
     // Rule 0: a matmul reads materialised operands (a transposed operand is read through
     // its permute, so a weight stored [N, K] is used in place) and writes the tip of its
     // epilogue: the chain of single-use elementwise ops of its own shape that follow it,
@@ -53,6 +81,9 @@ pub fn run(g: &Graph) -> Fusion {
     // cast fold into the GEMM's store).
     for (v, op) in g.ops.iter() {
         if let Op::MatMul { lhs, rhs } = op {
+            if claimed.contains(v) {
+                continue;
+            }
             for x in [*lhs, *rhs] {
                 let base = match &g.ops[x] {
                     Op::Permute { arg, .. } => *arg,
@@ -108,7 +139,10 @@ pub fn run(g: &Graph) -> Fusion {
             while let Op::Reshape { arg } = g.ops[src] {
                 src = arg;
             }
-            if !matches!(g.ops[src], Op::Input { .. }) && uses_math(g, src, &mat) {
+            if !matches!(g.ops[src], Op::Input { .. })
+                && !attn_views.contains(src)
+                && uses_math(g, src, &mat)
+            {
                 mat.insert(src);
             }
         }
@@ -140,7 +174,10 @@ pub fn run(g: &Graph) -> Fusion {
             continue;
         }
         let matmuls = cone_matmuls(g, v, &mat);
-        let (kind, reductions) = if !matmuls.is_empty() {
+        let (kind, reductions) = if let Op::Attention { logits, .. } = op {
+            let s = crate::attention::logits_matmul(g, *logits).map(|(s, _)| s);
+            (GroupKind::Attention, s.into_iter().chain([v]).collect())
+        } else if !matmuls.is_empty() {
             (GroupKind::Matmul, matmuls)
         } else {
             let reductions = cone_reductions(g, v, &mat);
@@ -230,7 +267,11 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
         }
         let op = &g.ops[x];
         match op {
-            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } | Op::MatMul { .. } => {}
+            Op::Input { .. }
+            | Op::Const { .. }
+            | Op::Iota { .. }
+            | Op::MatMul { .. }
+            | Op::Attention { .. } => {}
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
                 for a in op.args() {
                     stack.push((a, idx.clone()));

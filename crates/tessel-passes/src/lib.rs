@@ -14,6 +14,7 @@
 //! To add a pass: write `src/NAME.rs` with one `pub fn run`, add one [`PassInfo`] to
 //! [`PASSES`] where it belongs, and put at least one filetest under `ir/NAME/`.
 
+pub mod attention;
 pub mod check;
 pub mod compiled;
 pub mod decompose;
@@ -24,6 +25,7 @@ pub mod lower;
 pub mod pipeline;
 pub mod schedule;
 pub mod target;
+pub mod view;
 
 use tessel_ir::graph::Graph;
 
@@ -40,11 +42,17 @@ pub static PASSES: &[PassInfo] = &[
         what: "AST to typed graph IR; name, dtype and shape errors",
         run: Run::Check(check::run),
     },
+    // softmax(logits) @ v, with the logits computed from one matmul, into one fused op.
+    PassInfo {
+        name: "attention",
+        what: "find softmax(mask(q @ kᵀ)) @ v and make it one fused attention op",
+        run: Run::Graph(|g, o| attention::run(g, o.profile)),
+    },
     // Composite ops (mean, softmax) into primitive ones; common subexpressions merged.
     PassInfo {
         name: "decompose",
         what: "composite ops into primitive ones, CSE",
-        run: Run::Graph(decompose::run),
+        run: Run::Graph(|g, _| decompose::run(g)),
     },
     // Which values are written to memory, and which kernel writes each.
     PassInfo {

@@ -63,8 +63,8 @@ pub enum Run {
     /// [`Diagnostic`]s, so the front end runs it (`tessel_passes::check::run`) and hands its
     /// graph to [`crate::compile`], which verifies it and starts after it.
     Check(CheckFn),
-    /// Graph IR → graph IR.
-    Graph(fn(&Graph) -> Graph),
+    /// Graph IR → graph IR (the options say which profile and target the step is for).
+    Graph(fn(&Graph, &Options) -> Graph),
     /// Graph IR → its fusion groups.
     Fuse(fn(&Graph) -> Fusion),
     /// Graph IR and fusion groups → a schedule per group.
@@ -192,7 +192,7 @@ pub fn run_passes(
     for pass in PASSES {
         let next = match (&pass.run, ir.take()) {
             (Run::Check(_), None) => Ir::Graph(checked.clone()),
-            (Run::Graph(run), Some(Ir::Graph(g))) => Ir::Graph(run(&g)),
+            (Run::Graph(run), Some(Ir::Graph(g))) => Ir::Graph(run(&g, opts)),
             (Run::Fuse(run), Some(Ir::Graph(g))) => {
                 let f = run(&g);
                 Ir::Fused(g, f)

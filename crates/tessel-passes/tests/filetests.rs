@@ -190,7 +190,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         Run::Graph(run) => {
             let (g, _, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, None, None)?;
-            let out = run(&g);
+            let out = run(&g, &opts);
             check_graph("output", &out, None, None)?;
             text::write_graph(&out, None, None)
         }

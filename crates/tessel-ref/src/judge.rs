@@ -225,11 +225,17 @@ pub enum JudgeError {
     },
 }
 
-/// The reference's model of `p`'s matmuls: tensor cores (TF32 or 16-bit) where any kernel
-/// issues `mma.sync`, else one fma per product.
+/// The reference's model of `p`'s kernels: tensor cores (TF32 or 16-bit) where any kernel
+/// issues `mma.sync`, else one fma per product; flash-attention's rounding of
+/// probabilities where a kernel is a fused attention.
 pub fn model_of(p: &Program) -> Model {
     let tc = p.tensor_cores();
     Model {
+        // A kernel's schedule text starts with its TileConfig (`lower`).
+        flash_softmax: p
+            .kernels
+            .values()
+            .any(|k| k.schedule.starts_with("attention {")),
         matmul: if tc.tf32 {
             MatmulModel::Tf32
         } else if tc.mma {

@@ -93,6 +93,12 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
     let src = |a: &Value| &g.ty(*a).shape.0;
     match op {
         Op::Input { .. } | Op::Const { .. } => Ok(()),
+        // The references judge the program as written (the checked graph); this op exists
+        // only after the `attention` pass has rewritten it.
+        Op::Attention { .. } => Err(malformed(
+            v,
+            "a fused attention: the references evaluate the checked graph, before `attention`",
+        )),
         Op::Iota { axis } => {
             if *axis as usize >= shape.len() {
                 return Err(malformed(

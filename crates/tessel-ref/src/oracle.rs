@@ -149,6 +149,12 @@ fn eval_op(
     let n = ty.shape.numel() as usize;
     let src = |a: &Value| &g.ty(*a).shape.0;
     Ok(match op {
+        Op::Attention { .. } => {
+            return Err(crate::layout::malformed(
+                v,
+                "a fused attention (see layout::check)",
+            ))
+        }
         Op::Input { index } => input(g, v, *index, inputs)?.to_f64_vec(),
         Op::Const { value } => vec![*value; n],
         Op::Iota { axis } => {

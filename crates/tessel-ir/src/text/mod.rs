@@ -188,13 +188,15 @@ pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
         GroupKind::Elementwise => "elementwise",
         GroupKind::RowReduction => "row_reduction",
         GroupKind::Matmul => "matmul",
+        GroupKind::Attention => "attention",
     }
 }
 
-pub(crate) const GROUP_KINDS: [GroupKind; 3] = [
+pub(crate) const GROUP_KINDS: [GroupKind; 4] = [
     GroupKind::Elementwise,
     GroupKind::RowReduction,
     GroupKind::Matmul,
+    GroupKind::Attention,
 ];
 
 pub(crate) fn reg_type_from_name(s: &str) -> Option<RegType> {

@@ -90,7 +90,7 @@ impl GraphReader {
                 .find(|x| group_kind_name(*x) == k)
                 .ok_or_else(|| {
                     kpos.error(format!(
-                        "unknown group kind `{k}` (expected `elementwise` or `row_reduction`)"
+                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul` or `attention`)"
                     ))
                 })?;
             c.keyword("outputs")?;
@@ -264,9 +264,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "min_ctas_per_sm",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
+        "attention" => &["warps", "block_n", "stages", "pack"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma` or `gemv_mma`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma` or `attention`)"
         )))
         }
     };
@@ -340,10 +341,16 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
             }
         }
-        _ => TileConfig::GemvMma {
+        "gemv_mma" => TileConfig::GemvMma {
             warps: num("warps")?,
             unroll: num("unroll")?,
             min_ctas_per_sm: num("min_ctas_per_sm")?,
+        },
+        _ => TileConfig::Attention {
+            warps: num("warps")?,
+            block_n: num("block_n")?,
+            stages: num("stages")?,
+            pack: num("pack")?,
         },
     };
     c.keyword("why")?;
@@ -465,6 +472,18 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
             c.punct(',')?;
             let rhs = arg(c, &mut refs)?;
             Op::MatMul { lhs, rhs }
+        }
+        "attention" => {
+            let logits = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let v = arg(c, &mut refs)?;
+            let bound = if c.eat_punct(',') {
+                c.keyword("bound")?;
+                Some(arg(c, &mut refs)?)
+            } else {
+                None
+            };
+            Op::Attention { logits, v, bound }
         }
         "softmax" => {
             let a = arg(c, &mut refs)?;

@@ -145,5 +145,15 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
         Op::Concat { args, axis } => format!("concat [{}], axis {axis}", list(args)),
         Op::Softmax { arg, axis } => format!("softmax {arg}, axis {axis}"),
         Op::MatMul { lhs, rhs } => format!("matmul {lhs}, {rhs}"),
+        Op::Attention {
+            logits,
+            v,
+            bound: None,
+        } => format!("attention {logits}, {v}"),
+        Op::Attention {
+            logits,
+            v,
+            bound: Some(b),
+        } => format!("attention {logits}, {v}, bound {b}"),
     }
 }

@@ -187,6 +187,49 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 );
             }
         }
+        Op::Attention { logits, v, bound } => {
+            let (l, x) = (at(logits), at(v));
+            if let Some(b) = bound {
+                let b = at(b);
+                let mut want = l.shape.0.clone();
+                if let Some(last) = want.last_mut() {
+                    *last = 1;
+                }
+                if b.dtype != DType::I32 || b.shape.0 != want {
+                    err(
+                        "graph.attention",
+                        format!("the bound is {b}, not i32 with the logits' shape and 1 key"),
+                    );
+                }
+            }
+            let (ls, xs, os) = (&l.shape.0, &x.shape.0, &rt.shape.0);
+            let n = ls.len();
+            let ok = n >= 2
+                && xs.len() == n
+                && os.len() == n
+                && ls[..n - 2] == xs[..n - 2]
+                && os[..n - 2] == ls[..n - 2]
+                && ls[n - 1] == xs[n - 2]
+                && os[n - 2] == ls[n - 2]
+                && os[n - 1] == xs[n - 1];
+            if !ok {
+                err(
+                    "graph.attention",
+                    format!(
+                        "softmax({l}) @ {x} does not give {rt} ([.., M, N] @ [.., N, E] -> [.., M, E])"
+                    ),
+                );
+            }
+            if l.dtype != DType::F32 || x.dtype != rt.dtype || !x.dtype.is_float() {
+                err(
+                    "graph.attention",
+                    format!(
+                        "logits must be f32 and v and the result one float dtype: {} {} {}",
+                        l.dtype, x.dtype, rt.dtype
+                    ),
+                );
+            }
+        }
         Op::MatMul { lhs, rhs } => {
             let (l, r) = (at(lhs), at(rhs));
             let (ls, rs, os) = (&l.shape.0, &r.shape.0, &rt.shape.0);

@@ -70,6 +70,28 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     }
                 }
             }
+            GroupKind::Attention => {
+                let ok = data.reductions.len() == 2
+                    && data.reductions.iter().all(|&r| exists(g, r))
+                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. })
+                    && matches!(g.ops[data.reductions[1]], Op::Attention { .. });
+                if !ok {
+                    e.push(
+                        "fusion.reductions",
+                        loc.clone(),
+                        "an attention group must list its logits' matmul, then the attention",
+                    );
+                } else if let Some((o, s)) = shape {
+                    let a = g.ty(data.reductions[1]);
+                    if &a.shape != s {
+                        e.push(
+                            "fusion.outputs",
+                            loc.clone(),
+                            format!("output {o} is {s}, the attention gives {}", a.shape),
+                        );
+                    }
+                }
+            }
             GroupKind::Elementwise => {
                 if !data.reductions.is_empty() {
                     e.push(
@@ -236,6 +258,7 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         | TileConfig::Simt { .. }
                         | TileConfig::Mma { .. }
                         | TileConfig::GemvMma { .. } => GroupKind::Matmul,
+                        TileConfig::Attention { .. } => GroupKind::Attention,
                     };
                     if kind != data.kind {
                         e.push(
@@ -376,6 +399,40 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                     e.push("schedule.tile", loc.clone(), "split_k is 0");
                 }
                 (32 * warps_m as u64 * warps_n as u64, 1)
+            }
+            TileConfig::Attention {
+                warps,
+                block_n,
+                stages,
+                pack,
+            } => {
+                // Warps of 16 query rows; key blocks of whole pairs of 8-key fragments
+                // (one ldmatrix.x4 each) and a power of two (the K/V swizzle).
+                if !(1..=8).contains(&warps) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("attention warps {warps} outside 1..=8"),
+                    );
+                }
+                if !(block_n.is_power_of_two() && (16..=128).contains(&block_n)) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("attention block_n {block_n} is not a power of two in 16..=128"),
+                    );
+                }
+                if !(2..=4).contains(&stages) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("attention stages {stages} outside 2..=4"),
+                    );
+                }
+                if pack == 0 {
+                    e.push("schedule.tile", loc.clone(), "attention pack is 0");
+                }
+                (32 * warps as u64, 1)
             }
             TileConfig::GemvMma { warps, unroll, .. } => {
                 if unroll == 0 || unroll > 8 {

@@ -95,6 +95,34 @@ impl FragPlan {
     }
 }
 
+/// The sources of one operand's fragments alone, for schedules whose other operand is in
+/// registers or another ring (fused attention): `count` A fragments of 16 rows from
+/// `outer0` (`b` false), or `count` pairs of B fragments of 8 columns (`b` true), for every
+/// k step of a slice of `bk`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn one_operand(
+    gen: &mut Gen<'_>,
+    shape: MmaShape,
+    (ring, op): (&Ring, &Operand2d),
+    b: bool,
+    outer0: Ix,
+    lane: Ix,
+    count: u32,
+    bk: u32,
+) -> Vec<Vec<FragSrc>> {
+    let r8 = gen.irem_c(lane, 8);
+    let j8 = gen.idiv_c(lane, 8);
+    let parts = LaneParts {
+        r8,
+        j_lo: gen.irem_c(j8, 2),
+        j_hi: gen.idiv_c(j8, 2),
+        g: gen.idiv_c(lane, 4),
+        t: gen.irem_c(lane, 4),
+    };
+    let role = if b { Role::B } else { Role::A };
+    operand_frags(gen, (shape, bk), (role, ring, op), outer0, &parts, count)
+}
+
 /// The sources of one operand's `count` fragments (A) or fragment pairs (B), 16 outer rows
 /// apart from `outer0`, for every k step of a slice of `bk`.
 ///

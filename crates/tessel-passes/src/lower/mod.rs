@@ -29,6 +29,7 @@
 //! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
+mod attention;
 mod epilogue;
 mod fragments;
 mod gemv;
@@ -254,7 +255,23 @@ fn lower_group(
     // Parameters: every materialised value the kernel reads, then its outputs; the scratch
     // buffer of a split-K part comes last.
     let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
-        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
+        Part::Whole => {
+            let mut reads = leaves(g, fusion, &data.outputs, None);
+            // Fused attention reads q, k and v from the tensors under their views, even
+            // where a view is materialised too (a step output).
+            if let (GroupKind::Attention, &[s, a]) = (data.kind, &data.reductions[..]) {
+                if let (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) = (&g.ops[s], &g.ops[a])
+                {
+                    for x in [*lhs, *rhs, *v] {
+                        let b = crate::view::view_base(g, x);
+                        if !reads.contains(&b) && !data.outputs.contains(&b) {
+                            reads.push(b);
+                        }
+                    }
+                }
+            }
+            (reads, data.outputs.clone())
+        }
         Part::Partials { .. } => (leaves(g, fusion, &data.reductions, None), vec![]),
         Part::SumPartials { .. } => (
             leaves(g, fusion, &data.outputs, Some(data.reductions[0])),
@@ -370,6 +387,15 @@ fn lower_group(
         }
         (GroupKind::Matmul, &TileConfig::Mma { .. }) => {
             let grid = gen.mma(out, data.reductions[0], tile)?;
+            (
+                tile.threads_per_cta(),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
+        (GroupKind::Attention, &TileConfig::Attention { .. }) => {
+            let reds = (data.reductions[0], data.reductions[1]);
+            let grid = gen.attention(out, reds, tile)?;
             (
                 tile.threads_per_cta(),
                 grid,

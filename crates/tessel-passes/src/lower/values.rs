@@ -202,14 +202,14 @@ impl Gen<'_> {
                 let args = args.clone();
                 self.concat(&args, &sizes, a, idx, lanes, class(dt))
             }
-            GOp::Reduce { .. } | GOp::Softmax { .. } | GOp::MatMul { .. } => {
-                Err(LowerError::Unsupported {
-                    what:
-                        "a reduction outside a row-reduction kernel (fuse should have grouped it)"
-                            .into(),
-                    value: v,
-                })
-            }
+            GOp::Reduce { .. }
+            | GOp::Softmax { .. }
+            | GOp::MatMul { .. }
+            | GOp::Attention { .. } => Err(LowerError::Unsupported {
+                what: "a reduction outside a row-reduction kernel (fuse should have grouped it)"
+                    .into(),
+                value: v,
+            }),
         }
     }
 

@@ -16,7 +16,10 @@
 //!   per thread (the most threads that still gives every thread the same work), falling
 //!   back to the multiple of 32 with the least idle work. CTAs hold at least 128 threads.
 
+mod attention;
 mod matmul;
+
+pub use attention::{attention_shape, attention_shared_bytes, AttentionShape};
 
 pub use matmul::{
     matmul_shape, mma_shared_bytes, stored_operands, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
@@ -54,6 +57,7 @@ fn choose(
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
     match kind {
         GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
+        GroupKind::Attention => attention::choose(g, data.reductions[0], data.reductions[1], t),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
@@ -160,6 +164,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             s
         }
         TileConfig::Elementwise { .. } => "no reduction".to_string(),
+        TileConfig::Attention { block_n, .. } => attention::order(block_n),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
             32 * vector

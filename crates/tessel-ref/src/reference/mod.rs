@@ -59,6 +59,12 @@ pub enum MatmulModel {
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Model {
     pub matmul: MatmulModel,
+    /// A fused attention kernel runs (`TileConfig::Attention`): it rounds each
+    /// probability's unnormalised `exp(x - m)` to the 16-bit dtype and divides the product
+    /// by the f32 row sum last (FlashAttention-2), where the program rounds `e / sum`. A
+    /// 16-bit cast of a softmax then allows either rounding: the exact probability within
+    /// one 16-bit rounding (2^-9 relative) plus the f32 sum's and the exp's roundings.
+    pub flash_softmax: bool,
 }
 
 /// A value of the reference: one [`Bound`] per element, row-major.
@@ -111,6 +117,12 @@ fn eval_op(
     let n = ty.shape.numel() as usize;
     let src = |a: &Value| &g.ty(*a).shape.0;
     Ok(match op {
+        Op::Attention { .. } => {
+            return Err(crate::layout::malformed(
+                v,
+                "a fused attention (see layout::check)",
+            ))
+        }
         Op::Input { index } => {
             let t = input(g, v, *index, inputs)?;
             (0..n).map(|i| Bound::point(t.get_f64(i))).collect()
@@ -158,9 +170,23 @@ fn eval_op(
         }
         Op::Cast { arg } => {
             let from = g.ty(*arg).dtype;
+            let flash = match g.ops[*arg] {
+                Op::Softmax { axis, .. }
+                    if model.flash_softmax && matches!(dt, DType::Bf16 | DType::F16) =>
+                {
+                    Some(g.ty(*arg).shape.0[axis as usize])
+                }
+                _ => None,
+            };
             layout::operand(vals, *arg, v)?
                 .iter()
-                .map(|a| bound::cast(from, dt, a))
+                .map(|a| {
+                    let c = bound::cast(from, dt, a);
+                    match flash {
+                        Some(len) => flash_probability(dt, a, c, len),
+                        None => c,
+                    }
+                })
                 .collect()
         }
         Op::Broadcast { arg } => {
@@ -228,6 +254,23 @@ fn eval_op(
             matmul(dt, src(lhs), src(rhs), shape, a, b, model.matmul)
         }
     })
+}
+
+/// The bound of a probability `a` (f32, in [0, 1]) cast to `dt` when a fused attention
+/// may compute it as `round(exp(x - m)) / Σ exp(x - m)` instead: the program's rounding
+/// `c`, widened by one rounding to `dt` (2^-8 relative for bf16, 2^-11 for f16) plus the
+/// f32 sum of `len` terms, the exp's and the division's roundings (`len + 8` f32 units).
+fn flash_probability(dt: DType, a: &Bound, c: Bound, len: u64) -> Bound {
+    if a.empty() || c.empty() {
+        return c;
+    }
+    let unit = if dt == DType::Bf16 { 256.0 } else { 2048.0 };
+    let rel = 1.0 / unit + (len as f64 + 8.0) * U32;
+    Bound {
+        lo: c.lo.min(a.lo * (1.0 - rel)),
+        hi: c.hi.max(a.hi * (1.0 + rel)),
+        ..c
+    }
 }
 
 /// Neumaier's compensated sum (near-exact in f64 for the ranges here).

@@ -1,0 +1,717 @@
+//! Fused attention ([`TileConfig::Attention`]): FlashAttention-2's forward loop (Dao, 2023,
+//! "FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning",
+//! Algorithm 1) on `mma.sync` m16n8k16. When it is chosen: `schedule/attention.rs`; the
+//! order of every sum: `schedule::reduction_order`.
+//!
+//! A CTA owns 16 query rows per warp of one batch entry of K and V; row `r` is query
+//! position `r / pack` of packed head `r mod pack` (the query heads sharing a K/V head),
+//! so K and V are read once for all of them. Q's tile is copied once and kept in registers
+//! as A fragments. Keys go in blocks of `block_n` through a double-buffered ring of K and V
+//! tiles (16-byte `cp.async`, zero-filled past the last key, 16-byte chunks swizzled as in
+//! `ring.rs`). Per block a warp computes its 16 × block_n scores with K's tile as the B
+//! operand (`ldmatrix`), evaluates the logits' elementwise cone per score (with the
+//! matmul's value standing in, rounded to its dtype), updates the running maximum and sum
+//! of its rows, and multiplies the probabilities — rounded to V's dtype and repacked from
+//! accumulator to A fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's
+//! tile read transposed (`ldmatrix.trans`).
+
+use super::fragments::{one_operand, FragSrc};
+use super::ring::{Operand2d, Ring};
+use super::{Gen, Ix, LowerError};
+use crate::schedule::{attention_shape, attention_shared_bytes};
+use crate::view::{strided, StridedView};
+use std::collections::HashMap;
+use tessel_ir::graph::{Op as GOp, TileConfig, UnaryOp};
+use tessel_ir::kernel::{CpAsyncCache, FCmp, ICmp, MmaShape, Op, Operand, RegType, Special, Stmt};
+use tessel_ir::{DType, Reg, Shape, Value};
+
+/// The two rows a lane holds in every accumulator fragment (rows g and g + 8 of its
+/// warp's 16): whether each is a real row, its batch index and its query position
+/// (clamped into range for rows past the end, whose results are never stored).
+struct LaneRow {
+    real: Reg,
+    batch: Vec<Ix>,
+    pos: Ix,
+}
+
+impl Gen<'_> {
+    /// Fused attention: the group's output `out` is attention `a`, whose logits come from
+    /// matmul `s`. Returns the grid.
+    pub(super) fn attention(
+        &mut self,
+        out: Value,
+        (s, a): (Value, Value),
+        tile: &TileConfig,
+    ) -> Result<[u32; 3], LowerError> {
+        let TileConfig::Attention {
+            warps,
+            block_n,
+            stages,
+            pack,
+        } = *tile
+        else {
+            unreachable!("called for attention tiles")
+        };
+        let g = self.g;
+        let GOp::Attention {
+            logits, v, bound, ..
+        } = g.ops[a]
+        else {
+            unreachable!("the attention group lists its attention op second")
+        };
+        let GOp::MatMul { lhs, rhs } = g.ops[s] else {
+            unreachable!("the attention group lists its matmul first")
+        };
+        if out != a {
+            return Err(LowerError::Unsupported {
+                what: "an attention group writing another value than the attention".into(),
+                value: out,
+            });
+        }
+        let view = |x: Value| {
+            strided(g, x).ok_or(LowerError::Unsupported {
+                what: "an attention operand that is not a strided view".into(),
+                value: x,
+            })
+        };
+        let (qv, kv, vv) = (view(lhs)?, view(rhs)?, view(v)?);
+        let sh = attention_shape(g, s, a);
+        let rank = sh.batch.len() + 2;
+        let dt = g.ty(v).dtype;
+        let shape = match dt {
+            DType::Bf16 => MmaShape::M16N8K16Bf16,
+            DType::F16 => MmaShape::M16N8K16F16,
+            _ => {
+                return Err(LowerError::Unsupported {
+                    what: format!("attention on {dt}"),
+                    value: a,
+                })
+            }
+        };
+        let (m, n, d, e) = (sh.m, sh.n, sh.d as u32, sh.e as u32);
+        let pack = pack as u64;
+        let rows_total = m * pack;
+        let bm = 16 * warps;
+        let threads = 32 * warps;
+        // The batch dims that are not packed: one CTA row (grid y) per combination.
+        let outer_dims: Vec<usize> = (0..rank - 2)
+            .filter(|k| !sh.pack_dims.contains(k))
+            .collect();
+        let outer_shape = Shape(outer_dims.iter().map(|&k| sh.batch[k]).collect());
+        let pack_shape = Shape(sh.pack_dims.iter().map(|&k| sh.batch[k]).collect());
+        let outer_count = outer_shape.numel().max(1);
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
+        let warp = self.idiv_c(Ix::R(tid), 32);
+        let lane = self.irem_c(Ix::R(tid), 32);
+        let row0 = self.imul_c(Ix::R(cx), bm as u64);
+        let outer_idx = if outer_dims.is_empty() {
+            vec![]
+        } else {
+            self.unflatten(Ix::R(cy), &outer_shape)
+        };
+        let pack_dims = sh.pack_dims.clone();
+        let batch_of = |pack_idx: &[Ix]| -> Vec<Ix> {
+            let mut b = vec![Ix::C(0); rank - 2];
+            for (k, &dim) in outer_dims.iter().enumerate() {
+                b[dim] = outer_idx[k];
+            }
+            for (k, &dim) in pack_dims.iter().enumerate() {
+                b[dim] = pack_idx[k];
+            }
+            b
+        };
+        // Element offsets of the CTA's batch entry in K and V (the packed dims have stride 0).
+        let outer_b = batch_of(&vec![Ix::C(0); sh.pack_dims.len()]);
+        let k_base = self.view_offset(&kv, &outer_b);
+        let v_base = self.view_offset(&vv, &outer_b);
+
+        // Shared memory: Q's tile, then the K stages, then the V stages.
+        let esz = 2u32;
+        let shared = attention_shared_bytes(warps, block_n, stages, sh.d, sh.e);
+        // One buffer (beyond 48 KiB it is the launch's dynamic shared memory); the warps'
+        // key bounds, when the CTA combines them, sit after the rings.
+        let buf = self.b.kernel.new_shared(shared + 4 * warps, 128);
+        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+        let ring_q = Ring {
+            base,
+            rows: bm,
+            cols: d,
+            esz,
+        };
+        let k_at = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[base.into(), Operand::U32(bm * d * esz)],
+        );
+        let ring_k = Ring {
+            base: k_at,
+            rows: block_n,
+            cols: d,
+            esz,
+        };
+        let v_at = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[k_at.into(), Operand::U32(stages * ring_k.stage_bytes())],
+        );
+        let ring_v = Ring {
+            base: v_at,
+            rows: block_n,
+            cols: e,
+            esz,
+        };
+
+        // Q's tile: chunk c of the CTA's rows, zero past the last row.
+        let chunks_q = d / 8;
+        for i in 0..(bm * chunks_q).div_ceil(threads) {
+            let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
+            let rr = self.idiv_c(ei, chunks_q as u64);
+            let cc = self.irem_c(ei, chunks_q as u64);
+            let r = self.iadd(row0, rr);
+            let (inside, rc) = self.clamp_below(r, rows_total);
+            let pos = self.idiv_c(rc, pack);
+            let p = self.irem_c(rc, pack);
+            let pidx = if sh.pack_dims.is_empty() {
+                vec![]
+            } else {
+                self.unflatten(p, &pack_shape)
+            };
+            let b = batch_of(&pidx);
+            let row_off = self.view_offset(&qv, &b);
+            let pos_off = self.imul_c(pos, qv.strides[rank - 2]);
+            let col = self.imul_c(cc, 8);
+            let off = self.iadd(row_off, pos_off);
+            let off = self.iadd(off, col);
+            let sh_off = self.ring_offset(&ring_q, rr, col);
+            self.cp_async_16(qv.base, off, (base, sh_off), inside);
+        }
+        self.b.push(Stmt::CpAsyncCommit);
+
+        // The lane's two rows in the accumulator layout.
+        let gq = self.idiv_c(lane, 4);
+        let tq = self.irem_c(lane, 4);
+        let wrow = self.imul_c(warp, 16);
+        let mut lane_rows = Vec::new();
+        for half in 0..2u64 {
+            let r = self.iadd(row0, wrow);
+            let r = self.iadd(r, gq);
+            let r = self.iadd(r, Ix::C(8 * half));
+            let (real, rc) = self.clamp_below(r, rows_total);
+            let pos = self.idiv_c(rc, pack);
+            let p = self.irem_c(rc, pack);
+            let pidx = if sh.pack_dims.is_empty() {
+                vec![]
+            } else {
+                self.unflatten(p, &pack_shape)
+            };
+            let batch = batch_of(&pidx);
+            lane_rows.push(LaneRow { real, batch, pos });
+        }
+
+        // How many keys the CTA reads: the largest bound of its rows, clamped to [0, N].
+        let n_end: Operand = match bound {
+            None => Operand::U32(n as u32),
+            Some(bv) => {
+                let mut mx = Operand::U32(0);
+                for row in &lane_rows {
+                    let mut idx = row.batch.clone();
+                    idx.extend([row.pos, Ix::C(0)]);
+                    let l = self.value(bv, &idx, 1)?[0];
+                    let neg = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[l, Operand::U32(0)]);
+                    let l = self
+                        .b
+                        .op(RegType::U32, Op::Select, &[neg.into(), Operand::U32(0), l]);
+                    let big = self.b.op(
+                        RegType::Pred,
+                        Op::ICmp(ICmp::GtU),
+                        &[l.into(), Operand::U32(n as u32)],
+                    );
+                    let l = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[big.into(), Operand::U32(n as u32), l.into()],
+                    );
+                    let l = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[row.real.into(), l.into(), Operand::U32(0)],
+                    );
+                    mx = self.umax(mx, l.into());
+                }
+                for x in [16, 8, 4, 2, 1] {
+                    let o = self
+                        .b
+                        .op(RegType::U32, Op::ShflBfly, &[mx, Operand::U32(x)]);
+                    mx = self.umax(mx, o.into());
+                }
+                if warps == 1 {
+                    mx
+                } else {
+                    let sb =
+                        self.b
+                            .op(RegType::U32, Op::IAdd, &[base.into(), Operand::U32(shared)]);
+                    let w4 = self.imul_c(warp, 4);
+                    let wa = self.shared_addr(sb, w4);
+                    let lo = self.ix_op(lane);
+                    let first =
+                        self.b
+                            .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[lo, Operand::U32(0)]);
+                    self.open();
+                    self.b.push(Stmt::Store {
+                        space: tessel_ir::kernel::Space::Shared,
+                        width: tessel_ir::kernel::Width::B32,
+                        addr: wa,
+                        offset: 0,
+                        values: vec![mx],
+                    });
+                    self.close_if(first);
+                    self.b.push(Stmt::Barrier);
+                    let mut all = Operand::U32(0);
+                    for w in 0..warps {
+                        let x = self.b.kernel.new_reg(RegType::U32);
+                        self.b.push(Stmt::Load {
+                            dsts: vec![x],
+                            space: tessel_ir::kernel::Space::Shared,
+                            width: tessel_ir::kernel::Width::B32,
+                            addr: sb,
+                            offset: 4 * w as i32,
+                        });
+                        all = self.umax(all, x.into());
+                    }
+                    all
+                }
+            }
+        };
+        let blocks = match n_end {
+            Operand::U32(x) => Operand::U32(x.div_ceil(block_n)),
+            other => {
+                let p = self
+                    .b
+                    .op(RegType::U32, Op::IAdd, &[other, Operand::U32(block_n - 1)]);
+                self.b
+                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(block_n)])
+                    .into()
+            }
+        };
+
+        // K and V blocks: issue the copies of block `jb` into stage `stage`.
+        let k_key_stride = kv.strides[rank - 1];
+        let v_key_stride = vv.strides[rank - 2];
+        let kv_copy = KvCopy {
+            k: (&kv, k_base, k_key_stride, ring_k, d),
+            v: (&vv, v_base, v_key_stride, ring_v, e),
+            n,
+            block_n,
+            threads,
+            tid,
+        };
+        for st in 0..stages - 1 {
+            let ok = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[Operand::U32(st), blocks],
+            );
+            self.open();
+            self.issue_kv(&kv_copy, Ix::C(st as u64), Ix::C((st * block_n) as u64))?;
+            self.close_if(ok);
+            self.b.push(Stmt::CpAsyncCommit);
+        }
+        // Q has landed once only the K/V groups may be in flight; then its fragments.
+        self.b.push(Stmt::CpAsyncWait(stages - 1));
+        self.b.push(Stmt::Barrier);
+        let q_op = Operand2d {
+            base: qv.base,
+            cols: sh.d,
+            k_contiguous: true,
+        };
+        let q_plan = one_operand(self, shape, (&ring_q, &q_op), false, wrow, lane, 1, d);
+        let mut addrs = HashMap::new();
+        let qf: Vec<Vec<Reg>> = (0..(d / 16) as usize)
+            .map(|ks| self.load_frag(shape, (base, &mut addrs), &q_plan[ks][0], false))
+            .collect();
+        let k_op = Operand2d {
+            base: kv.base,
+            cols: sh.d,
+            k_contiguous: true,
+        };
+        let v_op = Operand2d {
+            base: vv.base,
+            cols: sh.e,
+            k_contiguous: false,
+        };
+        let k_plan = one_operand(
+            self,
+            shape,
+            (&ring_k, &k_op),
+            true,
+            Ix::C(0),
+            lane,
+            block_n / 16,
+            d,
+        );
+        let v_plan = one_operand(
+            self,
+            shape,
+            (&ring_v, &v_op),
+            true,
+            Ix::C(0),
+            lane,
+            e / 16,
+            block_n,
+        );
+
+        // Running state per row half: maximum, the lane's partial sum, and O.
+        let f32reg = |gen: &mut Self, x: f32| {
+            let r = gen.b.kernel.new_reg(RegType::F32);
+            gen.b.assign(r, Op::Mov, &[Operand::f32(x)]);
+            r
+        };
+        let m_run: Vec<Reg> = (0..2).map(|_| f32reg(self, f32::NEG_INFINITY)).collect();
+        let l_run: Vec<Reg> = (0..2).map(|_| f32reg(self, 0.0)).collect();
+        let o_acc: Vec<[Reg; 4]> = (0..e / 8)
+            .map(|_| std::array::from_fn(|_| f32reg(self, 0.0)))
+            .collect();
+
+        // The lane's first column in every fragment (defined before the key loop: the store
+        // after it uses it too, also when the loop runs no block).
+        let t2 = self.imul_c(tq, 2);
+        let rd = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
+        let wr = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(wr, Op::Mov, &[Operand::U32(stages - 1)]);
+        let jb = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        self.b.push(Stmt::CpAsyncWait(stages - 2));
+        self.b.push(Stmt::Barrier);
+        let ahead = self.iadd(Ix::R(jb), Ix::C((stages - 1) as u64));
+        let ao = self.ix_op(ahead);
+        let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, blocks]);
+        self.open();
+        let j_ahead = self.imul_c(ahead, block_n as u64);
+        self.issue_kv(&kv_copy, Ix::R(wr), j_ahead)?;
+        self.close_if(ok);
+        self.b.push(Stmt::CpAsyncCommit);
+
+        // S = Q Kᵀ for this block.
+        let rk = self.imul_c(Ix::R(rd), ring_k.stage_bytes() as u64);
+        let stage_k = self.shared_addr(ring_k.base, rk);
+        let rv = self.imul_c(Ix::R(rd), ring_v.stage_bytes() as u64);
+        let stage_v = self.shared_addr(ring_v.base, rv);
+        let ni = (block_n / 8) as usize;
+        let sacc: Vec<[Reg; 4]> = (0..ni)
+            .map(|_| std::array::from_fn(|_| f32reg(self, 0.0)))
+            .collect();
+        let mut addrs_k = HashMap::new();
+        for (ks, qk) in qf.iter().enumerate() {
+            for p in 0..ni / 2 {
+                let src: &FragSrc = &k_plan[ks][p];
+                let regs = self.load_frag(shape, (stage_k, &mut addrs_k), src, false);
+                for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
+                    let acc = sacc[2 * p + h];
+                    self.b.push(Stmt::Mma {
+                        shape,
+                        d: acc,
+                        a: qk.clone(),
+                        b: b.to_vec(),
+                        c: acc,
+                    });
+                }
+            }
+        }
+
+        // The logits per score, -inf past the last key.
+        let j0 = self.imul_c(Ix::R(jb), block_n as u64);
+        let sdt = g.ty(s).dtype;
+        let mut xs: Vec<[Operand; 4]> = Vec::with_capacity(ni);
+        self.open();
+        for (f, acc) in sacc.iter().enumerate() {
+            let mut vals = [Operand::f32(0.0); 4];
+            for (q, val) in vals.iter_mut().enumerate() {
+                let (dr, dc) = MmaShape::cd_pos(0, q);
+                let row = &lane_rows[dr / 8];
+                let key = self.iadd(j0, t2);
+                let key = self.iadd(key, Ix::C((8 * f + dc) as u64));
+                let (inside, kc) = self.clamp_below(key, n);
+                let mut idx = row.batch.clone();
+                idx.extend([row.pos, kc]);
+                let sv = self.round(acc[q].into(), sdt);
+                self.lane_value.insert(s, vec![sv]);
+                let x = self.value(logits, &idx, 1)?[0];
+                self.lane_value.remove(&s);
+                *val = self
+                    .b
+                    .op(
+                        RegType::F32,
+                        Op::Select,
+                        &[inside.into(), x, Operand::f32(f32::NEG_INFINITY)],
+                    )
+                    .into();
+            }
+            xs.push(vals);
+        }
+        for st in self.close() {
+            self.b.push(st);
+        }
+
+        // Online softmax per row half (registers q = 2h, 2h + 1 of every fragment).
+        let mut probs: Vec<[Operand; 4]> = vec![[Operand::f32(0.0); 4]; ni];
+        for h in 0..2usize {
+            let mut mx = Operand::f32(f32::NEG_INFINITY);
+            for x in &xs {
+                for q in [2 * h, 2 * h + 1] {
+                    mx = self.b.op(RegType::F32, Op::FMax, &[mx, x[q]]).into();
+                }
+            }
+            for sh in [1, 2] {
+                let o = self
+                    .b
+                    .op(RegType::F32, Op::ShflBfly, &[mx, Operand::U32(sh)]);
+                mx = self.b.op(RegType::F32, Op::FMax, &[mx, o.into()]).into();
+            }
+            let m_new = self.b.op(RegType::F32, Op::FMax, &[m_run[h].into(), mx]);
+            let none = self.b.op(
+                RegType::Pred,
+                Op::FCmp(FCmp::Eq),
+                &[m_new.into(), Operand::f32(f32::NEG_INFINITY)],
+            );
+            let m_use = self.b.op(
+                RegType::F32,
+                Op::Select,
+                &[none.into(), Operand::f32(0.0), m_new.into()],
+            );
+            let dm = self
+                .b
+                .op(RegType::F32, Op::FSub, &[m_run[h].into(), m_use.into()]);
+            let scale = self.unary(UnaryOp::Exp, DType::F32, dm.into(), a)?;
+            let mut sum = Operand::f32(0.0);
+            for (f, x) in xs.iter().enumerate() {
+                for q in [2 * h, 2 * h + 1] {
+                    let z = self.b.op(RegType::F32, Op::FSub, &[x[q], m_use.into()]);
+                    let p = self.unary(UnaryOp::Exp, DType::F32, z.into(), a)?;
+                    probs[f][q] = p;
+                    sum = self.b.op(RegType::F32, Op::FAdd, &[sum, p]).into();
+                }
+            }
+            let l = self.b.op(RegType::F32, Op::FMul, &[l_run[h].into(), scale]);
+            self.b.assign(l_run[h], Op::FAdd, &[l.into(), sum]);
+            for o in &o_acc {
+                for q in [2 * h, 2 * h + 1] {
+                    self.b.assign(o[q], Op::FMul, &[o[q].into(), scale]);
+                }
+            }
+            self.b.assign(m_run[h], Op::Mov, &[m_new.into()]);
+        }
+
+        // O += P V, P rounded to V's dtype and repacked as A fragments (16 keys each).
+        let pack_op = if dt == DType::Bf16 {
+            Op::PackBf16x2
+        } else {
+            Op::PackF16x2
+        };
+        let mut addrs_v = HashMap::new();
+        for (ks, plan) in v_plan.iter().enumerate().take(ni / 2) {
+            let pa: Vec<Reg> = [(2 * ks, 0), (2 * ks, 2), (2 * ks + 1, 0), (2 * ks + 1, 2)]
+                .into_iter()
+                .map(|(f, q)| {
+                    let pr = &probs[f];
+                    self.b.op(RegType::U32, pack_op, &[pr[q + 1], pr[q]])
+                })
+                .collect();
+            for p in 0..(e / 16) as usize {
+                let src: &FragSrc = &plan[p];
+                let regs = self.load_frag(shape, (stage_v, &mut addrs_v), src, true);
+                for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
+                    let acc = o_acc[2 * p + h];
+                    self.b.push(Stmt::Mma {
+                        shape,
+                        d: acc,
+                        a: pa.clone(),
+                        b: b.to_vec(),
+                        c: acc,
+                    });
+                }
+            }
+        }
+        for r in [rd, wr] {
+            let next = self
+                .b
+                .op(RegType::U32, Op::IAdd, &[r.into(), Operand::U32(1)]);
+            let wrap = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::Eq),
+                &[next.into(), Operand::U32(stages)],
+            );
+            self.b
+                .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
+        }
+        self.close_for(jb, Operand::U32(0), blocks, Operand::U32(1));
+        self.b.push(Stmt::CpAsyncWaitAll);
+
+        // O / l, 0 for a row that saw no key; stored for real rows.
+        for h in 0..2usize {
+            let mut l: Operand = l_run[h].into();
+            for sh in [1, 2] {
+                let o = self
+                    .b
+                    .op(RegType::F32, Op::ShflBfly, &[l, Operand::U32(sh)]);
+                l = self.b.op(RegType::F32, Op::FAdd, &[l, o.into()]).into();
+            }
+            let empty = self
+                .b
+                .op(RegType::Pred, Op::FCmp(FCmp::Eq), &[l, Operand::f32(0.0)]);
+            let row = &lane_rows[h];
+            let real = row.real;
+            self.open();
+            for (f, o) in o_acc.iter().enumerate() {
+                let vals: Vec<Operand> = [2 * h, 2 * h + 1]
+                    .into_iter()
+                    .map(|q| {
+                        let x = self.b.op(RegType::F32, Op::FDiv, &[o[q].into(), l]);
+                        let x = self.b.op(
+                            RegType::F32,
+                            Op::Select,
+                            &[empty.into(), Operand::f32(0.0), x.into()],
+                        );
+                        self.round(x.into(), dt)
+                    })
+                    .collect();
+                let col = self.iadd(t2, Ix::C(8 * f as u64));
+                let mut idx = row.batch.clone();
+                idx.extend([row.pos, col]);
+                self.store(out, &idx, &vals)?;
+            }
+            self.close_if(real);
+        }
+        Ok([
+            rows_total.div_ceil(bm as u64).max(1) as u32,
+            outer_count as u32,
+            1,
+        ])
+    }
+
+    /// `(x < limit, x if so else 0)`.
+    fn clamp_below(&mut self, x: Ix, limit: u64) -> (Reg, Ix) {
+        let xo = self.ix_op(x);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[xo, Self::imm_u(limit)],
+        );
+        let c = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[inside.into(), xo, Operand::U32(0)],
+        );
+        (inside, Ix::R(c))
+    }
+
+    fn umax(&mut self, a: Operand, b: Operand) -> Operand {
+        if a == Operand::U32(0) {
+            return b;
+        }
+        let gt = self.b.op(RegType::Pred, Op::ICmp(ICmp::GtU), &[a, b]);
+        self.b
+            .op(RegType::U32, Op::Select, &[gt.into(), a, b])
+            .into()
+    }
+
+    /// Element offset of batch index `batch` (rows and columns at 0) in `view`'s base.
+    fn view_offset(&mut self, view: &StridedView, batch: &[Ix]) -> Ix {
+        let mut off = Ix::C(view.offset);
+        for (&i, &st) in batch.iter().zip(&view.strides) {
+            let t = self.imul_c(i, st);
+            off = self.iadd(off, t);
+        }
+        off
+    }
+
+    /// One 16-byte `cp.async.cg` of elements `off ..` of `base` into shared memory at
+    /// `sbase + soff`, zero-filled unless `inside`.
+    fn cp_async_16(&mut self, base: Value, off: Ix, (sbase, soff): (Reg, Ix), inside: Reg) {
+        let oo = self.ix_op(off);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
+        let ptr = self.ptr[&base];
+        let src = self
+            .b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+        let src = self.b.op(
+            RegType::U64,
+            Op::Select,
+            &[inside.into(), src.into(), ptr.into()],
+        );
+        let nbytes = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[inside.into(), Operand::U32(16), Operand::U32(0)],
+        );
+        let dst = self.shared_addr(sbase, soff);
+        self.b.push(Stmt::CpAsync {
+            cache: CpAsyncCache::Cg,
+            bytes: 16,
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            src_bytes: Some(nbytes.into()),
+        });
+    }
+
+    /// Issues the copies of the K and V tiles of keys `j0 .. j0 + block_n` into stage
+    /// `stage` of their rings.
+    fn issue_kv(&mut self, c: &KvCopy<'_>, stage: Ix, j0: Ix) -> Result<(), LowerError> {
+        for (view, base_off, key_stride, ring, width) in [c.k, c.v] {
+            let chunks = width / 8;
+            let total = c.block_n * chunks;
+            let st = self.imul_c(stage, ring.stage_bytes() as u64);
+            for i in 0..total.div_ceil(c.threads) {
+                let ei = self.iadd(Ix::R(c.tid), Ix::C((i * c.threads) as u64));
+                let in_tile = if (i + 1) * c.threads <= total {
+                    None
+                } else {
+                    let eo = self.ix_op(ei);
+                    Some(self.b.op(
+                        RegType::Pred,
+                        Op::ICmp(ICmp::LtU),
+                        &[eo, Operand::U32(total)],
+                    ))
+                };
+                let rr = self.idiv_c(ei, chunks as u64);
+                let cc = self.irem_c(ei, chunks as u64);
+                let key = self.iadd(j0, rr);
+                let (inside, kc) = self.clamp_below(key, c.n);
+                let ko = self.imul_c(kc, key_stride);
+                let col = self.imul_c(cc, 8);
+                let off = self.iadd(base_off, ko);
+                let off = self.iadd(off, col);
+                let so = self.ring_offset(&ring, rr, col);
+                let so = self.iadd(st, so);
+                if let Some(t) = in_tile {
+                    self.open();
+                    self.cp_async_16(view.base, off, (ring.base, so), inside);
+                    self.close_if(t);
+                } else {
+                    self.cp_async_16(view.base, off, (ring.base, so), inside);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What [`Gen::issue_kv`] copies: for K and for V, the view, the batch entry's element
+/// offset, the element stride between keys, the ring, and the head dim.
+struct KvCopy<'v> {
+    k: (&'v StridedView, Ix, u64, Ring, u32),
+    v: (&'v StridedView, Ix, u64, Ring, u32),
+    n: u64,
+    block_n: u32,
+    threads: u32,
+    tid: Reg,
+}
