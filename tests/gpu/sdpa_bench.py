@@ -1,0 +1,87 @@
+"""Times torch.nn.functional.scaled_dot_product_attention at the shapes of
+tests/programs/attention_bench.tsl, for `tessel bench` to be read beside it
+(scripts/gpu-attention.sh runs both in one device call).
+
+Shapes (Qwen3-14B: 40 query heads, 8 key/value heads, head dim 128, bf16):
+  prefill: q [1, 40, T, 128], k and v [1, 8, T, 128], causal (is_causal=True), T = 2048, 4096;
+  decode:  q [8, 40, 1, 128], k and v [8, 8, 4096, 128], every key visible.
+GQA through `enable_gqa=True` (torch >= 2.5), so K and V are not repeated in memory.
+Each backend torch offers (flash, memory-efficient, cuDNN, math) is timed where it accepts
+the call. Time: CUDA events around one call, 10 warm-up calls, median of 50; inputs
+are not rotated (K and V of the decode case, 134 MB, exceed the 50 MB L2 anyway).
+
+Usage: python3 tests/gpu/sdpa_bench.py OUT.json
+"""
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def median_us(fn, warmup=10, rounds=50):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return statistics.median(times)
+
+
+def case(name, q, k, v, causal, flops):
+    out = {"case": name, "shape_q": list(q.shape), "shape_kv": list(k.shape), "results": {}}
+    backends = {
+        "default": None,
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }
+    for label, be in backends.items():
+        call = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        try:
+            if be is None:
+                us = median_us(call)
+            else:
+                with sdpa_kernel(be):
+                    us = median_us(call)
+        except RuntimeError as e:
+            out["results"][label] = {"error": str(e).splitlines()[0][:200]}
+            print(f"  {name:28s} {label:10s} not available: {str(e).splitlines()[0][:100]}")
+            continue
+        tf = flops / us / 1e6
+        out["results"][label] = {"us": us, "tflops": tf}
+        print(f"  {name:28s} {label:10s} {us:10.2f} us  {tf:7.1f} TFLOP/s")
+    return out
+
+
+def main():
+    torch.manual_seed(0)
+    dev, dt = "cuda", torch.bfloat16
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
+    res = []
+    for t in (2048, 4096):
+        q = torch.randn(1, 40, t, 128, device=dev, dtype=dt)
+        k = torch.randn(1, 8, t, 128, device=dev, dtype=dt)
+        v = torch.randn(1, 8, t, 128, device=dev, dtype=dt)
+        # Causal: half of the T x T scores, 2 matmuls of 2 FLOP per multiply-add.
+        flops = 4 * 40 * 128 * t * (t + 1) / 2
+        res.append(case(f"prefill T={t} causal", q, k, v, True, flops))
+    q = torch.randn(8, 40, 1, 128, device=dev, dtype=dt)
+    k = torch.randn(8, 8, 4096, 128, device=dev, dtype=dt)
+    v = torch.randn(8, 8, 4096, 128, device=dev, dtype=dt)
+    res.append(case("decode B=8 over 4096", q, k, v, False, 4 * 8 * 40 * 128 * 4096))
+    with open(sys.argv[1], "w") as f:
+        json.dump({"torch": torch.__version__, "device": torch.cuda.get_device_name(), "cases": res}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
