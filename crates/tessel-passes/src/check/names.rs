@@ -19,6 +19,8 @@ pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
         let (name, what) = match item {
             Item::Const(c) => (&c.name, "const"),
             Item::Func(f) => (&f.name, f.kind.keyword()),
+            // The loader has followed it: the imported items are in `m.items`.
+            Item::Import(_) => continue,
         };
         if let Some(first) = items.get(name.node.as_str()) {
             diags.push(
