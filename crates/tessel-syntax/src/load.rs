@@ -40,11 +40,16 @@ impl Loaded {
     /// The first file's items alone, with the shared arena: what `tessel build --emit ast`
     /// prints.
     pub fn root_module(&self) -> Module {
-        let end = self.sources.file(0).end();
-        let mut m = self.module.clone();
-        m.items.retain(|i| i.span().start <= end);
-        m
+        root_module(&self.module, &self.sources)
     }
+}
+
+/// The items of `module` that lie in the first file of `sources`, with the whole arena.
+pub fn root_module(module: &Module, sources: &SourceMap) -> Module {
+    let end = sources.files().first().map_or(0, |f| f.end());
+    let mut m = module.clone();
+    m.items.retain(|i| i.span().start <= end);
+    m
 }
 
 /// Why a program could not be loaded.

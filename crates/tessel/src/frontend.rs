@@ -1,5 +1,5 @@
-//! Source to compiled program: read, parse, check, compile — with diagnostics rendered for
-//! the terminal.
+//! Source to compiled program: read (a file and its imports), parse, check, compile — with
+//! diagnostics rendered for the terminal, each against the file it lies in.
 
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use tessel_passes::{check, compile, Compiled, Options, Target};
-use tessel_syntax::{ast::Module, Diagnostic};
+use tessel_syntax::ast::Module;
+use tessel_syntax::{Diagnostic, LoadError, SourceMap};
 
 /// The options every command compiles with: `target` and the IR verifier on (a command's
 /// `--profile` is set per step, by [`compile_step`]).
@@ -73,11 +74,22 @@ pub fn parse_profile(s: &str) -> Result<tessel_passes::Profile, String> {
         .ok_or_else(|| format!("`{s}`: the profiles are exact, invariant and fast"))
 }
 
-/// A parsed source file.
+/// A program: its file, the files it imports, and their items in one module.
 pub struct Source {
+    /// The file as named on the command line.
     pub name: String,
-    pub text: String,
+    /// Every file read, the named one first; diagnostics render against it.
+    pub sources: SourceMap,
+    /// The imported `fn`s and `const`s, then the file's own items (see `tessel_syntax::load`).
     pub module: Module,
+}
+
+impl Source {
+    /// The named file's own items (imports included, imported items not), with the shared
+    /// expression arena: what `tessel build --emit ast` prints.
+    pub fn root_module(&self) -> Module {
+        tessel_syntax::load::root_module(&self.module, &self.sources)
+    }
 }
 
 /// One step, checked and compiled.
@@ -87,28 +99,41 @@ pub struct Step {
     pub compiled: Compiled,
 }
 
-fn render(diags: &[Diagnostic], name: &str, text: &str) -> String {
+fn render(diags: &[Diagnostic], sources: &SourceMap) -> String {
     let color = std::io::stderr().is_terminal();
     diags
         .iter()
-        .map(|d| d.render(name, text, color))
+        .map(|d| sources.render(d, color))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// Reads and parses `path`; syntax errors are rendered into the error.
+/// Reads `path` and the files it imports, and parses them: every command that takes a
+/// source file goes through here. Syntax and import errors are rendered into the error.
 pub fn load(path: &Path) -> Result<Source> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path.display().to_string();
-    let module = tessel_syntax::parse(&text).map_err(|d| {
-        anyhow::Error::new(Rendered(format!(
-            "{}\n{} in {name}",
-            render(&d, &name, &text),
-            crate::words::plural(d.len(), "syntax error")
-        )))
-    })?;
-    Ok(Source { name, text, module })
+    match tessel_syntax::load(path) {
+        Ok(l) => Ok(Source {
+            name,
+            sources: l.sources,
+            module: l.module,
+        }),
+        Err(LoadError::Read { error, .. }) => {
+            Err(anyhow::Error::new(error).context(format!("cannot read {name}")))
+        }
+        Err(LoadError::Diagnostics {
+            sources,
+            diagnostics: d,
+        }) => {
+            let syntax = d.iter().all(|d| !d.code.starts_with("E012"));
+            let what = if syntax { "syntax error" } else { "error" };
+            Err(anyhow::Error::new(Rendered(format!(
+                "{}\n{} loading {name}",
+                render(&d, &sources),
+                crate::words::plural(d.len(), what)
+            ))))
+        }
+    }
 }
 
 /// Diagnostics rendered for the terminal: each already says `[E0401] Error: ...`, so `main`
@@ -215,7 +240,7 @@ pub fn check_step(
     check::run(&src.module, &name, dims).map_err(|d| {
         let rendered = format!(
             "{}\n{} in step `{name}`",
-            render(&d, &src.name, &src.text),
+            render(&d, &src.sources),
             crate::words::plural(d.len(), "error")
         );
         if d.iter().all(|x| x.code == "E0214") {
