@@ -1,13 +1,14 @@
 //! Source to compiled program: read (a file and its imports), parse, check, compile — with
 //! diagnostics rendered for the terminal, each against the file it lies in.
 
+use crate::weights::{StepWeights, Weights};
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use tessel_passes::{check, compile, Compiled, Options, Target};
-use tessel_syntax::ast::Module;
+use tessel_syntax::ast::{FuncKind, Module};
 use tessel_syntax::{Diagnostic, LoadError, SourceMap};
 
 /// The options every command compiles with: `target` and the IR verifier on (a command's
@@ -97,6 +98,8 @@ pub struct Step {
     pub name: String,
     pub checked: tessel_ir::graph::Graph,
     pub compiled: Compiled,
+    /// Its parameters read from `--weights`, validated against their types.
+    pub weights: StepWeights,
 }
 
 fn render(diags: &[Diagnostic], sources: &SourceMap) -> String {
@@ -166,13 +169,58 @@ impl std::fmt::Display for UnboundDims {
 
 impl std::error::Error for UnboundDims {}
 
-/// Checks and compiles the steps `args` selects.
-pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
+/// Checks and compiles the steps `args` selects. Every step is checked and its `--weights`
+/// tensors validated (all problems of all steps reported together) before any is compiled.
+pub fn compile_steps(
+    src: &Source,
+    args: &CompileArgs,
+    opts: &Options,
+    weights: &Weights,
+) -> Result<Vec<Step>> {
     let dims = bound_dims(args)?;
-    step_names(src, args)?
+    let checked: Vec<(String, tessel_ir::graph::Graph)> = step_names(src, args)?
         .into_iter()
-        .map(|name| compile_step(src, &name, &dims, args.profile, opts))
+        .map(|name| check_step(src, &name, &dims).map(|g| (name, g)))
+        .collect::<Result<_>>()?;
+    let mut bound = Vec::new();
+    let mut problems = Vec::new();
+    for (name, graph) in &checked {
+        match bind_weights(src, name, graph, weights) {
+            Ok(w) => bound.push(w),
+            Err(e) => problems.push(format!("{e:#}")),
+        }
+    }
+    if !problems.is_empty() {
+        bail!(problems.join("\n"));
+    }
+    checked
+        .into_iter()
+        .zip(bound)
+        .map(|((name, graph), w)| compile_checked(src, &name, graph, w, args.profile, opts))
         .collect()
+}
+
+/// The `--weights` tensors of step `name`, whose graph is `graph`, validated against the
+/// types `check` gave its parameters.
+fn bind_weights(
+    src: &Source,
+    name: &str,
+    graph: &tessel_ir::graph::Graph,
+    weights: &Weights,
+) -> Result<StepWeights> {
+    let Some(func) = src
+        .module
+        .funcs()
+        .find(|f| f.kind == FuncKind::Step && f.name.node == name)
+    else {
+        bail!("internal error: step `{name}` was checked but is not in the module");
+    };
+    let inputs: Vec<(String, tessel_ir::TensorType)> = graph
+        .inputs
+        .iter()
+        .map(|(n, v)| (n.clone(), graph.ty(*v).clone()))
+        .collect();
+    weights.bind(func, &inputs)
 }
 
 /// The `--dim` bindings; a dim given twice with two values is an error.
@@ -206,12 +254,27 @@ pub fn step_names(src: &Source, args: &CompileArgs) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Checks and compiles step `name` of `src` in `profile`; diagnostics are rendered into the
-/// error ([`UnboundDims`] when the only errors are dims without a value).
+/// Checks step `name` of `src`, validates its `--weights` tensors and compiles it in
+/// `profile`; diagnostics are rendered into the error ([`UnboundDims`] when the only errors
+/// are dims without a value).
 pub fn compile_step(
     src: &Source,
     name: &str,
     dims: &BTreeMap<String, u64>,
+    profile: tessel_passes::Profile,
+    opts: &Options,
+    weights: &Weights,
+) -> Result<Step> {
+    let checked = check_step(src, name, dims)?;
+    let bound = bind_weights(src, name, &checked, weights)?;
+    compile_checked(src, name, checked, bound, profile, opts)
+}
+
+fn compile_checked(
+    src: &Source,
+    name: &str,
+    checked: tessel_ir::graph::Graph,
+    weights: StepWeights,
     profile: tessel_passes::Profile,
     opts: &Options,
 ) -> Result<Step> {
@@ -219,13 +282,13 @@ pub fn compile_step(
         profile,
         ..opts.clone()
     };
-    let checked = check_step(src, name, dims)?;
     let compiled = compile(&checked, opts)
         .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
     Ok(Step {
         name: name.to_string(),
         checked,
         compiled,
+        weights,
     })
 }
 

@@ -276,7 +276,9 @@ pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
     best.map(|(_, c)| c)
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// The Levenshtein distance between `a` and `b`, in `char`s: insertions, deletions and
+/// substitutions of one character each.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
