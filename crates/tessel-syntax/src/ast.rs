@@ -89,7 +89,7 @@ impl Module {
     pub fn funcs(&self) -> impl Iterator<Item = &Func> {
         self.items.iter().filter_map(|i| match i {
             Item::Func(f) => Some(f),
-            Item::Const(_) => None,
+            _ => None,
         })
     }
 
@@ -97,7 +97,15 @@ impl Module {
     pub fn consts(&self) -> impl Iterator<Item = &Const> {
         self.items.iter().filter_map(|i| match i {
             Item::Const(c) => Some(c),
-            Item::Func(_) => None,
+            _ => None,
+        })
+    }
+
+    /// The `import`s, in source order.
+    pub fn imports(&self) -> impl Iterator<Item = &Import> {
+        self.items.iter().filter_map(|i| match i {
+            Item::Import(im) => Some(im),
+            _ => None,
         })
     }
 }
@@ -109,6 +117,8 @@ pub enum Item {
     Const(Const),
     /// `fn ...` or `step ...`
     Func(Func),
+    /// `import "path.tsl";`
+    Import(Import),
 }
 
 impl Item {
@@ -117,8 +127,20 @@ impl Item {
         match self {
             Item::Const(c) => c.span,
             Item::Func(f) => f.span,
+            Item::Import(i) => i.span,
         }
     }
+}
+
+/// `import "path.tsl";` — brings the `fn`s and `const`s of another file (not its `step`s)
+/// into this one. The parser keeps the path as written; [`crate::load`] resolves it against
+/// the importing file's directory and reads the file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Import {
+    /// The path between the quotes; the span covers the quotes.
+    pub path: Spanned<String>,
+    /// `import` through `;`.
+    pub span: Span,
 }
 
 /// `const NAME = expr;` — a scalar constant; `expr` may name earlier consts.
@@ -168,15 +190,77 @@ pub struct Func {
     pub span: Span,
 }
 
-/// `name: Type`
+/// `name: Type`, or for a step `name: Type from "tensor.name"`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
     /// The parameter's name.
     pub name: Ident,
     /// Its declared type.
     pub ty: Type,
-    /// Name through type.
+    /// Where a step parameter's data is in a checkpoint (`from "..."`); `None` for a plain
+    /// parameter. The parser rejects it on a `fn` parameter (E0114).
+    pub from: Option<TensorName>,
+    /// Name through type (through the tensor name when there is one).
     pub span: Span,
+}
+
+/// A tensor-name template, `"model.layers.{layer}.self_attn.q_proj.weight"`: the name of a
+/// tensor in a checkpoint, where `{layer}` stands for the layer number given on the command
+/// line (`--layer N`). `{layer}` is the only placeholder; the parser rejects any other `{`
+/// or `}` and an empty name (E0115).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorName {
+    /// The template between the quotes.
+    pub template: String,
+    /// The string literal, quotes included.
+    pub span: Span,
+}
+
+impl TensorName {
+    /// The one placeholder a template may hold.
+    pub const LAYER: &'static str = "{layer}";
+
+    /// Whether the template holds `{layer}`.
+    pub fn uses_layer(&self) -> bool {
+        self.template.contains(Self::LAYER)
+    }
+
+    /// The tensor's name with `{layer}` replaced by `layer`; `None` when the template holds
+    /// `{layer}` and no layer is given.
+    pub fn resolve(&self, layer: Option<u64>) -> Option<String> {
+        match layer {
+            Some(n) => Some(self.template.replace(Self::LAYER, &n.to_string())),
+            None if self.uses_layer() => None,
+            None => Some(self.template.clone()),
+        }
+    }
+
+    /// The byte ranges, within the template, of every `{` or `}` that is not part of a
+    /// `{layer}`: an unknown `{name}` through its `}`, a `{` never closed through the end,
+    /// a lone `{` or `}`. Empty for a valid template.
+    pub fn bad_braces(template: &str) -> Vec<std::ops::Range<usize>> {
+        let mut bad = Vec::new();
+        let mut i = 0;
+        while let Some(off) = template[i..].find(['{', '}']) {
+            let at = i + off;
+            if template[at..].starts_with(Self::LAYER) {
+                i = at + Self::LAYER.len();
+            } else if template.as_bytes()[at] == b'{' {
+                // Through the matching `}`; a `{` opened again first is a lone `{`.
+                let end = match template[at + 1..].find(['{', '}']).map(|j| at + 1 + j) {
+                    Some(j) if template.as_bytes()[j] == b'}' => j + 1,
+                    Some(_) => at + 1,
+                    None => template.len(),
+                };
+                bad.push(at..end);
+                i = end;
+            } else {
+                bad.push(at..at + 1);
+                i = at + 1;
+            }
+        }
+        bad
+    }
 }
 
 /// A declared result type: one type, or a tuple `(A, B, ...)` of one or more.

@@ -10,7 +10,7 @@
 //! | range   | stage                                            |
 //! |---------|--------------------------------------------------|
 //! | `E00xx` | lexer ([`crate::lexer`])                          |
-//! | `E01xx` | parser: grammar errors and syntactic checks       |
+//! | `E01xx` | parser: grammar errors and syntactic checks; `E012x` imports ([`crate::load`]) |
 //! | `E02xx` | names (reserved for the checker)                  |
 //! | `E03xx` | dtypes (reserved for the checker)                 |
 //! | `E04xx` | shapes (reserved for the checker; spell out both shapes in the message) |
@@ -19,7 +19,7 @@
 
 use std::fmt;
 
-use ariadne::{Color, Config, IndexType, Label as AriadneLabel, Report, ReportKind, Source};
+use ariadne::{Color, Config, IndexType, Label as AriadneLabel, Report, ReportKind};
 
 use crate::span::Span;
 
@@ -31,6 +31,10 @@ pub mod codes {
     pub const MALFORMED_NUMBER: &str = "E0002";
     /// A `/*` without its matching `*/`.
     pub const UNTERMINATED_COMMENT: &str = "E0003";
+    /// A `"` with no closing `"` on its line.
+    pub const UNTERMINATED_STRING: &str = "E0004";
+    /// A `\` in a string literal (strings have no escapes).
+    pub const STRING_ESCAPE: &str = "E0005";
     /// A token the grammar does not allow at this point.
     pub const UNEXPECTED_TOKEN: &str = "E0101";
     /// The file ended in the middle of an item.
@@ -47,6 +51,14 @@ pub mod codes {
     pub const DUPLICATE_NAMED_ARG: &str = "E0112";
     /// More than one `...` in one index expression.
     pub const MULTIPLE_ELLIPSIS_INDEX: &str = "E0113";
+    /// `from "..."` on a `fn` parameter: only a step's parameters come from a checkpoint.
+    pub const FROM_ON_FN_PARAM: &str = "E0114";
+    /// A tensor-name template that is empty or has a `{...}` other than `{layer}`.
+    pub const BAD_TENSOR_NAME: &str = "E0115";
+    /// An imported file that cannot be read (missing, a directory, not UTF-8, ...).
+    pub const IMPORT_UNREADABLE: &str = "E0120";
+    /// A file that imports itself, directly or through other files.
+    pub const IMPORT_CYCLE: &str = "E0121";
 }
 
 /// How serious a diagnostic is.
@@ -155,6 +167,15 @@ impl Diagnostic {
         self
     }
 
+    /// The same diagnostic with every label moved `base` bytes on: a file's diagnostic made
+    /// in offsets within the file, placed where the file starts in a [`crate::SourceMap`].
+    pub fn shifted(mut self, base: usize) -> Self {
+        for l in &mut self.labels {
+            l.span = Span::new(l.span.start + base, l.span.end + base);
+        }
+        self
+    }
+
     /// The span the report points at: the first primary label, else the first
     /// label, else the start of the file.
     pub fn primary_span(&self) -> Span {
@@ -172,58 +193,15 @@ impl Diagnostic {
     ///
     /// Spans are byte offsets; ariadne is configured with [`IndexType::Byte`].
     /// Spans that are out of range, reversed or not on a `char` boundary (a bug
-    /// in whichever pass made them) are clamped instead of panicking.
+    /// in whichever pass made them) are clamped instead of panicking. For a
+    /// diagnostic about several files, see [`crate::SourceMap::render`].
     pub fn render(&self, file_name: &str, source: &str, color: bool) -> String {
-        let kind = match self.severity {
-            Severity::Error => ReportKind::Error,
-            Severity::Warning => ReportKind::Warning,
-            Severity::Note => ReportKind::Advice,
+        let file = FileView {
+            name: file_name,
+            text: source,
+            base: 0,
         };
-        let file = file_name.to_string();
-        let fix = |s: Span| clamp_span(s, source);
-        let primary = fix(self.primary_span());
-        let config = Config::default()
-            .with_color(color)
-            .with_index_type(IndexType::Byte);
-        let mut report = Report::build(kind, (file.clone(), primary.range()))
-            .with_config(config)
-            .with_code(self.code)
-            .with_message(&self.message);
-        // ariadne starts a new source group whenever a label's line is above the
-        // previous label's, so hand them over in source order.
-        let mut labels: Vec<&Label> = self.labels.iter().collect();
-        labels.sort_by_key(|l| (l.span.start, l.span.end));
-        for label in labels {
-            let mut l = AriadneLabel::new((file.clone(), fix(label.span).range()));
-            if !label.message.is_empty() {
-                l = l.with_message(&label.message);
-            }
-            if color {
-                l = l.with_color(if label.primary {
-                    Color::Red
-                } else {
-                    Color::Blue
-                });
-            }
-            report = report.with_label(l);
-        }
-        for note in &self.notes {
-            report = report.with_note(note);
-        }
-        if let Some(help) = &self.help {
-            report = report.with_help(help);
-        }
-        let mut out = Vec::new();
-        let cache = (file, Source::from(source));
-        if let Err(e) = report.finish().write(cache, &mut out) {
-            // Writing into a Vec cannot fail for I/O reasons; keep whatever came out
-            // plus the plain form so nothing is lost.
-            return format!(
-                "{}{self}\n(render failed: {e})\n",
-                String::from_utf8_lossy(&out)
-            );
-        }
-        String::from_utf8_lossy(&out).into_owned()
+        render_files(self, &[file], color)
     }
 
     /// A compact `file:line:col: error[E0101]: message` line for logs, with
@@ -235,6 +213,108 @@ impl Diagnostic {
             self.severity, self.code, self.message
         )
     }
+}
+
+/// One file as the renderer sees it: its name, its text, and where it starts in the global
+/// offsets the spans use.
+pub(crate) struct FileView<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) text: &'a str,
+    pub(crate) base: usize,
+}
+
+/// An ariadne source id: the file's position (so two files shown with one name stay two),
+/// displayed as its name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct FileId(usize, String);
+
+impl fmt::Display for FileId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.1)
+    }
+}
+
+/// The file a global offset lies in: the last whose base is at or before it (the first when
+/// none is). `files` is non-empty and sorted by base.
+pub(crate) fn file_index(files: &[FileView<'_>], offset: usize) -> usize {
+    files
+        .partition_point(|f| f.base <= offset)
+        .saturating_sub(1)
+}
+
+/// `span` as a range in the file it starts in: that file's index and the span made local
+/// and clamped to the file's text.
+fn locate(files: &[FileView<'_>], span: Span) -> (usize, Span) {
+    let i = file_index(files, span.start);
+    let f = &files[i];
+    let local = Span::new(
+        span.start.saturating_sub(f.base),
+        span.end.saturating_sub(f.base),
+    );
+    (i, clamp_span(local, f.text))
+}
+
+/// Renders `d` over `files` (non-empty, sorted by base): the report is located in the file
+/// of its primary span, and each label is shown in the file its span starts in.
+pub(crate) fn render_files(d: &Diagnostic, files: &[FileView<'_>], color: bool) -> String {
+    let kind = match d.severity {
+        Severity::Error => ReportKind::Error,
+        Severity::Warning => ReportKind::Warning,
+        Severity::Note => ReportKind::Advice,
+    };
+    let id = |i: usize| FileId(i, files[i].name.to_string());
+    let (pi, primary) = locate(files, d.primary_span());
+    let config = Config::default()
+        .with_color(color)
+        .with_index_type(IndexType::Byte);
+    let mut report = Report::build(kind, (id(pi), primary.range()))
+        .with_config(config)
+        .with_code(d.code)
+        .with_message(&d.message);
+    // ariadne starts a new source group whenever a label's line is above the
+    // previous label's, so hand them over in source order: the primary span's file first
+    // (its group heads the report), then the others in order of their bases.
+    let mut labels: Vec<&Label> = d.labels.iter().collect();
+    labels.sort_by_key(|l| {
+        let other_file = file_index(files, l.span.start) != pi;
+        (other_file, l.span.start, l.span.end)
+    });
+    let mut used = vec![pi];
+    for label in labels {
+        let (i, span) = locate(files, label.span);
+        if !used.contains(&i) {
+            used.push(i);
+        }
+        let mut l = AriadneLabel::new((id(i), span.range()));
+        if !label.message.is_empty() {
+            l = l.with_message(&label.message);
+        }
+        if color {
+            l = l.with_color(if label.primary {
+                Color::Red
+            } else {
+                Color::Blue
+            });
+        }
+        report = report.with_label(l);
+    }
+    for note in &d.notes {
+        report = report.with_note(note);
+    }
+    if let Some(help) = &d.help {
+        report = report.with_help(help);
+    }
+    let mut out = Vec::new();
+    let cache = ariadne::sources(used.iter().map(|&i| (id(i), files[i].text)));
+    if let Err(e) = report.finish().write(cache, &mut out) {
+        // Writing into a Vec cannot fail for I/O reasons; keep whatever came out
+        // plus the plain form so nothing is lost.
+        return format!(
+            "{}{d}\n(render failed: {e})\n",
+            String::from_utf8_lossy(&out)
+        );
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// 1-based line and `char` column of byte `offset` in `source` (clamped).
@@ -261,7 +341,7 @@ fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
     i
 }
 
-fn clamp_span(span: Span, source: &str) -> Span {
+pub(crate) fn clamp_span(span: Span, source: &str) -> Span {
     let start = floor_char_boundary(source, span.start.min(source.len()));
     let end = ceil_char_boundary(source, span.end.min(source.len())).max(start);
     Span::new(start, end)

@@ -28,6 +28,10 @@ pub enum LexErrorKind {
     MalformedNumber(&'static str),
     /// A `/*` never closed.
     UnterminatedComment,
+    /// A `"` with no closing `"` on the same line.
+    UnterminatedString,
+    /// A `\` in a string literal: strings have no escape sequences.
+    StringEscape,
     /// Fallback required by logos; never produced by this grammar of tokens.
     #[default]
     Other,
@@ -73,7 +77,9 @@ impl LexError {
                     Some('.') => d.with_help(
                         "a float literal needs digits on both sides of the point (`0.5`); `...` is the ellipsis",
                     ),
-                    Some('"') | Some('\'') => d.with_note("tessel has no string literals"),
+                    Some('\'') => d.with_note(
+                        "string literals are written in double quotes, e.g. `import \"lib.tsl\";`",
+                    ),
                     Some('\u{feff}') => {
                         d.with_note("a byte-order mark is skipped only at the start of a file")
                     }
@@ -93,6 +99,17 @@ impl LexError {
                     .with_secondary(Span::point(self.span.end), "file ends here")
                     .with_help("close it with `*/` (block comments nest)")
             }
+            LexErrorKind::UnterminatedString => {
+                Diagnostic::error(codes::UNTERMINATED_STRING, "unterminated string literal")
+                    .with_label(self.span, "this string is never closed")
+                    .with_help("close it with `\"` on the same line (strings cannot span lines)")
+            }
+            LexErrorKind::StringEscape => Diagnostic::error(
+                codes::STRING_ESCAPE,
+                "string literals have no escape sequences",
+            )
+            .with_label(self.span, "this string contains `\\`")
+            .with_note("a tensor name or an import path is written as it is: `\"lib/norms.tsl\"`"),
             LexErrorKind::Other => {
                 Diagnostic::error(codes::UNKNOWN_CHAR, format!("invalid input `{text}`"))
                     .with_label(self.span, "not part of any token")
@@ -267,6 +284,30 @@ fn block_comment<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<(), LexErro
     Err(LexErrorKind::UnterminatedComment)
 }
 
+/// Scans a string literal whose opening `"` was just matched, up to the closing `"` on the
+/// same line, and gives its contents. There are no escape sequences: a `\\` is an error
+/// (reserved for them), and so is a line or file that ends first.
+fn string<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<&'src str, LexErrorKind> {
+    let rest = lex.remainder();
+    let line_end = rest.find('\n').unwrap_or(rest.len());
+    match rest[..line_end].find('"') {
+        Some(close) => {
+            lex.bump(close + 1);
+            let text = &rest[..close];
+            if text.contains('\\') {
+                Err(LexErrorKind::StringEscape)
+            } else {
+                Ok(text)
+            }
+        }
+        None => {
+            // The span ends before the line break, so the label stays on the string's line.
+            lex.bump(rest[..line_end].trim_end_matches('\r').len());
+            Err(LexErrorKind::UnterminatedString)
+        }
+    }
+}
+
 fn bad_number<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<(), LexErrorKind> {
     let s = lex.slice();
     let why = if s.starts_with("0x") || s.starts_with("0b") || s.starts_with("0o") {
@@ -321,6 +362,12 @@ pub enum Token<'src> {
     /// `let`
     #[token("let")]
     Let,
+    /// `import`
+    #[token("import")]
+    Import,
+    /// `from` (a step parameter's tensor in a checkpoint)
+    #[token("from")]
+    From,
     /// `None` (new axis in an index)
     #[token("None")]
     None,
@@ -340,6 +387,10 @@ pub enum Token<'src> {
     /// An identifier: `[A-Za-z_][A-Za-z0-9_]*`, not a keyword.
     #[regex("[A-Za-z_][A-Za-z0-9_]*")]
     Ident(&'src str),
+    /// A string literal `"..."`, one line, no escapes; the token holds what is between the
+    /// quotes. Used for import paths and tensor names.
+    #[token("\"", string)]
+    Str(&'src str),
     /// A decimal integer literal that fits in `i64` (no sign: `-1` is negation).
     #[regex("[0-9]+", int, priority = 10)]
     Int(i64),
@@ -439,11 +490,14 @@ impl Token<'_> {
             Fn => "fn",
             Step => "step",
             Let => "let",
+            Import => "import",
+            From => "from",
             None => "None",
             True => "true",
             False => "false",
             Dtype(_) => "dtype",
             Ident(_) => "identifier",
+            Str(_) => "string",
             Int(_) => "integer",
             Float(_) => "float",
             LParen => "(",
@@ -490,6 +544,7 @@ pub fn describe_terminal(name: &str) -> String {
         .replace("\\\\", "\\");
     match bare.as_str() {
         "identifier" => "identifier".into(),
+        "string" => "string literal".into(),
         "integer" => "integer literal".into(),
         "float" => "float literal".into(),
         "dtype" => "dtype".into(),
@@ -502,6 +557,7 @@ impl fmt::Display for Token<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Token::Ident(s) => write!(f, "identifier `{s}`"),
+            Token::Str(s) => write!(f, "string \"{s}\""),
             Token::Int(v) => write!(f, "integer `{v}`"),
             Token::Float(v) => write!(f, "float `{v:?}`"),
             Token::Dtype(d) => write!(f, "dtype `{d}`"),
@@ -652,6 +708,33 @@ mod tests {
         // Not after an expression, or not before a name: the plain message.
         assert!(hint("a + .5").contains("digits on both sides"));
         assert!(hint("x. 5").contains("digits on both sides"));
+    }
+
+    #[test]
+    fn strings() {
+        assert_eq!(
+            kinds("import \"lib/a b.tsl\"; from \"m.{layer}.w\" \"\""),
+            vec![
+                Token::Import,
+                Token::Str("lib/a b.tsl"),
+                Token::Semi,
+                Token::From,
+                Token::Str("m.{layer}.w"),
+                Token::Str("")
+            ]
+        );
+        // Not closed on its line: the error stops at the line's end and lexing goes on.
+        let (toks, errs) = lex("\"abc\r\nx");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, LexErrorKind::UnterminatedString);
+        assert_eq!(errs[0].span, Span::new(0, 4));
+        assert_eq!(toks[0].1, Token::Ident("x"));
+        let (_, errs) = lex("\"abc");
+        assert_eq!(errs[0].kind, LexErrorKind::UnterminatedString);
+        let (_, errs) = lex("\"a\\b\" x");
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, LexErrorKind::StringEscape);
+        assert_eq!(errs[0].span, Span::new(0, 5));
     }
 
     #[test]

@@ -7,17 +7,26 @@
 //! - [`printer`]: `Display` for [`ast::Module`], printing canonical source back.
 //! - [`diagnostic`]: the [`Diagnostic`] type every front-end stage (this crate,
 //!   and the name / dtype / shape checks later) reports with, rendered by ariadne.
+//! - [`source_map`]: the files of a program in one space of byte offsets, so a
+//!   [`Span`] says which file it is in; diagnostics render against that file.
+//! - [`load`]: a file and the files it imports (`import "lib.tsl";`), read and
+//!   parsed into one [`source_map::SourceMap`] and one [`ast::Module`].
 //!
-//! Entry point: [`parse`]. Nothing here type-checks or resolves names; builtins
-//! are plain identifiers. The language is described in `docs/language.md`.
+//! Entry points: [`load()`] for a program on disk, [`parse`] for one text.
+//! Nothing here type-checks or resolves names; builtins are plain identifiers.
+//! The language is described in `docs/language.md`.
 
 pub mod ast;
 pub mod diagnostic;
 pub mod lexer;
+pub mod load;
 mod parser;
 pub mod printer;
+pub mod source_map;
 pub mod span;
 
 pub use diagnostic::{Diagnostic, Label, Severity};
-pub use parser::{describe_expected, parse};
+pub use load::{load, LoadError, Loaded};
+pub use parser::{describe_expected, parse, parse_items};
+pub use source_map::{SourceFile, SourceMap};
 pub use span::{Span, Spanned};

@@ -12,8 +12,8 @@
 use lalrpop_util::ParseError;
 
 use crate::ast::{
-    Block, Call, Callee, DimKind, Expr, ExprId, Func, FuncKind, Ident, IndexItem, IndexKind,
-    Module, NamedArg, Param, RetType,
+    Block, Call, Callee, DimKind, Expr, ExprId, Func, FuncKind, Ident, IndexItem, IndexKind, Item,
+    Module, NamedArg, Param, RetType, TensorName,
 };
 use crate::diagnostic::{codes, Diagnostic};
 use crate::lexer::{describe_terminal, lex, LexError, SpannedToken, Token};
@@ -153,6 +153,26 @@ impl Builder {
                 }
             }
         }
+        for p in &params {
+            let Some(from) = &p.from else { continue };
+            if kind == FuncKind::Fn {
+                self.errors.push(
+                    Diagnostic::error(
+                        codes::FROM_ON_FN_PARAM,
+                        format!(
+                            "`from` on parameter `{}` of `fn {}`",
+                            p.name.node, name.node
+                        ),
+                    )
+                    .with_label(from.span, "only a step's parameters come from a checkpoint")
+                    .with_note("a fn takes its tensors from its caller")
+                    .with_help(
+                        "declare the tensor name on the parameter of the step that passes it",
+                    ),
+                );
+            }
+            self.check_tensor_name(from);
+        }
         Func {
             kind,
             name,
@@ -160,6 +180,34 @@ impl Builder {
             ret,
             body,
             span,
+        }
+    }
+
+    /// A tensor-name template must name something and hold no placeholder but `{layer}`.
+    fn check_tensor_name(&mut self, from: &TensorName) {
+        if from.template.is_empty() {
+            self.errors.push(
+                Diagnostic::error(codes::BAD_TENSOR_NAME, "empty tensor name")
+                    .with_label(from.span, "names no tensor")
+                    .with_note("write the checkpoint's name, e.g. `\"model.norm.weight\"`"),
+            );
+        }
+        // Inside the quotes a byte of the template is a byte of the source (no escapes).
+        let start = from.span.start + 1;
+        for r in TensorName::bad_braces(&from.template) {
+            let text = &from.template[r.clone()];
+            let what = if text.len() > 2 && text.ends_with('}') {
+                format!("unknown placeholder `{text}` in a tensor name")
+            } else {
+                format!("unmatched `{}` in a tensor name", &text[..1])
+            };
+            self.errors.push(
+                Diagnostic::error(codes::BAD_TENSOR_NAME, what)
+                    .with_label(Span::new(start + r.start, start + r.end), "not `{layer}`")
+                    .with_note(
+                        "`{layer}` is the only placeholder: the layer number `--layer N` gives",
+                    ),
+            );
         }
     }
 }
@@ -170,24 +218,48 @@ impl Builder {
 /// are any; otherwise the first grammar error together with any syntactic check
 /// that failed before it (sorted by position). Never panics, whatever the input.
 /// Render the diagnostics with [`Diagnostic::render`] against the same `source`.
+///
+/// `import` items are kept as written, not followed: [`crate::load`] reads a file and the
+/// files it imports.
 pub fn parse(source: &str) -> Result<Module, Vec<Diagnostic>> {
+    let mut module = Module::default();
+    module.items = parse_items(source, 0, &mut module)?;
+    Ok(module)
+}
+
+/// Parses one file of several: its expressions go into `module`'s arena (beside those of
+/// the files parsed before) and its items are returned. Every span, in the items and in the
+/// diagnostics, is `base` plus the byte offset in `source`: the global offsets of a
+/// [`crate::SourceMap`], where this file starts at `base`. Errors as [`parse`].
+pub fn parse_items(
+    source: &str,
+    base: usize,
+    module: &mut Module,
+) -> Result<Vec<Item>, Vec<Diagnostic>> {
     let (tokens, lex_errors) = lex(source);
     if !lex_errors.is_empty() {
-        return Err(lex_errors.iter().map(|e| e.to_diagnostic(source)).collect());
+        return Err(lex_errors
+            .iter()
+            .map(|e| e.to_diagnostic(source).shifted(base))
+            .collect());
     }
-    let mut builder = Builder::default();
-    let result = generated::grammar::ModuleParser::new()
-        .parse(&mut builder, tokens.iter().copied().map(Ok::<_, LexError>));
+    let mut builder = Builder {
+        module: std::mem::take(module),
+        errors: Vec::new(),
+    };
+    let global = tokens
+        .iter()
+        .map(|&(l, t, r)| Ok::<_, LexError>((l + base, t, r + base)));
+    let result = generated::grammar::ModuleParser::new().parse(&mut builder, global);
+    *module = builder.module;
     let mut errors = builder.errors;
     match result {
-        Ok(items) if errors.is_empty() => {
-            let mut module = builder.module;
-            module.items = items;
-            Ok(module)
-        }
+        Ok(items) if errors.is_empty() => Ok(items),
         Ok(_) => Err(errors),
         Err(e) => {
-            errors.push(parse_error_to_diagnostic(e, &tokens, source));
+            // The hints read the source around the error: work in file offsets, then shift.
+            let local = e.map_location(|l| l - base);
+            errors.push(parse_error_to_diagnostic(local, &tokens, source).shifted(base));
             errors.sort_by_key(|d| d.primary_span().start);
             Err(errors)
         }
@@ -433,11 +505,14 @@ mod tests {
             Fn,
             Step,
             Let,
+            Import,
+            From,
             None,
             True,
             False,
             Dtype(DType::F32),
             Ident("x"),
+            Str("x"),
             Int(1),
             Float(1.0),
             LParen,
@@ -492,6 +567,41 @@ mod tests {
                 .find(|(_, v)| v == variant)
                 .unwrap_or_else(|| panic!("{variant} missing from the extern block"));
             assert_eq!(name, tok.terminal_name(), "{variant}");
+        }
+    }
+
+    /// A file parsed at `base` has every span, and every diagnostic, `base` bytes on; its
+    /// expressions join the arena after those already there.
+    #[test]
+    fn parse_items_places_a_file_at_its_base() {
+        let src = "const A = 1;\nstep s(x: f32[2] from \"w.{layer}\") -> f32[2] { x * A }\n";
+        let alone = crate::parse(src).unwrap();
+        let mut m = crate::parse("const B = 2 + 3;").unwrap();
+        let before = m.exprs.len();
+        let items = parse_items(src, 100, &mut m).unwrap();
+        assert_eq!(m.exprs.len(), before + alone.exprs.len());
+        for (a, b) in alone.items.iter().zip(&items) {
+            assert_eq!(a.span().start + 100, b.span().start);
+            assert_eq!(a.span().end + 100, b.span().end);
+        }
+        let Item::Func(f) = &items[1] else { panic!() };
+        let from = f.params[0].from.as_ref().unwrap();
+        assert_eq!(
+            &src[from.span.start - 100..from.span.end - 100],
+            "\"w.{layer}\""
+        );
+        assert_eq!(from.resolve(Some(3)).as_deref(), Some("w.3"));
+        assert_eq!(from.resolve(None), None);
+        let tail = f.body.tail;
+        assert_eq!(m.span(tail).start, 100 + src.find("x * A").unwrap());
+        // Lexer, grammar and builder errors alike.
+        for bad in ["fn f(", "step s(x: f32 from \"{k}\") -> f32 { x }", "x $"] {
+            let local = crate::parse(bad).unwrap_err();
+            let global = parse_items(bad, 100, &mut Module::default()).unwrap_err();
+            assert_eq!(global.len(), local.len(), "{bad}");
+            for (l, g) in local.iter().zip(&global) {
+                assert_eq!(l.clone().shifted(100), *g, "{bad}");
+            }
         }
     }
 

@@ -211,13 +211,18 @@ impl Display for Module {
                 f.write_char('\n')?;
             }
             match item {
+                Item::Import(i) => writeln!(f, "import \"{}\";", i.path.node)?,
                 Item::Const(c) => {
                     writeln!(f, "const {} = {};", c.name.node, self.display_expr(c.value))?;
                 }
                 Item::Func(func) => {
                     write!(f, "{} {}(", func.kind.keyword(), func.name.node)?;
                     comma_list(f, &func.params, |f, p| {
-                        write!(f, "{}: {}", p.name.node, p.ty)
+                        write!(f, "{}: {}", p.name.node, p.ty)?;
+                        match &p.from {
+                            Some(t) => write!(f, " from \"{}\"", t.template),
+                            None => Ok(()),
+                        }
                     })?;
                     writeln!(f, ") -> {} {{", func.ret)?;
                     for stmt in &func.body.stmts {

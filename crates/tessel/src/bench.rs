@@ -5,6 +5,7 @@
 use crate::device::{self, open_gpu};
 use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
+use crate::weights::Weights;
 use crate::{CompileArgs, InputArgs};
 use anyhow::Result;
 use serde_json::json;
@@ -114,6 +115,7 @@ pub fn bench(
         props.name, bw.median_gb_s
     );
     let src = load(file)?;
+    let weights = Weights::from_args(in_args)?;
     let (target, from) = target_for(args, Some(&gpu));
     println!(
         "target: {} ({}, from {from}){}",
@@ -125,9 +127,9 @@ pub fn bench(
         }
     );
     let mut recs = Vec::new();
-    for step in compile_steps(&src, args, &options(&target))? {
+    for step in compile_steps(&src, args, &options(&target), &weights)? {
         let p = &step.compiled.program;
-        let inputs = make_inputs(p, in_args)?;
+        let inputs = make_inputs(p, in_args, &step.weights)?;
         let l = device::load(&gpu, p, &inputs)?;
         // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
         // timing measures HBM and not the cache (design §10).

@@ -183,7 +183,8 @@ pub fn build(
         .and_then(|s| s.to_str())
         .unwrap_or("module");
     if emit.iter().any(|e| e.stage == Stage::Ast) {
-        write(format!("{stem}.ast.tsl"), src.module.to_string())?;
+        // The file as parsed; what it imports is printed where it is read from.
+        write(format!("{stem}.ast.tsl"), src.root_module().to_string())?;
     }
     let stop_pass = match stop {
         Some((_, Stage::Ast)) => return Ok(()),

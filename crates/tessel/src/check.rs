@@ -6,6 +6,7 @@ use crate::cpu::execute;
 use crate::device;
 use crate::frontend::{bound_dims, compile_step, load, options, target_for, Step};
 use crate::inputs::make_inputs;
+use crate::weights::Weights;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
 use anyhow::{bail, Context, Result};
@@ -52,6 +53,7 @@ pub fn check(
             bail!("cannot read {}: no such file", f.display());
         }
     }
+    let weights = Weights::from_args(in_args)?;
     let sources: Vec<_> = files.iter().map(|f| (f, load(f))).collect();
     if let Some(step) = &args.step {
         let has = |src: &crate::frontend::Source| check_pass::steps(&src.module).contains(step);
@@ -98,11 +100,23 @@ pub fn check(
             None => names,
         };
         if names.is_empty() && args.step.is_none() {
-            println!("{}: FAIL: it has no `step` to check", f.display());
-            ok = false;
+            // Over the default list a file of fns and consts alone is a library, checked
+            // where it is imported; a file named explicitly must have a step.
+            if every_example && src.module.funcs().next().is_some() {
+                println!(
+                    "{}: SKIPPED — no step: a library, checked in the files that import it",
+                    f.display()
+                );
+                records.push(json!({
+                    "file": f.display().to_string(), "skipped": true, "library": true,
+                }));
+            } else {
+                println!("{}: FAIL: it has no `step` to check", f.display());
+                ok = false;
+            }
         }
         for name in names {
-            let step = match compile_step(&src, &name, &dims, args.profile, &opts) {
+            let step = match compile_step(&src, &name, &dims, args.profile, &opts, &weights) {
                 Ok(s) => s,
                 Err(e) => {
                     // Over the default list, an example needing dims the command line did
@@ -197,7 +211,7 @@ fn check_step(
             ));
         }
     }
-    let inputs = make_inputs(p, in_args)?;
+    let inputs = make_inputs(p, in_args, &step.weights)?;
     let t0 = Instant::now();
     let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
     let exec_s = t0.elapsed().as_secs_f64();

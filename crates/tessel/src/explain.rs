@@ -4,6 +4,7 @@
 
 use crate::device;
 use crate::frontend::{compile_steps, load, options, target_for};
+use crate::weights::Weights;
 use crate::words::plural;
 use crate::CompileArgs;
 use anyhow::Result;
@@ -24,7 +25,7 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
         target.sm_count,
         target.max_shared_per_cta / 1024
     );
-    for step in compile_steps(&src, args, &options(&target))? {
+    for step in compile_steps(&src, args, &options(&target), &Weights::none())? {
         let c = &step.compiled;
         println!(
             "step {}: {}",

@@ -1,13 +1,15 @@
-//! Source to compiled program: read, parse, check, compile — with diagnostics rendered for
-//! the terminal.
+//! Source to compiled program: read (a file and its imports), parse, check, compile — with
+//! diagnostics rendered for the terminal, each against the file it lies in.
 
+use crate::weights::{StepWeights, Weights};
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
 use tessel_passes::{check, compile, Compiled, Options, Target};
-use tessel_syntax::{ast::Module, Diagnostic};
+use tessel_syntax::ast::{FuncKind, Module};
+use tessel_syntax::{Diagnostic, LoadError, SourceMap};
 
 /// The options every command compiles with: `target` and the IR verifier on (a command's
 /// `--profile` is set per step, by [`compile_step`]).
@@ -73,11 +75,22 @@ pub fn parse_profile(s: &str) -> Result<tessel_passes::Profile, String> {
         .ok_or_else(|| format!("`{s}`: the profiles are exact, invariant and fast"))
 }
 
-/// A parsed source file.
+/// A program: its file, the files it imports, and their items in one module.
 pub struct Source {
+    /// The file as named on the command line.
     pub name: String,
-    pub text: String,
+    /// Every file read, the named one first; diagnostics render against it.
+    pub sources: SourceMap,
+    /// The imported `fn`s and `const`s, then the file's own items (see `tessel_syntax::load`).
     pub module: Module,
+}
+
+impl Source {
+    /// The named file's own items (imports included, imported items not), with the shared
+    /// expression arena: what `tessel build --emit ast` prints.
+    pub fn root_module(&self) -> Module {
+        tessel_syntax::load::root_module(&self.module, &self.sources)
+    }
 }
 
 /// One step, checked and compiled.
@@ -85,30 +98,45 @@ pub struct Step {
     pub name: String,
     pub checked: tessel_ir::graph::Graph,
     pub compiled: Compiled,
+    /// Its parameters read from `--weights`, validated against their types.
+    pub weights: StepWeights,
 }
 
-fn render(diags: &[Diagnostic], name: &str, text: &str) -> String {
+fn render(diags: &[Diagnostic], sources: &SourceMap) -> String {
     let color = std::io::stderr().is_terminal();
     diags
         .iter()
-        .map(|d| d.render(name, text, color))
+        .map(|d| sources.render(d, color))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
-/// Reads and parses `path`; syntax errors are rendered into the error.
+/// Reads `path` and the files it imports, and parses them: every command that takes a
+/// source file goes through here. Syntax and import errors are rendered into the error.
 pub fn load(path: &Path) -> Result<Source> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let name = path.display().to_string();
-    let module = tessel_syntax::parse(&text).map_err(|d| {
-        anyhow::Error::new(Rendered(format!(
-            "{}\n{} in {name}",
-            render(&d, &name, &text),
-            crate::words::plural(d.len(), "syntax error")
-        )))
-    })?;
-    Ok(Source { name, text, module })
+    match tessel_syntax::load(path) {
+        Ok(l) => Ok(Source {
+            name,
+            sources: l.sources,
+            module: l.module,
+        }),
+        Err(LoadError::Read { error, .. }) => {
+            Err(anyhow::Error::new(error).context(format!("cannot read {name}")))
+        }
+        Err(LoadError::Diagnostics {
+            sources,
+            diagnostics: d,
+        }) => {
+            let syntax = d.iter().all(|d| !d.code.starts_with("E012"));
+            let what = if syntax { "syntax error" } else { "error" };
+            Err(anyhow::Error::new(Rendered(format!(
+                "{}\n{} loading {name}",
+                render(&d, &sources),
+                crate::words::plural(d.len(), what)
+            ))))
+        }
+    }
 }
 
 /// Diagnostics rendered for the terminal: each already says `[E0401] Error: ...`, so `main`
@@ -141,13 +169,58 @@ impl std::fmt::Display for UnboundDims {
 
 impl std::error::Error for UnboundDims {}
 
-/// Checks and compiles the steps `args` selects.
-pub fn compile_steps(src: &Source, args: &CompileArgs, opts: &Options) -> Result<Vec<Step>> {
+/// Checks and compiles the steps `args` selects. Every step is checked and its `--weights`
+/// tensors validated (all problems of all steps reported together) before any is compiled.
+pub fn compile_steps(
+    src: &Source,
+    args: &CompileArgs,
+    opts: &Options,
+    weights: &Weights,
+) -> Result<Vec<Step>> {
     let dims = bound_dims(args)?;
-    step_names(src, args)?
+    let checked: Vec<(String, tessel_ir::graph::Graph)> = step_names(src, args)?
         .into_iter()
-        .map(|name| compile_step(src, &name, &dims, args.profile, opts))
+        .map(|name| check_step(src, &name, &dims).map(|g| (name, g)))
+        .collect::<Result<_>>()?;
+    let mut bound = Vec::new();
+    let mut problems = Vec::new();
+    for (name, graph) in &checked {
+        match bind_weights(src, name, graph, weights) {
+            Ok(w) => bound.push(w),
+            Err(e) => problems.push(format!("{e:#}")),
+        }
+    }
+    if !problems.is_empty() {
+        bail!(problems.join("\n"));
+    }
+    checked
+        .into_iter()
+        .zip(bound)
+        .map(|((name, graph), w)| compile_checked(src, &name, graph, w, args.profile, opts))
         .collect()
+}
+
+/// The `--weights` tensors of step `name`, whose graph is `graph`, validated against the
+/// types `check` gave its parameters.
+fn bind_weights(
+    src: &Source,
+    name: &str,
+    graph: &tessel_ir::graph::Graph,
+    weights: &Weights,
+) -> Result<StepWeights> {
+    let Some(func) = src
+        .module
+        .funcs()
+        .find(|f| f.kind == FuncKind::Step && f.name.node == name)
+    else {
+        bail!("internal error: step `{name}` was checked but is not in the module");
+    };
+    let inputs: Vec<(String, tessel_ir::TensorType)> = graph
+        .inputs
+        .iter()
+        .map(|(n, v)| (n.clone(), graph.ty(*v).clone()))
+        .collect();
+    weights.bind(func, &inputs)
 }
 
 /// The `--dim` bindings; a dim given twice with two values is an error.
@@ -181,12 +254,27 @@ pub fn step_names(src: &Source, args: &CompileArgs) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Checks and compiles step `name` of `src` in `profile`; diagnostics are rendered into the
-/// error ([`UnboundDims`] when the only errors are dims without a value).
+/// Checks step `name` of `src`, validates its `--weights` tensors and compiles it in
+/// `profile`; diagnostics are rendered into the error ([`UnboundDims`] when the only errors
+/// are dims without a value).
 pub fn compile_step(
     src: &Source,
     name: &str,
     dims: &BTreeMap<String, u64>,
+    profile: tessel_passes::Profile,
+    opts: &Options,
+    weights: &Weights,
+) -> Result<Step> {
+    let checked = check_step(src, name, dims)?;
+    let bound = bind_weights(src, name, &checked, weights)?;
+    compile_checked(src, name, checked, bound, profile, opts)
+}
+
+fn compile_checked(
+    src: &Source,
+    name: &str,
+    checked: tessel_ir::graph::Graph,
+    weights: StepWeights,
     profile: tessel_passes::Profile,
     opts: &Options,
 ) -> Result<Step> {
@@ -194,13 +282,13 @@ pub fn compile_step(
         profile,
         ..opts.clone()
     };
-    let checked = check_step(src, name, dims)?;
     let compiled = compile(&checked, opts)
         .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
     Ok(Step {
         name: name.to_string(),
         checked,
         compiled,
+        weights,
     })
 }
 
@@ -215,7 +303,7 @@ pub fn check_step(
     check::run(&src.module, &name, dims).map_err(|d| {
         let rendered = format!(
             "{}\n{} in step `{name}`",
-            render(&d, &src.name, &src.text),
+            render(&d, &src.sources),
             crate::words::plural(d.len(), "error")
         );
         if d.iter().all(|x| x.code == "E0214") {

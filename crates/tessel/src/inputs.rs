@@ -1,5 +1,7 @@
-//! Step inputs: read from safetensors by name, filled with `--fill`, or seeded random.
+//! Step inputs: from a checkpoint (`--weights`, see `weights`), read from safetensors by
+//! name, filled with `--fill`, or seeded random.
 
+use crate::weights::StepWeights;
 use crate::InputArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use safetensors::{Dtype, SafeTensors};
@@ -45,14 +47,15 @@ fn st_dtype(d: DType) -> Dtype {
     }
 }
 
-/// The inputs of `p` in parameter order, each from the file, a fill, or random with a
-/// seed derived from `--seed` and the input's position.
+/// The inputs of `p` in parameter order, each from the checkpoint (`weights`, the step's
+/// parameters read from `--weights`, already validated), the `--inputs` file, a fill, or
+/// random with a seed derived from `--seed` and the input's position.
 ///
 /// Errors: an input the `--inputs` file lacks (naming it and the closest name in the file),
 /// unless `--allow-random`, which makes it random with a warning; a tensor of the wrong
 /// dtype or shape; a fill that does not fit in i32; memory that cannot be reserved for an
 /// input (naming it and its size in bytes) instead of aborting the process.
-pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
+pub fn make_inputs(p: &Program, args: &InputArgs, weights: &StepWeights) -> Result<Vec<Tensor>> {
     let file = match &args.inputs {
         Some(path) => Some(read_file(path)?),
         None => None,
@@ -90,7 +93,11 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
             .inputs
             .iter()
             .map(|(n, _)| n.as_str())
-            .filter(|n| !fills.contains_key(n) && !in_file.iter().any(|f| f == n))
+            .filter(|n| {
+                !fills.contains_key(n)
+                    && weights.get(n).is_none()
+                    && !in_file.iter().any(|f| f == n)
+            })
             .collect();
         for name in &missing {
             let close = tessel_passes::check::suggest(name, in_file.iter().map(String::as_str))
@@ -122,7 +129,22 @@ pub fn make_inputs(p: &Program, args: &InputArgs) -> Result<Vec<Tensor>> {
     let mut out = Vec::new();
     for (i, (name, b)) in p.inputs.iter().enumerate() {
         let ty = p.buffers[*b].ty.clone();
-        let t = if let Some(&start) = fills.get(name.as_str()) {
+        let t = if let Some(w) = weights.get(name) {
+            let data = w.bytes();
+            if data.len() as u64 != ty.size_bytes() {
+                bail!(
+                    "internal error: tensor `{}` of {} has {} bytes, input `{name}` ({ty}) {}",
+                    w.name,
+                    w.file.display(),
+                    data.len(),
+                    ty.size_bytes()
+                );
+            }
+            let mut bytes = reserve(name, &ty)?;
+            // The first touch of the mapped pages: the tensor is read from disk here.
+            bytes.extend_from_slice(data);
+            Tensor { ty, data: bytes }
+        } else if let Some(&start) = fills.get(name.as_str()) {
             fill_iota(name, &ty, start)?
         } else if let Some(t) = st.as_ref().and_then(|s| s.tensor(name).ok()) {
             let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();

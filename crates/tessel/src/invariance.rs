@@ -6,7 +6,8 @@ use crate::cpu::execute;
 use crate::device::{self, open_gpu};
 use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
-use crate::{CompileArgs, InputArgs};
+use crate::weights::Weights;
+use crate::{CompileArgs, InputArgs, WeightArgs};
 use anyhow::{bail, Result};
 use std::path::Path;
 use tessel_ir::kernel::{BufferRole, Program};
@@ -20,6 +21,7 @@ pub fn invariance(
     batch_dim: &str,
     sizes: &[u64],
     seeds: u64,
+    weight_args: &WeightArgs,
     cpu: bool,
 ) -> Result<bool> {
     // Each of these would compare nothing and PASS vacuously.
@@ -42,6 +44,15 @@ pub fn invariance(
         ),
     };
     let src = load(file)?;
+    // Random inputs for every seed, but one set of weights: `--weights` as `run` reads them.
+    let input_args = |seed| InputArgs {
+        inputs: None,
+        seed,
+        fills: vec![],
+        allow_random: false,
+        weights: weight_args.clone(),
+    };
+    let weights = Weights::from_args(&input_args(0))?;
     let dims = step_param_dims(&src, args.step.as_deref());
     if !dims.iter().any(|d| d == batch_dim) {
         bail!(
@@ -73,7 +84,7 @@ pub fn invariance(
         let mut a = args.clone();
         a.dims.retain(|(n, _)| n != batch_dim);
         a.dims.push((batch_dim.to_string(), m));
-        compile_steps(&src, &a, &options(&target))
+        compile_steps(&src, &a, &options(&target), &weights)
     };
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {
@@ -159,15 +170,7 @@ pub fn invariance(
             .collect();
         let mut step_ok = true;
         for seed in 0..seeds {
-            let inputs = make_inputs(
-                &p,
-                &InputArgs {
-                    inputs: None,
-                    seed,
-                    fills: vec![],
-                    allow_random: false,
-                },
-            )?;
+            let inputs = make_inputs(&p, &input_args(seed), &step.weights)?;
             let want = run(&p, &inputs)?;
             for (m, pm) in &steps_at {
                 let m = *m;

@@ -5,6 +5,7 @@
 //! tessel build   FILE.tsl [--dim T=4096] [--emit STAGE,...] [--stop-after STAGE] [-o DIR]
 //!                                           a STAGE is ast, a pass name (`--help`), or ptx
 //! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
+//!                         [--weights CHECKPOINT [--layer N]]  `from "..."` parameters
 //! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
@@ -14,7 +15,8 @@
 //!
 //! One module per subcommand (`build`, `run`, `check`, `explain`, `bench`, `invariance`,
 //! `fuzz`); beside them `frontend` (source to compiled steps, diagnostics rendered),
-//! `device` (the GPU), `cpu` (the kernel-IR executor), `inputs`, `paths` and `words`.
+//! `device` (the GPU), `cpu` (the kernel-IR executor), `inputs`, `weights` (checkpoints),
+//! `paths` and `words`.
 //! Questions about the IR are answered by the crates that own it (`tessel_passes::Compiled`).
 
 mod bench;
@@ -29,6 +31,7 @@ mod inputs;
 mod invariance;
 mod paths;
 mod run;
+mod weights;
 mod words;
 
 use anyhow::Result;
@@ -83,6 +86,23 @@ pub struct InputArgs {
     /// not have (without it, a missing input is an error).
     #[arg(long)]
     pub allow_random: bool,
+    #[command(flatten)]
+    pub weights: WeightArgs,
+}
+
+/// Where the step parameters declared `from "tensor.name"` are read.
+#[derive(Args, Clone, Debug, Default)]
+pub struct WeightArgs {
+    /// Read every step parameter declared `from "NAME"` from this Hugging Face checkpoint:
+    /// a .safetensors file, or a directory with model.safetensors or a sharded
+    /// model.safetensors.index.json. Memory-mapped; only the tensors the step names are
+    /// read. Each must have the parameter's dtype and shape exactly (nothing is converted).
+    /// Without it, such parameters are inputs like any other.
+    #[arg(long, value_name = "PATH")]
+    pub weights: Option<PathBuf>,
+    /// The layer number that `{layer}` stands for in the tensor names (with --weights).
+    #[arg(long, value_name = "N")]
+    pub layer: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -180,6 +200,8 @@ enum Command {
         /// Use the CPU executor even if a GPU is present.
         #[arg(long)]
         cpu: bool,
+        #[command(flatten)]
+        weights: WeightArgs,
     },
     /// Time each kernel and the whole step on the GPU; report bandwidth against the
     /// measured copy bandwidth.
@@ -355,7 +377,8 @@ fn real_main() {
             sizes,
             seeds,
             cpu,
-        } => invariance::invariance(&file, &compile, &batch_dim, &sizes, seeds, cpu),
+            weights,
+        } => invariance::invariance(&file, &compile, &batch_dim, &sizes, seeds, &weights, cpu),
         Command::Bench {
             file,
             compile,

@@ -5,6 +5,7 @@ use crate::cpu::execute;
 use crate::device;
 use crate::frontend::{compile_steps, load, options, target_for};
 use crate::inputs::{make_inputs, write_outputs};
+use crate::weights::Weights;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
 use anyhow::Result;
@@ -48,9 +49,10 @@ pub fn run(
     cpu: bool,
 ) -> Result<()> {
     let src = load(file)?;
+    let weights = Weights::from_args(in_args)?;
     let gpu = device::gpu_unless(cpu);
     let (target, _) = target_for(args, gpu.as_ref().ok());
-    let steps = compile_steps(&src, args, &options(&target))?;
+    let steps = compile_steps(&src, args, &options(&target), &weights)?;
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
         Err(why) => println!("device: CPU kernel-IR executor ({why})"),
@@ -64,7 +66,14 @@ pub fn run(
         } else {
             &step.compiled.program
         };
-        let inputs = make_inputs(p, in_args)?;
+        for (param, w) in step.weights.iter() {
+            println!(
+                "  {param} from --weights: `{}` in {}",
+                w.name,
+                w.file.display()
+            );
+        }
+        let inputs = make_inputs(p, in_args, &step.weights)?;
         if let Some(path) = &outs.save_inputs {
             let path = per_step(path, &step.name, several);
             let named: Vec<(String, &Tensor)> = p

@@ -2,56 +2,11 @@
 //! messages it prints. Each test runs the built binary on small programs in a scratch
 //! directory; none needs a GPU (without one, `run` and `invariance` use the CPU executor).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
 
-/// A fresh scratch directory for one test, removed when the test passes (kept for a look
-/// when it panics).
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn scratch(name: &str) -> Scratch {
-    let d = std::env::temp_dir().join(format!("tessel-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("scratch dir");
-    Scratch(d)
-}
-
-/// Runs `tessel ARGS` in `dir`.
-fn tessel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tessel"))
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run tessel")
-}
-
-/// stdout and stderr together.
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn write(dir: &Path, name: &str, src: &str) {
-    std::fs::write(dir.join(name), src).expect("write source");
-}
+mod common;
+use common::{scratch, tessel, text, write};
 
 #[test]
 fn fill_accepts_every_start_whose_last_value_fits_in_i32() {

@@ -66,7 +66,7 @@ use tessel_syntax::ast::{self, Func, FuncKind, Module};
 use tessel_syntax::{Diagnostic, Span};
 
 use lit::Lit;
-pub use names::suggest;
+pub use names::{edit_distance, suggest};
 use signature::output_names;
 
 /// Diagnostic codes of the checker.

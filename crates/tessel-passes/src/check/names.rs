@@ -19,6 +19,8 @@ pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
         let (name, what) = match item {
             Item::Const(c) => (&c.name, "const"),
             Item::Func(f) => (&f.name, f.kind.keyword()),
+            // The loader has followed it: the imported items are in `m.items`.
+            Item::Import(_) => continue,
         };
         if let Some(first) = items.get(name.node.as_str()) {
             diags.push(
@@ -274,7 +276,9 @@ pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
     best.map(|(_, c)| c)
 }
 
-fn edit_distance(a: &str, b: &str) -> usize {
+/// The Levenshtein distance between `a` and `b`, in `char`s: insertions, deletions and
+/// substitutions of one character each.
+pub fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
