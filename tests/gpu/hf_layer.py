@@ -67,7 +67,9 @@ eager vs sdpa: how far HF's own two paths are apart, the yardstick for tessel's
 differences): max |a - b|; rel-RMS ||a - b|| / ||b|| over all elements in float64 (b the
 second of the pair); how many bf16 values differ (NaN equals NaN, +0 equals -0) and what
 fraction; the largest distance in bf16 ulps (steps in the ordered bf16 encoding) and a
-histogram of it. Decode adds rel-RMS per sequence, prefill per block of 256 positions.
+histogram of it. Near zero that distance is large for a small error: two tiny values of
+opposite sign are as many ulps apart as there are bf16 values between them (~30000 for
++-1e-5), so read max_ulp together with the histogram and max_abs. Decode adds rel-RMS per sequence, prefill per block of 256 positions.
 Exit code of compare: 1 if a file or tensor is missing or mis-shaped, tessel has a NaN/inf
 where HF has a finite value, a cache row outside the new ones changed, or (with
 --max-rel-rms) tessel is further than that from both HF paths; else 0.

@@ -2,7 +2,7 @@
 # One model's decoder layer, tessel vs Hugging Face transformers, on the GPU (design §9, §11):
 #   0. a seeded random checkpoint of layers 0 and 1 in 3 shards (scripts/make_checkpoint.py);
 #      layer 1 is the one run, so a loader that picks the wrong layer or shard shows;
-#   1. tests/gpu/test_hf_layer.py: hf_layer.py's layer call == the HF model's forward, bit for bit;
+#   1. tests/gpu/hf_layer_selftest.py: hf_layer.py's layer call == the HF model's forward, bit for bit;
 #   2. prefill, T = 2048 at positions 0..2047;
 #   3. decode, T = 1 and 8 new tokens, batch 1 and 8, cache capacity S = 4096, seeded lengths;
 #   each of 2-3: hf_layer.py inputs -> tessel run -> hf_layer.py compare.
@@ -73,7 +73,7 @@ done
 
 step checkpoint "$PY" "$ROOT/scripts/make_checkpoint.py" "$CONFIG" "$CK" --layers 0,1 --seed "$SEED" --shards 3 \
   || { echo "run_hf_checks: no checkpoint, nothing else can run" >&2; exit 1; }
-step hf-layer-selftest "$PY" "$HERE/test_hf_layer.py" --device "$DEVICE"
+step hf-layer-selftest "$PY" "$HERE/hf_layer_selftest.py" --device "$DEVICE"
 
 case_run "prefill_T$PREFILL_T" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset 0
 for B in 1 8; do

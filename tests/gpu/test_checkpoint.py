@@ -21,7 +21,6 @@ import make_checkpoint as mc  # noqa: E402
 import safetensors_np as st  # noqa: E402
 
 try:
-    import safetensors  # noqa: F401
     from safetensors import safe_open
 except ImportError:
     safe_open = None

@@ -11,7 +11,7 @@ position offsets 0 and 7; decode with cache lengths 0, 1 and 40, T = 1 and 3 new
 attn_implementation eager and sdpa; Qwen3 (QK-norm) and Qwen2 (QKV bias); a sharded
 checkpoint. Then the two-phase CLI end to end (inputs, a fake tessel output, compare).
 
-    python3 tests/gpu/test_hf_layer.py [--device cpu|cuda]
+    python3 tests/gpu/hf_layer_selftest.py [--device cpu|cuda]
 
 Needs torch, transformers 5.x and safetensors; a GPU is optional (default: cuda if present).
 """
