@@ -248,93 +248,120 @@ def parse_names(text):
     return out
 
 
-def cmd_compare(args):
-    d = args.out
-    failures = []
-    meta = json.load(open(os.path.join(d, "meta.json")))
-    mode = meta["mode"]
-    tessel_path = args.tessel or os.path.join(d, "tessel.safetensors")
-    hf = {impl: {k: v for k, (_, v) in st.read(os.path.join(d, f"hf_{impl}.safetensors")).items()}
-          for impl in IMPLS}
-    tessel_all = st.read(tessel_path)
-    names = parse_names(args.names)
-    outputs = ["attn", "out"] + (["k_new", "v_new"] if mode == "decode" else [])
+def tessel_outputs(tessel_all, hf_ref, names, failures):
+    """tessel's attn and out as bf16 bits shaped like HF's ({name: array}); a missing,
+    non-bf16 or mis-sized tensor is recorded in failures and left out."""
     fallback = {"attn": "out0", "out": "out1"}
-    tessel = {}
+    out = {}
     for o in ("attn", "out"):
-        n = pick(tessel_all, o, fallback.get(o), names)
+        n = pick(tessel_all, o, fallback[o], names)
         if n is None:
-            failures.append(f"{tessel_path} has no `{o}` (nor {fallback[o]}); it has {sorted(tessel_all)}")
+            failures.append(f"tessel wrote no `{o}` (nor {fallback[o]}); it has {sorted(tessel_all)}")
             continue
         dtype, arr = tessel_all[n]
         if dtype != "BF16":
             failures.append(f"tessel's `{n}` is {dtype}, expected BF16")
             continue
-        want = hf["sdpa"][o].shape
+        want = hf_ref[o].shape
         if arr.shape != want:
             if arr.size != int(np.prod(want)):
                 failures.append(f"tessel's `{n}` is {list(arr.shape)}, HF's `{o}` {list(want)}")
                 continue
             print(f"note: tessel's `{n}` {list(arr.shape)} read as {list(want)}")
             arr = arr.reshape(want)
-        tessel[o] = arr
-    cache_report = {}
+        out[o] = arr
+    return out
+
+
+def tessel_new_rows(tessel_all, inputs, names, allow_missing, failures):
+    """tessel's new cache rows ({"k_new", "v_new": [B, nkv, T, d]}) and a report of the
+    updated caches: from k_cache/v_cache (whose other rows must equal the input's, bit for
+    bit) or from k_new/v_new."""
+    lens, new = inputs["len"].tolist(), inputs["x"].shape[1]
+    rows, report = {}, {}
+    for kv in ("k", "v"):
+        full = pick(tessel_all, f"{kv}_cache", None, names)
+        direct = pick(tessel_all, f"{kv}_new", None, names)
+        if full is not None:
+            try:
+                r, changed, first = cache_rows_check(tessel_all[full][1], inputs[f"{kv}_cache"], lens, new)
+            except ValueError as e:
+                failures.append(f"tessel's `{full}`: {e}")
+                continue
+            rows[f"{kv}_new"] = r
+            report[f"{kv}_cache"] = {"changed_outside_new_rows": changed, "first_changed": first}
+            if changed:
+                failures.append(f"tessel's `{full}`: {changed} elements outside rows [L_b, L_b+T) "
+                                f"changed, first at [b, h, s, j] = {first}")
+        elif direct is not None:
+            rows[f"{kv}_new"] = tessel_all[direct][1]
+        elif allow_missing:
+            print(f"note: tessel wrote neither {kv}_cache nor {kv}_new; not compared (--allow-missing-cache)")
+        else:
+            failures.append(f"tessel wrote neither `{kv}_cache` nor `{kv}_new`; it has {sorted(tessel_all)}")
+    return rows, report
+
+
+def compare_output(o, tessel, hf, blocks, failures):
+    """Statistics of one output for every pair, printed as a table; returns the JSON entry."""
+    ref = hf["sdpa"][o]
+    print(f"\n{o}  bf16{list(ref.shape)}")
+    print(TABLE_HEAD)
+    pairs = {}
+    if o in tessel:
+        if tessel[o].shape != ref.shape:
+            failures.append(f"tessel's {o} is {list(tessel[o].shape)}, HF's {list(ref.shape)}")
+        else:
+            pairs["tessel_vs_eager"] = (tessel[o], hf["eager"][o])
+            pairs["tessel_vs_sdpa"] = (tessel[o], ref)
+            bad = bad_nonfinite(tessel[o], ref)
+            if bad:
+                failures.append(f"{o}: tessel has {bad} NaN/inf values where HF's are finite")
+    pairs["eager_vs_sdpa"] = (hf["eager"][o], ref)
+    entry = {}
+    for label, (a, b) in pairs.items():
+        entry[label] = bf16_stats(a, b)
+        print(fmt_stats(label.replace("_vs_", " vs "), entry[label]))
+    kind, blocks = blocks
+    by = {label: rel_rms_by(a, b, blocks) for label, (a, b) in pairs.items()}
+    entry[f"rel_rms_by_{kind}"] = by
+    if len(blocks) > 1:
+        for label, vals in by.items():
+            print(f"  rel_rms by {kind} ({label.replace('_vs_', ' vs ')}): "
+                  + " ".join(f"{k}={v:.2e}" for k, v in vals.items()))
+    return entry
+
+
+def cmd_compare(args):
+    d = args.out
+    tessel_path = args.tessel or os.path.join(d, "tessel.safetensors")
+    for path in (os.path.join(d, "meta.json"), tessel_path):
+        if not os.path.exists(path):
+            print(f"compare: {path} does not exist")
+            return 1
+    with open(os.path.join(d, "meta.json")) as f:
+        meta = json.load(f)
+    mode = meta["mode"]
+    hf = {impl: {k: v for k, (_, v) in st.read(os.path.join(d, f"hf_{impl}.safetensors")).items()}
+          for impl in IMPLS}
+    tessel_all = st.read(tessel_path)
+    failures = []
+    tessel = tessel_outputs(tessel_all, hf["sdpa"], args.names, failures)
+    outputs, cache_report = ["attn", "out"], {}
     if mode == "decode":
         inputs = {k: v for k, (_, v) in st.read(os.path.join(d, "inputs.safetensors")).items()}
-        lens, new = inputs["len"].tolist(), inputs["x"].shape[1]
-        for kv in ("k", "v"):
-            full, rows = pick(tessel_all, f"{kv}_cache", None, names), pick(tessel_all, f"{kv}_new", None, names)
-            if full is not None:
-                try:
-                    r, changed, first = cache_rows_check(tessel_all[full][1], inputs[f"{kv}_cache"], lens, new)
-                except ValueError as e:
-                    failures.append(f"tessel's `{full}`: {e}")
-                    continue
-                tessel[f"{kv}_new"] = r
-                cache_report[f"{kv}_cache"] = {"changed_outside_new_rows": changed, "first_changed": first}
-                if changed:
-                    failures.append(f"tessel's `{full}`: {changed} elements outside rows [L_b, L_b+T) "
-                                    f"changed, first at [b, h, s, j] = {first}")
-            elif rows is not None:
-                tessel[f"{kv}_new"] = tessel_all[rows][1]
-            elif args.allow_missing_cache:
-                print(f"note: tessel wrote neither {kv}_cache nor {kv}_new; not compared (--allow-missing-cache)")
-            else:
-                failures.append(f"tessel wrote neither `{kv}_cache` nor `{kv}_new`; it has {sorted(tessel_all)}")
-
+        rows, cache_report = tessel_new_rows(tessel_all, inputs, args.names, args.allow_missing_cache, failures)
+        tessel.update(rows)
+        outputs += ["k_new", "v_new"]
+        blocks = ("sequence", [(f"b{b}_L{L}", slice(b, b + 1)) for b, L in enumerate(meta["lens"])])
+    else:
+        n = hf["sdpa"]["out"].shape[0]
+        blocks = ("block", [(f"t{s}-{min(s + PREFILL_BLOCK, n) - 1}", slice(s, s + PREFILL_BLOCK))
+                            for s in range(0, n, PREFILL_BLOCK)])
     report = {"dir": d, "tessel": tessel_path, "meta": meta, "outputs": {}, "cache": cache_report,
               "failures": failures}
     for o in outputs:
-        ref = hf["sdpa"][o]
-        print(f"\n{o}  bf16{list(ref.shape)}")
-        print(TABLE_HEAD)
-        pairs = {}
-        if o in tessel:
-            if tessel[o].shape != ref.shape:
-                failures.append(f"tessel's {o} is {list(tessel[o].shape)}, HF's {list(ref.shape)}")
-            else:
-                pairs["tessel_vs_eager"] = (tessel[o], hf["eager"][o])
-                pairs["tessel_vs_sdpa"] = (tessel[o], ref)
-                bad = bad_nonfinite(tessel[o], ref)
-                if bad:
-                    failures.append(f"{o}: tessel has {bad} NaN/inf values where HF's are finite")
-        pairs["eager_vs_sdpa"] = (hf["eager"][o], ref)
-        entry = {}
-        for label, (a, b) in pairs.items():
-            entry[label] = bf16_stats(a, b)
-            print(fmt_stats(label.replace("_vs_", " vs "), entry[label]))
-        if mode == "decode":
-            blocks = [(f"b{b}_L{L}", slice(b, b + 1)) for b, L in enumerate(meta["lens"])]
-        else:
-            n = ref.shape[0]
-            blocks = [(f"t{s}-{min(s + PREFILL_BLOCK, n) - 1}", slice(s, s + PREFILL_BLOCK))
-                      for s in range(0, n, PREFILL_BLOCK)]
-        by = {label: rel_rms_by(a, b, blocks) for label, (a, b) in pairs.items()}
-        entry["rel_rms_by_" + ("sequence" if mode == "decode" else "block")] = by
-        if len(blocks) > 1:
-            for label, vals in by.items():
-                print(f"  rel_rms by {'sequence' if mode == 'decode' else 'block'} "
-                      f"({label.replace('_vs_', ' vs ')}): " + " ".join(f"{k}={v:.2e}" for k, v in vals.items()))
+        entry = compare_output(o, tessel, hf, blocks, failures)
         if args.max_rel_rms is not None and "tessel_vs_sdpa" in entry:
             best = min(entry["tessel_vs_eager"]["rel_rms"], entry["tessel_vs_sdpa"]["rel_rms"])
             if best > args.max_rel_rms:
@@ -591,7 +618,8 @@ def main(argv=None):
     c.add_argument("--out", required=True, help="the directory `inputs` wrote")
     c.add_argument("--tessel", help="tessel's outputs (default OUT/tessel.safetensors)")
     c.add_argument("--json", help="summary (default OUT/compare.json)")
-    c.add_argument("--names", help="tessel's tensor names, e.g. attn=out0,out=out1,k_cache=kc")
+    c.add_argument("--names", type=parse_names, default={},
+                   help="tessel's tensor names, e.g. attn=out0,out=out1,k_cache=kc")
     c.add_argument("--max-rel-rms", type=float, help="fail if tessel is further than this from both HF paths")
     c.add_argument("--allow-missing-cache", action="store_true",
                    help="decode: do not fail when tessel wrote no cache")

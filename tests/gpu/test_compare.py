@@ -144,6 +144,11 @@ def test_cache_rows_check():
 def test_parse_names():
     assert hl.parse_names("attn=out0, out=out1") == {"attn": "out0", "out": "out1"}
     assert hl.parse_names(None) == {}
+    try:
+        hl.parse_names("attn")
+    except Exception:  # noqa: BLE001 -- argparse's ArgumentTypeError
+        return
+    raise AssertionError("a name without = must raise")
 
 
 # ----------------------------------------------------------------------------------------
@@ -277,6 +282,16 @@ def test_compare_reshape_and_names_override():
         make_dir(d, "prefill", lambda h, i: [("a", "BF16", h["attn"].reshape(-1)), ("o", "BF16", h["out"])])
         rc, _, text = run_compare(d, "--names", "attn=a,out=o")
         assert rc == 0 and "read as" in text, text
+
+
+def test_compare_missing_tessel_file():
+    with tempfile.TemporaryDirectory() as d:
+        make_dir(d, "prefill", lambda h, i: [("attn", "BF16", h["attn"]), ("out", "BF16", h["out"])])
+        os.remove(os.path.join(d, "tessel.safetensors"))
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert hl.main(["compare", "--out", d]) == 1
+        assert "does not exist" in buf.getvalue()
 
 
 def test_compare_max_rel_rms_gate():
