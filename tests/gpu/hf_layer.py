@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""tessel's whole decoder layer against Hugging Face transformers' own layer, on the same
-weights and inputs.
+"""A whole Qwen decoder layer, tessel against Hugging Face transformers, on the same inputs.
 
 Two phases, so that the tessel binary runs between them:
 
@@ -535,7 +534,11 @@ def environment(device):
 
 
 def cmd_inputs(args):
-    import torch
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as e:
+        raise SystemExit(f"hf_layer.py inputs needs torch and transformers 5.x ({e}); compare needs only numpy")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("no CUDA device: run on the GPU machine, or pass --device cpu to check the plumbing")
     config_path = args.config or os.path.join(args.checkpoint, "config.json")
