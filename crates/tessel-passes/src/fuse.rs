@@ -318,7 +318,19 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
                 }
             }
             Op::Reduce { arg, .. } => {
-                let own_row = idx == row_index(Ix::Zero) && g.ty(*arg).shape == rows;
+                // A row dim of size 1 has one index: reaching it as the row's own index or
+                // as a broadcast's 0 is the same row (at T = 1 a [1, 1] -> [1, D] broadcast
+                // pins the row to 0; the group must not change with T).
+                let one = |i: Vec<Ix>| -> Vec<Ix> {
+                    i.into_iter()
+                        .map(|x| match x {
+                            Ix::Row(r) if rows.0[r as usize] == 1 => Ix::Zero,
+                            x => x,
+                        })
+                        .collect()
+                };
+                let own_row =
+                    one(idx.clone()) == one(row_index(Ix::Zero)) && g.ty(*arg).shape == rows;
                 if !own_row {
                     bad.push(x);
                 } else {
