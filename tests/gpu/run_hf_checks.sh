@@ -11,7 +11,8 @@
 #   MODEL: qwen3_14b (default), qwen2_5_14b or qwen3_32b (examples/MODEL/{layer.tsl,config.json}).
 #   Environment: TESSEL_ARGS (extra `tessel run` arguments, e.g. "--profile fast"), SEED (1),
 #   LAYER (1), CAPACITY (4096), PREFILL_T (2048), LENS_B8 (the batch-8 lengths), TSL and CONFIG (other files than the model's),
-#   DEVICE (cuda; cpu only checks the plumbing), PYTHON (python3).
+#   DEVICE (cuda; cpu only checks the plumbing), PYTHON (python3), CASES ("prefill decode":
+#   which of 2-3 run; the layers have no decode step yet).
 # Writes OUT/<step>.log per step, OUT/<case>/ (inputs, HF's and tessel's outputs, compare.json)
 # and OUT/summary.txt; exits non-zero, naming the failed steps, if any command failed.
 set -uo pipefail
@@ -76,8 +77,10 @@ step checkpoint "$PY" "$ROOT/scripts/make_checkpoint.py" "$CONFIG" "$CK" --layer
   || { echo "run_hf_checks: no checkpoint, nothing else can run" >&2; exit 1; }
 step hf-layer-selftest "$PY" "$HERE/hf_layer_selftest.py" --device "$DEVICE"
 
-case_run "prefill_T$PREFILL_T" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset 0
+CASES=${CASES:-prefill decode}
+[[ " $CASES " == *" prefill "* ]] && case_run "prefill_T$PREFILL_T" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset 0
 for N in 1 8; do
+  [[ " $CASES " == *" decode "* ]] || break
   # batch 1: a seeded length; batch 8: the edges (empty, one row, around tile sizes, full).
   case_run "decode_B1_T${N}" decode "$(decode_dims 1 "$N" "$S")" \
     --mode decode --batch 1 --T "$N" --capacity "$S"
