@@ -372,6 +372,27 @@ fn semantics() {
             vec![a46.clone()],
             vec![(f32t(&[6, 4]), table(24, |x| (2 * (10 * (x % 4) + x / 4)) as f64))],
         ),
+        // `-inf` written as such: masked elements get nothing, a fully masked row is 0.
+        case(
+            "step s(a: bf16[T, 3]) -> bf16[T, 3] { softmax(where(a > 0.0, a, -inf), axis: -1) }",
+            vec![[
+                [-1.0, -2.0, -3.0],
+                [-1.0, 2.0, -3.0],
+                [1.0, -2.0, 1.0],
+                [-0.5, -0.25, 0.0],
+            ]
+            .concat()],
+            vec![(
+                bf16(&[4, 3]),
+                [
+                    [0.0, 0.0, 0.0],
+                    [0.0, 1.0, 0.0],
+                    [0.5, 0.0, 0.5],
+                    [0.0, 0.0, 0.0],
+                ]
+                .concat(),
+            )],
+        ),
         // Equal logits share evenly whatever their size; -inf gets nothing.
         Case {
             rounded: true,
@@ -857,4 +878,67 @@ fn a_const_binds_a_step_dim_of_its_name() {
     );
     d.insert("H".into(), 2);
     assert!(check::run(&m, "s", &d).is_ok());
+}
+
+#[test]
+fn inf_is_a_float_literal_that_takes_its_dtype() {
+    let consts = |g: &Graph| -> Vec<(f64, DType)> {
+        g.ops
+            .iter()
+            .filter_map(|(v, op)| match op {
+                Op::Const { value } => Some((*value, g.ty(v).dtype)),
+                _ => None,
+            })
+            .collect()
+    };
+    let ninf = f64::NEG_INFINITY;
+    // Beside bf16 scores, -inf is a bf16 constant (no f32 constant, no cast).
+    for (dt, d) in [
+        ("bf16", DType::Bf16),
+        ("f16", DType::F16),
+        ("f32", DType::F32),
+    ] {
+        let src = format!(
+            "step s(a: {dt}[T, 3]) -> {dt}[T, 3] {{ softmax(where(a > 0.0, a, -inf), axis: -1) }}"
+        );
+        let g = build(&src, "s", 2);
+        assert!(consts(&g).contains(&(ninf, d)), "{dt}: {:?}", consts(&g));
+        assert_eq!(count(&g, |op| matches!(op, Op::Cast { .. })), 0, "{dt}");
+    }
+    // Alone it is f32, as any float literal; consts and folding take it like one.
+    let g = build(
+        "const NEG = -inf; step s() -> (f32, f32, f32) { (NEG, inf, -inf * 2.0) }",
+        "s",
+        2,
+    );
+    assert_eq!(
+        consts(&g),
+        [
+            (ninf, DType::F32),
+            (f64::INFINITY, DType::F32),
+            (ninf, DType::F32)
+        ]
+    );
+    // With an integer tensor it promotes to f32, as `0.5` does.
+    let g = build("step s(a: i32[T]) -> f32[T] { a + inf }", "s", 2);
+    assert_eq!(out_types(&g), [f32t(&[2])]);
+    // A let, parameter or const of that name shadows it.
+    let g = build(
+        "step s(a: f32[T]) -> f32[T] { let inf = 2.0; a * inf }",
+        "s",
+        2,
+    );
+    assert_eq!(consts(&g), [(2.0, DType::F32)]);
+    let g = build("const inf = 3.0; step s() -> f32 { inf }", "s", 2);
+    assert_eq!(consts(&g), [(3.0, DType::F32)]);
+    // Where an integer is needed it is an error, and a near miss is answered with it.
+    let src = "step s() -> i32[4] { iota(inf) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, check::codes::INTEGER_REQUIRED, "{ds:?}");
+    assert!(ds[0].message.contains("float constant inf"), "{ds:?}");
+    let src = "step s(a: f32[T]) -> f32[T] { where(a > 0.0, a, -Inf) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, check::codes::UNKNOWN_NAME);
+    let text = ds[0].render("s.tsl", src, false);
+    assert!(text.contains("did you mean `inf`?"), "{text}");
 }
