@@ -372,6 +372,44 @@ fn semantics() {
             vec![a46.clone()],
             vec![(f32t(&[6, 4]), table(24, |x| (2 * (10 * (x % 4) + x / 4)) as f64))],
         ),
+        // causal(t, s): [i, j] = j <= i + s - t, the last query sees every key; an offset
+        // moves the diagonal; with more queries than keys the first ones see none.
+        case(
+            "step s() -> (bool[3, 5], bool[4, 4], bool[5, 3], bool[3, 5], bool[2, 3]) {
+                 (causal(3, 5), causal(4, 4), causal(5, 3), causal(3, 5, offset: -1),
+                  causal(2, 3, offset: 100)) }",
+            vec![],
+            vec![
+                (
+                    TensorType::new(DType::Bool, vec![3, 5]),
+                    vec![
+                        1.0, 1.0, 1.0, 0.0, 0.0, //
+                        1.0, 1.0, 1.0, 1.0, 0.0, //
+                        1.0, 1.0, 1.0, 1.0, 1.0,
+                    ],
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![4, 4]),
+                    table(16, |x| (x % 4 <= x / 4) as u8 as f64),
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![5, 3]),
+                    table(15, |x| (x % 3 + 2 <= x / 3) as u8 as f64),
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![3, 5]),
+                    table(15, |x| (x % 5 < x / 5) as u8 as f64),
+                ),
+                (TensorType::new(DType::Bool, vec![2, 3]), vec![1.0; 6]),
+            ],
+        ),
+        // Inside a fn, on the fn's dims; the mask counted as i32.
+        case(
+            "fn keys_seen(x: f32[Q, K]) -> i32[Q] { sum(i32(causal(Q, K)), axis: -1) }
+             step s(a: f32[T, 6]) -> i32[T] { keys_seen(a) }",
+            vec![vec![0.0; 24]],
+            vec![(i32t(&[4]), vec![3.0, 4.0, 5.0, 6.0])],
+        ),
         // `-inf` written as such: masked elements get nothing, a fully masked row is 0.
         case(
             "step s(a: bf16[T, 3]) -> bf16[T, 3] { softmax(where(a > 0.0, a, -inf), axis: -1) }",
@@ -621,6 +659,9 @@ fn mutations_never_panic() {
         "iota",
         "pow",
         "softmax",
+        "causal",
+        "offset",
+        "inf",
         "rms_norm",
         "rope",
         "permute",
@@ -941,4 +982,56 @@ fn inf_is_a_float_literal_that_takes_its_dtype() {
     assert_eq!(ds[0].code, check::codes::UNKNOWN_NAME);
     let text = ds[0].render("s.tsl", src, false);
     assert!(text.contains("did you mean `inf`?"), "{text}");
+}
+
+#[test]
+fn causal_takes_compile_time_counts() {
+    use check::codes;
+    // Tensors, a zero or negative count, a float, a count past i32 and an unknown named
+    // argument: each argument is diagnosed at its own span.
+    let src = "step s(q: f32[T, 4], k: f32[T, 4]) -> bool[T, T] { causal(q, k) }";
+    let ds = errors(src);
+    assert_eq!(ds.len(), 2, "{ds:?}");
+    assert!(ds.iter().all(|d| d.code == codes::NOT_CONSTANT), "{ds:?}");
+    assert_eq!((primary(src, &ds[0]), primary(src, &ds[1])), ("q", "k"));
+    let text = ds[0].render("s.tsl", src, false);
+    assert!(text.contains("write `causal(T, S)`"), "{text}");
+
+    let src = "step s() -> bool[2, 2] { causal(0, -2, offset: 1.5) }";
+    let ds = errors(src);
+    let got: Vec<(&str, &str)> = ds.iter().map(|d| (d.code, primary(src, d))).collect();
+    assert_eq!(
+        got,
+        [
+            (codes::BAD_DIM, "0"),
+            (codes::BAD_DIM, "-2"),
+            (codes::INTEGER_REQUIRED, "1.5")
+        ]
+    );
+    assert!(ds[0].message.contains("at least one query"), "{ds:?}");
+    assert!(ds[1].message.contains("at least one key"), "{ds:?}");
+
+    let src = "step s() -> bool[1, 2147483649] { causal(1, 2147483649) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, codes::LITERAL_RANGE, "{ds:?}");
+    assert_eq!(primary(src, &ds[0]), "2147483649");
+
+    let src = "step s() -> bool[T, T] { causal(T, T, diagonal: 1) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, codes::UNKNOWN_NAMED_ARG, "{ds:?}");
+
+    // A negative offset is allowed (j <= i - 1: the diagonal masked too), and offsets far
+    // outside -t ..= s - 1 give the all-false and all-true masks without wrapping i32.
+    for (offset, ones) in [
+        ("-1", 6),
+        ("-9223372036854775807", 0),
+        ("9223372036854775807", 16),
+    ] {
+        let src = format!(
+            "step s() -> i32 {{ sum(sum(i32(causal(4, 4, offset: {offset})), axis: 1), axis: 0) }}"
+        );
+        let g = build(&src, "s", 4);
+        let out = tessel_ref::eval_reference(&g, &[], &tessel_ref::Model::default()).unwrap();
+        assert_eq!(out[0].data[0].r, ones as f64, "offset {offset}");
+    }
 }

@@ -776,3 +776,57 @@ fn softmax_of_a_fully_masked_row_is_zero() {
         assert!(o.status.success() && t.contains(": PASS"), "{dt}: {t}");
     }
 }
+
+#[test]
+fn causal_masks_hold_the_documented_values() {
+    // docs/language.md, "Builtins": causal(t, s, offset: p)[i, j] = j <= i + p, with
+    // p = s - t by default (the last query sees every key).
+    let d = scratch("causal");
+    write(
+        &d,
+        "c.tsl",
+        "step masks(q: f32[T, 2], k: f32[S, 2]) -> (i32[4, 6], i32, bool, bool, i32[T]) {\n\
+         \x20   let m = i32(causal(4, 6));\n\
+         \x20   (m, sum(sum(m, axis: 1), axis: 0), causal(4, 6)[0, 2], causal(4, 6)[0, 3],\n\
+         \x20    sum(i32(causal(T, S, offset: 0)), axis: -1))\n\
+         }\n",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "c.tsl",
+            "--cpu",
+            "--dim",
+            "T=5",
+            "--dim",
+            "S=3",
+            "-o",
+            "c.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let bytes = std::fs::read(d.join("c.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let ints = |n: &str| -> Vec<i32> {
+        st.tensor(n)
+            .unwrap()
+            .data()
+            .chunks(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let byte = |n: &str| st.tensor(n).unwrap().data()[0];
+    #[rustfmt::skip]
+    let want = [
+        1, 1, 1, 0, 0, 0,
+        1, 1, 1, 1, 0, 0,
+        1, 1, 1, 1, 1, 0,
+        1, 1, 1, 1, 1, 1,
+    ];
+    assert_eq!(ints("out0"), want);
+    assert_eq!(ints("out1"), [18]);
+    assert_eq!((byte("out2"), byte("out3")), (1, 0));
+    // offset 0 with 5 queries and 3 keys: query i sees min(i + 1, 3) keys.
+    assert_eq!(ints("out4"), [1, 2, 3, 3, 3]);
+}

@@ -190,6 +190,7 @@ pub(crate) const BUILTINS: &[&str] = &[
     "softmax",
     "where",
     "iota",
+    "causal",
     "concat",
     "split",
     "reshape",
