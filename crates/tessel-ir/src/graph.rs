@@ -139,7 +139,10 @@ pub enum Op {
         axis: u32,
     },
     /// Composite: `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (float dtypes; the
-    /// arithmetic in f32). `decompose` rewrites it into reductions and elementwise ops.
+    /// arithmetic in f32), except that a row whose max is -inf (every element -inf: a fully
+    /// masked row) is 0 everywhere, flash-attention's convention (design §12); NaN and +inf
+    /// elements keep IEEE arithmetic (the row is NaN). `decompose` rewrites it into
+    /// reductions and elementwise ops.
     Softmax {
         arg: Value,
         axis: u32,

@@ -3,7 +3,9 @@
 //! Before: a graph from `check` (any [`Op`]). After:
 //! - no [`ReduceOp::Mean`]: `mean(x)` is `sum(x) / n`, both in f32 (bf16/f16 operands are cast
 //!   to f32 first and the quotient is cast back, so the row is rounded once);
-//! - no [`Op::Softmax`]: `e = exp(x - max(x)); e / sum(e)` in f32 along the axis;
+//! - no [`Op::Softmax`]: `m = max(x); e = exp(x - m); where(m == -inf, 0, e / sum(e))` in
+//!   f32 along the axis (the select makes a fully masked row 0 rather than 0/0 = NaN; it
+//!   passes every row with a finite or NaN max through unchanged);
 //! - every [`Op::Reduce`] runs over the last axis (another axis is permuted last first);
 //! - reductions of bf16/f16 operands accumulate in f32 explicitly (cast, reduce, cast back);
 //! - a step output that is a step input gets an identity [`Op::Cast`], so every output is
@@ -215,9 +217,33 @@ impl Rewriter {
                 lhs: e,
                 rhs: sb,
             },
+            fty.clone(),
+        );
+        // A fully masked row (every element -inf, so its max is -inf) gives 0, not
+        // exp(-inf - -inf) / sum = NaN: flash-attention's convention (design §12). The test
+        // is on the row's max, once per row in a row-reduction kernel; the select is one per
+        // element and passes every other row's quotient through bit for bit. A row holding
+        // NaN or +inf has a NaN or +inf max and stays NaN, as IEEE arithmetic gives.
+        let ninf = self.scalar_const(f64::NEG_INFINITY, m);
+        let empty = self.emit(
+            Op::Binary {
+                op: BinaryOp::Eq,
+                lhs: m,
+                rhs: ninf,
+            },
+            self.with_dtype(m, DType::Bool),
+        );
+        let empty = self.broadcast_to(empty, q);
+        let zero = self.scalar_const(0.0, q);
+        let r = self.emit(
+            Op::Select {
+                cond: empty,
+                on_true: zero,
+                on_false: q,
+            },
             fty,
         );
-        self.cast(q, ty.dtype)
+        self.cast(r, ty.dtype)
     }
 }
 

@@ -372,6 +372,65 @@ fn semantics() {
             vec![a46.clone()],
             vec![(f32t(&[6, 4]), table(24, |x| (2 * (10 * (x % 4) + x / 4)) as f64))],
         ),
+        // causal(t, s): [i, j] = j <= i + s - t, the last query sees every key; an offset
+        // moves the diagonal; with more queries than keys the first ones see none.
+        case(
+            "step s() -> (bool[3, 5], bool[4, 4], bool[5, 3], bool[3, 5], bool[2, 3]) {
+                 (causal(3, 5), causal(4, 4), causal(5, 3), causal(3, 5, offset: -1),
+                  causal(2, 3, offset: 100)) }",
+            vec![],
+            vec![
+                (
+                    TensorType::new(DType::Bool, vec![3, 5]),
+                    vec![
+                        1.0, 1.0, 1.0, 0.0, 0.0, //
+                        1.0, 1.0, 1.0, 1.0, 0.0, //
+                        1.0, 1.0, 1.0, 1.0, 1.0,
+                    ],
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![4, 4]),
+                    table(16, |x| (x % 4 <= x / 4) as u8 as f64),
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![5, 3]),
+                    table(15, |x| (x % 3 + 2 <= x / 3) as u8 as f64),
+                ),
+                (
+                    TensorType::new(DType::Bool, vec![3, 5]),
+                    table(15, |x| (x % 5 < x / 5) as u8 as f64),
+                ),
+                (TensorType::new(DType::Bool, vec![2, 3]), vec![1.0; 6]),
+            ],
+        ),
+        // Inside a fn, on the fn's dims; the mask counted as i32.
+        case(
+            "fn keys_seen(x: f32[Q, K]) -> i32[Q] { sum(i32(causal(Q, K)), axis: -1) }
+             step s(a: f32[T, 6]) -> i32[T] { keys_seen(a) }",
+            vec![vec![0.0; 24]],
+            vec![(i32t(&[4]), vec![3.0, 4.0, 5.0, 6.0])],
+        ),
+        // `-inf` written as such: masked elements get nothing, a fully masked row is 0.
+        case(
+            "step s(a: bf16[T, 3]) -> bf16[T, 3] { softmax(where(a > 0.0, a, -inf), axis: -1) }",
+            vec![[
+                [-1.0, -2.0, -3.0],
+                [-1.0, 2.0, -3.0],
+                [1.0, -2.0, 1.0],
+                [-0.5, -0.25, 0.0],
+            ]
+            .concat()],
+            vec![(
+                bf16(&[4, 3]),
+                [
+                    [0.0, 0.0, 0.0],
+                    [0.0, 1.0, 0.0],
+                    [0.5, 0.0, 0.5],
+                    [0.0, 0.0, 0.0],
+                ]
+                .concat(),
+            )],
+        ),
         // Equal logits share evenly whatever their size; -inf gets nothing.
         Case {
             rounded: true,
@@ -600,6 +659,9 @@ fn mutations_never_panic() {
         "iota",
         "pow",
         "softmax",
+        "causal",
+        "offset",
+        "inf",
         "rms_norm",
         "rope",
         "permute",
@@ -857,4 +919,119 @@ fn a_const_binds_a_step_dim_of_its_name() {
     );
     d.insert("H".into(), 2);
     assert!(check::run(&m, "s", &d).is_ok());
+}
+
+#[test]
+fn inf_is_a_float_literal_that_takes_its_dtype() {
+    let consts = |g: &Graph| -> Vec<(f64, DType)> {
+        g.ops
+            .iter()
+            .filter_map(|(v, op)| match op {
+                Op::Const { value } => Some((*value, g.ty(v).dtype)),
+                _ => None,
+            })
+            .collect()
+    };
+    let ninf = f64::NEG_INFINITY;
+    // Beside bf16 scores, -inf is a bf16 constant (no f32 constant, no cast).
+    for (dt, d) in [
+        ("bf16", DType::Bf16),
+        ("f16", DType::F16),
+        ("f32", DType::F32),
+    ] {
+        let src = format!(
+            "step s(a: {dt}[T, 3]) -> {dt}[T, 3] {{ softmax(where(a > 0.0, a, -inf), axis: -1) }}"
+        );
+        let g = build(&src, "s", 2);
+        assert!(consts(&g).contains(&(ninf, d)), "{dt}: {:?}", consts(&g));
+        assert_eq!(count(&g, |op| matches!(op, Op::Cast { .. })), 0, "{dt}");
+    }
+    // Alone it is f32, as any float literal; consts and folding take it like one.
+    let g = build(
+        "const NEG = -inf; step s() -> (f32, f32, f32) { (NEG, inf, -inf * 2.0) }",
+        "s",
+        2,
+    );
+    assert_eq!(
+        consts(&g),
+        [
+            (ninf, DType::F32),
+            (f64::INFINITY, DType::F32),
+            (ninf, DType::F32)
+        ]
+    );
+    // With an integer tensor it promotes to f32, as `0.5` does.
+    let g = build("step s(a: i32[T]) -> f32[T] { a + inf }", "s", 2);
+    assert_eq!(out_types(&g), [f32t(&[2])]);
+    // A let, parameter or const of that name shadows it.
+    let g = build(
+        "step s(a: f32[T]) -> f32[T] { let inf = 2.0; a * inf }",
+        "s",
+        2,
+    );
+    assert_eq!(consts(&g), [(2.0, DType::F32)]);
+    let g = build("const inf = 3.0; step s() -> f32 { inf }", "s", 2);
+    assert_eq!(consts(&g), [(3.0, DType::F32)]);
+    // Where an integer is needed it is an error, and a near miss is answered with it.
+    let src = "step s() -> i32[4] { iota(inf) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, check::codes::INTEGER_REQUIRED, "{ds:?}");
+    assert!(ds[0].message.contains("float constant inf"), "{ds:?}");
+    let src = "step s(a: f32[T]) -> f32[T] { where(a > 0.0, a, -Inf) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, check::codes::UNKNOWN_NAME);
+    let text = ds[0].render("s.tsl", src, false);
+    assert!(text.contains("did you mean `inf`?"), "{text}");
+}
+
+#[test]
+fn causal_takes_compile_time_counts() {
+    use check::codes;
+    // Tensors, a zero or negative count, a float, a count past i32 and an unknown named
+    // argument: each argument is diagnosed at its own span.
+    let src = "step s(q: f32[T, 4], k: f32[T, 4]) -> bool[T, T] { causal(q, k) }";
+    let ds = errors(src);
+    assert_eq!(ds.len(), 2, "{ds:?}");
+    assert!(ds.iter().all(|d| d.code == codes::NOT_CONSTANT), "{ds:?}");
+    assert_eq!((primary(src, &ds[0]), primary(src, &ds[1])), ("q", "k"));
+    let text = ds[0].render("s.tsl", src, false);
+    assert!(text.contains("write `causal(T, S)`"), "{text}");
+
+    let src = "step s() -> bool[2, 2] { causal(0, -2, offset: 1.5) }";
+    let ds = errors(src);
+    let got: Vec<(&str, &str)> = ds.iter().map(|d| (d.code, primary(src, d))).collect();
+    assert_eq!(
+        got,
+        [
+            (codes::BAD_DIM, "0"),
+            (codes::BAD_DIM, "-2"),
+            (codes::INTEGER_REQUIRED, "1.5")
+        ]
+    );
+    assert!(ds[0].message.contains("at least one query"), "{ds:?}");
+    assert!(ds[1].message.contains("at least one key"), "{ds:?}");
+
+    let src = "step s() -> bool[1, 2147483649] { causal(1, 2147483649) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, codes::LITERAL_RANGE, "{ds:?}");
+    assert_eq!(primary(src, &ds[0]), "2147483649");
+
+    let src = "step s() -> bool[T, T] { causal(T, T, diagonal: 1) }";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, codes::UNKNOWN_NAMED_ARG, "{ds:?}");
+
+    // A negative offset is allowed (j <= i - 1: the diagonal masked too), and offsets far
+    // outside -t ..= s - 1 give the all-false and all-true masks without wrapping i32.
+    for (offset, ones) in [
+        ("-1", 6),
+        ("-9223372036854775807", 0),
+        ("9223372036854775807", 16),
+    ] {
+        let src = format!(
+            "step s() -> i32 {{ sum(sum(i32(causal(4, 4, offset: {offset})), axis: 1), axis: 0) }}"
+        );
+        let g = build(&src, "s", 4);
+        let out = tessel_ref::eval_reference(&g, &[], &tessel_ref::Model::default()).unwrap();
+        assert_eq!(out[0].data[0].r, ones as f64, "offset {offset}");
+    }
 }

@@ -19,7 +19,8 @@
 //!   the step's path); `sigmoid` and `silu` are written in the overflow-free form;
 //! - reductions: `sum` is a compensated (Neumaier) f64 sum, `mean` that sum over the
 //!   length, `max`/`min` propagate NaN and order `-0 < +0`, as the kernels do; `softmax` is
-//!   `exp(x - max) / sum(exp(x - max))` in f64.
+//!   `exp(x - max) / sum(exp(x - max))` in f64, and 0 on a row whose max is -inf (every
+//!   element -inf: a fully masked row, flash-attention's convention, design §12).
 //!
 //! Values are freed after their last use, so peak memory is the live set, not the graph.
 
@@ -270,6 +271,10 @@ fn eval_op(
                 for k in 0..inner {
                     let at = |r: usize| (o * len + r) * inner + k;
                     let m = reduce(ReduceOp::Max, (0..len).map(|r| a[at(r)]));
+                    if m == f64::NEG_INFINITY {
+                        // A fully masked row: 0 (already in `out`), not 0/0.
+                        continue;
+                    }
                     let s = reduce(ReduceOp::Sum, (0..len).map(|r| (a[at(r)] - m).exp()));
                     for r in 0..len {
                         out[at(r)] = (a[at(r)] - m).exp() / s;

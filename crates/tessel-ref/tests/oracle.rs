@@ -385,3 +385,74 @@ fn bad_inputs_are_errors() {
         Err(OracleError::BadInputs(_))
     ));
 }
+
+/// Softmax of a fully masked row (every element -inf) is 0 in the oracle and, as a point
+/// bound, in the dtype-following reference (flash-attention's convention, design §12);
+/// rows with a finite element are as before, -inf elements giving exactly 0; NaN and +inf
+/// keep IEEE arithmetic (NaN). Rows of length 3 and of length 1, in f32 and bf16.
+#[test]
+fn softmax_of_a_fully_masked_row_is_zero() {
+    use tessel_ref::{eval_reference, Model};
+    let ninf = f32::NEG_INFINITY;
+    for dt in [DType::F32, DType::Bf16] {
+        let mut g = Graph::new("masked");
+        let x = input(&mut g, "x", ty(dt, &[5, 3]));
+        let sm = g.push(Op::Softmax { arg: x, axis: 1 }, ty(dt, &[5, 3]));
+        g.outputs.push(("p".into(), sm));
+        let xv = [
+            ninf,
+            ninf,
+            ninf, // fully masked
+            ninf,
+            2.0,
+            ninf, // all but one masked: [0, 1, 0]
+            1.0,
+            ninf,
+            1.0, // [0.5, 0, 0.5]
+            ninf,
+            f32::INFINITY,
+            ninf, // +inf: NaN
+            ninf,
+            f32::NAN,
+            ninf, // NaN: NaN
+        ];
+        let inputs = [Tensor::from_f32(dt, vec![5, 3], &xv)];
+        let o = &eval_graph(&g, &inputs).unwrap()[0].data;
+        let r = &eval_reference(&g, &inputs, &Model::default()).unwrap()[0].data;
+        for k in 0..3 {
+            assert_eq!(o[k].to_bits(), 0f64.to_bits(), "{dt} oracle [0, {k}]");
+            assert_eq!(
+                r[k],
+                tessel_ref::Bound::point(0.0),
+                "{dt} reference [0, {k}]"
+            );
+        }
+        let want = [0.0, 1.0, 0.0, 0.5, 0.0, 0.5];
+        for (k, w) in want.iter().enumerate() {
+            assert_eq!(o[3 + k], *w, "{dt} oracle [{}, {}]", 1 + k / 3, k % 3);
+            // Exact in every dtype: the bound is the point itself.
+            assert_eq!(r[3 + k].r, *w);
+            assert!(r[3 + k].allows(*w) && !r[3 + k].allows(f64::NAN));
+            assert!(!r[3 + k].allows(w + 1e-3) && !r[3 + k].allows(w - 1e-3));
+        }
+        for k in 9..15 {
+            assert!(o[k].is_nan(), "{dt} oracle element {k}");
+            assert!(
+                r[k].r.is_nan() && r[k].allows(f64::NAN),
+                "{dt} reference {k}"
+            );
+        }
+
+        // A row of length 1: -inf gives 0, a finite value 1.
+        let mut g = Graph::new("masked1");
+        let x = input(&mut g, "x", ty(dt, &[2, 1]));
+        let sm = g.push(Op::Softmax { arg: x, axis: 1 }, ty(dt, &[2, 1]));
+        g.outputs.push(("p".into(), sm));
+        let inputs = [Tensor::from_f32(dt, vec![2, 1], &[ninf, -3.0])];
+        assert_eq!(eval_graph(&g, &inputs).unwrap()[0].data, vec![0.0, 1.0]);
+        let r = &eval_reference(&g, &inputs, &Model::default()).unwrap()[0].data;
+        assert_eq!(r[0], tessel_ref::Bound::point(0.0));
+        assert!(r[1].r == 1.0 && r[1].allows(1.0) && !r[1].allows(f64::NAN));
+        assert!(!r[1].allows(0.0));
+    }
+}

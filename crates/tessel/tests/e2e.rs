@@ -355,7 +355,8 @@ fn mutated_programs_never_panic_anywhere_in_the_pipeline() {
     let swaps = [
         "@", "x", "1", "2", "-1", "0", "1.0", "+", "-", "*", "/", "%", ":", "None", "axis", "f32",
         "bf16", "i32", "sin", "exp", "mean", "sum", "max", "concat", "split", "where", "iota",
-        "pow", "softmax", "(", ")", "[", "]", ",", "^T", "<", "abs", "sqrt", "log",
+        "pow", "softmax", "causal", "inf", "(", ")", "[", "]", ",", "^T", "<", "abs", "sqrt",
+        "log",
     ];
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = |n: usize| {

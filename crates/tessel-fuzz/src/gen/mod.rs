@@ -370,6 +370,29 @@ mod tests {
         assert_ne!(generate(5, &cfg), generate(6, &cfg));
     }
 
+    /// Masked softmax and `causal` stay covered: among the first 2000 programs (what
+    /// `cargo test` runs), many mask a softmax with -inf, some through `causal`, and some
+    /// with per-row key counts that are 0 for every third row (row 0 always fully masked).
+    #[test]
+    fn masked_softmax_and_causal_are_generated() {
+        let cfg = Config::default();
+        let (mut masked, mut causal, mut causal_softmax, mut empty_rows) = (0, 0, 0, 0);
+        for seed in 0..2000 {
+            let src = generate(seed, &cfg).source_body();
+            for line in src.lines() {
+                let m = line.contains("softmax(where(") || line.contains("+ where(");
+                masked += m as u32;
+                causal += line.contains("causal(") as u32;
+                causal_softmax += (m && line.contains("causal(")) as u32;
+                empty_rows += (m && line.contains("% 3 * (")) as u32;
+            }
+        }
+        assert!(masked >= 150, "{masked} masked softmaxes");
+        assert!(causal >= 150, "{causal} causal masks");
+        assert!(causal_softmax >= 30, "{causal_softmax} causal softmaxes");
+        assert!(empty_rows >= 30, "{empty_rows} softmaxes with empty rows");
+    }
+
     #[test]
     fn broadcasting_follows_numpy() {
         let (a, b) = (Dim::Sym(0), Dim::Sym(1));

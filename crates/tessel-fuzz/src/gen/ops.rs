@@ -20,6 +20,8 @@ impl Gen {
             (7, Gen::cast),
             (12, Gen::reduce),
             (5, Gen::softmax),
+            (5, Gen::masked_softmax),
+            (2, Gen::causal),
             (6, Gen::slice),
             (3, Gen::index_select),
             (2, Gen::new_axis),
@@ -131,7 +133,10 @@ impl Gen {
         let name = self.fresh_let(0);
         let shape = broadcast(&t.shape, &ct.shape)?;
         if self.chance(0.3) && t.dtype != DType::Bool {
-            let (lit, cat) = self.literal(t.dtype.is_float());
+            let (mut lit, cat) = self.literal(t.dtype.is_float());
+            if t.dtype.is_float() && self.chance(0.2) {
+                lit = "-inf".into();
+            }
             let dt = with_literal(t.dtype, cat);
             return one(
                 vec![name],
@@ -242,6 +247,115 @@ impl Gen {
         let a = self.axis_text(axis, t.rank());
         let name = self.fresh_let(0);
         one(vec![name], t, format!("softmax({{0}}, axis: {a})"), vec![x])
+    }
+
+    /// `softmax(where(mask, x, -inf), axis: a)` (or the additive `x + where(mask, 0.0,
+    /// -inf)`), the masks attention uses: a `causal` mask over the last two dims, a length
+    /// per row (`iota` along the axis below a length that is 0 for every third row, so
+    /// fully masked rows are common), or any bool value that broadcasts.
+    fn masked_softmax(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.rank() == 0 || !t.dtype.is_float() {
+            return None;
+        }
+        let r = t.rank();
+        let axis = self.below(r as u64) as usize;
+        let mut operands = vec![x];
+        let mut shape = t.shape.clone();
+        let mask = match self.below(3) {
+            0 if r >= 2 => {
+                let (a, b) = (
+                    self.dim_text(&t.shape[r - 2]),
+                    self.dim_text(&t.shape[r - 1]),
+                );
+                let offset = if self.chance(0.5) {
+                    String::new()
+                } else {
+                    format!(
+                        ", offset: {}",
+                        self.pick(&["0", "-1", "1", "-2", "3", "-100"])
+                    )
+                };
+                format!("causal({a}, {b}{offset})")
+            }
+            0 | 1 => {
+                // Keys kept along `axis`: a length per row along another axis, or one length.
+                let n = self.dim_text(&t.shape[axis]);
+                let keys = format!("iota({n}){}", Self::along(axis, r));
+                let len = if r >= 2 && self.chance(0.7) {
+                    let b = (axis + 1 + self.below(r as u64 - 1) as usize) % r;
+                    let m = self.dim_text(&t.shape[b]);
+                    // 0 for every third row: fully masked rows.
+                    let step = self.pick(&["1", "2", n.as_str()]).to_string();
+                    format!("iota({m}){} % 3 * ({step})", Self::along(b, r))
+                } else {
+                    self.pick(&["0", "1", n.as_str()]).to_string()
+                };
+                format!("{keys} < {len}")
+            }
+            _ => {
+                let (c, ct) = self.partner(&t.shape, |d| d == DType::Bool);
+                shape = broadcast(&t.shape, &ct.shape)?;
+                operands.push(c);
+                "{1}".to_string()
+            }
+        };
+        let fill = if self.chance(0.8) {
+            "-inf"
+        } else {
+            "-1.0 / 0.0"
+        };
+        let a = self.axis_text(axis, r);
+        let name = self.fresh_let(0);
+        // The additive form's `where` of two literals is f32, so a 16-bit x promotes.
+        let (template, dt) = if self.chance(0.25) {
+            (
+                format!("softmax({{0}} + where({mask}, 0.0, {fill}), axis: {a})"),
+                promote(t.dtype, DType::F32),
+            )
+        } else {
+            (
+                format!("softmax(where({mask}, {{0}}, {fill}), axis: {a})"),
+                t.dtype,
+            )
+        };
+        one(vec![name], Ty::new(dt, shape), template, operands)
+    }
+
+    /// `causal(t, s)` or `causal(t, s, offset: p)` on dims the signature binds: a mask
+    /// for later operations to use (`where`, casts, comparisons, reductions after `i32`).
+    fn causal(&mut self) -> Option<Let> {
+        let bound = self.bound_dims();
+        let dim = |g: &mut Gen| {
+            if bound.is_empty() || g.chance(0.2) {
+                Dim::Lit(g.size())
+            } else {
+                g.pick(&bound)
+            }
+        };
+        let (a, b) = (dim(self), dim(self));
+        let offset = match self.below(3) {
+            0 => format!(", offset: {}", self.pick(&["0", "-1", "2", "-3"])),
+            _ => String::new(),
+        };
+        let name = self.fresh_let(0);
+        one(
+            vec![name],
+            Ty::new(DType::Bool, vec![a.clone(), b.clone()]),
+            format!("causal({}, {}{offset})", a.text(), b.text()),
+            vec![],
+        )
+    }
+
+    /// `[None, :, None]`-style index text that puts a vector along `axis` of rank `rank`.
+    fn along(axis: usize, rank: usize) -> String {
+        if rank == 1 {
+            return String::new();
+        }
+        let items: Vec<&str> = (0..rank)
+            .map(|i| if i == axis { ":" } else { "None" })
+            .collect();
+        format!("[{}]", items.join(", "))
     }
 
     /// `[:, :, item]`-style index text with `item` at `axis`.
@@ -551,8 +665,8 @@ impl Gen {
         )
     }
 
-    fn iota(&mut self) -> Option<Let> {
-        // A symbol is a name in the body only if the signature binds it.
+    /// The symbols the signature binds so far (a symbol is a name in the body only then).
+    fn bound_dims(&self) -> Vec<Dim> {
         let mut bound: Vec<Dim> = self
             .p
             .params
@@ -560,6 +674,35 @@ impl Gen {
             .flat_map(|(_, t)| t.shape.iter().filter(|d| matches!(d, Dim::Sym(_))).cloned())
             .collect();
         bound.dedup();
+        bound
+    }
+
+    /// `d` as an integer expression in the body: its text when every symbol in it is
+    /// bound by the signature, else its value.
+    fn dim_text(&self, d: &Dim) -> String {
+        fn syms(d: &Dim, out: &mut Vec<usize>) {
+            match d {
+                Dim::Sym(k) => out.push(*k),
+                Dim::Lit(_) => {}
+                Dim::Add(a, b) | Dim::Mul(a, b) => {
+                    syms(a, out);
+                    syms(b, out);
+                }
+                Dim::Div(a, _) => syms(a, out),
+            }
+        }
+        let bound = self.bound_dims();
+        let mut used = Vec::new();
+        syms(d, &mut used);
+        if used.iter().all(|k| bound.contains(&Dim::Sym(*k))) {
+            d.text()
+        } else {
+            d.value(&self.p.dims).to_string()
+        }
+    }
+
+    fn iota(&mut self) -> Option<Let> {
+        let bound = self.bound_dims();
         let d = if bound.is_empty() || self.chance(0.2) {
             Dim::Lit(self.size())
         } else {

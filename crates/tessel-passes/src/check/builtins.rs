@@ -1,5 +1,6 @@
 //! The builtin functions: math, `pow`, `min`/`max`, reductions, `softmax`, `where`, `iota`,
-//! `concat`, `split`, `reshape`, `transpose`, `permute`; and the argument checks they share.
+//! `causal`, `concat`, `split`, `reshape`, `transpose`, `permute`; and the argument checks
+//! they share.
 
 use tessel_ir::graph::{BinaryOp as IrBinary, Op, ReduceOp, UnaryOp as IrUnary};
 use tessel_ir::{DType, TensorType, Value};
@@ -147,6 +148,7 @@ impl Checker<'_> {
                     span,
                 )?))
             }
+            "causal" => self.causal(span, pos, named),
             "concat" => self.concat(span, pos, named),
             "split" => self.split(span, pos, named),
             "reshape" => {
@@ -480,6 +482,113 @@ impl Checker<'_> {
             ));
         }
         Ok(t)
+    }
+
+    /// `causal(t, s, offset: p)`: the attention mask `bool[t, s]` with `[i, j] = j <= i + p`,
+    /// `p = s - t` by default (query i of a block of `t` queries at the end of `s` keys sees
+    /// keys 0 ..= i + s - t, as transformers' and flash-attention's causal masks do; the
+    /// last query sees every key). `t` and `s` are compile-time integers from 1 to 2^31, `p`
+    /// any compile-time integer.
+    ///
+    /// Built from iotas, so it fuses into whatever reads it like any elementwise
+    /// expression: `(iota_1 - iota_0) <= p'`, where `j - i` lies in `-(t-1) ..= s-1` (no
+    /// i32 wrap) and `p' = clamp(p, -t, s - 1)` gives the same mask (`p >= s - 1` keeps
+    /// every key, `p <= -t` none) as an i32 constant.
+    fn causal(&mut self, span: Span, pos: Vec<Arg>, named: Named) -> R<Val> {
+        self.check_args(
+            "causal",
+            span,
+            &pos,
+            named,
+            2,
+            Some(2),
+            &[("offset", false)],
+        )?;
+        let ((a, aspan), (b, bspan)) = two(pos)?;
+        // Each argument is diagnosed on its own.
+        let t = self.causal_len(&a, aspan, ("query", "queries"));
+        let s = self.causal_len(&b, bspan, ("key", "keys"));
+        let offset = match self.named_arg(named, "offset") {
+            Some((v, vspan)) => {
+                let v = v.clone();
+                self.const_int(&v, vspan, "the offset of `causal`")
+                    .map(Some)
+            }
+            None => Ok(None),
+        };
+        let (t, s, offset) = (t?, s?, offset?);
+        let offset = offset.unwrap_or(s - t);
+        let shape = vec![t as u64, s as u64];
+        let ity = TensorType::new(DType::I32, shape.clone());
+        let i = self.push(Op::Iota { axis: 0 }, ity.clone(), span)?;
+        let j = self.push(Op::Iota { axis: 1 }, ity.clone(), span)?;
+        let d = self.push(
+            Op::Binary {
+                op: IrBinary::Sub,
+                lhs: j,
+                rhs: i,
+            },
+            ity,
+            span,
+        )?;
+        let p = self.materialize(Lit::Int(offset.clamp(-t, s - 1)), DType::I32, span)?;
+        let p = self.broadcast_to(p, &shape, span)?;
+        Ok(Val::T(self.push(
+            Op::Binary {
+                op: IrBinary::Le,
+                lhs: d,
+                rhs: p,
+            },
+            TensorType::new(DType::Bool, shape),
+            span,
+        )?))
+    }
+
+    /// A length argument of `causal` (`what`: "query" or "key", and its plural): a
+    /// compile-time integer from 1 to 2^31 (its positions 0 ..= n - 1 are i32).
+    fn causal_len(&mut self, v: &Val, span: Span, (what, whats): (&str, &str)) -> R<i64> {
+        if let Val::T(x) = v {
+            let ty = self.graph.ty(*x).clone();
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::NOT_CONSTANT,
+                    format!(
+                        "the {what} count of `causal` must be a compile-time integer, found a \
+                         tensor {ty}"
+                    ),
+                )
+                .with_label(span, format!("this is a tensor {ty}"))
+                .with_help(
+                    "`causal` takes lengths, not tensors: for q: [T, D] and k: [S, D], write \
+                     `causal(T, S)`",
+                ),
+            ));
+        }
+        let n = self.const_int(v, span, &format!("the {what} count of `causal`"))?;
+        if n < 1 {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::BAD_DIM,
+                    format!("`causal` needs at least one {what}, found {n}"),
+                )
+                .with_label(span, format!("{n} {whats}"))
+                .with_note("the mask is bool[queries, keys]; every dim is at least 1"),
+            ));
+        }
+        if n - 1 > i64::from(i32::MAX) {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::LITERAL_RANGE,
+                    format!("`causal` with {n} {whats} counts past the largest i32"),
+                )
+                .with_label(span, format!("its last {what} would be {}", n - 1))
+                .with_note(format!(
+                    "positions are i32 values 0 ..= n - 1, so n is at most 2^31 = {}",
+                    i64::from(i32::MAX) + 1
+                )),
+            ));
+        }
+        Ok(n)
     }
 
     /// `concat(a, b, ..., axis: k)`: dtypes promoted, ranks equal, other dims equal.

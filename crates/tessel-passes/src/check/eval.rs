@@ -177,6 +177,9 @@ impl<'m> Checker<'m> {
                 Err(_) => Err(Reported),
             };
         }
+        if let Some((_, x)) = super::CONSTANTS.iter().find(|(n, _)| *n == name) {
+            return Ok(Val::Weak(Lit::Float(*x)));
+        }
         Err(self.error(
             Diagnostic::error(codes::UNKNOWN_NAME, format!("unknown name `{name}`"))
                 .with_label(span, "not found in this scope"),

@@ -190,12 +190,18 @@ pub(crate) const BUILTINS: &[&str] = &[
     "softmax",
     "where",
     "iota",
+    "causal",
     "concat",
     "split",
     "reshape",
     "transpose",
     "permute",
 ];
+
+/// The builtin constants, looked up after every other name (a `let`, parameter, `const` or
+/// dim of the same name shadows one): `inf`, a weak float (`-inf` is its negation), so a
+/// mask reads `where(m, s, -inf)` and the infinity takes the dtype of `s`.
+pub(crate) const CONSTANTS: &[(&str, f64)] = &[("inf", f64::INFINITY)];
 
 /// The step names of `m`, in source order.
 pub fn steps(m: &ast::Module) -> Vec<String> {

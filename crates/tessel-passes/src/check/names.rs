@@ -9,7 +9,7 @@ use tessel_syntax::ast::{
 };
 use tessel_syntax::{Diagnostic, Span};
 
-use super::{codes, BUILTINS};
+use super::{codes, BUILTINS, CONSTANTS};
 
 /// Every name error of `m`.
 pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
@@ -155,13 +155,20 @@ fn walk(
         let span = m.span(id);
         match m.expr(id) {
             Expr::Name(n) => {
-                let known =
-                    scope.locals.contains(&n.as_str()) || scope.values.contains(&n.as_str());
+                let constant = CONSTANTS.iter().any(|(c, _)| c == n);
+                let known = scope.locals.contains(&n.as_str())
+                    || scope.values.contains(&n.as_str())
+                    || constant;
                 if !known && !special(n, span, diags) {
                     let mut d =
                         Diagnostic::error(codes::UNKNOWN_NAME, format!("unknown name `{n}`"))
                             .with_label(span, "not found in this scope");
-                    let candidates = scope.locals.iter().chain(scope.values.iter()).copied();
+                    let candidates = scope
+                        .locals
+                        .iter()
+                        .chain(scope.values.iter())
+                        .copied()
+                        .chain(CONSTANTS.iter().map(|(c, _)| *c));
                     if let Some(s) = suggest(n, candidates) {
                         d = d.with_help(format!("did you mean `{s}`?"));
                     } else if fns.contains_key(n.as_str()) || BUILTINS.contains(&n.as_str()) {

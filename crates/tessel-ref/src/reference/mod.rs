@@ -349,21 +349,35 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
 }
 
 /// Softmax of one lane, as `decompose` computes it: in f32, `m = max(x)`,
-/// `e = exp(x - m)`, `s = Σ e`, `e / s`, then rounded to `dt`. The reference is the exact
-/// softmax rounded once.
+/// `e = exp(x - m)`, `s = Σ e`, `where(m == -inf, 0, e / s)`, then rounded to `dt`. The
+/// reference is the exact softmax rounded once, and 0 where the row's max is -inf.
+///
+/// A row every element of which is exactly -inf (a fully masked row) is exactly 0: the
+/// kernels select a constant there, so its bound is the point 0.
 fn softmax_row(dt: DType, row: &[Bound]) -> Vec<Bound> {
+    let masked = |b: &Bound| !b.nan && !b.empty() && b.hi == f64::NEG_INFINITY;
+    if row.iter().all(masked) {
+        return vec![Bound::point(0.0); row.len()];
+    }
     let m_r = row.iter().map(|b| b.r).fold(f64::NEG_INFINITY, max_nan);
     let e_r: Vec<f64> = row.iter().map(|b| (b.r - m_r).exp()).collect();
     let s_r = exact_sum(e_r.iter().copied());
-    let refs = e_r.iter().map(|&e| e / s_r);
+    let refs = e_r.iter().map(|&e| {
+        if m_r == f64::NEG_INFINITY {
+            0.0
+        } else {
+            e / s_r
+        }
+    });
     let uncertain = row
         .iter()
         .any(|b| b.nan || b.empty() || b.hi == f64::INFINITY);
     let m_lo = row.iter().map(|b| b.lo).fold(f64::NEG_INFINITY, upper);
     let m_hi = row.iter().map(|b| b.hi).fold(f64::NEG_INFINITY, upper);
     if uncertain || m_lo == f64::NEG_INFINITY || m_r.is_nan() {
-        // NaNs, infinities or a row of -inf: the kernel's NaN rules decide, so allow NaN
-        // and every value softmax can take.
+        // NaNs, +inf, or a max that may be -inf without every element surely being -inf
+        // (the row may or may not be fully masked): the kernel's NaN rules decide, so allow
+        // NaN and every value softmax can take, 0 included.
         return refs
             .map(|q| {
                 Bound {
