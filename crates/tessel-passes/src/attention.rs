@@ -294,29 +294,109 @@ fn key_class(g: &Graph, w: Value, ax: usize) -> KeyClass {
     }
 }
 
-/// A row's visible keys are `j < free + plus`, with `free` a value independent of the key
-/// (axis `ax` of its shape); `chain` are the view ops from the comparison up to the
-/// logits' shape, outermost first.
+/// `key · j + c + Σ coef · w` for the key index `j`, a constant `c` and values `w` that do
+/// not depend on the key (each of the comparison's shape).
+#[derive(Clone, Debug, Default)]
+struct Linear {
+    key: i64,
+    c: i64,
+    terms: Vec<(Value, i64)>,
+}
+
+impl Linear {
+    fn scaled(mut self, k: i64) -> Linear {
+        self.key *= k;
+        self.c *= k;
+        for t in &mut self.terms {
+            t.1 *= k;
+        }
+        self
+    }
+
+    fn plus(mut self, o: Linear) -> Linear {
+        self.key += o.key;
+        self.c += o.c;
+        self.terms.extend(o.terms);
+        self
+    }
+}
+
+/// `v` as a [`Linear`] form in the key index (axis `ax` of `v`), through `+`, `-` and
+/// negation of i32 values; anything else is one term (if independent of the key), the key
+/// itself plus a constant (an iota along it, through views), or no linear form.
+fn linear(g: &Graph, v: Value, ax: usize) -> Option<Linear> {
+    if let Some(c) = const_value(g, v) {
+        return Some(Linear {
+            c: c as i64,
+            ..Default::default()
+        });
+    }
+    if g.ty(v).dtype == DType::I32 {
+        match &g.ops[v] {
+            Op::Binary {
+                op: op @ (BinaryOp::Add | BinaryOp::Sub),
+                lhs,
+                rhs,
+            } => {
+                let (l, r) = (linear(g, *lhs, ax)?, linear(g, *rhs, ax)?);
+                let k = if *op == BinaryOp::Add { 1 } else { -1 };
+                return Some(l.plus(r.scaled(k)));
+            }
+            Op::Unary {
+                op: tessel_ir::graph::UnaryOp::Neg,
+                arg,
+            } => return Some(linear(g, *arg, ax)?.scaled(-1)),
+            _ => {}
+        }
+    }
+    match key_class(g, v, ax) {
+        KeyClass::Key(c) => Some(Linear {
+            key: 1,
+            c,
+            ..Default::default()
+        }),
+        KeyClass::Free => Some(Linear {
+            terms: vec![(v, 1)],
+            ..Default::default()
+        }),
+        KeyClass::Other => None,
+    }
+}
+
+/// A row's visible keys are `j < c + Σ coef · w`, with each `w` a value independent of the
+/// key (axis `ax` of its shape, the comparison's); `chain` are the view ops from the
+/// comparison up to the logits' shape, outermost first.
 struct Bound {
-    free: Value,
+    c: i64,
+    terms: Vec<(Value, i64)>,
     ax: usize,
-    plus: i64,
     chain: Vec<Value>,
     logits: Value,
 }
 
-/// The key bound of logits `x = where(cond, s, -inf)` (or `where(cond, -inf, s)`), if
-/// `cond` compares the key index with something independent of it.
+/// The key bound of logits `x = where(cond, s, -inf)` (or `where(cond, -inf, s)`, or
+/// either under casts), if `cond` compares two sums of the key index (with coefficient
+/// ±1 in all) and values independent of it: causal (`j <= i`, `j - i <= 0`), a cache's
+/// length (`j < len[b]`), both (`j <= len[b] + i`).
 fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
+    let mut top = x;
+    while let Op::Cast { arg } = g.ops[top] {
+        top = arg;
+    }
     let Op::Select {
         cond,
         on_true,
         on_false,
-    } = g.ops[x]
+    } = g.ops[top]
     else {
         return None;
     };
-    let ninf = |v: Value| const_value(g, v) == Some(f64::NEG_INFINITY);
+    let ninf = |mut v: Value| {
+        while let Op::Cast { arg } = g.ops[v] {
+            v = arg;
+        }
+        const_value(g, v) == Some(f64::NEG_INFINITY)
+    };
     let visible_when_true = if ninf(on_false) {
         true
     } else if ninf(on_true) {
@@ -342,23 +422,21 @@ fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
     if g.ty(lhs).dtype != DType::I32 {
         return None;
     }
-    // Written as `key op free`: swap the operands of `free op key`.
-    let (op, key, free) = match (key_class(g, lhs, ax), key_class(g, rhs, ax)) {
-        (KeyClass::Key(c), KeyClass::Free) => (op, c, rhs),
-        (KeyClass::Free, KeyClass::Key(c)) => (
-            match op {
-                BinaryOp::Lt => BinaryOp::Gt,
-                BinaryOp::Le => BinaryOp::Ge,
-                BinaryOp::Gt => BinaryOp::Lt,
-                BinaryOp::Ge => BinaryOp::Le,
-                _ => return None,
-            },
-            c,
-            lhs,
-        ),
+    // cond: d op 0, with d = lhs - rhs; written as j + e op 0.
+    let d = linear(g, lhs, ax)?.plus(linear(g, rhs, ax)?.scaled(-1));
+    let flip = |op: BinaryOp| match op {
+        BinaryOp::Lt => Some(BinaryOp::Gt),
+        BinaryOp::Le => Some(BinaryOp::Ge),
+        BinaryOp::Gt => Some(BinaryOp::Lt),
+        BinaryOp::Ge => Some(BinaryOp::Le),
+        _ => None,
+    };
+    let (op, e) = match d.key {
+        1 => (op, d),
+        -1 => (flip(op)?, d.scaled(-1)),
         _ => return None,
     };
-    // Visible when `j + key op free` holds (negated when the -inf arm is the true one).
+    // Visible when `j + e op 0` holds (negated when the -inf arm is the true one).
     let op = if visible_when_true {
         op
     } else {
@@ -370,22 +448,25 @@ fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
             _ => return None,
         }
     };
-    let plus = match op {
-        BinaryOp::Lt => -key,
-        BinaryOp::Le => 1 - key,
+    // j < -e (Lt) or j < -e + 1 (Le).
+    let extra = match op {
+        BinaryOp::Lt => 0,
+        BinaryOp::Le => 1,
         _ => return None,
     };
+    let neg = Linear { key: 0, ..e }.scaled(-1);
     Some(Bound {
-        free,
+        c: neg.c + extra,
+        terms: neg.terms,
         ax,
-        plus,
         chain,
         logits: x,
     })
 }
 
-/// Appends the ops computing the bound `[.., M, 1]` (i32): `free` at key 0, plus `plus`,
-/// taken up the condition's views with the key axis of size 1.
+/// Appends the ops computing the bound `[.., M, 1]` (i32): the terms at key 0, times their
+/// coefficients, plus the constant, taken up the condition's views with the key axis of
+/// size 1.
 fn build_bound(g: &mut Graph, b: &Bound) -> Value {
     let i32t = |shape: Vec<u64>| TensorType::new(DType::I32, shape);
     let with_one = |s: &Shape, ax: usize| -> Vec<u64> {
@@ -393,33 +474,56 @@ fn build_bound(g: &mut Graph, b: &Bound) -> Value {
         s[ax] = 1;
         s
     };
-    let fshape = g.ty(b.free).shape.clone();
-    let mut cur = g.push(
-        Op::Slice {
-            arg: b.free,
-            axis: b.ax as u32,
-            start: 0,
-        },
-        i32t(with_one(&fshape, b.ax)),
-    );
-    if b.plus != 0 {
-        let c = g.push(
-            Op::Const {
-                value: b.plus as f64,
+    let cmp_shape = match b.terms.first() {
+        Some(&(w, _)) => g.ty(w).shape.clone(),
+        None => {
+            let base = crate::view::view_base(g, b.chain.last().copied().unwrap_or(b.logits));
+            g.ty(base).shape.clone()
+        }
+    };
+    let row = with_one(&cmp_shape, b.ax);
+    let rank = row.len();
+    let constant = |g: &mut Graph, k: i64| -> Value {
+        let c = g.push(Op::Const { value: k as f64 }, i32t(vec![]));
+        let r = g.push(Op::Reshape { arg: c }, i32t(vec![1; rank]));
+        g.push(Op::Broadcast { arg: r }, i32t(row.clone()))
+    };
+    let mut cur = constant(g, b.c);
+    for &(w, coef) in &b.terms {
+        if coef == 0 {
+            continue;
+        }
+        let mut t = g.push(
+            Op::Slice {
+                arg: w,
+                axis: b.ax as u32,
+                start: 0,
             },
-            i32t(vec![]),
+            i32t(row.clone()),
         );
-        let ones = vec![1; fshape.rank()];
-        let r = g.push(Op::Reshape { arg: c }, i32t(ones));
-        let shape = g.ty(cur).shape.0.clone();
-        let bc = g.push(Op::Broadcast { arg: r }, i32t(shape));
+        if coef.abs() != 1 {
+            let k = constant(g, coef.abs());
+            t = g.push(
+                Op::Binary {
+                    op: BinaryOp::Mul,
+                    lhs: t,
+                    rhs: k,
+                },
+                i32t(row.clone()),
+            );
+        }
+        let op = if coef > 0 {
+            BinaryOp::Add
+        } else {
+            BinaryOp::Sub
+        };
         cur = g.push(
             Op::Binary {
-                op: BinaryOp::Add,
+                op,
                 lhs: cur,
-                rhs: bc,
+                rhs: t,
             },
-            i32t(g.ty(cur).shape.0.clone()),
+            i32t(row.clone()),
         );
     }
     // Up the views, innermost first, each with the key axis of size 1. The key axis of
