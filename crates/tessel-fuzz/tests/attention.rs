@@ -115,8 +115,9 @@ fn attention_passes_the_reference_in_every_profile_and_is_fused_with_tensor_core
 
 /// The invariant profile's promise for attention: a query row's result does not depend on
 /// how many sequences are in the batch (each CTA's key loop and order depend on its own
-/// rows only). The decode step at B = 1 and B = 3 on the same first sequence gives the
-/// same bits for it.
+/// rows only; the keys are split in ranges of a fixed size). The decode step at B = 1 and
+/// B = 3 on the same first sequence, over a cache split into ranges, gives the same bits
+/// for it.
 #[test]
 fn invariant_attention_rows_do_not_depend_on_the_batch() {
     use tessel_ref::exec::run_program;

@@ -442,12 +442,16 @@ pub enum TileConfig {
     /// sum, P = exp(S - max) rounded to V's dtype, O = O · exp(old max - new max) + P·V.
     /// The key loop ends at the last key any row of the CTA may see when the mask bounds it
     /// (`where(j <= bound(row), x, -inf)`), else at N. At the end O / sum, 0 for a row
-    /// with no visible key.
+    /// with no visible key. With `split` > 0 (flash-decoding, for few query rows over many
+    /// keys) the keys are cut into ranges of `split` keys (a multiple of `block_n`; fixed in
+    /// keys, so a row's order never depends on the batch), each range's O, maximum and sum
+    /// go to an f32 scratch buffer, and a second kernel merges the ranges in order.
     Attention {
         warps: u32,
         block_n: u32,
         stages: u32,
         pack: u32,
+        split: u32,
     },
 }
 
@@ -573,9 +577,10 @@ impl fmt::Display for TileConfig {
                 block_n,
                 stages,
                 pack,
+                split,
             } => write!(
                 f,
-                "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack} }}"
+                "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack}, split: {split} }}"
             ),
         }
     }

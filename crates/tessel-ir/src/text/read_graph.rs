@@ -264,7 +264,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "min_ctas_per_sm",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
-        "attention" => &["warps", "block_n", "stages", "pack"],
+        "attention" => &["warps", "block_n", "stages", "pack", "split"],
         _ => {
             return Err(kpos.error(format!(
             "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma` or `attention`)"
@@ -351,6 +351,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             block_n: num("block_n")?,
             stages: num("stages")?,
             pack: num("pack")?,
+            split: num("split")?,
         },
     };
     c.keyword("why")?;

@@ -405,7 +405,15 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 block_n,
                 stages,
                 pack,
+                split,
             } => {
+                if split % block_n.max(1) != 0 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("attention split {split} is not a multiple of block_n {block_n}"),
+                    );
+                }
                 // Warps of 16 query rows; key blocks of whole pairs of 8-key fragments
                 // (one ldmatrix.x4 each) and a power of two (the K/V swizzle).
                 if !(1..=8).contains(&warps) {

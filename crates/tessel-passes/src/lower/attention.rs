@@ -22,8 +22,35 @@ use crate::schedule::{attention_shape, attention_shared_bytes};
 use crate::view::{strided, StridedView};
 use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, TileConfig, UnaryOp};
-use tessel_ir::kernel::{CpAsyncCache, FCmp, ICmp, MmaShape, Op, Operand, RegType, Special, Stmt};
+use tessel_ir::kernel::{
+    CpAsyncCache, FCmp, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
+};
 use tessel_ir::{DType, Reg, Shape, Value};
+
+/// The arm of logits `where(c, x, -inf)` (or `where(c, -inf, x)`) taken where the mask
+/// shows the key: what the logits are in a block every row sees whole.
+fn visible_arm(g: &tessel_ir::graph::Graph, logits: Value) -> Option<Value> {
+    let GOp::Select {
+        on_true, on_false, ..
+    } = g.ops[logits]
+    else {
+        return None;
+    };
+    let ninf = |mut v: Value| loop {
+        match g.ops[v] {
+            GOp::Const { value } => return value == f64::NEG_INFINITY,
+            GOp::Broadcast { arg } | GOp::Reshape { arg } | GOp::Cast { arg } => v = arg,
+            _ => return false,
+        }
+    };
+    if ninf(on_false) {
+        Some(on_true)
+    } else if ninf(on_true) {
+        Some(on_false)
+    } else {
+        None
+    }
+}
 
 /// The two rows a lane holds in every accumulator fragment (rows g and g + 8 of its
 /// warp's 16): whether each is a real row, its batch index and its query position
@@ -48,6 +75,7 @@ impl Gen<'_> {
             block_n,
             stages,
             pack,
+            split,
         } = *tile
         else {
             unreachable!("called for attention tiles")
@@ -107,10 +135,20 @@ impl Gen<'_> {
         let warp = self.idiv_c(Ix::R(tid), 32);
         let lane = self.irem_c(Ix::R(tid), 32);
         let row0 = self.imul_c(Ix::R(cx), bm as u64);
+        // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
+        // y mod outer, and the results go to the scratch buffer.
+        let ranges = self.scratch.as_ref().filter(|s| s.writes).map(|s| s.split);
+        let (outer_flat, range) = match ranges {
+            Some(_) => (
+                self.irem_c(Ix::R(cy), outer_count),
+                Some(self.idiv_c(Ix::R(cy), outer_count)),
+            ),
+            None => (Ix::R(cy), None),
+        };
         let outer_idx = if outer_dims.is_empty() {
             vec![]
         } else {
-            self.unflatten(Ix::R(cy), &outer_shape)
+            self.unflatten(outer_flat, &outer_shape)
         };
         let pack_dims = sh.pack_dims.clone();
         let batch_of = |pack_idx: &[Ix]| -> Vec<Ix> {
@@ -132,8 +170,8 @@ impl Gen<'_> {
         let esz = 2u32;
         let shared = attention_shared_bytes(warps, block_n, stages, sh.d, sh.e);
         // One buffer (beyond 48 KiB it is the launch's dynamic shared memory); the warps'
-        // key bounds, when the CTA combines them, sit after the rings.
-        let buf = self.b.kernel.new_shared(shared + 4 * warps, 128);
+        // key bounds (largest and smallest), when the CTA combines them, sit after the rings.
+        let buf = self.b.kernel.new_shared(shared + 8 * warps, 128);
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_q = Ring {
             base,
@@ -211,11 +249,13 @@ impl Gen<'_> {
             lane_rows.push(LaneRow { real, batch, pos });
         }
 
-        // How many keys the CTA reads: the largest bound of its rows, clamped to [0, N].
-        let n_end: Operand = match bound {
-            None => Operand::U32(n as u32),
+        // How many keys the CTA reads: the largest bound of its rows, clamped to [0, N];
+        // and the smallest, below which every row sees every key (the blocks there skip
+        // the mask).
+        let (n_end, n_min): (Operand, Option<Operand>) = match bound {
+            None => (Operand::U32(n as u32), None),
             Some(bv) => {
-                let mut mx = Operand::U32(0);
+                let (mut mx, mut mn) = (Operand::U32(0), Operand::U32(n as u32));
                 for row in &lane_rows {
                     let mut idx = row.batch.clone();
                     idx.extend([row.pos, Ix::C(0)]);
@@ -236,54 +276,67 @@ impl Gen<'_> {
                         Op::Select,
                         &[big.into(), Operand::U32(n as u32), l.into()],
                     );
-                    let l = self.b.op(
+                    // A padding row reads nothing and bounds nothing from below.
+                    let hi = self.b.op(
                         RegType::U32,
                         Op::Select,
                         &[row.real.into(), l.into(), Operand::U32(0)],
                     );
-                    mx = self.umax(mx, l.into());
+                    let lo = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[row.real.into(), l.into(), Operand::U32(n as u32)],
+                    );
+                    mx = self.umax(mx, hi.into());
+                    mn = self.umin(mn, lo.into());
                 }
                 for x in [16, 8, 4, 2, 1] {
                     let o = self
                         .b
                         .op(RegType::U32, Op::ShflBfly, &[mx, Operand::U32(x)]);
                     mx = self.umax(mx, o.into());
+                    let o = self
+                        .b
+                        .op(RegType::U32, Op::ShflBfly, &[mn, Operand::U32(x)]);
+                    mn = self.umin(mn, o.into());
                 }
                 if warps == 1 {
-                    mx
+                    (mx, Some(mn))
                 } else {
                     let sb =
                         self.b
                             .op(RegType::U32, Op::IAdd, &[base.into(), Operand::U32(shared)]);
-                    let w4 = self.imul_c(warp, 4);
-                    let wa = self.shared_addr(sb, w4);
+                    let w8 = self.imul_c(warp, 8);
+                    let wa = self.shared_addr(sb, w8);
                     let lo = self.ix_op(lane);
                     let first =
                         self.b
                             .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[lo, Operand::U32(0)]);
                     self.open();
                     self.b.push(Stmt::Store {
-                        space: tessel_ir::kernel::Space::Shared,
-                        width: tessel_ir::kernel::Width::B32,
+                        space: Space::Shared,
+                        width: Width::V2,
                         addr: wa,
                         offset: 0,
-                        values: vec![mx],
+                        values: vec![mx, mn],
                     });
                     self.close_if(first);
                     self.b.push(Stmt::Barrier);
-                    let mut all = Operand::U32(0);
+                    let (mut all_hi, mut all_lo) = (Operand::U32(0), Operand::U32(n as u32));
                     for w in 0..warps {
                         let x = self.b.kernel.new_reg(RegType::U32);
+                        let y = self.b.kernel.new_reg(RegType::U32);
                         self.b.push(Stmt::Load {
-                            dsts: vec![x],
-                            space: tessel_ir::kernel::Space::Shared,
-                            width: tessel_ir::kernel::Width::B32,
+                            dsts: vec![x, y],
+                            space: Space::Shared,
+                            width: Width::V2,
                             addr: sb,
-                            offset: 4 * w as i32,
+                            offset: 8 * w as i32,
                         });
-                        all = self.umax(all, x.into());
+                        all_hi = self.umax(all_hi, x.into());
+                        all_lo = self.umin(all_lo, y.into());
                     }
-                    all
+                    (all_hi, Some(all_lo))
                 }
             }
         };
@@ -298,6 +351,22 @@ impl Gen<'_> {
                     .into()
             }
         };
+        // The blocks this CTA walks: all, or its range's (clamped to the bound's).
+        let (first, blocks) = match range {
+            None => (Operand::U32(0), blocks),
+            Some(rg) => {
+                let per = (split / block_n) as u64;
+                let first = self.imul_c(rg, per);
+                let fo = self.ix_op(first);
+                let last = self.iadd(first, Ix::C(per));
+                let lo = self.ix_op(last);
+                let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[lo, blocks]);
+                let end = self
+                    .b
+                    .op(RegType::U32, Op::Select, &[lt.into(), lo, blocks]);
+                (fo, end.into())
+            }
+        };
 
         // K and V blocks: issue the copies of block `jb` into stage `stage`.
         let k_key_stride = kv.strides[rank - 1];
@@ -310,14 +379,18 @@ impl Gen<'_> {
             threads,
             tid,
         };
+        let first_ix = match first {
+            Operand::U32(x) => Ix::C(x as u64),
+            Operand::Reg(r) => Ix::R(r),
+            _ => unreachable!("block indices are u32"),
+        };
         for st in 0..stages - 1 {
-            let ok = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::LtU),
-                &[Operand::U32(st), blocks],
-            );
+            let jb = self.iadd(first_ix, Ix::C(st as u64));
+            let jo = self.ix_op(jb);
+            let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[jo, blocks]);
             self.open();
-            self.issue_kv(&kv_copy, Ix::C(st as u64), Ix::C((st * block_n) as u64))?;
+            let j0 = self.imul_c(jb, block_n as u64);
+            self.issue_kv(&kv_copy, Ix::C(st as u64), j0)?;
             self.close_if(ok);
             self.b.push(Stmt::CpAsyncCommit);
         }
@@ -424,39 +497,74 @@ impl Gen<'_> {
             }
         }
 
-        // The logits per score, -inf past the last key.
+        // The logits per score, -inf past the last key. Where the whole block lies below
+        // every row's bound (the causal diagonal's left, a cache's filled part), the mask's
+        // select is known to take its visible arm: that arm alone is evaluated.
         let j0 = self.imul_c(Ix::R(jb), block_n as u64);
         let sdt = g.ty(s).dtype;
-        let mut xs: Vec<[Operand; 4]> = Vec::with_capacity(ni);
-        self.open();
-        for (f, acc) in sacc.iter().enumerate() {
-            let mut vals = [Operand::f32(0.0); 4];
-            for (q, val) in vals.iter_mut().enumerate() {
-                let (dr, dc) = MmaShape::cd_pos(0, q);
-                let row = &lane_rows[dr / 8];
-                let key = self.iadd(j0, t2);
-                let key = self.iadd(key, Ix::C((8 * f + dc) as u64));
-                let (inside, kc) = self.clamp_below(key, n);
-                let mut idx = row.batch.clone();
-                idx.extend([row.pos, kc]);
-                let sv = self.round(acc[q].into(), sdt);
-                self.lane_value.insert(s, vec![sv]);
-                let x = self.value(logits, &idx, 1)?[0];
-                self.lane_value.remove(&s);
-                *val = self
-                    .b
-                    .op(
-                        RegType::F32,
-                        Op::Select,
-                        &[inside.into(), x, Operand::f32(f32::NEG_INFINITY)],
-                    )
-                    .into();
+        let xregs: Vec<[Reg; 4]> = (0..ni)
+            .map(|_| std::array::from_fn(|_| self.b.kernel.new_reg(RegType::F32)))
+            .collect();
+        let eval = |gen: &mut Self, what: Value, masked: bool| -> Result<(), LowerError> {
+            for (f, acc) in sacc.iter().enumerate() {
+                for q in 0..4 {
+                    let (dr, dc) = MmaShape::cd_pos(0, q);
+                    let row = &lane_rows[dr / 8];
+                    let key = gen.iadd(j0, t2);
+                    let key = gen.iadd(key, Ix::C((8 * f + dc) as u64));
+                    let (inside, kc) = if masked {
+                        let (i, k) = gen.clamp_below(key, n);
+                        (Some(i), k)
+                    } else {
+                        (None, key)
+                    };
+                    let mut idx = row.batch.clone();
+                    idx.extend([row.pos, kc]);
+                    let sv = gen.round(acc[q].into(), sdt);
+                    gen.lane_value.insert(s, vec![sv]);
+                    let x = gen.value(what, &idx, 1)?[0];
+                    gen.lane_value.remove(&s);
+                    match inside {
+                        Some(i) => gen.b.assign(
+                            xregs[f][q],
+                            Op::Select,
+                            &[i.into(), x, Operand::f32(f32::NEG_INFINITY)],
+                        ),
+                        None => gen.b.assign(xregs[f][q], Op::Mov, &[x]),
+                    }
+                }
             }
-            xs.push(vals);
+            Ok(())
+        };
+        match (n_min, visible_arm(g, logits)) {
+            (Some(nmin), Some(arm)) => {
+                let end = self.iadd(j0, Ix::C(block_n as u64));
+                let eo = self.ix_op(end);
+                let full = self.b.op(RegType::Pred, Op::ICmp(ICmp::LeU), &[eo, nmin]);
+                self.open();
+                eval(self, arm, false)?;
+                let then_body = self.close();
+                self.open();
+                eval(self, logits, true)?;
+                let else_body = self.close();
+                self.b.push(Stmt::If {
+                    cond: full,
+                    then_body,
+                    else_body,
+                });
+            }
+            _ => {
+                self.open();
+                eval(self, logits, true)?;
+                for st in self.close() {
+                    self.b.push(st);
+                }
+            }
         }
-        for st in self.close() {
-            self.b.push(st);
-        }
+        let xs: Vec<[Operand; 4]> = xregs
+            .iter()
+            .map(|r| std::array::from_fn(|q| r[q].into()))
+            .collect();
 
         // Online softmax per row half (registers q = 2h, 2h + 1 of every fragment).
         let mut probs: Vec<[Operand; 4]> = vec![[Operand::f32(0.0); 4]; ni];
@@ -549,9 +657,64 @@ impl Gen<'_> {
             self.b
                 .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
         }
-        self.close_for(jb, Operand::U32(0), blocks, Operand::U32(1));
+        self.close_for(jb, first, blocks, Operand::U32(1));
         self.b.push(Stmt::CpAsyncWaitAll);
 
+        if let (Some(rg), Some(ranges)) = (range, ranges) {
+            // The range's O (unnormalised), maximum and sum, for the merge kernel.
+            let width = sh.e + 2;
+            let ptr = self.scratch.as_ref().expect("partials have scratch").ptr;
+            let slot = self.imul_c(rg, outer_count);
+            let slot = self.iadd(slot, outer_flat);
+            let slot = self.imul_c(slot, rows_total);
+            for (h, real) in lane_rows.iter().map(|r| r.real).enumerate() {
+                let mut l: Operand = l_run[h].into();
+                for x in [1, 2] {
+                    let o = self.b.op(RegType::F32, Op::ShflBfly, &[l, Operand::U32(x)]);
+                    l = self.b.op(RegType::F32, Op::FAdd, &[l, o.into()]).into();
+                }
+                let r = self.iadd(row0, wrow);
+                let r = self.iadd(r, gq);
+                let r = self.iadd(r, Ix::C(8 * h as u64));
+                let at = self.iadd(slot, r);
+                let at = self.imul_c(at, width);
+                self.open();
+                for (f, o) in o_acc.iter().enumerate() {
+                    let col = self.iadd(t2, Ix::C(8 * f as u64));
+                    let ix = self.iadd(at, col);
+                    let addr = self.f32_addr(ptr, ix);
+                    self.b.push(Stmt::Store {
+                        space: Space::Global,
+                        width: Width::V2,
+                        addr,
+                        offset: 0,
+                        values: vec![o[2 * h].into(), o[2 * h + 1].into()],
+                    });
+                }
+                // One lane of the row's four writes its maximum and sum.
+                let t0 = self.ix_op(tq);
+                let lead = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[t0, Operand::U32(0)]);
+                self.open();
+                let ix = self.iadd(at, Ix::C(sh.e));
+                let addr = self.f32_addr(ptr, ix);
+                self.b.push(Stmt::Store {
+                    space: Space::Global,
+                    width: Width::V2,
+                    addr,
+                    offset: 0,
+                    values: vec![m_run[h].into(), l],
+                });
+                self.close_if(lead);
+                self.close_if(real);
+            }
+            return Ok([
+                rows_total.div_ceil(bm as u64).max(1) as u32,
+                (outer_count * ranges as u64) as u32,
+                1,
+            ]);
+        }
         // O / l, 0 for a row that saw no key; stored for real rows.
         for h in 0..2usize {
             let mut l: Operand = l_run[h].into();
@@ -594,6 +757,139 @@ impl Gen<'_> {
         ])
     }
 
+    /// The address of f32 element `ix` of the buffer at `ptr`.
+    fn f32_addr(&mut self, ptr: Reg, ix: Ix) -> Reg {
+        let io = self.ix_op(ix);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[io, Operand::U32(4)]);
+        self.b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()])
+    }
+
+    /// Flash-decoding's second kernel: one thread per output element (batch entry, packed
+    /// row, column of v) merges the `ranges` key ranges of the scratch buffer in range
+    /// order and stores the attention's value. Returns (threads per CTA, CTAs).
+    pub(super) fn attention_merge(
+        &mut self,
+        out: Value,
+        (s, a): (Value, Value),
+        ranges: u32,
+    ) -> Result<(u32, u32), LowerError> {
+        let g = self.g;
+        let sh = attention_shape(g, s, a);
+        let rank = sh.batch.len() + 2;
+        let pack = sh.pack;
+        let rows_total = sh.m * pack;
+        let outer_dims: Vec<usize> = (0..rank - 2)
+            .filter(|k| !sh.pack_dims.contains(k))
+            .collect();
+        let outer_shape = Shape(outer_dims.iter().map(|&k| sh.batch[k]).collect());
+        let pack_shape = Shape(sh.pack_dims.iter().map(|&k| sh.batch[k]).collect());
+        let outer_count = outer_shape.numel().max(1);
+        let total = outer_count * rows_total * sh.e;
+        let threads = 256u32;
+        let ptr = self.scratch.as_ref().expect("the merge reads scratch").ptr;
+        let dt = g.ty(out).dtype;
+        let t = self.global_thread(threads);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[t.into(), Self::imm_u(total)],
+        );
+        self.open();
+        let col = self.irem_c(Ix::R(t), sh.e);
+        let rest = self.idiv_c(Ix::R(t), sh.e);
+        let r = self.irem_c(rest, rows_total);
+        let outer = self.idiv_c(rest, rows_total);
+        let width = sh.e + 2;
+        // Element `what` (a column, or e / e + 1 for the maximum / sum) of range `k`.
+        let at = |gen: &mut Self, k: u64, what: Ix| -> Reg {
+            let slot = gen.iadd(Ix::C(k * outer_count), outer);
+            let slot = gen.imul_c(slot, rows_total);
+            let slot = gen.iadd(slot, r);
+            let slot = gen.imul_c(slot, width);
+            let ix = gen.iadd(slot, what);
+            gen.f32_addr(ptr, ix)
+        };
+        let load = |gen: &mut Self, addr: Reg| -> Operand {
+            let d = gen.b.kernel.new_reg(RegType::F32);
+            gen.b.push(Stmt::Load {
+                dsts: vec![d],
+                space: Space::Global,
+                width: Width::B32,
+                addr,
+                offset: 0,
+            });
+            d.into()
+        };
+        let mut maxima = Vec::new();
+        let mut m = Operand::f32(f32::NEG_INFINITY);
+        for k in 0..ranges as u64 {
+            let addr = at(self, k, Ix::C(sh.e));
+            let mk = load(self, addr);
+            maxima.push(mk);
+            m = self.b.op(RegType::F32, Op::FMax, &[m, mk]).into();
+        }
+        let none = self.b.op(
+            RegType::Pred,
+            Op::FCmp(FCmp::Eq),
+            &[m, Operand::f32(f32::NEG_INFINITY)],
+        );
+        let m_use = self.b.op(
+            RegType::F32,
+            Op::Select,
+            &[none.into(), Operand::f32(0.0), m],
+        );
+        let (mut l, mut o) = (Operand::f32(0.0), Operand::f32(0.0));
+        for (k, &mk) in maxima.iter().enumerate() {
+            let d = self.b.op(RegType::F32, Op::FSub, &[mk, m_use.into()]);
+            let w = self.unary(UnaryOp::Exp, DType::F32, d.into(), a)?;
+            let addr = at(self, k as u64, Ix::C(sh.e + 1));
+            let lk = load(self, addr);
+            let addr = at(self, k as u64, col);
+            let ok = load(self, addr);
+            let lw = self.b.op(RegType::F32, Op::FMul, &[lk, w]);
+            l = self.b.op(RegType::F32, Op::FAdd, &[l, lw.into()]).into();
+            let ow = self.b.op(RegType::F32, Op::FMul, &[ok, w]);
+            o = self.b.op(RegType::F32, Op::FAdd, &[o, ow.into()]).into();
+        }
+        let empty = self
+            .b
+            .op(RegType::Pred, Op::FCmp(FCmp::Eq), &[l, Operand::f32(0.0)]);
+        let q = self.b.op(RegType::F32, Op::FDiv, &[o, l]);
+        let q = self.b.op(
+            RegType::F32,
+            Op::Select,
+            &[empty.into(), Operand::f32(0.0), q.into()],
+        );
+        let v = self.round(q.into(), dt);
+        // The output index: batch entry `outer`, packed row r = position · pack + head.
+        let pos = self.idiv_c(r, pack);
+        let p = self.irem_c(r, pack);
+        let outer_idx = if outer_dims.is_empty() {
+            vec![]
+        } else {
+            self.unflatten(outer, &outer_shape)
+        };
+        let pack_idx = if sh.pack_dims.is_empty() {
+            vec![]
+        } else {
+            self.unflatten(p, &pack_shape)
+        };
+        let mut idx = vec![Ix::C(0); rank - 2];
+        for (k, &dim) in outer_dims.iter().enumerate() {
+            idx[dim] = outer_idx[k];
+        }
+        for (k, &dim) in sh.pack_dims.iter().enumerate() {
+            idx[dim] = pack_idx[k];
+        }
+        idx.extend([pos, col]);
+        self.store(out, &idx, &[v])?;
+        self.close_if(inside);
+        Ok((threads, total.div_ceil(threads as u64) as u32))
+    }
+
     /// `(x < limit, x if so else 0)`.
     fn clamp_below(&mut self, x: Ix, limit: u64) -> (Reg, Ix) {
         let xo = self.ix_op(x);
@@ -608,6 +904,13 @@ impl Gen<'_> {
             &[inside.into(), xo, Operand::U32(0)],
         );
         (inside, Ix::R(c))
+    }
+
+    fn umin(&mut self, a: Operand, b: Operand) -> Operand {
+        let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[a, b]);
+        self.b
+            .op(RegType::U32, Op::Select, &[lt.into(), a, b])
+            .into()
     }
 
     fn umax(&mut self, a: Operand, b: Operand) -> Operand {

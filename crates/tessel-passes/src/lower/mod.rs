@@ -122,7 +122,41 @@ pub fn run_with_buffers(
         let sched = schedules[grp].as_ref().ok_or(LowerError::NoSchedule(grp))?;
         let name = format!("{}_{}", sanitize(&g.name), grp.as_u32());
         let split = sched.tile.split_k();
-        let parts = if data.kind == GroupKind::Matmul && split > 1 {
+        let parts = if let (GroupKind::Attention, &TileConfig::Attention { split, .. }) =
+            (data.kind, &sched.tile)
+        {
+            if split == 0 {
+                vec![(Part::Whole, name)]
+            } else {
+                // Flash-decoding: each key range's unnormalised O, maximum and sum go to an
+                // f32 scratch buffer [ranges, batch entries, rows, E + 2]; a second kernel
+                // merges the ranges in order.
+                let (s, a) = (data.reductions[0], data.reductions[1]);
+                let sh = crate::schedule::attention_shape(g, s, a);
+                let ranges = sh.n.div_ceil(split as u64);
+                let outer = sh.batch.iter().product::<u64>() / sh.pack.max(1);
+                let numel = ranges * outer * sh.m * sh.pack * (sh.e + 2);
+                if numel >= u32::MAX as u64 {
+                    return Err(LowerError::TooLarge { value: a, numel });
+                }
+                let scratch = p.buffers.push(BufferDecl {
+                    name: format!("t{}_ranges", a.as_u32()),
+                    ty: tessel_ir::TensorType {
+                        dtype: DType::F32,
+                        shape: Shape(vec![numel]),
+                    },
+                    role: BufferRole::Temp,
+                });
+                let split = ranges as u32;
+                vec![
+                    (Part::Partials { scratch, split }, format!("{name}_ranges")),
+                    (
+                        Part::SumPartials { scratch, split },
+                        format!("{name}_merge"),
+                    ),
+                ]
+            }
+        } else if data.kind == GroupKind::Matmul && split > 1 {
             // Split-K: the partial products go to an f32 scratch buffer [split, ..mm shape],
             // then a second kernel sums them in range order and runs the epilogue.
             let mm = data.reductions[0];
@@ -254,8 +288,10 @@ fn lower_group(
     };
     // Parameters: every materialised value the kernel reads, then its outputs; the scratch
     // buffer of a split-K part comes last.
+    let attention = data.kind == GroupKind::Attention;
     let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
-        Part::Whole => {
+        Part::SumPartials { .. } if attention => (vec![], data.outputs.clone()),
+        Part::Whole | Part::Partials { .. } if attention => {
             let mut reads = leaves(g, fusion, &data.outputs, None);
             // Fused attention reads q, k and v from the tensors under their views, even
             // where a view is materialised too (a step output).
@@ -270,8 +306,13 @@ fn lower_group(
                     }
                 }
             }
-            (reads, data.outputs.clone())
+            let writes = match part {
+                Part::Whole => data.outputs.clone(),
+                _ => vec![],
+            };
+            (reads, writes)
         }
+        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
         Part::Partials { .. } => (leaves(g, fusion, &data.reductions, None), vec![]),
         Part::SumPartials { .. } => (
             leaves(g, fusion, &data.outputs, Some(data.reductions[0])),
@@ -330,6 +371,18 @@ fn lower_group(
             range: None,
             writes: matches!(part, Part::Partials { .. }),
         });
+    }
+    if let (Part::SumPartials { split, .. }, TileConfig::Attention { .. }) = (part, tile) {
+        let reds = (data.reductions[0], data.reductions[1]);
+        let (threads, ctas) = gen.attention_merge(out, reds, split)?;
+        gen.b.finish();
+        kernel.block = [threads, 1, 1];
+        kernel.grid = [ctas, 1, 1];
+        kernel.schedule = format!(
+            "merge of {tile}'s {split} key ranges: each output element takes the ranges' maxima, sums and O in range order; {}",
+            crate::schedule::reduction_order(tile, 0)
+        );
+        return Ok((kernel, args));
     }
     if let Part::SumPartials { split, .. } = part {
         let mm = data.reductions[0];

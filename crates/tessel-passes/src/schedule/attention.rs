@@ -9,10 +9,20 @@ use tessel_ir::Value;
 /// Keys per block: 64 (FlashAttention-2's block for head dim 128 on sm_80+; 4 pairs of
 /// 8-key fragments per k step of P·V).
 const BLOCK_N: u32 = 64;
+/// Keys per block in the split (decode) schedule.
+const DECODE_BLOCK_N: u32 = 32;
 /// Double-buffered K and V: one block copied while the other is multiplied.
 const STAGES: u32 = 2;
 /// At most 4 warps (64 query rows) per CTA, FlashAttention-2's forward default.
 const MAX_WARPS: u32 = 4;
+/// Keys per range when the keys are split over CTAs (flash-decoding: Dao, Haziza, Massa,
+/// Sizov, "Flash-Decoding for long-context inference", 2023): 4 blocks, so a cache of 4096
+/// keys gives 16 CTAs per row block. A fixed count of keys, not of ranges: a row's order
+/// depends on its own keys only, never on the batch (design §12).
+const SPLIT_KEYS: u32 = 4 * BLOCK_N;
+/// Split the keys when a batch entry has at most this many query rows (decode: a few new
+/// tokens times the query heads of a KV group) and more than two ranges of keys.
+const SPLIT_MAX_ROWS: u64 = 64;
 
 /// What the attention kernel reads, from the shapes of its matmul `s = q @ kᵀ` and `v`.
 pub struct AttentionShape {
@@ -62,7 +72,7 @@ pub fn attention_shape(g: &Graph, s: Value, a: Value) -> AttentionShape {
 }
 
 /// Shared memory of the tile's rings: Q's rows once, then `stages` blocks of K and of V
-/// (bf16/f16); the kernel adds 4 bytes per warp for combining the rows' key bounds.
+/// (bf16/f16); the kernel adds 8 bytes per warp for combining the rows' key bounds.
 pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: u64) -> u32 {
     2 * (16 * warps * d as u32 + stages * block_n * (d + e) as u32)
 }
@@ -72,32 +82,56 @@ pub(super) fn choose(g: &Graph, s: Value, a: Value, t: &Target) -> Schedule {
     let sh = attention_shape(g, s, a);
     let rows = sh.m * sh.pack;
     let warps = (rows.div_ceil(16) as u32).clamp(1, MAX_WARPS);
+    let batch: u64 = sh.batch.iter().product::<u64>() / sh.pack.max(1);
+    let split = if rows <= SPLIT_MAX_ROWS && sh.n > 2 * SPLIT_KEYS as u64 {
+        SPLIT_KEYS
+    } else {
+        0
+    };
+    // Split ranges are walked by CTAs of one to four warps: blocks of 32 keys halve their
+    // shared memory (36 KiB at head dim 128), so twice as many CTAs share an SM and hide
+    // each other's latency.
+    let block_n = if split > 0 { DECODE_BLOCK_N } else { BLOCK_N };
     let mut stages = STAGES;
     while stages > 1
-        && attention_shared_bytes(warps, BLOCK_N, stages, sh.d, sh.e) + 4 * warps
+        && attention_shared_bytes(warps, block_n, stages, sh.d, sh.e) + 8 * warps
             > t.max_shared_per_cta
     {
         stages -= 1;
     }
-    let batch: u64 = sh.batch.iter().product::<u64>() / sh.pack.max(1);
-    let ctas = rows.div_ceil(16 * warps as u64) * batch;
+    let ranges = if split > 0 {
+        sh.n.div_ceil(split as u64)
+    } else {
+        1
+    };
+    let ctas = rows.div_ceil(16 * warps as u64) * batch * ranges;
+    let split_why = if split > 0 {
+        format!(", keys split into {ranges} ranges of {split} merged by a second kernel (at most {SPLIT_MAX_ROWS} rows per batch entry)")
+    } else {
+        String::new()
+    };
     Schedule {
         tile: TileConfig::Attention {
             warps,
-            block_n: BLOCK_N,
+            block_n,
             stages: stages.max(2),
             pack: sh.pack as u32,
+            split,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {BLOCK_N} double-buffered, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack
         ),
     }
 }
 
 /// The reduction order of the attention tile, in words (design §5).
-pub fn order(block_n: u32) -> String {
-    format!(
+pub fn order(block_n: u32, split: u32) -> String {
+    let mut o = format!(
         "each row: keys in blocks of {block_n} from key 0 in order, up to the row block's bound; per block the scores by one mma.sync per 16 of the head dim in order into f32 accumulators starting at 0, rounded to the matmul's dtype, then the logits' elementwise ops; the row maximum m over the blocks so far; each of the 4 lanes of a row keeps a partial sum of exp(x - m) over its 2 keys of each 8-key fragment, rescaled by exp(m_old - m) per block, then the block's values added in key order; O per element: rescaled by exp(m_old - m), then one mma.sync per 16 keys in key order of exp(x - m) rounded to v's dtype times v; at the end the 4 partial sums added by butterfly xor 1, 2, and O divided by the sum (0 for a row that sees no key)"
-    )
+    );
+    if split > 0 {
+        o += &format!("; with the keys cut into ranges of {split} (each range as above, from its first key, without the division): the ranges merged in range order, m the maximum of the ranges' maxima, the sum and O each the ranges' values times exp(m_range - m) added in range order to 0, then O divided by the sum (0 for a row that sees no key)");
+    }
+    o
 }

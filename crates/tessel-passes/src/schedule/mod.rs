@@ -164,7 +164,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             s
         }
         TileConfig::Elementwise { .. } => "no reduction".to_string(),
-        TileConfig::Attention { block_n, .. } => attention::order(block_n),
+        TileConfig::Attention { block_n, split, .. } => attention::order(block_n, split),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
             32 * vector
