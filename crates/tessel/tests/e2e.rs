@@ -20,12 +20,19 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The single-file examples of examples/qwen3_14b. The whole decoder layers
+/// (`layer.tsl`, which import examples/lib/qwen.tsl) are not here: their GEMMs at the
+/// models' hidden sizes take minutes on the executor. crates/tessel/tests/layers.rs
+/// compiles them and checks the same library at a small hidden size; on the GPU,
+/// scripts/gpu-layers.sh compares them with transformers.
 fn examples() -> Vec<PathBuf> {
     let mut v = Vec::new();
     for dir in ["examples/qwen3_14b"] {
         for e in std::fs::read_dir(root().join(dir)).expect("examples dir") {
             let p = e.expect("entry").path();
-            if p.extension().is_some_and(|x| x == "tsl") {
+            if p.extension().is_some_and(|x| x == "tsl")
+                && p.file_name().is_some_and(|n| n != "layer.tsl")
+            {
                 v.push(p);
             }
         }
@@ -666,6 +673,13 @@ fn all_examples() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).expect("examples dir") {
             let p = e.expect("entry").path();
+            // The whole layers and their library: see [`examples`].
+            let layer = p
+                .file_name()
+                .is_some_and(|n| n == "layer.tsl" || n == "lib");
+            if layer {
+                continue;
+            }
             if p.is_dir() {
                 walk(&p, out);
             } else if p.extension().is_some_and(|x| x == "tsl") {
