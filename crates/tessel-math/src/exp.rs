@@ -186,3 +186,52 @@ pub fn exp<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let (ph, pl, k) = exp_parts(o, x, z);
     ldexp_dd(o, ph, pl, k)
 }
+
+/// `1/n!` for n = 2..=7, the Taylor coefficients of `(exp(r) - 1 - r) / r^2` on
+/// |r| <= ln2/2, whose truncation after r^7 leaves a relative error below 2^-27.
+const EXP_TAYLOR: [f32; 6] = [
+    0.5,
+    1.0 / 6.0,
+    1.0 / 24.0,
+    1.0 / 120.0,
+    1.0 / 720.0,
+    1.0 / 5040.0,
+];
+
+/// exp in single f32 values, for the fused attention's online softmax (its exps are summed
+/// in f32 and rounded to bf16 before they are used), in about 25 operations where [`exp`]
+/// takes about 55 (its double-f32 polynomial and single-rounding denormal path):
+/// `k = rint(x/ln2)`, `r = x - k·LN2_HI` (exact, as in [`exp`]) and `c = -k·LN2_LO`;
+/// `exp(r + c) = (1 + r) + (r^2·P(r) + c·(1 + r))` with `P` the Taylor polynomial of degree
+/// 5 by Horner and `1 + r` split exactly by Fast2Sum, so the one rounding that matters is
+/// the last addition; then scaling by `2^k` as [`exp`] does.
+///
+/// Error (exhaustive over every f32, `tests/exhaustive.rs`, see `docs/numerics.md`): max
+/// 0.8856 ulp (at 83.52481), within the design's 1 ulp; denormal results, rounded twice
+/// (the f32 sum, then the scaling), stay below it too. Same clamping as [`exp`]: +inf above
+/// 88.7, 0 below -103.97, NaN in, NaN out.
+pub fn exp_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let lo = o.fconst(X_MIN);
+    let hi = o.fconst(X_MAX);
+    let x = o.fmax(x, lo);
+    let x = o.fmin(x, hi);
+    let log2e = o.fconst(LOG2E);
+    let t = o.fmul(x, log2e);
+    let k = o.frint(t);
+    let nk = o.fneg(k);
+    let ln2hi = o.fconst(LN2_HI);
+    let r = o.ffma(nk, ln2hi, x);
+    let ln2lo = o.fconst(LN2_LO);
+    let c = o.fmul(nk, ln2lo);
+    let p = horner(o, r, &EXP_TAYLOR);
+    let r2 = o.fmul(r, r);
+    let one = o.fconst(1.0);
+    let (s, e) = fast_two_sum(o, one, r);
+    let tail = o.ffma(r2, p, e);
+    let tail = o.ffma(c, s, tail);
+    let y = o.fadd(s, tail);
+    let ki = o.cvt_rni_s32(k);
+    let (sc1, sc2) = pow2_pair(o, ki);
+    let y = o.fmul(y, sc1);
+    o.fmul(y, sc2)
+}

@@ -45,7 +45,7 @@ mod sigmoid;
 mod sincos;
 mod tanh;
 
-pub use exp::exp;
+pub use exp::{exp, exp_f32};
 pub use log::log;
 pub use ops::{MathOps, Native};
 pub use pow::pow;

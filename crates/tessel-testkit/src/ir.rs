@@ -330,6 +330,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
         MathFn::Sin,
         MathFn::Cos,
         MathFn::Exp,
+        MathFn::ExpF32,
         MathFn::Log,
         MathFn::Rsqrt,
         MathFn::Pow,

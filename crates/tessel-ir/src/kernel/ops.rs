@@ -70,6 +70,9 @@ pub enum MathFn {
     Sin,
     Cos,
     Exp,
+    /// exp in single f32 values, within 1 ulp (tessel_math::exp_f32): the fused
+    /// attention's online softmax, whose exps are rounded to bf16 before use.
+    ExpF32,
     Log,
     Rsqrt,
     Pow,

@@ -280,6 +280,7 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
         MathFn::Sin => "sin",
         MathFn::Cos => "cos",
         MathFn::Exp => "exp",
+        MathFn::ExpF32 => "exp_f32",
         MathFn::Log => "log",
         MathFn::Rsqrt => "rsqrt",
         MathFn::Pow => "pow",
@@ -289,10 +290,11 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
     }
 }
 
-pub(crate) const MATH_FNS: [MathFn; 9] = [
+pub(crate) const MATH_FNS: [MathFn; 10] = [
     MathFn::Sin,
     MathFn::Cos,
     MathFn::Exp,
+    MathFn::ExpF32,
     MathFn::Log,
     MathFn::Rsqrt,
     MathFn::Pow,

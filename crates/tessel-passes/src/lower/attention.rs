@@ -21,9 +21,9 @@ use super::{Gen, Ix, LowerError};
 use crate::schedule::{attention_shape, attention_shared_bytes};
 use crate::view::{strided, StridedView};
 use std::collections::HashMap;
-use tessel_ir::graph::{Op as GOp, TileConfig, UnaryOp};
+use tessel_ir::graph::{Op as GOp, TileConfig};
 use tessel_ir::kernel::{
-    CpAsyncCache, FCmp, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
+    CpAsyncCache, FCmp, ICmp, MathFn, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width,
 };
 use tessel_ir::{DType, Reg, Shape, Value};
 
@@ -595,12 +595,12 @@ impl Gen<'_> {
             let dm = self
                 .b
                 .op(RegType::F32, Op::FSub, &[m_run[h].into(), m_use.into()]);
-            let scale = self.unary(UnaryOp::Exp, DType::F32, dm.into(), a)?;
+            let scale = self.exp_f32(dm.into());
             let mut sum = Operand::f32(0.0);
             for (f, x) in xs.iter().enumerate() {
                 for q in [2 * h, 2 * h + 1] {
                     let z = self.b.op(RegType::F32, Op::FSub, &[x[q], m_use.into()]);
-                    let p = self.unary(UnaryOp::Exp, DType::F32, z.into(), a)?;
+                    let p = self.exp_f32(z.into());
                     probs[f][q] = p;
                     sum = self.b.op(RegType::F32, Op::FAdd, &[sum, p]).into();
                 }
@@ -757,6 +757,15 @@ impl Gen<'_> {
         ])
     }
 
+    /// `exp(x)` in single f32 values (`MathFn::ExpF32`, within 1 ulp): the online
+    /// softmax's exps are summed in f32 and rounded to v's dtype before use, where the
+    /// last bits of [`tessel_math::exp`]'s near-correct rounding cost 30 more operations.
+    fn exp_f32(&mut self, x: Operand) -> Operand {
+        self.b
+            .op(RegType::F32, Op::Math(MathFn::ExpF32), &[x])
+            .into()
+    }
+
     /// The address of f32 element `ix` of the buffer at `ptr`.
     fn f32_addr(&mut self, ptr: Reg, ix: Ix) -> Reg {
         let io = self.ix_op(ix);
@@ -844,7 +853,7 @@ impl Gen<'_> {
         let (mut l, mut o) = (Operand::f32(0.0), Operand::f32(0.0));
         for (k, &mk) in maxima.iter().enumerate() {
             let d = self.b.op(RegType::F32, Op::FSub, &[mk, m_use.into()]);
-            let w = self.unary(UnaryOp::Exp, DType::F32, d.into(), a)?;
+            let w = self.exp_f32(d.into());
             let addr = at(self, k as u64, Ix::C(sh.e + 1));
             let lk = load(self, addr);
             let addr = at(self, k as u64, col);
