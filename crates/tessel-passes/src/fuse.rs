@@ -271,7 +271,8 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
             | Op::Const { .. }
             | Op::Iota { .. }
             | Op::MatMul { .. }
-            | Op::Attention { .. } => {}
+            | Op::Attention { .. }
+            | Op::Update { .. } => {}
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
                 for a in op.args() {
                     stack.push((a, idx.clone()));

@@ -370,6 +370,7 @@ impl<'m> Checker<'m> {
                 self.push(
                     Op::Input {
                         index: index as u32,
+                        inout: p.inout.is_some(),
                     },
                     ty,
                     p.ty.span,

@@ -123,7 +123,23 @@ fn eval_op(
                 "a fused attention (see layout::check)",
             ))
         }
-        Op::Input { index } => {
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => {
+            let p = layout::operand(vals, *pos, v)?;
+            update_bounds(
+                layout::operand(vals, *dst, v)?,
+                shape,
+                layout::operand(vals, *rows, v)?,
+                src(rows),
+                p,
+                *axis as usize,
+            )
+        }
+        Op::Input { index, .. } => {
             let t = input(g, v, *index, inputs)?;
             (0..n).map(|i| Bound::point(t.get_f64(i))).collect()
         }
@@ -271,6 +287,53 @@ fn flash_probability(dt: DType, a: &Bound, c: Bound, len: u64) -> Bound {
         hi: c.hi.max(a.hi * (1.0 + rel)),
         ..c
     }
+}
+
+/// An update's bounds: the reference scatters each row to its reference position; where a
+/// position is not known exactly (an i32 cast from a float range), an element along that
+/// axis may hold `dst`'s value or any row's that some position in the range puts there, so
+/// its bound is their hull.
+fn update_bounds(
+    dst: &[Bound],
+    shape: &[u64],
+    rows: &[Bound],
+    rows_shape: &[u64],
+    pos: &[Bound],
+    axis: usize,
+) -> Vec<Bound> {
+    let at: Vec<i64> = pos.iter().map(|b| b.r as i64).collect();
+    let mut out = layout::update(dst, shape, rows, rows_shape, &at, axis);
+    let (outer, len, inner) = layout::lanes(shape, axis);
+    let (_, r_len, _) = layout::lanes(rows_shape, axis);
+    let per_b = outer / shape[0] as usize;
+    for (b, p) in pos.iter().enumerate() {
+        if p.is_point() {
+            continue;
+        }
+        // i32 positions: the integers in [lo, hi] (NaN or an empty bound: any of them).
+        let (lo, hi) = if p.empty() || p.nan || p.lo.is_nan() || p.hi.is_nan() {
+            (i32::MIN as i64, i32::MAX as i64)
+        } else {
+            (p.lo.ceil() as i64, p.hi.floor() as i64)
+        };
+        for o in b * per_b..(b + 1) * per_b {
+            for t in 0..len {
+                for k in 0..inner {
+                    let flat = (o * len + t) * inner + k;
+                    let first = (t as i64 - hi).max(0);
+                    let last = (t as i64 - lo).min(r_len as i64 - 1);
+                    let mut h = out[flat];
+                    h = Bound::hull(&h, &dst[flat], h.r);
+                    for i in first..=last {
+                        let x = &rows[(o * r_len + i as usize) * inner + k];
+                        h = Bound::hull(&h, x, h.r);
+                    }
+                    out[flat] = h;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Neumaier's compensated sum (near-exact in f64 for the ranges here).
