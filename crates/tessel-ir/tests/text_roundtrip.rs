@@ -323,5 +323,5 @@ fn examples_in_docs_read_and_verify() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 2);
+    assert_eq!(seen, 3);
 }
