@@ -54,7 +54,7 @@ fn append_positions() {
     ] {
         let b = pos.len() as u64;
         let dd = [("B", b), ("KV", kv), ("R", r), ("D", d), ("S", s)];
-        for step in ["append", "append_only", "two_caches"] {
+        for step in ["append", "append_only", "two_caches", "via_fn"] {
             for profile in [Profile::Exact, Profile::Invariant] {
                 pass(step, &dd, &pos, profile);
             }

@@ -541,3 +541,37 @@ fn matmul(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A position known only as a range: every element some position in the range may
+    /// write allows the row values that could land there as well as `dst`'s own.
+    #[test]
+    fn update_at_an_uncertain_position_allows_every_row_it_may_write() {
+        // dst [1, 4] = 0, 1, 2, 3; one row [1, 1] = 9 at a position in [1, 2].
+        let dst: Vec<Bound> = (0..4).map(|i| Bound::point(i as f64)).collect();
+        let rows = [Bound::point(9.0)];
+        let pos = [Bound {
+            r: 1.0,
+            lo: 1.0,
+            hi: 2.0,
+            nan: false,
+        }];
+        let out = update_bounds(&dst, &[1, 4], &rows, &[1, 1], &pos, 1);
+        assert!(out[0].is_point() && out[0].r == 0.0);
+        assert!(out[3].is_point() && out[3].r == 3.0);
+        // Position 1 is the reference's: the row, but dst's 1 stays allowed.
+        assert_eq!(out[1].r, 9.0);
+        assert!(out[1].allows(9.0) && out[1].allows(1.0));
+        // Position 2 keeps dst's value as reference and may hold the row.
+        assert_eq!(out[2].r, 2.0);
+        assert!(out[2].allows(2.0) && out[2].allows(9.0));
+        // Exact positions change nothing else.
+        let exact = update_bounds(&dst, &[1, 4], &rows, &[1, 1], &[Bound::point(3.0)], 1);
+        let r: Vec<f64> = exact.iter().map(|b| b.r).collect();
+        assert_eq!(r, [0.0, 1.0, 2.0, 9.0]);
+        assert!(exact.iter().all(Bound::is_point));
+    }
+}
