@@ -110,8 +110,14 @@ impl Checker<'_> {
         let (Some((dv, dspan)), Some((rv, rspan))) = (it.next(), it.next()) else {
             return Err(Reported);
         };
-        // The tensor updated: a chain value, not yet consumed (a stale one was reported
-        // where its name was read).
+        // The tensor updated: a chain value, not yet consumed. A consumed one is reported
+        // where its name is read; this catches one that reached here another way.
+        if let Some(l) = match &dv {
+            Val::T(x) => self.inplace.links.get(x).cloned(),
+            _ => None,
+        } {
+            self.fresh(&l.param, &dv, dspan)?;
+        }
         let dst = match &dv {
             Val::T(x) if self.inplace.links.contains_key(x) => *x,
             other => {
