@@ -76,8 +76,23 @@ pub fn run_case(
     seed: u64,
     device: Option<Device>,
 ) -> Outcome {
+    run_case_with_inputs(source, step, dims, profile, seed, &[], device)
+}
+
+/// [`run_case`] with some inputs given by name (positions into a KV cache, say); the
+/// others are seeded random as there. A given input of the wrong type is an
+/// [`Outcome::Error`] (the executor refuses it).
+pub fn run_case_with_inputs(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    given: &[(&str, Tensor)],
+    device: Option<Device>,
+) -> Outcome {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        run_inner(source, step, dims, profile, seed, device)
+        run_inner(source, step, dims, profile, seed, given, device)
     }));
     match r {
         Ok(o) => o,
@@ -98,6 +113,7 @@ fn run_inner(
     dims: &[(String, u64)],
     profile: Profile,
     seed: u64,
+    given: &[(&str, Tensor)],
     device: Option<Device>,
 ) -> Outcome {
     let module = match tessel_syntax::parse(source) {
@@ -123,12 +139,15 @@ fn run_inner(
         .inputs
         .iter()
         .enumerate()
-        .map(|(i, (_, b))| {
-            Tensor::random(
-                p.buffers[*b].ty.clone(),
-                seed.wrapping_mul(1000).wrapping_add(i as u64),
-            )
-        })
+        .map(
+            |(i, (name, b))| match given.iter().find(|(n, _)| n == name) {
+                Some((_, t)) => t.clone(),
+                None => Tensor::random(
+                    p.buffers[*b].ty.clone(),
+                    seed.wrapping_mul(1000).wrapping_add(i as u64),
+                ),
+            },
+        )
         .collect();
     let exec = match tessel_ref::run_program(p, &inputs) {
         Ok(o) => o,

@@ -74,9 +74,13 @@ pub enum ReduceOp {
 /// The definition of a value. The result type is in [`Graph::types`].
 #[derive(Clone, PartialEq, Debug)]
 pub enum Op {
-    /// Step parameter number `index` (the order of [`Graph::inputs`]).
+    /// Step parameter number `index` (the order of [`Graph::inputs`]). `inout`: the step
+    /// updates the parameter in place — its buffer is the caller's, the [`Op::Update`]s of
+    /// it write into that buffer, and the end of its chain of updates (the input itself when
+    /// there is none) is the step output of the same name, stored in that same buffer.
     Input {
         index: u32,
+        inout: bool,
     },
     /// Every element equals `value` (exactly representable in the result dtype; the `check`
     /// pass rounds literals to the dtype they take).
@@ -174,6 +178,27 @@ pub enum Op {
         v: Value,
         bound: Option<Value>,
     },
+    /// `dst` with rows written in place along `axis` (≥ 1): for every index `b` of `dst`'s
+    /// first dim and every `i < R` (R = `rows.shape[axis]`),
+    /// `result[b, .., pos[b] + i, ..] = rows[b, .., i, ..]` where `0 <= pos[b] + i <
+    /// dst.shape[axis]`; a row whose position falls outside the axis is not written, and every
+    /// other element is `dst`'s. `rows` has `dst`'s dtype and shape but for `axis`
+    /// (`R <= dst.shape[axis] < 2^31`); `pos` is i32 `[dst.shape[0]]`; the result has `dst`'s
+    /// type.
+    ///
+    /// In place: `dst` is an `inout` [`Op::Input`] or another update's result (a chain whose
+    /// root is that input), the result lives in the root's buffer, and its kernel writes the
+    /// R rows only — it never copies `dst`. So that the old contents are never needed after
+    /// the write, `dst` is the `dst` of this update only, and no op after this one (in
+    /// [`Graph::ops`] order) reads `dst` or any value computed from `dst` other than through
+    /// this update; this op's own `rows` and `pos` are not computed from `dst` either
+    /// (verifier rule `graph.update`). The `check` pass guarantees it from the source rules.
+    Update {
+        dst: Value,
+        rows: Value,
+        pos: Value,
+        axis: u32,
+    },
 }
 
 impl Op {
@@ -200,6 +225,7 @@ impl Op {
                 on_true,
                 on_false,
             } => vec![*cond, *on_true, *on_false],
+            Op::Update { dst, rows, pos, .. } => vec![*dst, *rows, *pos],
             Op::Concat { args, .. } => args.clone(),
         }
     }
@@ -227,16 +253,22 @@ impl Op {
                 on_true,
                 on_false,
             } => vec![cond, on_true, on_false],
+            Op::Update { dst, rows, pos, .. } => vec![dst, rows, pos],
             Op::Concat { args, .. } => args.iter_mut().collect(),
         }
     }
 
     /// True for ops that compute each output element from operand elements at related
-    /// indices only (everything but [`Op::Reduce`]).
+    /// indices only (not reductions, softmax, matmul, attention, or an update, whose element
+    /// depends on a position read at run time).
     pub fn is_elementwise_like(&self) -> bool {
         !matches!(
             self,
-            Op::Reduce { .. } | Op::Softmax { .. } | Op::MatMul { .. } | Op::Attention { .. }
+            Op::Reduce { .. }
+                | Op::Softmax { .. }
+                | Op::MatMul { .. }
+                | Op::Attention { .. }
+                | Op::Update { .. }
         )
     }
 }
@@ -277,6 +309,25 @@ impl Graph {
         &self.types[v]
     }
 
+    /// The value whose buffer `v` is stored in: for an [`Op::Update`], the root of its chain
+    /// (an `inout` input), whose buffer the update writes in place; `v` itself otherwise.
+    /// Follows only operands defined earlier, so a malformed graph cannot make it loop.
+    pub fn storage_root(&self, v: Value) -> Value {
+        let mut x = v;
+        while let Some(Op::Update { dst, .. }) = self.ops.get(x) {
+            if dst.as_u32() >= x.as_u32() {
+                break;
+            }
+            x = *dst;
+        }
+        x
+    }
+
+    /// True if `v` is an `inout` step input.
+    pub fn is_inout_input(&self, v: Value) -> bool {
+        matches!(self.ops.get(v), Some(Op::Input { inout: true, .. }))
+    }
+
     /// Number of uses of each value (operand uses plus step outputs).
     pub fn use_counts(&self) -> SecondaryMap<Value, u32> {
         let mut uses = SecondaryMap::new();
@@ -309,6 +360,11 @@ pub enum GroupKind {
     /// the product with `v` in one kernel; the logits' elementwise cone (scale, mask) is
     /// computed per score element from the first matmul's result.
     Attention,
+    /// One [`Op::Update`] (its only output; no reductions): the kernel iterates over the
+    /// update's `rows` — not over `dst` — computing each row element from its elementwise
+    /// cone and storing it at its position in the buffer `dst` lives in, skipping positions
+    /// outside the axis. Its iteration domain is `rows`' shape, not its output's.
+    Update,
 }
 
 /// One fusion group: the values it writes to memory and, for a row reduction, the
@@ -318,11 +374,12 @@ pub enum GroupKind {
 #[derive(Clone, PartialEq, Debug)]
 pub struct GroupData {
     pub kind: GroupKind,
-    /// Values written by the kernel. All have the same shape (the iteration domain).
+    /// Values written by the kernel. All have the same shape (the iteration domain; for a
+    /// [`GroupKind::Update`], the one update, written over its `rows`' shape).
     pub outputs: Vec<Value>,
     /// [`Op::Reduce`] values over the last axis computed per row, in order, for a
     /// [`GroupKind::RowReduction`]; the one [`Op::MatMul`] for a [`GroupKind::Matmul`];
-    /// empty for [`GroupKind::Elementwise`].
+    /// empty for [`GroupKind::Elementwise`] and [`GroupKind::Update`].
     pub reductions: Vec<Value>,
 }
 
@@ -453,6 +510,13 @@ pub enum TileConfig {
         pack: u32,
         split: u32,
     },
+    /// An in-place update ([`GroupKind::Update`]): elementwise over the update's `rows`
+    /// (never over `dst`) — one thread per `vector` consecutive elements of the flattened
+    /// rows, `threads` per CTA, `ceil(rows numel / (threads · vector))` CTAs; each thread
+    /// computes its elements, reads its row's position and stores them at that position
+    /// in `dst`'s buffer when it lies inside the axis. `vector` > 1 only when the axis is not
+    /// the last (a row's last dim is then contiguous in `dst` as in `rows`).
+    Update { threads: u32, vector: u32 },
 }
 
 /// How a tensor-core tile's f32 accumulators reach memory (the epilogue runs per element
@@ -502,6 +566,7 @@ impl TileConfig {
             } => 32 * warps_m * warps_n,
             TileConfig::GemvMma { warps, .. } => 32 * warps,
             TileConfig::Attention { warps, .. } => 32 * warps,
+            TileConfig::Update { threads, .. } => threads,
         }
     }
 
@@ -582,6 +647,9 @@ impl fmt::Display for TileConfig {
                 f,
                 "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack}, split: {split} }}"
             ),
+            TileConfig::Update { threads, vector } => {
+                write!(f, "update {{ threads: {threads}, vector: {vector} }}")
+            }
         }
     }
 }

@@ -524,12 +524,26 @@ pub fn is_ptx_followsym(c: char) -> bool {
 /// What a program buffer is for.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum BufferRole {
-    /// Step input number `n`: the caller fills it.
+    /// Step input number `n`: the caller fills it; no kernel writes it.
     Input(u32),
+    /// Step input number `n` that the step updates in place (an `inout` parameter): the
+    /// caller fills it, kernels read and write it, and it is returned to the caller as the
+    /// step output of its name — the same buffer, never a copy.
+    InOut(u32),
     /// Written by a kernel and returned to the caller.
     Output,
     /// Written by one kernel and read by later ones; not returned.
     Temp,
+}
+
+impl BufferRole {
+    /// The step input number of an [`BufferRole::Input`] or [`BufferRole::InOut`] buffer.
+    pub fn input_index(self) -> Option<u32> {
+        match self {
+            BufferRole::Input(i) | BufferRole::InOut(i) => Some(i),
+            BufferRole::Output | BufferRole::Temp => None,
+        }
+    }
 }
 
 /// A dense, row-major device buffer.

@@ -37,6 +37,11 @@ fn kitchen_sink_graph_round_trips_and_verifies() {
     assert!(text.contains("= permute v2, perm [1, 0] : f32[8, 4]"));
     assert!(text.contains("= concat [v2, v11, v2], axis 1 : f32[4, 24]"));
     assert!(text.contains("output \"out again\" = v15"));
+    assert!(text.contains("= input 2 \"cache\" inout : bf16[4, 6, 8]"));
+    assert!(text.contains("= update v62, v63, at v64, axis 1 : bf16[4, 6, 8]"));
+    assert!(text.contains(
+        "g2 = update outputs [v65] reductions [] tile update { threads: 32, vector: 8 }"
+    ));
     assert!(text.contains("g0 = row_reduction outputs [v15, "));
     assert!(text.contains(
         "tile row_reduction { threads_per_row: 32, rows_per_cta: 4, vector: 8 } why \"rows of 8: one warp per row\""
@@ -101,8 +106,20 @@ fn non_canonical_tables_are_spelled_out() {
     // Inputs listed out of index order, a writer entry that the groups do not imply, a
     // missing writer: all invalid, and all printed faithfully.
     let mut g = Graph::new("odd name!");
-    let a = g.push(Op::Input { index: 1 }, t(DType::F32, &[2]));
-    let b = g.push(Op::Input { index: 0 }, t(DType::F32, &[2]));
+    let a = g.push(
+        Op::Input {
+            index: 1,
+            inout: false,
+        },
+        t(DType::F32, &[2]),
+    );
+    let b = g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(DType::F32, &[2]),
+    );
     let c = g.push(
         Op::Binary {
             op: tessel_ir::graph::BinaryOp::Add,
@@ -205,6 +222,22 @@ fn program_round_trips_and_verifies() {
 }
 
 #[test]
+fn inout_buffer_round_trips() {
+    let mut p = small_program();
+    let x = tessel_ir::BufferId::from_u32(0);
+    p.buffers[x].role = tessel_ir::kernel::BufferRole::InOut(0);
+    p.outputs.push(("x".into(), x));
+    verify_program(&p, false).unwrap();
+    let text = write_program(&p);
+    assert!(
+        text.contains("  buf0 = inout 0 \"x\" : bf16[4, 8]"),
+        "{text}"
+    );
+    assert!(text.contains("  output \"x\" = buf0"), "{text}");
+    assert_eq!(read_program(&text).unwrap(), p);
+}
+
+#[test]
 fn empty_and_degenerate_forms_round_trip() {
     // Empty kernel, empty graph, empty program; ops with the wrong operand count and loads
     // and stores with none, which the verifier rejects but the text must still carry.
@@ -290,5 +323,5 @@ fn examples_in_docs_read_and_verify() {
             seen += 1;
         }
     }
-    assert_eq!(seen, 2);
+    assert_eq!(seen, 3);
 }

@@ -2,7 +2,8 @@
 //! reported under the invariant's rule.
 
 use tessel_ir::graph::{
-    BinaryOp, Fusion, Graph, Op, ReduceOp, Schedule, Schedules, TileConfig, UnaryOp,
+    BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
+    UnaryOp,
 };
 use tessel_ir::kernel::{
     BufferRole, Kernel, LaunchArg, MathFn, Op as KOp, Operand, Param, ParamKind, RegType, Space,
@@ -31,7 +32,13 @@ fn one_op(
     let mut g = Graph::new("t");
     let mut vs = Vec::new();
     for (i, (d, s)) in ins.iter().enumerate() {
-        let v = g.push(Op::Input { index: i as u32 }, t(*d, s));
+        let v = g.push(
+            Op::Input {
+                index: i as u32,
+                inout: false,
+            },
+            t(*d, s),
+        );
         g.inputs.push((format!("i{i}"), v));
         vs.push(v);
     }
@@ -63,11 +70,29 @@ fn graph_order_and_io() {
 
     // Input index out of range; duplicate index; inputs entry not an input op.
     let mut g = Graph::new("t");
-    g.push(Op::Input { index: 0 }, t(F32, &[]));
+    g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(F32, &[]),
+    );
     graph_fails(&g, "graph.input");
     let mut g = Graph::new("t");
-    let a = g.push(Op::Input { index: 0 }, t(F32, &[]));
-    let b = g.push(Op::Input { index: 0 }, t(F32, &[]));
+    let a = g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(F32, &[]),
+    );
+    let b = g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(F32, &[]),
+    );
     g.inputs = vec![("a".into(), a), ("b".into(), b)];
     graph_fails(&g, "graph.input");
     let mut g = Graph::new("t");
@@ -729,4 +754,279 @@ fn program_rules() {
         }
         let _ = out;
     });
+}
+
+// ---- in-place updates ----
+
+/// `c: inout f32[2, 4, 3]`, `r: f32[2, 1, 3]`, `p: i32[2]`, then `edit` adds ops to the
+/// graph given (c, r, p) and returns the value returned as output "c".
+fn update_graph(
+    edit: impl FnOnce(
+        &mut Graph,
+        tessel_ir::Value,
+        tessel_ir::Value,
+        tessel_ir::Value,
+    ) -> tessel_ir::Value,
+) -> Graph {
+    let mut g = Graph::new("t");
+    let c = g.push(
+        Op::Input {
+            index: 0,
+            inout: true,
+        },
+        t(F32, &[2, 4, 3]),
+    );
+    let r = g.push(
+        Op::Input {
+            index: 1,
+            inout: false,
+        },
+        t(F32, &[2, 1, 3]),
+    );
+    let p = g.push(
+        Op::Input {
+            index: 2,
+            inout: false,
+        },
+        t(I32, &[2]),
+    );
+    g.inputs = vec![("c".into(), c), ("r".into(), r), ("p".into(), p)];
+    let end = edit(&mut g, c, r, p);
+    g.outputs.push(("c".into(), end));
+    g
+}
+
+fn upd(
+    g: &mut Graph,
+    dst: tessel_ir::Value,
+    rows: tessel_ir::Value,
+    pos: tessel_ir::Value,
+) -> tessel_ir::Value {
+    g.push(
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis: 1,
+        },
+        t(F32, &[2, 4, 3]),
+    )
+}
+
+#[test]
+fn update_rules() {
+    // Valid: one update, two chained, none (the input returned as it is).
+    ok(&update_graph(upd));
+    ok(&update_graph(|g, c, r, p| {
+        let u = upd(g, c, r, p);
+        upd(g, u, r, p)
+    }));
+    ok(&update_graph(|_, c, _, _| c));
+    // Reading the old value before the update is fine.
+    ok(&update_graph(|g, c, r, p| {
+        let s = g.push(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                arg: c,
+                axis: 2,
+            },
+            t(F32, &[2, 4, 1]),
+        );
+        g.outputs.push(("s".into(), s));
+        upd(g, c, r, p)
+    }));
+
+    // Types: axis 0, rows of another dtype, rows longer than the axis, positions not [B].
+    let typed = |axis: u32, rows: (DType, &[u64]), pos: (DType, &[u64])| {
+        let mut g = Graph::new("t");
+        let c = g.push(
+            Op::Input {
+                index: 0,
+                inout: true,
+            },
+            t(F32, &[2, 4, 3]),
+        );
+        let r = g.push(
+            Op::Input {
+                index: 1,
+                inout: false,
+            },
+            t(rows.0, rows.1),
+        );
+        let p = g.push(
+            Op::Input {
+                index: 2,
+                inout: false,
+            },
+            t(pos.0, pos.1),
+        );
+        g.inputs = vec![("c".into(), c), ("r".into(), r), ("p".into(), p)];
+        let u = g.push(
+            Op::Update {
+                dst: c,
+                rows: r,
+                pos: p,
+                axis,
+            },
+            t(F32, &[2, 4, 3]),
+        );
+        g.outputs.push(("c".into(), u));
+        g
+    };
+    ok(&typed(1, (F32, &[2, 4, 3]), (I32, &[2])));
+    ok(&typed(2, (F32, &[2, 4, 1]), (I32, &[2])));
+    graph_fails(&typed(0, (F32, &[1, 4, 3]), (I32, &[2])), "graph.update");
+    graph_fails(&typed(1, (Bf16, &[2, 1, 3]), (I32, &[2])), "graph.update");
+    graph_fails(&typed(1, (F32, &[2, 5, 3]), (I32, &[2])), "graph.update");
+    graph_fails(&typed(1, (F32, &[2, 1, 2]), (I32, &[2])), "graph.update");
+    graph_fails(&typed(1, (F32, &[2, 1, 3]), (I32, &[1])), "graph.update");
+    graph_fails(&typed(1, (F32, &[2, 1, 3]), (F32, &[2])), "graph.update");
+
+    // In place: dst not an inout input.
+    let mut g = update_graph(upd);
+    g.ops[value(0)] = Op::Input {
+        index: 0,
+        inout: false,
+    };
+    graph_fails(&g, "graph.update");
+    // The same value updated twice.
+    graph_fails(
+        &update_graph(|g, c, r, p| {
+            let u = upd(g, c, r, p);
+            let _ = upd(g, c, r, p);
+            u
+        }),
+        "graph.update",
+    );
+    // A read of the old value after the update, directly or through a value computed
+    // before it; rows computed from the value they overwrite.
+    graph_fails(
+        &update_graph(|g, c, r, p| {
+            let u = upd(g, c, r, p);
+            let stale = g.push(Op::Cast { arg: c }, t(F32, &[2, 4, 3]));
+            g.outputs.push(("stale".into(), stale));
+            u
+        }),
+        "graph.update",
+    );
+    graph_fails(
+        &update_graph(|g, c, r, p| {
+            let early = g.push(
+                Op::Unary {
+                    op: UnaryOp::Neg,
+                    arg: c,
+                },
+                t(F32, &[2, 4, 3]),
+            );
+            let u = upd(g, c, r, p);
+            let late = g.push(
+                Op::Unary {
+                    op: UnaryOp::Abs,
+                    arg: early,
+                },
+                t(F32, &[2, 4, 3]),
+            );
+            g.outputs.push(("late".into(), late));
+            u
+        }),
+        "graph.update",
+    );
+    graph_fails(
+        &update_graph(|g, c, _, p| {
+            let rows = g.push(
+                Op::Slice {
+                    arg: c,
+                    axis: 1,
+                    start: 0,
+                },
+                t(F32, &[2, 1, 3]),
+            );
+            upd(g, c, rows, p)
+        }),
+        "graph.update",
+    );
+    // graph.inout: the output is not the end of the chain, or is missing.
+    let mut g = update_graph(|g, c, r, p| {
+        let u = upd(g, c, r, p);
+        upd(g, u, r, p)
+    });
+    g.outputs[0].1 = value(3);
+    graph_fails(&g, "graph.inout");
+    let mut g = update_graph(|_, c, _, _| c);
+    g.outputs.clear();
+    graph_fails(&g, "graph.inout");
+}
+
+#[test]
+fn update_fusion_rules() {
+    // In the kitchen sink: g2 writes the update `u` of the inout input "cache" (`cache`), its
+    // rows `row`.
+    let g2 = Group::from_u32(2);
+    let (g, _, _) = kitchen_sink_graph();
+    let (u, cache, row) = g
+        .ops
+        .iter()
+        .find_map(|(v, op)| match op {
+            Op::Update { dst, rows, .. } => Some((v, *dst, *rows)),
+            _ => None,
+        })
+        .expect("the kitchen sink has an update");
+    fusion_fails("fusion.update", |_, f, _| {
+        f.groups[g2].kind = GroupKind::Elementwise
+    });
+    fusion_fails("fusion.update", |_, f, _| {
+        f.groups[g2].reductions.push(value(4))
+    });
+    // A group after the update reading the value it overwrote (also a graph error).
+    fusion_fails("fusion.update", |g, f, s| {
+        let late = g.push(Op::Cast { arg: cache }, t(Bf16, &[4, 6, 8]));
+        g.outputs.push(("late".into(), late));
+        let g3 = f.new_group(GroupData {
+            kind: GroupKind::Elementwise,
+            outputs: vec![late],
+            reductions: vec![],
+        });
+        s[g3] = s[Group::from_u32(1)].clone();
+    });
+    // The update's writer is not an update group.
+    fusion_fails("fusion.update", |_, f, _| {
+        f.writer[u] = Group::from_u32(1).into();
+        f.groups[Group::from_u32(1)].outputs.push(u);
+        f.groups[g2].outputs.clear();
+    });
+    let tile = |vector| {
+        Some(Schedule {
+            tile: TileConfig::Update {
+                threads: 32,
+                vector,
+            },
+            why: String::new(),
+        })
+    };
+    fusion_fails("schedule.update", |_, _, s| s[g2] = tile(3));
+    fusion_fails("schedule.kind", |_, _, s| {
+        s[g2] = s[Group::from_u32(1)].clone()
+    });
+    // Along the last axis a vector is not allowed.
+    fusion_fails("schedule.update", |g, _, _| {
+        if let Op::Update { axis, .. } = &mut g.ops[u] {
+            *axis = 2;
+        }
+        g.types[row] = t(Bf16, &[4, 6, 1]);
+    });
+}
+
+#[test]
+fn inout_buffers() {
+    use tessel_ir::BufferId;
+    let x = BufferId::from_u32(0);
+    // An inout buffer must be returned under its input's name.
+    program_fails("program.io", |p| p.buffers[x].role = BufferRole::InOut(0));
+    let mut p = small_program();
+    p.buffers[x].role = BufferRole::InOut(0);
+    p.outputs.push(("x".into(), x));
+    verify_program(&p, false).unwrap();
+    // Under another name it is not.
+    p.outputs.last_mut().unwrap().0 = "y".into();
+    assert!(rules(verify_program(&p, false)).contains(&"program.io"));
 }

@@ -9,7 +9,8 @@
 //! - every [`Op::Reduce`] runs over the last axis (another axis is permuted last first);
 //! - reductions of bf16/f16 operands accumulate in f32 explicitly (cast, reduce, cast back);
 //! - a step output that is a step input gets an identity [`Op::Cast`], so every output is
-//!   written by a kernel;
+//!   written by a kernel — except an `inout` input returned under its own name, whose
+//!   buffer is the output (it is updated in place, or not at all: never copied);
 //! - common subexpressions are merged: two ops with the same definition and type become one
 //!   value (the `check` pass inlines each `fn` call, so `rope(q)` and `rope(k)` would otherwise
 //!   compute the same cos/sin table twice).
@@ -45,7 +46,9 @@ pub fn run(g: &Graph) -> Graph {
     d.out.inputs = g.inputs.iter().map(|(n, v)| (n.clone(), map[v])).collect();
     for (name, v) in &g.outputs {
         let mut nv = map[v];
-        if matches!(d.out.ops[nv], Op::Input { .. }) {
+        let own_buffer =
+            d.out.is_inout_input(nv) && d.out.inputs.iter().any(|(n, x)| *x == nv && n == name);
+        if matches!(d.out.ops[nv], Op::Input { .. }) && !own_buffer {
             let ty = d.out.ty(nv).clone();
             // Not through `emit`: an identity cast must not be merged away.
             nv = d.out.push(Op::Cast { arg: nv }, ty);

@@ -36,6 +36,19 @@
 //! 5. An elementwise group joins an earlier elementwise group of the same shape when the two
 //!    read a common materialised value and everything the later one reads is written before
 //!    the earlier one runs: one kernel with several outputs, shared work computed once.
+//! 6. An [`Op::Update`] is materialised as the one output of a group of its own kind,
+//!    [`GroupKind::Update`], whose kernel iterates over the update's rows and stores them
+//!    into the buffer of the tensor it updates (never copying it). The rows' and positions'
+//!    cones are computed inside that kernel (RoPE of the new keys, a cast, a QK-norm's
+//!    elementwise part); a reduction in them is materialised by its own kernel first (the
+//!    norm's sum of squares), as a matmul already is by rule 0.
+//!
+//! Groups come in the order of the values they write, which is the graph's op order: the
+//! graph puts every reader of the value an update overwrites before the update (verifier
+//! rule `graph.update`), and a group computes only values that come no later than its
+//! output, so every kernel reading the old contents runs before the update's kernel and
+//! every kernel reading the updated tensor after it (rule `fusion.update`). Rule 5 only
+//! moves a computation earlier, into a group that runs before it would have.
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
@@ -148,6 +161,21 @@ pub fn run(g: &Graph) -> Fusion {
         }
     }
 
+    // Rule 6: an update is written by its own kernel over its rows, which computes the rows'
+    // and the positions' cones itself; the reductions in them get their own kernels.
+    for (v, op) in g.ops.iter() {
+        if let Op::Update { rows, pos, .. } = op {
+            mat.insert(v);
+            for x in [*rows, *pos] {
+                if !mat.contains(x) {
+                    for r in cone_reductions(g, x, &mat) {
+                        mat.insert(r);
+                    }
+                }
+            }
+        }
+    }
+
     // Rule 4 needs every reduction of a group to run over the group's own rows: the
     // kernel computes one value per row of each reduction, so a reduction reached at any
     // other row (through a permute, a slice, a broadcast...) or over rows of another shape
@@ -174,7 +202,9 @@ pub fn run(g: &Graph) -> Fusion {
             continue;
         }
         let matmuls = cone_matmuls(g, v, &mat);
-        let (kind, reductions) = if let Op::Attention { logits, .. } = op {
+        let (kind, reductions) = if let Op::Update { .. } = op {
+            (GroupKind::Update, vec![])
+        } else if let Op::Attention { logits, .. } = op {
             let s = crate::attention::logits_matmul(g, *logits).map(|(s, _)| s);
             (GroupKind::Attention, s.into_iter().chain([v]).collect())
         } else if !matmuls.is_empty() {
@@ -271,7 +301,8 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
             | Op::Const { .. }
             | Op::Iota { .. }
             | Op::MatMul { .. }
-            | Op::Attention { .. } => {}
+            | Op::Attention { .. }
+            | Op::Update { .. } => {}
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
                 for a in op.args() {
                     stack.push((a, idx.clone()));

@@ -230,6 +230,32 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
             }
             Ok(())
         }
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => {
+            let (d, r, p) = (g.ty(*dst), g.ty(*rows), g.ty(*pos));
+            let ax = *axis as usize;
+            let n = shape.len();
+            let ok = *d == *ty
+                && r.dtype == ty.dtype
+                && ax >= 1
+                && ax < n
+                && r.shape.rank() == n
+                && (0..n).all(|i| i == ax || r.shape.0[i] == shape[i])
+                && r.shape.0[ax] <= shape[ax]
+                && p.dtype == tessel_ir::DType::I32
+                && p.shape.0 == [shape[0]];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!("update of {d} with rows {r} at {p} along axis {axis} to {ty}"),
+                ));
+            }
+            Ok(())
+        }
         Op::Concat { args, axis } => {
             let ax = *axis as usize;
             if ax >= shape.len() {
@@ -331,6 +357,35 @@ pub fn concat<T: Copy>(parts: &[(&[T], u64)], shape: &[u64], axis: usize) -> Vec
             let chunk = *len as usize * inner;
             out.extend_from_slice(&data[o * chunk..(o + 1) * chunk]);
         }
+    }
+    out
+}
+
+/// `dst` (of shape `shape`) with `rows` (of shape `rows_shape`: `shape` but for `axis`)
+/// written along `axis` from position `pos[b]` for each index `b` of the first dim; a row
+/// whose position `pos[b] + i` falls outside `0 .. shape[axis]` is not written (the
+/// semantics of `Op::Update`).
+pub fn update<T: Copy>(
+    dst: &[T],
+    shape: &[u64],
+    rows: &[T],
+    rows_shape: &[u64],
+    pos: &[i64],
+    axis: usize,
+) -> Vec<T> {
+    let mut out = dst.to_vec();
+    let dstr = Shape(shape.to_vec()).strides();
+    let mut idx = vec![0u64; rows_shape.len()];
+    for (j, &x) in rows.iter().enumerate() {
+        unravel(j as u64, rows_shape, &mut idx);
+        let at = pos[idx[0] as usize] + idx[axis] as i64;
+        if at < 0 || at >= shape[axis] as i64 {
+            continue;
+        }
+        let flat: u64 = (0..shape.len())
+            .map(|d| if d == axis { at as u64 } else { idx[d] } * dstr[d])
+            .sum();
+        out[flat as usize] = x;
     }
     out
 }

@@ -156,7 +156,26 @@ fn eval_op(
                 "a fused attention (see layout::check)",
             ))
         }
-        Op::Input { index } => input(g, v, *index, inputs)?.to_f64_vec(),
+        Op::Input { index, .. } => input(g, v, *index, inputs)?.to_f64_vec(),
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => {
+            let p: Vec<i64> = layout::operand(vals, *pos, v)?
+                .iter()
+                .map(|&x| x as i64)
+                .collect();
+            layout::update(
+                layout::operand(vals, *dst, v)?,
+                shape,
+                layout::operand(vals, *rows, v)?,
+                src(rows),
+                &p,
+                *axis as usize,
+            )
+        }
         Op::Const { value } => vec![*value; n],
         Op::Iota { axis } => {
             let ax = *axis as usize;

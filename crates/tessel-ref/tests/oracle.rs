@@ -10,7 +10,13 @@ fn ty(dtype: DType, shape: &[u64]) -> TensorType {
 
 fn input(g: &mut Graph, name: &str, t: TensorType) -> Value {
     let index = g.inputs.len() as u32;
-    let v = g.push(Op::Input { index }, t);
+    let v = g.push(
+        Op::Input {
+            index,
+            inout: false,
+        },
+        t,
+    );
     g.inputs.push((name.into(), v));
     v
 }
@@ -384,6 +390,55 @@ fn bad_inputs_are_errors() {
         eval_graph(&g, &[x, w]),
         Err(OracleError::BadInputs(_))
     ));
+}
+
+/// `update` by hand: `c: f32[3, 4, 2]` gets `rows: [3, 2, 2]` along axis 1 at positions
+/// 0 (both rows written), 3 (the second row is past the end: not written) and -1 (the first
+/// row is before the start: not written); every other element keeps its value. The
+/// dtype-following reference scatters the same points.
+#[test]
+fn update_by_hand() {
+    let mut g = Graph::new("update");
+    let c = g.push(
+        Op::Input {
+            index: 0,
+            inout: true,
+        },
+        ty(DType::F32, &[3, 4, 2]),
+    );
+    g.inputs.push(("c".into(), c));
+    let r = input(&mut g, "r", ty(DType::F32, &[3, 2, 2]));
+    let p = input(&mut g, "p", ty(DType::I32, &[3]));
+    let u = g.push(
+        Op::Update {
+            dst: c,
+            rows: r,
+            pos: p,
+            axis: 1,
+        },
+        ty(DType::F32, &[3, 4, 2]),
+    );
+    g.outputs.push(("c".into(), u));
+    let cv: Vec<f32> = (0..24).map(|i| i as f32).collect();
+    let rv: Vec<f32> = (0..12).map(|i| -(i as f32) - 1.0).collect();
+    let inputs = [
+        Tensor::from_f32(DType::F32, vec![3, 4, 2], &cv),
+        Tensor::from_f32(DType::F32, vec![3, 2, 2], &rv),
+        Tensor::from_i32(vec![3], &[0, 3, -1]),
+    ];
+    let mut want: Vec<f64> = cv.iter().map(|&x| x as f64).collect();
+    // b = 0: rows 0, 1 at positions 0, 1.
+    want[..4].copy_from_slice(&[-1.0, -2.0, -3.0, -4.0]);
+    // b = 1: row 0 at position 3; row 1 (position 4) is past the end.
+    want[8 + 6..8 + 8].copy_from_slice(&[-5.0, -6.0]);
+    // b = 2: row 0 (position -1) is before the start; row 1 at position 0.
+    want[16..18].copy_from_slice(&[-11.0, -12.0]);
+    let out = eval_graph(&g, &inputs).unwrap();
+    assert_eq!(out[0].data, want);
+    let reference = tessel_ref::eval_reference(&g, &inputs, &Default::default()).unwrap();
+    let got: Vec<f64> = reference[0].data.iter().map(|b| b.r).collect();
+    assert_eq!(got, want);
+    assert!(reference[0].data.iter().all(|b| b.is_point()));
 }
 
 /// Softmax of a fully masked row (every element -inf) is 0 in the oracle and, as a point

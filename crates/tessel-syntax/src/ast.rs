@@ -190,11 +190,16 @@ pub struct Func {
     pub span: Span,
 }
 
-/// `name: Type`, or for a step `name: Type from "tensor.name"`.
+/// `name: Type`, or for a step `name: inout Type` (updated in place) and/or
+/// `name: Type from "tensor.name"`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Param {
     /// The parameter's name.
     pub name: Ident,
+    /// The `inout` keyword, when the step updates this parameter in place: its buffer is
+    /// both an input and, under the parameter's name, an output of the step, and `update`
+    /// writes into it without a copy. The parser rejects it on a `fn` parameter (E0116).
+    pub inout: Option<Span>,
     /// Its declared type.
     pub ty: Type,
     /// Where a step parameter's data is in a checkpoint (`from "..."`); `None` for a plain

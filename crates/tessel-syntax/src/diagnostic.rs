@@ -55,6 +55,8 @@ pub mod codes {
     pub const FROM_ON_FN_PARAM: &str = "E0114";
     /// A tensor-name template that is empty or has a `{...}` other than `{layer}`.
     pub const BAD_TENSOR_NAME: &str = "E0115";
+    /// `inout` on a `fn` parameter: only a step's parameters are updated in place.
+    pub const INOUT_ON_FN_PARAM: &str = "E0116";
     /// An imported file that cannot be read (missing, a directory, not UTF-8, ...).
     pub const IMPORT_UNREADABLE: &str = "E0120";
     /// A file that imports itself, directly or through other files.

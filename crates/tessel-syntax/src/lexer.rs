@@ -368,6 +368,9 @@ pub enum Token<'src> {
     /// `from` (a step parameter's tensor in a checkpoint)
     #[token("from")]
     From,
+    /// `inout` (a step parameter the step updates in place)
+    #[token("inout")]
+    Inout,
     /// `None` (new axis in an index)
     #[token("None")]
     None,
@@ -492,6 +495,7 @@ impl Token<'_> {
             Let => "let",
             Import => "import",
             From => "from",
+            Inout => "inout",
             None => "None",
             True => "true",
             False => "false",

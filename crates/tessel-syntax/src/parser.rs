@@ -154,6 +154,23 @@ impl Builder {
             }
         }
         for p in &params {
+            if let (Some(kw), FuncKind::Fn) = (p.inout, kind) {
+                self.errors.push(
+                    Diagnostic::error(
+                        codes::INOUT_ON_FN_PARAM,
+                        format!(
+                            "`inout` on parameter `{}` of `fn {}`",
+                            p.name.node, name.node
+                        ),
+                    )
+                    .with_label(kw, "only a step's parameters are updated in place")
+                    .with_note(
+                        "a fn is inlined: it takes the tensor to update from its caller and \
+                         returns what `update` gives",
+                    )
+                    .with_help("declare the parameter `inout` on the step that passes it"),
+                );
+            }
             let Some(from) = &p.from else { continue };
             if kind == FuncKind::Fn {
                 self.errors.push(
@@ -309,6 +326,11 @@ fn parse_error_to_diagnostic(
                         d = d.with_secondary(Span::point(prev_end), "`,` may be missing here");
                     }
                 }
+            }
+            if tok == Token::Inout {
+                d = d.with_help(
+                    "`inout` goes between a step parameter's `:` and its type: `cache: inout bf16[B, S, 128]`",
+                );
             }
             if tok == Token::RBrace && wants("`let`") {
                 d = d.with_help("a body ends with its result expression, after the last `let`");
@@ -507,6 +529,7 @@ mod tests {
             Let,
             Import,
             From,
+            Inout,
             None,
             True,
             False,

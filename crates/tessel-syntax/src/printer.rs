@@ -218,7 +218,8 @@ impl Display for Module {
                 Item::Func(func) => {
                     write!(f, "{} {}(", func.kind.keyword(), func.name.node)?;
                     comma_list(f, &func.params, |f, p| {
-                        write!(f, "{}: {}", p.name.node, p.ty)?;
+                        let inout = if p.inout.is_some() { "inout " } else { "" };
+                        write!(f, "{}: {inout}{}", p.name.node, p.ty)?;
                         match &p.from {
                             Some(t) => write!(f, " from \"{}\"", t.template),
                             None => Ok(()),

@@ -43,6 +43,7 @@ const FRAGMENTS: &[&str] = &[
     "let",
     "import",
     "from",
+    "inout",
     "\"lib.tsl\"",
     "\"m.{layer}.w\"",
     "{x}",

@@ -82,8 +82,20 @@ pub const ALL_ICMP: [ICmp; 10] = [
 pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
     use DType::*;
     let mut g = Graph::new("kitchen_sink");
-    let x = g.push(Op::Input { index: 0 }, t(Bf16, &[4, 8]));
-    let w = g.push(Op::Input { index: 1 }, t(Bf16, &[8]));
+    let x = g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(Bf16, &[4, 8]),
+    );
+    let w = g.push(
+        Op::Input {
+            index: 1,
+            inout: false,
+        },
+        t(Bf16, &[8]),
+    );
     g.inputs.push(("x".into(), x));
     g.inputs.push(("w \"weight\"\n".into(), w));
     let xf = g.push(Op::Cast { arg: x }, t(F32, &[4, 8]));
@@ -228,9 +240,30 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
     g.push(Op::Const { value: 65504.0 }, t(F16, &[]));
     g.push(Op::Const { value: 1.0078125 }, t(Bf16, &[]));
     let sm = g.push(Op::Softmax { arg: y, axis: 1 }, t(F32, &[4, 8]));
+    // An `inout` input updated in place: `out` written as row `pos[b]` of `cache[b]`.
+    let cache = g.push(
+        Op::Input {
+            index: 2,
+            inout: true,
+        },
+        t(Bf16, &[4, 6, 8]),
+    );
+    g.inputs.push(("cache".into(), cache));
+    let row = g.push(Op::Reshape { arg: out }, t(Bf16, &[4, 1, 8]));
+    let pos = g.push(Op::Const { value: 5.0 }, t(I32, &[4]));
+    let upd = g.push(
+        Op::Update {
+            dst: cache,
+            rows: row,
+            pos,
+            axis: 1,
+        },
+        t(Bf16, &[4, 6, 8]),
+    );
     g.outputs.push(("out".into(), out));
     g.outputs.push(("probs".into(), sm));
     g.outputs.push(("out again".into(), out));
+    g.outputs.push(("cache".into(), upd));
 
     let mut f = Fusion::default();
     let g0 = f.new_group(GroupData {
@@ -243,7 +276,19 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         outputs: vec![y],
         reductions: vec![],
     });
+    let g2 = f.new_group(GroupData {
+        kind: GroupKind::Update,
+        outputs: vec![upd],
+        reductions: vec![],
+    });
     let mut s = Schedules::new();
+    s[g2] = Some(Schedule {
+        tile: TileConfig::Update {
+            threads: 32,
+            vector: 8,
+        },
+        why: "the 32 row elements".into(),
+    });
     s[g0] = Some(Schedule {
         tile: TileConfig::RowReduction {
             threads_per_row: 32,

@@ -169,11 +169,23 @@ pub fn bench(
                 .map(|k| k.name.clone())
                 .collect::<Vec<_>>()
                 .join(" + ");
+            // An in-place update writes its rows into the inout buffer, not the whole buffer.
+            let written = |b: tessel_ir::BufferId| match c.fusion.groups[grp].outputs[..] {
+                [u] if c.buffer_of.get(&u) == Some(&b) => match &c.graph.ops[u] {
+                    tessel_ir::graph::Op::Update { rows, .. } => {
+                        Some(c.graph.ty(*rows).size_bytes())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
             let bytes: u64 = kis
                 .iter()
                 .flat_map(|&ki| p.launches[ki].args.iter())
                 .filter_map(|a| match a {
-                    tessel_ir::kernel::LaunchArg::Buffer(b) => Some(p.buffers[*b].ty.size_bytes()),
+                    tessel_ir::kernel::LaunchArg::Buffer(b) => {
+                        Some(written(*b).unwrap_or(p.buffers[*b].ty.size_bytes()))
+                    }
                     _ => None,
                 })
                 .sum();

@@ -51,7 +51,9 @@ pub fn target_of(p: &tessel_cuda::Properties) -> Target {
 }
 
 /// Loads `p` and allocates its buffers (inputs uploaded, everything else poisoned with
-/// 0xFF bytes so that an element no kernel writes reads back as NaN).
+/// 0xFF bytes so that an element no kernel writes reads back as NaN). An `inout` input is
+/// one buffer: uploaded here, updated in place by the kernels, and read back by
+/// [`Loaded::outputs`] as the step output of its name.
 pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'g>> {
     let module = Module::load(gpu, &ptx_of(p, &target_of(gpu.properties()))?)
         .context("loading the PTX module")?;
@@ -60,7 +62,7 @@ pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'
         let bytes = decl.ty.size_bytes() as usize;
         let mut b = Buffer::alloc(gpu, bytes.max(1))?;
         match decl.role {
-            BufferRole::Input(i) => b.upload(&inputs[i as usize].data)?,
+            BufferRole::Input(i) | BufferRole::InOut(i) => b.upload(&inputs[i as usize].data)?,
             _ => b.fill(0xFF)?,
         }
         buffers.push(b);

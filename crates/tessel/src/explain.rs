@@ -49,6 +49,15 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
                         Some(d) if d.role == BufferRole::Temp => {
                             format!("intermediate {} (value {v}): {ty}", d.name)
                         }
+                        Some(d) if matches!(d.role, BufferRole::InOut(_)) => {
+                            let rows = match &c.graph.ops[*v] {
+                                tessel_ir::graph::Op::Update { rows, .. } => {
+                                    format!("rows {} into ", c.graph.ty(*rows))
+                                }
+                                _ => String::new(),
+                            };
+                            format!("{rows}{} in place (value {v}): {ty}", d.name)
+                        }
                         Some(d) => format!("{} (value {v}): {ty}", d.name),
                         None => format!("{v}: {ty}"),
                     }

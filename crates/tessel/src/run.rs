@@ -107,10 +107,11 @@ pub fn run(
         for ((name, b), t) in p.outputs.iter().zip(&results) {
             // An intermediate has no source name; say which graph value it holds.
             let value = step.compiled.buffer_of.iter().find(|(_, ob)| *ob == b);
-            let what = match value {
-                Some((v, _)) if p.buffers[*b].role == BufferRole::Temp => {
+            let what = match (value, p.buffers[*b].role) {
+                (Some((v, _)), BufferRole::Temp) => {
                     format!(" (intermediate: graph value {v}, see `tessel explain`)")
                 }
+                (_, BufferRole::InOut(_)) => " (inout, updated in place)".to_string(),
                 _ => String::new(),
             };
             println!("  {name}{what}: {} digest {}", t.ty, digest(t));

@@ -785,3 +785,114 @@ fn causal_masks_hold_the_documented_values() {
     // offset 0 with 5 queries and 3 keys: query i sees min(i + 1, 3) keys.
     assert_eq!(ints("out4"), [1, 2, 3, 3, 3]);
 }
+
+/// The bytes of tensor `name` in the safetensors file at `path`.
+fn tensor_bytes(path: &Path, name: &str) -> Vec<u8> {
+    let bytes = std::fs::read(path).expect("read safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse safetensors");
+    st.tensor(name)
+        .unwrap_or_else(|e| panic!("{name} in {}: {e}", path.display()))
+        .data()
+        .to_vec()
+}
+
+#[test]
+fn run_writes_an_inout_cache_updated_in_place() {
+    let d = scratch("inout");
+    write(
+        &d,
+        "kv.tsl",
+        "step append(k_new: bf16[B, 2, 1, 8], pos: i32[B], k_cache: inout bf16[B, 2, S, 8]) -> i32[B] {\n    \
+         let k = update(k_cache, k_new, at: pos, axis: 2);\n    pos + 1\n}\n",
+    );
+    // B = 2 sequences at positions 14 and 15 of S = 16: both rows land, the second in the
+    // cache's last position.
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "kv.tsl",
+            "--cpu",
+            "--dim",
+            "B=2",
+            "--dim",
+            "S=16",
+            "--fill",
+            "pos=iota:14",
+            "--save-inputs",
+            "in.safetensors",
+            "-o",
+            "out.safetensors",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("k_cache (inout, updated in place): bf16[2, 2, 16, 8]"),
+        "{t}"
+    );
+    let row = 8 * 2; // bytes of one position of one head
+    let check = |out: &str, written: &[(usize, usize)]| {
+        let given = tensor_bytes(&d.join("in.safetensors"), "k_cache");
+        let got = tensor_bytes(&d.join(out), "k_cache");
+        let new = tensor_bytes(&d.join("in.safetensors"), "k_new");
+        assert_eq!(given.len(), got.len());
+        for (j, (a, b)) in given.chunks(row).zip(got.chunks(row)).enumerate() {
+            let (seq, head, pos) = (j / 32, j / 16 % 2, j % 16);
+            if written.contains(&(seq, pos)) {
+                let k = seq * 2 + head;
+                assert_eq!(
+                    b,
+                    &new[k * row..(k + 1) * row],
+                    "row {pos} of ({seq}, {head})"
+                );
+            } else {
+                assert_eq!(a, b, "untouched row {pos} of ({seq}, {head}) changed");
+            }
+        }
+    };
+    check("out.safetensors", &[(0, 14), (1, 15)]);
+    // The same inputs read back with --inputs give the same cache, bit for bit.
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "kv.tsl",
+            "--cpu",
+            "--dim",
+            "B=2",
+            "--dim",
+            "S=16",
+            "--inputs",
+            "in.safetensors",
+            "-o",
+            "again.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        tensor_bytes(&d.join("again.safetensors"), "k_cache"),
+        tensor_bytes(&d.join("out.safetensors"), "k_cache")
+    );
+    // Positions 15 and 16: the second sequence's row is past the end and not written.
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "kv.tsl",
+            "--cpu",
+            "--dim",
+            "B=2",
+            "--dim",
+            "S=16",
+            "--inputs",
+            "in.safetensors",
+            "--fill",
+            "pos=iota:15",
+            "-o",
+            "past.safetensors",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    check("past.safetensors", &[(0, 15)]);
+}

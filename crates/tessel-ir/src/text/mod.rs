@@ -189,14 +189,16 @@ pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
         GroupKind::RowReduction => "row_reduction",
         GroupKind::Matmul => "matmul",
         GroupKind::Attention => "attention",
+        GroupKind::Update => "update",
     }
 }
 
-pub(crate) const GROUP_KINDS: [GroupKind; 4] = [
+pub(crate) const GROUP_KINDS: [GroupKind; 5] = [
     GroupKind::Elementwise,
     GroupKind::RowReduction,
     GroupKind::Matmul,
     GroupKind::Attention,
+    GroupKind::Update,
 ];
 
 pub(crate) fn reg_type_from_name(s: &str) -> Option<RegType> {

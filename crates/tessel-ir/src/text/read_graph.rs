@@ -74,7 +74,7 @@ impl GraphReader {
             let (op, refs, name) = op(c)?;
             c.punct(':')?;
             let ty = tensor_type(c)?;
-            if let (Op::Input { index }, Some(name)) = (&op, name) {
+            if let (Op::Input { index, .. }, Some(name)) = (&op, name) {
                 self.implied_inputs.push((*index, name, v));
             }
             self.ops.push((op, refs, ty));
@@ -90,7 +90,7 @@ impl GraphReader {
                 .find(|x| group_kind_name(*x) == k)
                 .ok_or_else(|| {
                     kpos.error(format!(
-                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul` or `attention`)"
+                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul`, `attention` or `update`)"
                     ))
                 })?;
             c.keyword("outputs")?;
@@ -265,9 +265,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split"],
+        "update" => &["threads", "vector"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma` or `attention`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention` or `update`)"
         )))
         }
     };
@@ -341,6 +342,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
             }
         }
+        "update" => TileConfig::Update {
+            threads: num("threads")?,
+            vector: num("vector")?,
+        },
         "gemv_mma" => TileConfig::GemvMma {
             warps: num("warps")?,
             unroll: num("unroll")?,
@@ -406,7 +411,8 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 Tok::Str(_) => Some(c.string("a name")?),
                 _ => None,
             };
-            return Ok((Op::Input { index }, refs, name));
+            let inout = c.eat_word("inout");
+            return Ok((Op::Input { index, inout }, refs, name));
         }
         "const" => Op::Const {
             value: f64_literal(c)?,
@@ -485,6 +491,22 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 None
             };
             Op::Attention { logits, v, bound }
+        }
+        "update" => {
+            let dst = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let rows = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("at")?;
+            let pos = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Update {
+                dst,
+                rows,
+                pos,
+                axis: c.u32("an axis")?,
+            }
         }
         "softmax" => {
             let a = arg(c, &mut refs)?;

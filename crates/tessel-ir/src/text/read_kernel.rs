@@ -59,11 +59,12 @@ pub fn read_program(text: &str) -> Result<Program, ReadError> {
             let (r, rpos) = c.word("a buffer role")?;
             let role = match r.as_str() {
                 "input" => BufferRole::Input(c.u32("an input index")?),
+                "inout" => BufferRole::InOut(c.u32("an input index")?),
                 "output" => BufferRole::Output,
                 "temp" => BufferRole::Temp,
                 _ => {
                     return Err(rpos.error(format!(
-                        "unknown buffer role `{r}` (expected input, output or temp)"
+                        "unknown buffer role `{r}` (expected input, inout, output or temp)"
                     )))
                 }
             };

@@ -97,7 +97,7 @@ fn schedule_text(s: &Schedule) -> String {
 pub(crate) fn implied_inputs(g: &Graph) -> Vec<(String, Value)> {
     let mut ins: Vec<(u32, String, Value)> = Vec::new();
     for (v, op) in g.ops.iter() {
-        if let Op::Input { index } = op {
+        if let Op::Input { index, .. } = op {
             if let Some((n, _)) = g.inputs.iter().find(|(_, x)| *x == v) {
                 ins.push((*index, n.clone(), v));
             }
@@ -120,10 +120,14 @@ pub(crate) fn implied_writer(f: &Fusion) -> SecondaryMap<Value, PackedOption<Gro
 
 fn op_text(g: &Graph, v: Value, op: &Op) -> String {
     match op {
-        Op::Input { index } => match g.inputs.iter().find(|(_, x)| *x == v) {
-            Some((n, _)) => format!("input {index} {}", quote(n)),
-            None => format!("input {index}"),
-        },
+        Op::Input { index, inout } => {
+            let name = match g.inputs.iter().find(|(_, x)| *x == v) {
+                Some((n, _)) => format!(" {}", quote(n)),
+                None => String::new(),
+            };
+            let inout = if *inout { " inout" } else { "" };
+            format!("input {index}{name}{inout}")
+        }
         Op::Const { value } => format!("const {}", fmt_f64(*value)),
         Op::Iota { axis } => format!("iota axis {axis}"),
         Op::Unary { op, arg } => format!("{} {arg}", unary_name(*op)),
@@ -155,5 +159,11 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             v,
             bound: Some(b),
         } => format!("attention {logits}, {v}, bound {b}"),
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => format!("update {dst}, {rows}, at {pos}, axis {axis}"),
     }
 }

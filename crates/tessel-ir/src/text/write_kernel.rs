@@ -45,6 +45,7 @@ pub fn write_program(p: &Program) -> String {
     for (b, decl) in p.buffers.iter() {
         let role = match decl.role {
             BufferRole::Input(n) => format!("input {n}"),
+            BufferRole::InOut(n) => format!("inout {n}"),
             BufferRole::Output => "output".to_string(),
             BufferRole::Temp => "temp".to_string(),
         };

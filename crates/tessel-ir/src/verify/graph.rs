@@ -16,6 +16,7 @@ pub fn verify_graph(
     let mut e = Errors::default();
     ops(g, &mut e);
     inputs_outputs(g, &mut e);
+    in_place(g, &mut e);
     if let Some(f) = fusion {
         super::schedule::fusion_checks(g, f, &mut e);
     }
@@ -476,6 +477,48 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 }
             }
         }
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => {
+            let (d, r, p) = (at(dst), at(rows), at(pos));
+            let ax = *axis as usize;
+            let n = d.shape.rank();
+            if d != rt || r.dtype != rt.dtype {
+                err(
+                    "graph.update",
+                    format!("dst {dst} is {d} and rows {rows} are {r}: both must have the result's dtype, dst its type {rt}"),
+                );
+            }
+            if ax == 0 || ax >= n {
+                err(
+                    "graph.update",
+                    format!("axis {axis} of {d}: an update writes along an axis after the first"),
+                );
+            } else {
+                let fits = r.shape.rank() == n
+                    && (0..n).all(|i| i == ax || r.shape.0[i] == d.shape.0[i])
+                    && r.shape.0[ax] <= d.shape.0[ax]
+                    && d.shape.0[ax] <= i32::MAX as u64;
+                if !fits {
+                    err(
+                        "graph.update",
+                        format!(
+                            "rows {} do not fit {} along axis {axis} (same dims but the axis, at most its length, which is below 2^31)",
+                            r.shape, d.shape
+                        ),
+                    );
+                }
+            }
+            if p.dtype != DType::I32 || n == 0 || p.shape.0 != [d.shape.0[0]] {
+                err(
+                    "graph.update",
+                    format!("positions {pos} are {p}, not i32 with one entry per index of {dst}'s first dim"),
+                );
+            }
+        }
         Op::Softmax { arg, axis } => {
             let a = at(arg);
             if a != rt {
@@ -503,7 +546,7 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
 fn inputs_outputs(g: &Graph, e: &mut Errors) {
     let mut seen = vec![false; g.inputs.len()];
     for (v, op) in g.ops.iter() {
-        if let Op::Input { index } = op {
+        if let Op::Input { index, .. } = op {
             let i = *index as usize;
             match g.inputs.get(i) {
                 None => e.push(
@@ -534,7 +577,8 @@ fn inputs_outputs(g: &Graph, e: &mut Errors) {
         }
     }
     for (i, (n, v)) in g.inputs.iter().enumerate() {
-        let ok = exists(g, *v) && matches!(g.ops[*v], Op::Input { index } if index as usize == i);
+        let ok =
+            exists(g, *v) && matches!(g.ops[*v], Op::Input { index, .. } if index as usize == i);
         if !ok {
             e.push(
                 "graph.input",
@@ -549,6 +593,84 @@ fn inputs_outputs(g: &Graph, e: &mut Errors) {
                 "graph.output",
                 format!("output \"{n}\""),
                 format!("{v} is not a value"),
+            );
+        }
+    }
+}
+
+/// Rules `graph.update` (in place) and `graph.inout`: an update writes into the buffer of
+/// its chain's `inout` input, so the value it overwrites must never be needed again.
+fn in_place(g: &Graph, e: &mut Errors) {
+    let n = g.ops.len();
+    let mut updated_by: Vec<Option<Value>> = vec![None; n];
+    for (u, op) in g.ops.iter() {
+        let Op::Update { dst, rows, pos, .. } = op else {
+            continue;
+        };
+        if !exists(g, *dst) || *dst >= u || !exists(g, *rows) || !exists(g, *pos) {
+            continue; // `graph.order` says why
+        }
+        let root = g.storage_root(*dst);
+        if !g.is_inout_input(root) {
+            e.push(
+                "graph.update",
+                u.to_string(),
+                format!("dst {dst} is not an `inout` input or an update of one"),
+            );
+        }
+        if let Some(other) = updated_by[dst.index()].replace(u) {
+            e.push(
+                "graph.update",
+                u.to_string(),
+                format!("{dst} is already updated by {other}: one value is overwritten once"),
+            );
+        }
+        // The values computed from `dst` other than through this update: their kernels must
+        // all run before this one, which overwrites `dst` in place.
+        let mut from_dst = vec![false; n];
+        from_dst[dst.index()] = true;
+        for (x, xop) in g.ops.iter().skip(dst.index() + 1) {
+            let reads = |a: &Value| exists(g, *a) && *a < x && from_dst[a.index()];
+            let args = xop.args();
+            if x < u {
+                from_dst[x.index()] = args.iter().any(reads);
+                continue;
+            }
+            let read: Vec<&Value> = if x == u {
+                vec![rows, pos]
+            } else {
+                args.iter().collect()
+            };
+            if let Some(a) = read.into_iter().find(|a| reads(a)) {
+                let what = if a == dst {
+                    format!("reads {dst}")
+                } else {
+                    format!("reads {a}, computed from {dst}")
+                };
+                e.push(
+                    "graph.update",
+                    x.to_string(),
+                    format!("{what}, which update {u} (defined before) overwrites in place"),
+                );
+            }
+        }
+    }
+    for (v, op) in g.ops.iter() {
+        if !matches!(op, Op::Input { inout: true, .. }) {
+            continue;
+        }
+        let Some((name, _)) = g.inputs.iter().find(|(_, x)| *x == v) else {
+            continue; // `graph.input`
+        };
+        let mut end = v;
+        while let Some(u) = updated_by[end.index()] {
+            end = u;
+        }
+        if !g.outputs.iter().any(|(o, x)| o == name && *x == end) {
+            e.push(
+                "graph.inout",
+                v.to_string(),
+                format!("inout input \"{name}\" is not returned as output \"{name}\" = {end}, the end of its updates"),
             );
         }
     }

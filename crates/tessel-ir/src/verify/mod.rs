@@ -34,6 +34,14 @@
 //!   the result's dtype and rank and its dims off the axis, and the sizes along the axis sum
 //!   to the result's.
 //! - `graph.softmax`: float dtype, same type as the operand, the axis in range.
+//! - `graph.update`: `dst` has the result's type, `rows` its dtype, rank and dims but
+//!   along the axis, where it is at most as long (and the axis below 2^31); the axis is not
+//!   the first; `pos` is i32 `[dst.shape[0]]`. In place: `dst` is an `inout` input or an
+//!   update of one, updated by no other update; no op after the update (nor the update's
+//!   own `rows` and `pos`) reads `dst` or a value computed from `dst` other than through
+//!   the update.
+//! - `graph.inout`: the end of each `inout` input's chain of updates (the input itself
+//!   when there is none) is the step output named after the input.
 //!
 //! # Fusion groups (when given)
 //! - `fusion.outputs`: a group has at least one output, each an existing value, all of
@@ -45,6 +53,10 @@
 //!   elementwise group has none.
 //! - `fusion.materialized`: every step output is materialised (a step input or a group's
 //!   output).
+//! - `fusion.update`: an update group writes exactly one update and has no reductions;
+//!   every update is written by an update group, which comes after every group whose
+//!   kernel reads the update's `dst` (it overwrites it in place) and before every group
+//!   that reads the update.
 //!
 //! # Schedules (when given)
 //! - `schedule.missing`: every group has a schedule (checked when the fusion is given).
@@ -56,6 +68,10 @@
 //!   (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32), `bk` whole k steps,
 //!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even, both with
 //!   the output of the matmul's shape).
+//!
+//! - `schedule.update`: an update tile's `vector` divides the rows' last dim, and is 1 when
+//!   the update writes along the last axis (the position offset breaks the vector's
+//!   alignment there).
 //!
 //! # Kernel IR ([`verify_kernel`])
 //! - `kernel.name`: the name is a PTX identifier (`[a-zA-Z][a-zA-Z0-9_$]*` or
@@ -95,8 +111,10 @@
 //!   id); kernel names are unique.
 //! - `program.launch`: a launch names an existing kernel and passes one argument per
 //!   parameter: a buffer of the pointer's dtype for a pointer, a `u32` for a scalar.
-//! - `program.io`: step input `i` is a buffer with role `input i`, and every input-role
-//!   buffer is the step input of its index; step outputs are `output` buffers.
+//! - `program.io`: step input `i` is a buffer with role `input i` or `inout i`, and every
+//!   such buffer is the step input of its index; step outputs are `output` or `inout`
+//!   buffers, and every `inout` buffer is the step output named after its input (the
+//!   caller gets back the buffer it gave, updated in place).
 //! - `program.dataflow`: in launch order, every `temp` or `output` buffer a kernel reads
 //!   (a read-only pointer) has been written (a writing pointer) by an earlier launch, and
 //!   every `output` buffer is written by some launch.

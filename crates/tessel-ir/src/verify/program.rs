@@ -31,32 +31,53 @@ pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<Ve
     // Rule `program.io`.
     for (i, (n, b)) in p.inputs.iter().enumerate() {
         let role = p.buffers.get(*b).map(|d| d.role);
-        if role != Some(BufferRole::Input(i as u32)) {
+        if role.and_then(BufferRole::input_index) != Some(i as u32) {
             e.push(
                 "program.io",
                 format!("input {i} (\"{n}\")"),
-                format!("{b} is {}, not an `input {i}` buffer", role_words(role)),
+                format!(
+                    "{b} is {}, not an `input {i}` or `inout {i}` buffer",
+                    role_words(role)
+                ),
             );
         }
     }
     for (b, d) in p.buffers.iter() {
-        if let BufferRole::Input(i) = d.role {
+        if let Some(i) = d.role.input_index() {
             if p.inputs.get(i as usize).map(|x| x.1) != Some(b) {
                 e.push(
                     "program.io",
                     b.to_string(),
-                    format!("an `input {i}` buffer that is not step input {i}"),
+                    format!(
+                        "{} buffer that is not step input {i}",
+                        role_words(Some(d.role))
+                    ),
+                );
+            }
+        }
+        if let BufferRole::InOut(i) = d.role {
+            let name = p.inputs.get(i as usize).map(|x| &x.0);
+            if !p.outputs.iter().any(|(n, x)| *x == b && Some(n) == name) {
+                e.push(
+                    "program.io",
+                    b.to_string(),
+                    format!(
+                        "an `inout {i}` buffer that is not the step output of its input's name"
+                    ),
                 );
             }
         }
     }
     for (n, b) in &p.outputs {
         let role = p.buffers.get(*b).map(|d| d.role);
-        if role != Some(BufferRole::Output) {
+        if !matches!(role, Some(BufferRole::Output | BufferRole::InOut(_))) {
             e.push(
                 "program.io",
                 format!("output \"{n}\""),
-                format!("{b} is {}, not an `output` buffer", role_words(role)),
+                format!(
+                    "{b} is {}, not an `output` or `inout` buffer",
+                    role_words(role)
+                ),
             );
         }
     }
@@ -108,7 +129,7 @@ pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<Ve
                     }
                     if w {
                         writes.push(*b);
-                    } else if !matches!(d.role, BufferRole::Input(_)) && !written.contains(b) {
+                    } else if d.role.input_index().is_none() && !written.contains(b) {
                         e.push(
                             "program.dataflow",
                             loc.clone(),
@@ -152,6 +173,7 @@ fn role_words(role: Option<BufferRole>) -> String {
     match role {
         None => "not a buffer".to_string(),
         Some(BufferRole::Input(i)) => format!("an `input {i}` buffer"),
+        Some(BufferRole::InOut(i)) => format!("an `inout {i}` buffer"),
         Some(BufferRole::Output) => "an `output` buffer".to_string(),
         Some(BufferRole::Temp) => "a `temp` buffer".to_string(),
     }

@@ -92,6 +92,18 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     }
                 }
             }
+            GroupKind::Update => {
+                let one_update = data.outputs.len() == 1
+                    && exists(g, data.outputs[0])
+                    && matches!(g.ops[data.outputs[0]], Op::Update { .. });
+                if !one_update || !data.reductions.is_empty() {
+                    e.push(
+                        "fusion.update",
+                        loc.clone(),
+                        "an update group writes exactly one update and has no reductions",
+                    );
+                }
+            }
             GroupKind::Elementwise => {
                 if !data.reductions.is_empty() {
                     e.push(
@@ -174,6 +186,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             }
         }
     }
+    update_order(g, f, e);
     for (n, v) in &g.outputs {
         if exists(g, *v) && !f.is_materialized(g, *v) {
             e.push(
@@ -259,6 +272,7 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         | TileConfig::Mma { .. }
                         | TileConfig::GemvMma { .. } => GroupKind::Matmul,
                         TileConfig::Attention { .. } => GroupKind::Attention,
+                        TileConfig::Update { .. } => GroupKind::Update,
                     };
                     if kind != data.kind {
                         e.push(
@@ -268,6 +282,10 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         );
                     } else if let Some(&mm) = data.reductions.first() {
                         mma_checks(g, &sched.tile, mm, data.outputs[0], grp, e);
+                    } else if let (TileConfig::Update { vector, .. }, Some(&u)) =
+                        (&sched.tile, data.outputs.first())
+                    {
+                        update_vector_checks(g, *vector, u, grp, e);
                     }
                 }
                 _ => e.push("schedule.missing", format!("group {grp}"), "no schedule"),
@@ -287,7 +305,8 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
         let Some(sched) = sched else { continue };
         let loc = format!("group {grp}");
         let (threads, vector) = match sched.tile {
-            TileConfig::Elementwise { threads, vector } => (threads as u64, vector),
+            TileConfig::Elementwise { threads, vector }
+            | TileConfig::Update { threads, vector } => (threads as u64, vector),
             TileConfig::RowReduction {
                 threads_per_row,
                 rows_per_cta,
@@ -467,5 +486,90 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 format!("vector {vector} is not 1, 2, 4 or 8"),
             );
         }
+    }
+}
+
+/// Rule `fusion.update`: every update is written by an update group, which runs after every
+/// group that reads the value it overwrites in place and before every group that reads it.
+/// What a group reads: the materialised values its outputs' cones reach (an update's cone
+/// is its rows and positions: its kernel never reads `dst`).
+fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
+    let reads = |grp: Group| -> Vec<Value> {
+        let mut seen = std::collections::HashSet::new();
+        let mut found = Vec::new();
+        let outs = &f.groups[grp].outputs;
+        let mut stack: Vec<Value> = outs.iter().copied().filter(|&v| exists(g, v)).collect();
+        while let Some(v) = stack.pop() {
+            if !seen.insert(v) {
+                continue;
+            }
+            if !outs.contains(&v) && f.is_materialized(g, v) {
+                found.push(v);
+                continue;
+            }
+            let args = match &g.ops[v] {
+                Op::Update { rows, pos, .. } => vec![*rows, *pos],
+                op => op.args(),
+            };
+            stack.extend(args.into_iter().filter(|&a| exists(g, a) && a < v));
+        }
+        found
+    };
+    let all: Vec<(Group, Vec<Value>)> = f.groups.keys().map(|grp| (grp, reads(grp))).collect();
+    for (u, op) in g.ops.iter() {
+        let Op::Update { dst, .. } = op else { continue };
+        let Some(ug) = f.writer[u].expand() else {
+            e.push(
+                "fusion.update",
+                u.to_string(),
+                "an update is written by no group",
+            );
+            continue;
+        };
+        if f.groups.get(ug).map(|d| d.kind) != Some(GroupKind::Update) {
+            e.push(
+                "fusion.update",
+                u.to_string(),
+                format!("written by {ug}, which is not an update group"),
+            );
+        }
+        for (grp, r) in &all {
+            if *grp > ug && r.contains(dst) {
+                e.push(
+                    "fusion.update",
+                    format!("group {grp}"),
+                    format!("reads {dst} after {ug} overwrote it in place (update {u})"),
+                );
+            }
+            if *grp < ug && r.contains(&u) {
+                e.push(
+                    "fusion.update",
+                    format!("group {grp}"),
+                    format!("reads update {u} before {ug} writes it"),
+                );
+            }
+        }
+    }
+}
+
+/// An update tile's vector covers consecutive elements of a row that are consecutive in
+/// `dst` too: it divides the last dim, and is 1 when the update's axis is the last.
+fn update_vector_checks(g: &Graph, vector: u32, u: Value, grp: Group, e: &mut Errors) {
+    let Some(Op::Update { rows, axis, .. }) = g.ops.get(u) else {
+        return;
+    };
+    if !exists(g, *rows) {
+        return;
+    }
+    let shape = &g.ty(*rows).shape;
+    let last_axis = *axis as usize + 1 == shape.rank();
+    if vector == 0 || shape.last() % vector as u64 != 0 || (last_axis && vector != 1) {
+        e.push(
+            "schedule.update",
+            format!("group {grp}"),
+            format!(
+                "vector {vector} for rows {shape} written along axis {axis}: it must divide the last dim, and be 1 when the axis is the last"
+            ),
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The builtin functions: math, `pow`, `min`/`max`, reductions, `softmax`, `where`, `iota`,
-//! `causal`, `concat`, `split`, `reshape`, `transpose`, `permute`; and the argument checks
-//! they share.
+//! `causal`, `concat`, `split`, `reshape`, `transpose`, `permute` (`update` is in
+//! `inplace.rs`); and the argument checks they share.
 
 use tessel_ir::graph::{BinaryOp as IrBinary, Op, ReduceOp, UnaryOp as IrUnary};
 use tessel_ir::{DType, TensorType, Value};
@@ -150,6 +150,7 @@ impl Checker<'_> {
             }
             "causal" => self.causal(span, pos, named),
             "concat" => self.concat(span, pos, named),
+            "update" => self.update_call(span, pos, named),
             "split" => self.split(span, pos, named),
             "reshape" => {
                 self.check_args(name, span, &pos, named, 2, Some(2), &[])?;

@@ -166,7 +166,9 @@ impl<'m> Checker<'m> {
 
     fn lookup(&mut self, env: &Env, name: &str, span: Span) -> R<Val> {
         if let Some((_, v)) = env.locals.iter().rev().find(|(n, _)| n == name) {
-            return v.clone().ok_or(Reported);
+            let v = v.clone().ok_or(Reported)?;
+            self.fresh(name, &v, span)?;
+            return Ok(v);
         }
         if let Some(c) = self.consts.get(name) {
             return c.map(Val::Weak).ok_or(Reported);

@@ -42,23 +42,30 @@
 //! The pass, by file: this one (entry, checker state, consts, the step), `signature`
 //! (binding dims, declared types, conforming results), `eval` (expressions, operators),
 //! `graph_ops` (casts, promotion, broadcasting, shape ops), `index` (`x[...]`), `calls`
-//! (inlining `fn`s), `builtins`, `names` (name resolution, suggestions), `lit` (weak
-//! literals and constant folding).
+//! (inlining `fn`s), `builtins`, `inplace` (`inout` parameters, `update` and the rules that
+//! keep an update in place), `names` (name resolution, suggestions), `lit` (weak literals
+//! and constant folding).
 //!
 //! Output names: a step's results are named after the tail when the tail is a plain
 //! let-bound name (or a tuple of such names), all distinct and none equal to a step
 //! parameter's name; otherwise `out` for a single result and `out0`, `out1`, ... for a tuple.
+//! After them, each `inout` parameter's final value (its last update, or the parameter itself
+//! when it is never updated) is an output named after the parameter; a declared result that
+//! would take such a name gets a `_` appended.
 
 mod builtins;
 mod calls;
 mod eval;
 mod graph_ops;
 mod index;
+mod inplace;
 mod lit;
 mod names;
 mod signature;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use cranelift_entity::SecondaryMap;
 
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::{DType, TensorType, Value};
@@ -107,6 +114,14 @@ pub mod codes {
     /// Inlining `fn` calls expands the step past [`super::MAX_EXPANSION`] graph nodes and
     /// calls.
     pub const EXPANSION: &str = "E0217";
+    /// `update` of a value that is not an `inout` step parameter or an update of one.
+    pub const UPDATE_NOT_INOUT: &str = "E0218";
+    /// A read of an `inout` parameter (or an update's result) after an update consumed it:
+    /// its old value no longer exists.
+    pub const STALE_READ: &str = "E0219";
+    /// A value computed from a tensor before its update, used after the update (or as the
+    /// update's own rows or positions).
+    pub const READ_BEFORE_UPDATE: &str = "E0220";
     /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// `x[idx]` with a tensor `idx`: gather is not supported yet.
@@ -151,6 +166,9 @@ pub mod codes {
     pub const RANK: &str = "E0409";
     /// A dim that is zero or negative, or a tensor too large to address.
     pub const BAD_DIM: &str = "E0410";
+    /// `update` rows that do not fit the tensor along the axis, or positions that are not
+    /// one i32 per index of its first dim.
+    pub const UPDATE_SHAPE: &str = "E0411";
 }
 
 /// Deepest chain of nested `fn` calls that is inlined; deeper is a diagnostic (it also
@@ -196,6 +214,7 @@ pub(crate) const BUILTINS: &[&str] = &[
     "reshape",
     "transpose",
     "permute",
+    "update",
 ];
 
 /// The builtin constants, looked up after every other name (a `let`, parameter, `const` or
@@ -305,6 +324,10 @@ pub(crate) struct Checker<'m> {
     /// Set once [`MAX_EXPANSION`] is reached and reported: every later push and call fails
     /// silently, so the rest of the call tree is not walked.
     pub(crate) exhausted: bool,
+    /// The span of the expression each graph value was built for.
+    pub(crate) spans: SecondaryMap<Value, Span>,
+    /// The chains of the step's `inout` parameters (module `inplace`).
+    pub(crate) inplace: inplace::InPlace,
 }
 
 impl<'m> Checker<'m> {
@@ -322,6 +345,8 @@ impl<'m> Checker<'m> {
             call_stack: Vec::new(),
             expansion: 0,
             exhausted: false,
+            spans: SecondaryMap::new(),
+            inplace: inplace::InPlace::default(),
         }
     }
 
@@ -376,6 +401,7 @@ impl<'m> Checker<'m> {
                 self.push(
                     Op::Input {
                         index: index as u32,
+                        inout: p.inout.is_some(),
                     },
                     ty,
                     p.ty.span,
@@ -385,6 +411,16 @@ impl<'m> Checker<'m> {
                 Ok(v) => {
                     self.graph.inputs.push((p.name.node.clone(), v));
                     env.locals.push((p.name.node.clone(), Some(Val::T(v))));
+                    if p.inout.is_some() {
+                        self.inplace.links.insert(
+                            v,
+                            inplace::Link {
+                                param: p.name.node.clone(),
+                                updated: None,
+                            },
+                        );
+                        self.inplace.ends.push((p.name.node.clone(), v));
+                    }
                 }
                 Err(Reported) => bad = true,
             }
@@ -392,11 +428,21 @@ impl<'m> Checker<'m> {
         if bad {
             return Err(Reported);
         }
-        let result = self.eval_block(&mut env, &func.body)?;
-        let values = self.conform(result, func, &env.dims, None)?;
+        let result = self.eval_block(&mut env, &func.body);
+        self.check_reads_before_updates();
+        let values = self.conform(result?, func, &env.dims, None)?;
         let names = output_names(self.m, func, values.len());
-        for (name, v) in names.into_iter().zip(values) {
+        // An `inout` parameter's final value is returned under its own name, after the
+        // declared results; a declared result that would be named like one gets a `_`.
+        let inout: HashSet<&str> = self.inplace.ends.iter().map(|(n, _)| n.as_str()).collect();
+        for (mut name, v) in names.into_iter().zip(values) {
+            while inout.contains(name.as_str()) {
+                name.push('_');
+            }
             self.graph.outputs.push((name, v));
+        }
+        for (name, end) in &self.inplace.ends {
+            self.graph.outputs.push((name.clone(), *end));
         }
         Ok(())
     }
@@ -407,7 +453,9 @@ impl<'m> Checker<'m> {
     pub(crate) fn push(&mut self, op: Op, ty: TensorType, span: Span) -> R<Value> {
         self.expand(span)?;
         self.addressable(&ty, span, None)?;
-        Ok(self.graph.push(op, ty))
+        let v = self.graph.push(op, ty);
+        self.spans[v] = span;
+        Ok(v)
     }
 
     /// Refuses a tensor of more than [`MAX_NUMEL`] elements at `span`; `input` names a step

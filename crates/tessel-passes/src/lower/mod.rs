@@ -24,7 +24,8 @@
 //! The module, by concern: this file drives (buffers, one kernel per group, dispatch on the
 //! schedule); `index` (index arithmetic), `values` (the shape-op walk), `memory` (loads and
 //! stores), `numerics` (dtype arithmetic) serve every schedule. One file per schedule:
-//! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`; the pieces the
+//! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`, `attention`,
+//! `update` (an in-place update, over its rows only); the pieces the
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
 //! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
@@ -42,6 +43,7 @@ mod numerics;
 mod ring;
 mod rows;
 mod simt;
+mod update;
 mod values;
 
 use crate::fuse::row_shape;
@@ -93,10 +95,16 @@ pub fn run_with_buffers(
     };
     let mut buf_of: HashMap<Value, BufferId> = HashMap::new();
     for (i, (name, v)) in g.inputs.iter().enumerate() {
+        // An `inout` input's buffer is also the step output of its name, written in place.
+        let role = if g.is_inout_input(*v) {
+            BufferRole::InOut(i as u32)
+        } else {
+            BufferRole::Input(i as u32)
+        };
         let b = p.buffers.push(BufferDecl {
             name: name.clone(),
             ty: g.ty(*v).clone(),
-            role: BufferRole::Input(i as u32),
+            role,
         });
         buf_of.insert(*v, b);
         p.inputs.push((name.clone(), b));
@@ -107,6 +115,17 @@ pub fn run_with_buffers(
             let numel = g.ty(o).shape.numel();
             if numel >= u32::MAX as u64 {
                 return Err(LowerError::TooLarge { value: o, numel });
+            }
+            // An update lives in the buffer of the `inout` input it updates: no new buffer,
+            // no copy.
+            if let GOp::Update { .. } = g.ops[o] {
+                let root = g.storage_root(o);
+                let b = *buf_of.get(&root).ok_or_else(|| LowerError::Unsupported {
+                    what: "an update of a value that is not an inout input".into(),
+                    value: o,
+                })?;
+                buf_of.insert(o, b);
+                continue;
             }
             let (name, role) = match outputs.get(&o) {
                 Some(n) => (n.to_string(), BufferRole::Output),
@@ -455,6 +474,14 @@ fn lower_group(
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
+        (GroupKind::Update, &TileConfig::Update { threads, vector }) => {
+            let ctas = gen.update(out, threads, vector)?;
+            (
+                threads,
+                [ctas, 1, 1],
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+            )
+        }
         (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll, .. }) => {
             let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;
             (
@@ -510,7 +537,8 @@ fn lower_group(
 /// Materialised values read by the kernel writing `outputs`, in value order; the walk does
 /// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch). A
 /// matmul reads a transposed operand in place, from the tensor under its permute, even
-/// when the permute is materialised too (a step output): both are listed then.
+/// when the permute is materialised too (a step output): both are listed then. An update
+/// reads its rows and positions, never the tensor it writes into.
 fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     let mut found = std::collections::BTreeSet::new();
@@ -529,6 +557,10 @@ fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) ->
                     stack.push(arg);
                 }
             }
+        }
+        if let GOp::Update { rows, pos, .. } = g.ops[v] {
+            stack.extend([rows, pos]);
+            continue;
         }
         stack.extend(g.ops[v].args());
     }

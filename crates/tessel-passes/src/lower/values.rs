@@ -210,6 +210,12 @@ impl Gen<'_> {
                     .into(),
                 value: v,
             }),
+            // `fuse` materialises every update: readers load it from its buffer.
+            GOp::Update { .. } => Err(LowerError::Unsupported {
+                what: "an update computed inside another kernel (fuse should have grouped it)"
+                    .into(),
+                value: v,
+            }),
         }
     }
 

@@ -26,7 +26,7 @@ pub use matmul::{
 };
 
 use crate::target::{Profile, Target};
-use tessel_ir::graph::{Fusion, Graph, GroupKind, Schedule, Schedules, TileConfig};
+use tessel_ir::graph::{Fusion, Graph, GroupKind, Op, Schedule, Schedules, TileConfig};
 use tessel_ir::Group;
 
 /// Runs the pass.
@@ -58,16 +58,13 @@ fn choose(
     match kind {
         GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
         GroupKind::Attention => attention::choose(g, data.reductions[0], data.reductions[1], t),
+        GroupKind::Update => update(g, out, max_v_bytes),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
             let v = widest_vector(last, max_v_bytes);
             let work = ty.shape.numel().div_ceil(v as u64);
-            let threads = if work >= 256 {
-                256
-            } else {
-                (work.div_ceil(32) * 32).max(32) as u32
-            };
+            let threads = elementwise_threads(work);
             let ctas = work.div_ceil(threads as u64);
             Schedule {
                 tile: TileConfig::Elementwise { threads, vector: v },
@@ -96,6 +93,49 @@ fn choose(
                 ),
             }
         }
+    }
+}
+
+/// Threads per CTA for `work` independent items: 256, fewer (whole warps) for tiny tensors.
+fn elementwise_threads(work: u64) -> u32 {
+    if work >= 256 {
+        256
+    } else {
+        (work.div_ceil(32) * 32).max(32) as u32
+    }
+}
+
+/// An in-place update: elementwise over its rows — the work is the rows', never the
+/// tensor's it writes into. A vector of consecutive elements along the last dim, as for
+/// elementwise kernels, except when the update writes along the last axis: there each
+/// element's position moves by a run-time offset, so one element per access.
+fn update(g: &Graph, u: tessel_ir::Value, max_v_bytes: u32) -> Schedule {
+    let Op::Update { rows, axis, .. } = &g.ops[u] else {
+        unreachable!("an update group's output is an update (fusion.update)");
+    };
+    let shape = &g.ty(*rows).shape;
+    let last = shape.last();
+    let along_last = *axis as usize + 1 == shape.rank();
+    let v = if along_last {
+        1
+    } else {
+        widest_vector(last, max_v_bytes)
+    };
+    let work = shape.numel().div_ceil(v as u64);
+    let threads = elementwise_threads(work);
+    let ctas = work.div_ceil(threads as u64);
+    let why_v = if along_last {
+        "vector 1: the rows are written along the last axis, at a run-time offset".to_string()
+    } else {
+        format!("vector {v} (widest of 8/4/2/1 dividing the last dim {last} within 16 bytes)")
+    };
+    Schedule {
+        tile: TileConfig::Update { threads, vector: v },
+        why: format!(
+            "in-place update of {} row elements into {} along axis {axis} (the rows only, not the tensor): {why_v}, {threads} threads per CTA, {ctas} CTAs",
+            shape.numel(),
+            g.ty(u).shape
+        ),
     }
 }
 
@@ -163,7 +203,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             }
             s
         }
-        TileConfig::Elementwise { .. } => "no reduction".to_string(),
+        TileConfig::Elementwise { .. } | TileConfig::Update { .. } => "no reduction".to_string(),
         TileConfig::Attention { block_n, split, .. } => attention::order(block_n, split),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",

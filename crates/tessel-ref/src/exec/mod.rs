@@ -12,7 +12,9 @@
 //!   (module `cta`); warps are 32 consecutive threads;
 //! - global memory is the program's buffers behind fake base addresses (module `memory`), step
 //!   outputs and temporaries poisoned with `0xFF` bytes before the run like the GPU
-//!   harness does; shared memory is a per-CTA byte window, also poisoned;
+//!   harness does; an `inout` input is one buffer, filled from its input, written in place
+//!   and returned as the output of its name; shared memory is a per-CTA byte window, also
+//!   poisoned;
 //! - scalar semantics that Rust's operators do not give directly are in [`numerics`];
 //! - warp-wide statements (`shfl.bfly`, `mma`, `ldmatrix`) need every lane of each warp
 //!   that reaches them; `mma` follows the model in `tessel_ir::kernel::Stmt::Mma`'s docs
@@ -213,6 +215,7 @@ pub fn run_program_with(
         .iter()
         .zip(&init)
         .map(|((_, decl), t)| {
+            // An `inout` input is written in place: only plain inputs are read-only.
             let read_only = matches!(decl.role, BufferRole::Input(_));
             match t {
                 Some(t) => GlobalBuf::new(decl.name.clone(), &t.data, read_only),

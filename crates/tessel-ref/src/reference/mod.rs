@@ -123,7 +123,23 @@ fn eval_op(
                 "a fused attention (see layout::check)",
             ))
         }
-        Op::Input { index } => {
+        Op::Update {
+            dst,
+            rows,
+            pos,
+            axis,
+        } => {
+            let p = layout::operand(vals, *pos, v)?;
+            update_bounds(
+                layout::operand(vals, *dst, v)?,
+                shape,
+                layout::operand(vals, *rows, v)?,
+                src(rows),
+                p,
+                *axis as usize,
+            )
+        }
+        Op::Input { index, .. } => {
             let t = input(g, v, *index, inputs)?;
             (0..n).map(|i| Bound::point(t.get_f64(i))).collect()
         }
@@ -271,6 +287,53 @@ fn flash_probability(dt: DType, a: &Bound, c: Bound, len: u64) -> Bound {
         hi: c.hi.max(a.hi * (1.0 + rel)),
         ..c
     }
+}
+
+/// An update's bounds: the reference scatters each row to its reference position; where a
+/// position is not known exactly (an i32 cast from a float range), an element along that
+/// axis may hold `dst`'s value or any row's that some position in the range puts there, so
+/// its bound is their hull.
+fn update_bounds(
+    dst: &[Bound],
+    shape: &[u64],
+    rows: &[Bound],
+    rows_shape: &[u64],
+    pos: &[Bound],
+    axis: usize,
+) -> Vec<Bound> {
+    let at: Vec<i64> = pos.iter().map(|b| b.r as i64).collect();
+    let mut out = layout::update(dst, shape, rows, rows_shape, &at, axis);
+    let (outer, len, inner) = layout::lanes(shape, axis);
+    let (_, r_len, _) = layout::lanes(rows_shape, axis);
+    let per_b = outer / shape[0] as usize;
+    for (b, p) in pos.iter().enumerate() {
+        if p.is_point() {
+            continue;
+        }
+        // i32 positions: the integers in [lo, hi] (NaN or an empty bound: any of them).
+        let (lo, hi) = if p.empty() || p.nan || p.lo.is_nan() || p.hi.is_nan() {
+            (i32::MIN as i64, i32::MAX as i64)
+        } else {
+            (p.lo.ceil() as i64, p.hi.floor() as i64)
+        };
+        for o in b * per_b..(b + 1) * per_b {
+            for t in 0..len {
+                for k in 0..inner {
+                    let flat = (o * len + t) * inner + k;
+                    let first = (t as i64 - hi).max(0);
+                    let last = (t as i64 - lo).min(r_len as i64 - 1);
+                    let mut h = out[flat];
+                    h = Bound::hull(&h, &dst[flat], h.r);
+                    for i in first..=last {
+                        let x = &rows[(o * r_len + i as usize) * inner + k];
+                        h = Bound::hull(&h, x, h.r);
+                    }
+                    out[flat] = h;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Neumaier's compensated sum (near-exact in f64 for the ranges here).
@@ -491,4 +554,38 @@ fn matmul(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A position known only as a range: every element some position in the range may
+    /// write allows the row values that could land there as well as `dst`'s own.
+    #[test]
+    fn update_at_an_uncertain_position_allows_every_row_it_may_write() {
+        // dst [1, 4] = 0, 1, 2, 3; one row [1, 1] = 9 at a position in [1, 2].
+        let dst: Vec<Bound> = (0..4).map(|i| Bound::point(i as f64)).collect();
+        let rows = [Bound::point(9.0)];
+        let pos = [Bound {
+            r: 1.0,
+            lo: 1.0,
+            hi: 2.0,
+            nan: false,
+        }];
+        let out = update_bounds(&dst, &[1, 4], &rows, &[1, 1], &pos, 1);
+        assert!(out[0].is_point() && out[0].r == 0.0);
+        assert!(out[3].is_point() && out[3].r == 3.0);
+        // Position 1 is the reference's: the row, but dst's 1 stays allowed.
+        assert_eq!(out[1].r, 9.0);
+        assert!(out[1].allows(9.0) && out[1].allows(1.0));
+        // Position 2 keeps dst's value as reference and may hold the row.
+        assert_eq!(out[2].r, 2.0);
+        assert!(out[2].allows(2.0) && out[2].allows(9.0));
+        // Exact positions change nothing else.
+        let exact = update_bounds(&dst, &[1, 4], &rows, &[1, 1], &[Bound::point(3.0)], 1);
+        let r: Vec<f64> = exact.iter().map(|b| b.r).collect();
+        assert_eq!(r, [0.0, 1.0, 2.0, 9.0]);
+        assert!(exact.iter().all(Bound::is_point));
+    }
 }
