@@ -59,6 +59,7 @@ mod eval;
 mod graph_ops;
 mod index;
 mod inplace;
+mod layout;
 mod lit;
 mod names;
 mod signature;

@@ -24,13 +24,15 @@
 //! The module, by concern: this file drives (buffers, one kernel per group, dispatch on the
 //! schedule); `index` (index arithmetic), `values` (the shape-op walk), `memory` (loads and
 //! stores), `numerics` (dtype arithmetic) serve every schedule. One file per schedule:
-//! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`, `attention`,
+//! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`, `attention` (its
+//! main loop; `attention_parts`: tile copies, key bounds, flash-decoding's merge kernel),
 //! `update` (an in-place update, over its rows only); the pieces the
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
 //! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
 mod attention;
+mod attention_parts;
 mod epilogue;
 mod fragments;
 mod gemv;

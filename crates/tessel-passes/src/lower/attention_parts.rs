@@ -1,0 +1,404 @@
+//! The pieces of the fused attention kernel (`attention.rs`) that are not its main loop:
+//! the copies of Q, K and V tiles into shared memory, index and bound helpers, and
+//! flash-decoding's second kernel, which merges the key ranges.
+
+use super::ring::Ring;
+use super::{Gen, Ix, LowerError};
+use crate::schedule::attention_shape;
+use crate::view::StridedView;
+use tessel_ir::kernel::{
+    CpAsyncCache, FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width,
+};
+use tessel_ir::{Reg, Shape, Value};
+
+/// The two rows a lane holds in every accumulator fragment (rows g and g + 8 of its
+/// warp's 16): whether each is a real row, its batch index and its query position
+/// (clamped into range for rows past the end, whose results are never stored).
+pub(super) struct LaneRow {
+    pub(super) real: Reg,
+    pub(super) batch: Vec<Ix>,
+    pub(super) pos: Ix,
+}
+
+impl Gen<'_> {
+    /// The CTA's key range from the attention's bound (i32 per row, evaluated at key 0 for
+    /// each of the lane's two rows, clamped to [0, N]): the largest over its real rows
+    /// (padding rows count 0), and the smallest (padding rows count N), combined over the
+    /// warp by shuffles and over the CTA's warps through 8 bytes per warp of shared memory
+    /// at `base + at`. Without a bound: (N, none).
+    pub(super) fn key_bounds(
+        &mut self,
+        bound: Option<Value>,
+        lane_rows: &[LaneRow],
+        n: u64,
+        (warps, warp, lane): (u32, Ix, Ix),
+        (base, shared): (Reg, u32),
+    ) -> Result<(Operand, Option<Operand>), LowerError> {
+        // How many keys the CTA reads: the largest bound of its rows, clamped to [0, N];
+        // and the smallest, below which every row sees every key (the blocks there skip
+        // the mask).
+        Ok(match bound {
+            None => (Operand::U32(n as u32), None),
+            Some(bv) => {
+                let (mut mx, mut mn) = (Operand::U32(0), Operand::U32(n as u32));
+                for row in lane_rows {
+                    let mut idx = row.batch.clone();
+                    idx.extend([row.pos, Ix::C(0)]);
+                    let l = self.value(bv, &idx, 1)?[0];
+                    let neg = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[l, Operand::U32(0)]);
+                    let l = self
+                        .b
+                        .op(RegType::U32, Op::Select, &[neg.into(), Operand::U32(0), l]);
+                    let big = self.b.op(
+                        RegType::Pred,
+                        Op::ICmp(ICmp::GtU),
+                        &[l.into(), Operand::U32(n as u32)],
+                    );
+                    let l = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[big.into(), Operand::U32(n as u32), l.into()],
+                    );
+                    // A padding row reads nothing and bounds nothing from below.
+                    let hi = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[row.real.into(), l.into(), Operand::U32(0)],
+                    );
+                    let lo = self.b.op(
+                        RegType::U32,
+                        Op::Select,
+                        &[row.real.into(), l.into(), Operand::U32(n as u32)],
+                    );
+                    mx = self.umax(mx, hi.into());
+                    mn = self.umin(mn, lo.into());
+                }
+                for x in [16, 8, 4, 2, 1] {
+                    let o = self
+                        .b
+                        .op(RegType::U32, Op::ShflBfly, &[mx, Operand::U32(x)]);
+                    mx = self.umax(mx, o.into());
+                    let o = self
+                        .b
+                        .op(RegType::U32, Op::ShflBfly, &[mn, Operand::U32(x)]);
+                    mn = self.umin(mn, o.into());
+                }
+                if warps == 1 {
+                    (mx, Some(mn))
+                } else {
+                    let sb =
+                        self.b
+                            .op(RegType::U32, Op::IAdd, &[base.into(), Operand::U32(shared)]);
+                    let w8 = self.imul_c(warp, 8);
+                    let wa = self.shared_addr(sb, w8);
+                    let lo = self.ix_op(lane);
+                    let first =
+                        self.b
+                            .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[lo, Operand::U32(0)]);
+                    self.open();
+                    self.b.push(Stmt::Store {
+                        space: Space::Shared,
+                        width: Width::V2,
+                        addr: wa,
+                        offset: 0,
+                        values: vec![mx, mn],
+                    });
+                    self.close_if(first);
+                    self.b.push(Stmt::Barrier);
+                    let (mut all_hi, mut all_lo) = (Operand::U32(0), Operand::U32(n as u32));
+                    for w in 0..warps {
+                        let x = self.b.kernel.new_reg(RegType::U32);
+                        let y = self.b.kernel.new_reg(RegType::U32);
+                        self.b.push(Stmt::Load {
+                            dsts: vec![x, y],
+                            space: Space::Shared,
+                            width: Width::V2,
+                            addr: sb,
+                            offset: 8 * w as i32,
+                        });
+                        all_hi = self.umax(all_hi, x.into());
+                        all_lo = self.umin(all_lo, y.into());
+                    }
+                    (all_hi, Some(all_lo))
+                }
+            }
+        })
+    }
+    /// `exp(x)` in single f32 values (`MathFn::ExpF32`, within 1 ulp): the online
+    /// softmax's exps are summed in f32 and rounded to v's dtype before use, where the
+    /// last bits of [`tessel_math::exp`]'s near-correct rounding cost 30 more operations.
+    pub(super) fn exp_f32(&mut self, x: Operand) -> Operand {
+        self.b
+            .op(RegType::F32, Op::Math(MathFn::ExpF32), &[x])
+            .into()
+    }
+
+    /// The address of f32 element `ix` of the buffer at `ptr`.
+    pub(super) fn f32_addr(&mut self, ptr: Reg, ix: Ix) -> Reg {
+        let io = self.ix_op(ix);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[io, Operand::U32(4)]);
+        self.b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()])
+    }
+
+    /// Flash-decoding's second kernel: one thread per output element (batch entry, packed
+    /// row, column of v) merges the `ranges` key ranges of the scratch buffer in range
+    /// order and stores the attention's value. Returns (threads per CTA, CTAs).
+    pub(super) fn attention_merge(
+        &mut self,
+        out: Value,
+        (s, a): (Value, Value),
+        ranges: u32,
+    ) -> Result<(u32, u32), LowerError> {
+        let g = self.g;
+        let sh = attention_shape(g, s, a);
+        let rank = sh.batch.len() + 2;
+        let pack = sh.pack;
+        let rows_total = sh.m * pack;
+        let outer_dims: Vec<usize> = (0..rank - 2)
+            .filter(|k| !sh.pack_dims.contains(k))
+            .collect();
+        let outer_shape = Shape(outer_dims.iter().map(|&k| sh.batch[k]).collect());
+        let pack_shape = Shape(sh.pack_dims.iter().map(|&k| sh.batch[k]).collect());
+        let outer_count = outer_shape.numel().max(1);
+        let total = outer_count * rows_total * sh.e;
+        let threads = 256u32;
+        let ptr = self.scratch.as_ref().expect("the merge reads scratch").ptr;
+        let dt = g.ty(out).dtype;
+        let t = self.global_thread(threads);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[t.into(), Self::imm_u(total)],
+        );
+        self.open();
+        let col = self.irem_c(Ix::R(t), sh.e);
+        let rest = self.idiv_c(Ix::R(t), sh.e);
+        let r = self.irem_c(rest, rows_total);
+        let outer = self.idiv_c(rest, rows_total);
+        let width = sh.e + 2;
+        // Element `what` (a column, or e / e + 1 for the maximum / sum) of range `k`.
+        let at = |gen: &mut Self, k: u64, what: Ix| -> Reg {
+            let slot = gen.iadd(Ix::C(k * outer_count), outer);
+            let slot = gen.imul_c(slot, rows_total);
+            let slot = gen.iadd(slot, r);
+            let slot = gen.imul_c(slot, width);
+            let ix = gen.iadd(slot, what);
+            gen.f32_addr(ptr, ix)
+        };
+        let load = |gen: &mut Self, addr: Reg| -> Operand {
+            let d = gen.b.kernel.new_reg(RegType::F32);
+            gen.b.push(Stmt::Load {
+                dsts: vec![d],
+                space: Space::Global,
+                width: Width::B32,
+                addr,
+                offset: 0,
+            });
+            d.into()
+        };
+        let mut maxima = Vec::new();
+        let mut m = Operand::f32(f32::NEG_INFINITY);
+        for k in 0..ranges as u64 {
+            let addr = at(self, k, Ix::C(sh.e));
+            let mk = load(self, addr);
+            maxima.push(mk);
+            m = self.b.op(RegType::F32, Op::FMax, &[m, mk]).into();
+        }
+        let none = self.b.op(
+            RegType::Pred,
+            Op::FCmp(FCmp::Eq),
+            &[m, Operand::f32(f32::NEG_INFINITY)],
+        );
+        let m_use = self.b.op(
+            RegType::F32,
+            Op::Select,
+            &[none.into(), Operand::f32(0.0), m],
+        );
+        let (mut l, mut o) = (Operand::f32(0.0), Operand::f32(0.0));
+        for (k, &mk) in maxima.iter().enumerate() {
+            let d = self.b.op(RegType::F32, Op::FSub, &[mk, m_use.into()]);
+            let w = self.exp_f32(d.into());
+            let addr = at(self, k as u64, Ix::C(sh.e + 1));
+            let lk = load(self, addr);
+            let addr = at(self, k as u64, col);
+            let ok = load(self, addr);
+            let lw = self.b.op(RegType::F32, Op::FMul, &[lk, w]);
+            l = self.b.op(RegType::F32, Op::FAdd, &[l, lw.into()]).into();
+            let ow = self.b.op(RegType::F32, Op::FMul, &[ok, w]);
+            o = self.b.op(RegType::F32, Op::FAdd, &[o, ow.into()]).into();
+        }
+        let empty = self
+            .b
+            .op(RegType::Pred, Op::FCmp(FCmp::Eq), &[l, Operand::f32(0.0)]);
+        let q = self.b.op(RegType::F32, Op::FDiv, &[o, l]);
+        let q = self.b.op(
+            RegType::F32,
+            Op::Select,
+            &[empty.into(), Operand::f32(0.0), q.into()],
+        );
+        let v = self.round(q.into(), dt);
+        // The output index: batch entry `outer`, packed row r = position · pack + head.
+        let pos = self.idiv_c(r, pack);
+        let p = self.irem_c(r, pack);
+        let outer_idx = if outer_dims.is_empty() {
+            vec![]
+        } else {
+            self.unflatten(outer, &outer_shape)
+        };
+        let pack_idx = if sh.pack_dims.is_empty() {
+            vec![]
+        } else {
+            self.unflatten(p, &pack_shape)
+        };
+        let mut idx = vec![Ix::C(0); rank - 2];
+        for (k, &dim) in outer_dims.iter().enumerate() {
+            idx[dim] = outer_idx[k];
+        }
+        for (k, &dim) in sh.pack_dims.iter().enumerate() {
+            idx[dim] = pack_idx[k];
+        }
+        idx.extend([pos, col]);
+        self.store(out, &idx, &[v])?;
+        self.close_if(inside);
+        Ok((threads, total.div_ceil(threads as u64) as u32))
+    }
+
+    /// `(x < limit, x if so else 0)`.
+    pub(super) fn clamp_below(&mut self, x: Ix, limit: u64) -> (Reg, Ix) {
+        let xo = self.ix_op(x);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[xo, Self::imm_u(limit)],
+        );
+        let c = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[inside.into(), xo, Operand::U32(0)],
+        );
+        (inside, Ix::R(c))
+    }
+
+    pub(super) fn umin(&mut self, a: Operand, b: Operand) -> Operand {
+        let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[a, b]);
+        self.b
+            .op(RegType::U32, Op::Select, &[lt.into(), a, b])
+            .into()
+    }
+
+    pub(super) fn umax(&mut self, a: Operand, b: Operand) -> Operand {
+        if a == Operand::U32(0) {
+            return b;
+        }
+        let gt = self.b.op(RegType::Pred, Op::ICmp(ICmp::GtU), &[a, b]);
+        self.b
+            .op(RegType::U32, Op::Select, &[gt.into(), a, b])
+            .into()
+    }
+
+    /// Element offset of batch index `batch` (rows and columns at 0) in `view`'s base.
+    pub(super) fn view_offset(&mut self, view: &StridedView, batch: &[Ix]) -> Ix {
+        let mut off = Ix::C(view.offset);
+        for (&i, &st) in batch.iter().zip(&view.strides) {
+            let t = self.imul_c(i, st);
+            off = self.iadd(off, t);
+        }
+        off
+    }
+
+    /// One 16-byte `cp.async.cg` of elements `off ..` of `base` into shared memory at
+    /// `sbase + soff`, zero-filled unless `inside`.
+    pub(super) fn cp_async_16(
+        &mut self,
+        base: Value,
+        off: Ix,
+        (sbase, soff): (Reg, Ix),
+        inside: Reg,
+    ) {
+        let oo = self.ix_op(off);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
+        let ptr = self.ptr[&base];
+        let src = self
+            .b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+        let src = self.b.op(
+            RegType::U64,
+            Op::Select,
+            &[inside.into(), src.into(), ptr.into()],
+        );
+        let nbytes = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[inside.into(), Operand::U32(16), Operand::U32(0)],
+        );
+        let dst = self.shared_addr(sbase, soff);
+        self.b.push(Stmt::CpAsync {
+            cache: CpAsyncCache::Cg,
+            bytes: 16,
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            src_bytes: Some(nbytes.into()),
+        });
+    }
+
+    /// Issues the copies of the K and V tiles of keys `j0 .. j0 + block_n` into stage
+    /// `stage` of their rings.
+    pub(super) fn issue_kv(&mut self, c: &KvCopy<'_>, stage: Ix, j0: Ix) -> Result<(), LowerError> {
+        for (view, base_off, key_stride, ring, width) in [c.k, c.v] {
+            let chunks = width / 8;
+            let total = c.block_n * chunks;
+            let st = self.imul_c(stage, ring.stage_bytes() as u64);
+            for i in 0..total.div_ceil(c.threads) {
+                let ei = self.iadd(Ix::R(c.tid), Ix::C((i * c.threads) as u64));
+                let in_tile = if (i + 1) * c.threads <= total {
+                    None
+                } else {
+                    let eo = self.ix_op(ei);
+                    Some(self.b.op(
+                        RegType::Pred,
+                        Op::ICmp(ICmp::LtU),
+                        &[eo, Operand::U32(total)],
+                    ))
+                };
+                let rr = self.idiv_c(ei, chunks as u64);
+                let cc = self.irem_c(ei, chunks as u64);
+                let key = self.iadd(j0, rr);
+                let (inside, kc) = self.clamp_below(key, c.n);
+                let ko = self.imul_c(kc, key_stride);
+                let col = self.imul_c(cc, 8);
+                let off = self.iadd(base_off, ko);
+                let off = self.iadd(off, col);
+                let so = self.ring_offset(&ring, rr, col);
+                let so = self.iadd(st, so);
+                if let Some(t) = in_tile {
+                    self.open();
+                    self.cp_async_16(view.base, off, (ring.base, so), inside);
+                    self.close_if(t);
+                } else {
+                    self.cp_async_16(view.base, off, (ring.base, so), inside);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What [`Gen::issue_kv`] copies: for K and for V, the view, the batch entry's element
+/// offset, the element stride between keys, the ring, and the head dim.
+pub(super) struct KvCopy<'v> {
+    pub(super) k: (&'v StridedView, Ix, u64, Ring, u32),
+    pub(super) v: (&'v StridedView, Ix, u64, Ring, u32),
+    pub(super) n: u64,
+    pub(super) block_n: u32,
+    pub(super) threads: u32,
+    pub(super) tid: Reg,
+}
