@@ -165,3 +165,70 @@ fn invariant_attention_rows_do_not_depend_on_the_batch() {
     };
     assert_eq!(run(1), run(3));
 }
+
+/// Cache rows past every visible key are never read, so NaN there (an unwritten cache)
+/// does not reach the output as 0 · NaN, also inside the last block of keys the kernel
+/// walks. Decode over S = 300 keys with the lengths 10, 100 and 297 (the last ends inside
+/// a block) and every v row from len + N on NaN: the fused kernel's outputs are finite.
+#[test]
+fn unwritten_cache_rows_past_the_lengths_are_not_read() {
+    use tessel_ref::exec::run_program;
+    use tessel_ref::Tensor;
+    let src = source();
+    let m = tessel_syntax::parse(&src).expect("parses");
+    let (b, n, s) = (3u64, 2u64, 300u64);
+    let d: BTreeMap<String, u64> =
+        dims(&[("B", b), ("N", n), ("S", s), ("H", 8), ("KV", 2), ("D", 64)])
+            .into_iter()
+            .collect();
+    let g = tessel_passes::check::run(&m, "decode", &d).expect("checks");
+    for profile in [Profile::Invariant, Profile::Fast] {
+        let opts = Options {
+            profile,
+            verify: true,
+            ..Default::default()
+        };
+        let p = compile(&g, &opts).expect("compiles").program;
+        let lens = [10i32, 100, 297];
+        let inputs: Vec<Tensor> = p
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (name, buf))| {
+                let ty = p.buffers[*buf].ty.clone();
+                match name.as_str() {
+                    // len = |r| mod (S - N + 1) = r.
+                    "r" => Tensor::from_f32(ty.dtype, ty.shape.0.clone(), &lens.map(|l| l as f32)),
+                    "vc" => {
+                        let t = Tensor::random(ty.clone(), 9000 + i as u64);
+                        let mut vals: Vec<f32> = (0..ty.shape.numel() as usize)
+                            .map(|k| t.get_f64(k) as f32)
+                            .collect();
+                        // [B, KV, S, D]: rows from len + N on are NaN.
+                        let (kv, dd) = (2usize, 64usize);
+                        for (bi, &l) in lens.iter().enumerate() {
+                            for h in 0..kv {
+                                for row in (l as usize + n as usize)..s as usize {
+                                    let at = ((bi * kv + h) * s as usize + row) * dd;
+                                    vals[at..at + dd].fill(f32::NAN);
+                                }
+                            }
+                        }
+                        Tensor::from_f32(ty.dtype, ty.shape.0.clone(), &vals)
+                    }
+                    _ => Tensor::random(ty, 9000 + i as u64),
+                }
+            })
+            .collect();
+        let out = run_program(&p, &inputs).expect("runs");
+        let nan = (0..out[0].ty.shape.numel() as usize)
+            .filter(|&k| out[0].get_f64(k).is_nan())
+            .count();
+        assert_eq!(
+            nan,
+            0,
+            "{}: NaN from cache rows no query sees",
+            profile.name()
+        );
+    }
+}

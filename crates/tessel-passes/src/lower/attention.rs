@@ -277,7 +277,7 @@ impl Gen<'_> {
         let kv_copy = KvCopy {
             k: (&kv, k_base, k_key_stride, ring_k, d),
             v: (&vv, v_base, v_key_stride, ring_v, e),
-            n,
+            limit: n_end,
             block_n,
             threads,
             tid,

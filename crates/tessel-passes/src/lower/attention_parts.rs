@@ -284,6 +284,18 @@ impl Gen<'_> {
         (inside, Ix::R(c))
     }
 
+    /// `(x < limit, x if so else 0)` for a limit known at run time.
+    pub(super) fn clamp_below_to(&mut self, x: Ix, limit: Operand) -> (Reg, Ix) {
+        let xo = self.ix_op(x);
+        let inside = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[xo, limit]);
+        let c = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[inside.into(), xo, Operand::U32(0)],
+        );
+        (inside, Ix::R(c))
+    }
+
     pub(super) fn umin(&mut self, a: Operand, b: Operand) -> Operand {
         let lt = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[a, b]);
         self.b
@@ -372,7 +384,10 @@ impl Gen<'_> {
                 let rr = self.idiv_c(ei, chunks as u64);
                 let cc = self.irem_c(ei, chunks as u64);
                 let key = self.iadd(j0, rr);
-                let (inside, kc) = self.clamp_below(key, c.n);
+                // Keys at or past the CTA's last visible key (or the tensor's end) are
+                // zero-filled, never read: no row gives them weight, and an unwritten
+                // cache row there (NaN) must not reach the sum as 0 · NaN.
+                let (inside, kc) = self.clamp_below_to(key, c.limit);
                 let ko = self.imul_c(kc, key_stride);
                 let col = self.imul_c(cc, 8);
                 let off = self.iadd(base_off, ko);
@@ -397,7 +412,8 @@ impl Gen<'_> {
 pub(super) struct KvCopy<'v> {
     pub(super) k: (&'v StridedView, Ix, u64, Ring, u32),
     pub(super) v: (&'v StridedView, Ix, u64, Ring, u32),
-    pub(super) n: u64,
+    /// Keys from here on are not read: the CTA's largest row bound, at most N.
+    pub(super) limit: Operand,
     pub(super) block_n: u32,
     pub(super) threads: u32,
     pub(super) tid: Reg,
