@@ -101,8 +101,15 @@ pub struct WeightArgs {
     #[arg(long, value_name = "PATH")]
     pub weights: Option<PathBuf>,
     /// The layer number that `{layer}` stands for in the tensor names (with --weights).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = parse_layer)]
     pub layer: Option<u64>,
+}
+
+/// Parses `--layer`: a layer number, 0 or more.
+fn parse_layer(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| {
+        format!("`{s}`: a layer number is an integer, 0 or more (layers count from 0)")
+    })
 }
 
 #[derive(Subcommand)]

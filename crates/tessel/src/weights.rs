@@ -109,6 +109,10 @@ impl Weights {
         let mut bound = StepWeights::default();
         let mut problems: Vec<String> = Vec::new();
         let mut declared = 0;
+        // Parameters whose names need `{layer}` when there is no --layer, and those missing
+        // from the checkpoint: each said once, not once per parameter.
+        let mut need_layer: Vec<String> = Vec::new();
+        let mut missing: Vec<(String, String)> = Vec::new();
         for p in &func.params {
             let Some(from) = &p.from else { continue };
             declared += 1;
@@ -126,20 +130,12 @@ impl Weights {
                 }
             }
             let Some(name) = from.resolve(self.layer) else {
-                problems.push(format!(
-                    "parameter `{param}`: its tensor name \"{}\" holds `{{layer}}`, and no \
-                     --layer N says which layer",
-                    from.template
-                ));
+                need_layer.push(format!("`{param}` (\"{}\")", from.template));
                 continue;
             };
             match ckpt.find(&name) {
                 Err(e) => problems.push(format!("parameter `{param}`: {e}")),
-                Ok(None) => problems.push(format!(
-                    "parameter `{param}`: no tensor `{name}` in {}{}",
-                    ckpt.searched(),
-                    ckpt.closest(&name)
-                )),
+                Ok(None) => missing.push((param.clone(), name)),
                 Ok(Some(w)) => {
                     if let Err(why) = matches(&w.info, ty) {
                         problems.push(format!(
@@ -153,6 +149,42 @@ impl Weights {
                     }
                 }
             }
+        }
+        if !need_layer.is_empty() {
+            let who = if need_layer.len() == 1 {
+                format!("parameter {} names its tensor", need_layer[0])
+            } else {
+                format!(
+                    "{} parameters name their tensors ({})",
+                    need_layer.len(),
+                    need_layer.join(", ")
+                )
+            };
+            problems.push(format!(
+                "{who} with `{{layer}}`, and no --layer N says which layer{}",
+                ckpt.layers_held()
+            ));
+        }
+        match &missing[..] {
+            [] => {}
+            [(param, name)] => problems.push(format!(
+                "parameter `{param}`: no tensor `{name}` in {}{}{}",
+                ckpt.searched(),
+                ckpt.layers_held(),
+                ckpt.closest(name)
+            )),
+            [(param, name), rest @ ..] => problems.push(format!(
+                "{} tensors are not in {}{}: `{name}` (parameter `{param}`){}, and {} more ({})",
+                missing.len(),
+                ckpt.searched(),
+                ckpt.layers_held(),
+                ckpt.closest(name),
+                rest.len(),
+                rest.iter()
+                    .map(|(_, n)| format!("`{n}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
         }
         if declared == 0 && self.noted.borrow_mut().insert(step.clone()) {
             eprintln!(
@@ -352,6 +384,32 @@ impl Checkpoint {
             )
         } else {
             self.listing.display().to_string()
+        }
+    }
+
+    /// " (it holds layers 0, 1)" — the numbers N of its `model.layers.N.` names, or nothing
+    /// when it has none.
+    fn layers_held(&self) -> String {
+        let mut layers: Vec<u64> = self
+            .names
+            .keys()
+            .filter_map(|n| {
+                n.strip_prefix("model.layers.")?
+                    .split('.')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        layers.sort_unstable();
+        layers.dedup();
+        match &layers[..] {
+            [] => String::new(),
+            [l] => format!(" (it holds layer {l})"),
+            ls => format!(
+                " (it holds layers {})",
+                ls.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
         }
     }
 

@@ -343,7 +343,7 @@ fn every_problem_of_a_step_is_reported_at_once_before_compiling() {
         "{t}"
     );
     for want in [
-        "parameter `a`: its tensor name \"model.layers.{layer}.mlp.weight\" holds `{layer}`, and no --layer N says which layer",
+        "parameter `a` (\"model.layers.{layer}.mlp.weight\") names its tensor with `{layer}`, and no --layer N says which layer",
         "parameter `b`: no tensor `model.norm.weigth` in more.safetensors; the closest of its 3 names: `model.norm.weight`, `model.rot`, `model.bias`",
         "parameter `c`: tensor `model.norm.weight` in more.safetensors is f32[3], the step declares f32[4] (the shapes differ)",
         "parameter `d`: tensor `model.bias` in more.safetensors is f32[3], the step declares bf16[3] (the dtypes differ; nothing is converted)",
@@ -369,7 +369,43 @@ fn every_problem_of_a_step_is_reported_at_once_before_compiling() {
     );
     let t = text(&o);
     assert_eq!(o.status.code(), Some(2), "{t}");
-    assert!(t.contains("parameter `w`: no tensor `model.layers.7.mlp.weight` in ckpt.safetensors; the closest of its 3 names: `model.layers.0.mlp.weight`, `model.layers.1.mlp.weight`"), "{t}");
+    assert!(t.contains("parameter `w`: no tensor `model.layers.7.mlp.weight` in ckpt.safetensors (it holds layers 0, 1); the closest of its 3 names: `model.layers.0.mlp.weight`, `model.layers.1.mlp.weight`"), "{t}");
+    // Several tensors of a layer the checkpoint lacks: one problem naming them all, not one
+    // per parameter; and several parameters needing `{layer}` without --layer: one problem.
+    write(
+        &d,
+        "two.tsl",
+        "step two(
+    u: f32[2, 3] from \"model.layers.{layer}.mlp.weight\",
+    v: f32[2, 3] from \"model.layers.{layer}.mlp.weight\",
+) -> f32[2, 3] {
+    u + v
+}
+",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "run",
+            "two.tsl",
+            "--cpu",
+            "--weights",
+            "ckpt.safetensors",
+            "--layer",
+            "7",
+        ],
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("(1 problem):"), "{t}");
+    assert!(t.contains("2 tensors are not in ckpt.safetensors (it holds layers 0, 1): `model.layers.7.mlp.weight` (parameter `u`)"), "{t}");
+    let o = tessel(
+        &d,
+        &["run", "two.tsl", "--cpu", "--weights", "ckpt.safetensors"],
+    );
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("2 parameters name their tensors (`u` (\"model.layers.{layer}.mlp.weight\"), `v` (\"model.layers.{layer}.mlp.weight\")) with `{layer}`, and no --layer N says which layer (it holds layers 0, 1)"), "{t}");
 }
 
 #[test]
@@ -438,6 +474,11 @@ fn layer_needs_weights() {
         t.contains("--layer 3 fills `{layer}`") && t.contains("give --weights PATH too"),
         "{t}"
     );
+    // A negative layer is a bad value, not an unknown option.
+    let o = tessel(&d, &["run", "s.tsl", "--cpu", "--layer", "-1"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("a layer number is an integer, 0 or more"), "{t}");
 }
 
 #[test]
