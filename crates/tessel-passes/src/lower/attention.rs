@@ -192,6 +192,21 @@ impl Gen<'_> {
             esz,
         };
 
+        // Packed row r of the batch entry: whether it is a real row, its batch index (the
+        // packed heads' from r mod pack) and its query position r / pack (row 0's for
+        // rows past the end, which are computed but never stored).
+        let packed_row = |gen: &mut Self, r: Ix| -> (Reg, Vec<Ix>, Ix) {
+            let (inside, rc) = gen.clamp_below(r, rows_total);
+            let pos = gen.idiv_c(rc, pack);
+            let p = gen.irem_c(rc, pack);
+            let pidx = if pack_shape.0.is_empty() {
+                vec![]
+            } else {
+                gen.unflatten(p, &pack_shape)
+            };
+            (inside, batch_of(&pidx), pos)
+        };
+
         // Q's tile: chunk c of the CTA's rows, zero past the last row.
         let chunks_q = d / 8;
         for i in 0..(bm * chunks_q).div_ceil(threads) {
@@ -199,15 +214,7 @@ impl Gen<'_> {
             let rr = self.idiv_c(ei, chunks_q as u64);
             let cc = self.irem_c(ei, chunks_q as u64);
             let r = self.iadd(row0, rr);
-            let (inside, rc) = self.clamp_below(r, rows_total);
-            let pos = self.idiv_c(rc, pack);
-            let p = self.irem_c(rc, pack);
-            let pidx = if sh.pack_dims.is_empty() {
-                vec![]
-            } else {
-                self.unflatten(p, &pack_shape)
-            };
-            let b = batch_of(&pidx);
+            let (inside, b, pos) = packed_row(self, r);
             let row_off = self.view_offset(&qv, &b);
             let pos_off = self.imul_c(pos, qv.strides[rank - 2]);
             let col = self.imul_c(cc, 8);
@@ -227,15 +234,7 @@ impl Gen<'_> {
             let r = self.iadd(row0, wrow);
             let r = self.iadd(r, gq);
             let r = self.iadd(r, Ix::C(8 * half));
-            let (real, rc) = self.clamp_below(r, rows_total);
-            let pos = self.idiv_c(rc, pack);
-            let p = self.irem_c(rc, pack);
-            let pidx = if sh.pack_dims.is_empty() {
-                vec![]
-            } else {
-                self.unflatten(p, &pack_shape)
-            };
-            let batch = batch_of(&pidx);
+            let (real, batch, pos) = packed_row(self, r);
             lane_rows.push(LaneRow { real, batch, pos });
         }
 
@@ -548,18 +547,7 @@ impl Gen<'_> {
                 }
             }
         }
-        for r in [rd, wr] {
-            let next = self
-                .b
-                .op(RegType::U32, Op::IAdd, &[r.into(), Operand::U32(1)]);
-            let wrap = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::Eq),
-                &[next.into(), Operand::U32(stages)],
-            );
-            self.b
-                .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
-        }
+        self.advance_stages(&[rd, wr], stages);
         self.close_for(jb, first, blocks, Operand::U32(1));
         self.b.push(Stmt::CpAsyncWaitAll);
 

@@ -17,7 +17,7 @@ use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
 use tessel_ir::graph::{MmaEpilogue, TileConfig};
-use tessel_ir::kernel::{ICmp, MmaShape, Op, Operand, RegType, Special, Stmt};
+use tessel_ir::kernel::{MmaShape, Op, Operand, RegType, Special, Stmt};
 use tessel_ir::{Reg, Value};
 
 /// Row tiles per group of the grouped CTA order ([`Gen::matmul_cta`]). A wave of
@@ -227,18 +227,7 @@ impl Gen<'_> {
                 }
             }
         }
-        for r in [rd, wr] {
-            let next = self
-                .b
-                .op(RegType::U32, Op::IAdd, &[r.into(), Operand::U32(1)]);
-            let wrap = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::Eq),
-                &[next.into(), Operand::U32(stages)],
-            );
-            self.b
-                .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
-        }
+        self.advance_stages(&[rd, wr], stages);
         self.close_for(kt, k_start, k_end, Operand::U32(bk));
         // Copies past the end (zero-filled, never read) must land before the CTA exits.
         self.b.push(Stmt::CpAsyncWaitAll);

@@ -113,6 +113,23 @@ impl Gen<'_> {
         })
     }
 
+    /// Advances each ring-stage index in `regs` by one, wrapping at `stages` (the stage read
+    /// and the stage written next, once per slice or key block).
+    pub(super) fn advance_stages(&mut self, regs: &[Reg], stages: u32) {
+        for &r in regs {
+            let next = self
+                .b
+                .op(RegType::U32, Op::IAdd, &[r.into(), Operand::U32(1)]);
+            let wrap = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::Eq),
+                &[next.into(), Operand::U32(stages)],
+            );
+            self.b
+                .assign(r, Op::Select, &[wrap.into(), Operand::U32(0), next.into()]);
+        }
+    }
+
     /// Swizzled byte offset in one stage of `ring` of element `col` of row `row`.
     pub(super) fn ring_offset(&mut self, ring: &Ring, row: Ix, col: Ix) -> Ix {
         let epc = (16 / ring.esz) as u64;
