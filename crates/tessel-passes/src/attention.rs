@@ -32,12 +32,15 @@ use std::collections::HashMap;
 use tessel_ir::graph::{BinaryOp, Graph, Op};
 use tessel_ir::{DType, Shape, TensorType, Value};
 
+/// The ops that read each value ([`crate::fuse::users`]; a step output is no op's use).
+type Users = cranelift_entity::SecondaryMap<Value, Vec<Value>>;
+
 /// Runs the pass.
 pub fn run(g: &Graph, profile: Profile) -> Graph {
     if profile == Profile::Exact {
         return g.clone();
     }
-    let users = users(g);
+    let users = crate::fuse::users(g);
     let mut out = g.clone();
     let mut found = false;
     for (o, _) in g.ops.iter() {
@@ -54,21 +57,9 @@ pub fn run(g: &Graph, profile: Profile) -> Graph {
     reorder_live(&out)
 }
 
-/// The ops that read each value (a step output counts as a use by no op: see
-/// [`single_use`]).
-fn users(g: &Graph) -> HashMap<Value, Vec<Value>> {
-    let mut u: HashMap<Value, Vec<Value>> = HashMap::new();
-    for (v, op) in g.ops.iter() {
-        for a in op.args() {
-            u.entry(a).or_default().push(v);
-        }
-    }
-    u
-}
-
 /// True if `x` is read by exactly the op `by` and is no step output.
-fn single_use(g: &Graph, users: &HashMap<Value, Vec<Value>>, x: Value, by: Value) -> bool {
-    users.get(&x).is_some_and(|u| u == &[by]) && !g.outputs.iter().any(|(_, v)| *v == x)
+fn single_use(g: &Graph, users: &Users, x: Value, by: Value) -> bool {
+    users[x] == [by] && !g.outputs.iter().any(|(_, v)| *v == x)
 }
 
 /// The matmul of the logits' elementwise cone, with the cone, if there is exactly one.
@@ -135,11 +126,7 @@ fn readable(g: &Graph, x: Value, contiguous: usize) -> bool {
 }
 
 /// `o = cast(softmax(logits)) @ v` in the fusable form: the logits, v, and the key bound.
-fn recognise(
-    g: &Graph,
-    users: &HashMap<Value, Vec<Value>>,
-    o: Value,
-) -> Option<(Value, Value, Option<Bound>)> {
+fn recognise(g: &Graph, users: &Users, o: Value) -> Option<(Value, Value, Option<Bound>)> {
     let Op::MatMul { lhs: pc, rhs: v } = g.ops[o] else {
         return None;
     };
@@ -170,13 +157,13 @@ fn recognise(
     }
     // Nothing outside the cone reads a value computed from the scores.
     let inside = |w: &Value| cone.contains(w) || *w == p;
-    if !users.get(&s).is_some_and(|u| u.iter().all(inside))
+    if !users[s].iter().all(inside)
         || g.outputs.iter().any(|(_, w)| *w == s || cone.contains(w))
         || cone
             .iter()
             .filter(|&&w| w != x)
-            .any(|w| !users.get(w).is_some_and(|u| u.iter().all(inside)))
-        || users.get(&x).is_none_or(|u| u != &[p])
+            .any(|&w| !users[w].iter().all(inside))
+        || users[x] != [p]
     {
         return None;
     }
@@ -207,6 +194,33 @@ enum KeyClass {
     /// The same for every key.
     Free,
     Other,
+}
+
+/// The arm of logits `where(c, x, -inf)` (or `where(c, -inf, x)`) that a key the mask shows
+/// takes: what the logits are in a block every row sees whole. The -inf arm may be a
+/// constant under broadcasts, reshapes and casts.
+pub fn visible_arm(g: &Graph, logits: Value) -> Option<Value> {
+    let Op::Select {
+        on_true, on_false, ..
+    } = g.ops[logits]
+    else {
+        return None;
+    };
+    if is_neg_inf(g, on_false) {
+        Some(on_true)
+    } else if is_neg_inf(g, on_true) {
+        Some(on_false)
+    } else {
+        None
+    }
+}
+
+/// True if every element of `v` is the constant -inf (through casts too).
+fn is_neg_inf(g: &Graph, mut v: Value) -> bool {
+    while let Op::Cast { arg } = g.ops[v] {
+        v = arg;
+    }
+    const_value(g, v) == Some(f64::NEG_INFINITY)
 }
 
 /// The constant every element of `v` holds, looking through broadcasts and reshapes.
@@ -391,15 +405,9 @@ fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
     else {
         return None;
     };
-    let ninf = |mut v: Value| {
-        while let Op::Cast { arg } = g.ops[v] {
-            v = arg;
-        }
-        const_value(g, v) == Some(f64::NEG_INFINITY)
-    };
-    let visible_when_true = if ninf(on_false) {
+    let visible_when_true = if is_neg_inf(g, on_false) {
         true
-    } else if ninf(on_true) {
+    } else if is_neg_inf(g, on_true) {
         false
     } else {
         return None;

@@ -464,7 +464,7 @@ pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
 }
 
 /// The ops that read each value.
-fn users(g: &Graph) -> SecondaryMap<Value, Vec<Value>> {
+pub(crate) fn users(g: &Graph) -> SecondaryMap<Value, Vec<Value>> {
     let mut u: SecondaryMap<Value, Vec<Value>> = SecondaryMap::new();
     for (v, op) in g.ops.iter() {
         for a in op.args() {

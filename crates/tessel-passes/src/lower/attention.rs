@@ -26,31 +26,6 @@ use tessel_ir::graph::{Op as GOp, TileConfig};
 use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{DType, Reg, Shape, Value};
 
-/// The arm of logits `where(c, x, -inf)` (or `where(c, -inf, x)`) taken where the mask
-/// shows the key: what the logits are in a block every row sees whole.
-fn visible_arm(g: &tessel_ir::graph::Graph, logits: Value) -> Option<Value> {
-    let GOp::Select {
-        on_true, on_false, ..
-    } = g.ops[logits]
-    else {
-        return None;
-    };
-    let ninf = |mut v: Value| loop {
-        match g.ops[v] {
-            GOp::Const { value } => return value == f64::NEG_INFINITY,
-            GOp::Broadcast { arg } | GOp::Reshape { arg } | GOp::Cast { arg } => v = arg,
-            _ => return false,
-        }
-    };
-    if ninf(on_false) {
-        Some(on_true)
-    } else if ninf(on_true) {
-        Some(on_false)
-    } else {
-        None
-    }
-}
-
 impl Gen<'_> {
     /// Fused attention: the group's output `out` is attention `a`, whose logits come from
     /// matmul `s`. Returns the grid.
@@ -438,7 +413,7 @@ impl Gen<'_> {
             }
             Ok(())
         };
-        match (n_min, visible_arm(g, logits)) {
+        match (n_min, crate::attention::visible_arm(g, logits)) {
             (Some(nmin), Some(arm)) => {
                 let end = self.iadd(j0, Ix::C(block_n as u64));
                 let eo = self.ix_op(end);

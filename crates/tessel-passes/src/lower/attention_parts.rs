@@ -270,18 +270,7 @@ impl Gen<'_> {
 
     /// `(x < limit, x if so else 0)`.
     pub(super) fn clamp_below(&mut self, x: Ix, limit: u64) -> (Reg, Ix) {
-        let xo = self.ix_op(x);
-        let inside = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::LtU),
-            &[xo, Self::imm_u(limit)],
-        );
-        let c = self.b.op(
-            RegType::U32,
-            Op::Select,
-            &[inside.into(), xo, Operand::U32(0)],
-        );
-        (inside, Ix::R(c))
+        self.clamp_below_to(x, Self::imm_u(limit))
     }
 
     /// `(x < limit, x if so else 0)` for a limit known at run time.
