@@ -1,7 +1,7 @@
 //! Attention from primitives (tests/programs/attention.tsl) at shapes with tails: queries
 //! and keys of 1, 7 and 129 (not multiples of the 64-key block or the 16-row fragment), a
 //! KV cache of length 0 and 1 and one near its capacity, GQA packs of 1, 4 and 5, head dims
-//! 32 to 128, bf16 and f16. Every case runs on the CPU executor in every profile and is
+//! 16 to 128, bf16 and f16, and q computed by the attention kernel (QK-norm, RoPE). Every case runs on the CPU executor in every profile and is
 //! judged by the dtype-following reference; in `invariant` and `fast` the attention must be
 //! one fused kernel (a head dim of 48, not a power of two, must not), in `exact` it must
 //! not be.
@@ -20,8 +20,8 @@ fn dims(pairs: &[(&str, u64)]) -> Vec<(String, u64)> {
     pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
 }
 
-/// Whether step `step` compiles to a fused attention kernel in `profile`.
-fn fused(src: &str, step: &str, dims: &[(String, u64)], profile: Profile) -> bool {
+/// The schedules of the kernels step `step` compiles to in `profile`.
+fn schedules(src: &str, step: &str, dims: &[(String, u64)], profile: Profile) -> Vec<String> {
     let m = tessel_syntax::parse(src).expect("parses");
     let d: BTreeMap<String, u64> = dims.iter().cloned().collect();
     let g = tessel_passes::check::run(&m, step, &d).expect("checks");
@@ -34,7 +34,22 @@ fn fused(src: &str, step: &str, dims: &[(String, u64)], profile: Profile) -> boo
     c.program
         .kernels
         .values()
-        .any(|k| k.schedule.starts_with("attention {"))
+        .map(|k| k.schedule.clone())
+        .collect()
+}
+
+/// Whether step `step` compiles to a fused attention kernel in `profile`.
+fn fused(src: &str, step: &str, dims: &[(String, u64)], profile: Profile) -> bool {
+    schedules(src, step, dims, profile)
+        .iter()
+        .any(|s| s.starts_with("attention {"))
+}
+
+/// Whether the fused attention kernel computes q itself (fuse rule 7).
+fn q_in_prologue(src: &str, step: &str, dims: &[(String, u64)], profile: Profile) -> bool {
+    schedules(src, step, dims, profile)
+        .iter()
+        .any(|s| s.starts_with("attention {") && s.contains("q computed in the prologue"))
 }
 
 /// The cases: (step, dims).
@@ -78,7 +93,101 @@ fn cases() -> Vec<(&'static str, Vec<(String, u64)>)> {
         "full_f16",
         dims(&[("H", 2), ("T", 9), ("S", 17), ("D", 48)]),
     ));
+    v.extend(prologue_cases());
     v
+}
+
+/// The steps whose q the attention kernel computes in its prologue (and `prologue_kept`,
+/// whose q must stay in memory): head dims 16 to 128 (2 to 16 lanes per row), GQA packs
+/// of 1, 4 and 5, query counts with tails; decode over a cache split into key ranges
+/// (S = 1100: every range's CTA computes the prologue again).
+fn prologue_cases() -> Vec<(&'static str, Vec<(String, u64)>)> {
+    let mut v = Vec::new();
+    for (t, h, kv, d) in [
+        (1, 8, 2, 64),
+        (7, 5, 1, 16),
+        (129, 4, 1, 32),
+        (33, 40, 8, 128),
+    ] {
+        for step in ["prologue", "prologue_kept"] {
+            v.push((step, dims(&[("T", t), ("H", h), ("KV", kv), ("D", d)])));
+        }
+    }
+    for (b, n, s, h, kv) in [(3, 1, 1, 8, 2), (2, 8, 70, 40, 8), (2, 2, 1100, 8, 2)] {
+        v.push((
+            "prologue_decode",
+            dims(&[
+                ("B", b),
+                ("N", n),
+                ("S", s),
+                ("H", h),
+                ("KV", kv),
+                ("D", 64),
+            ]),
+        ));
+    }
+    v
+}
+
+#[test]
+fn q_is_computed_in_the_prologue_only_where_nothing_else_reads_it() {
+    let src = source();
+    let mut failures = Vec::new();
+    for (step, d) in prologue_cases() {
+        for profile in Profile::ALL {
+            let want = profile != Profile::Exact && step != "prologue_kept";
+            if q_in_prologue(&src, step, &d, profile) != want {
+                failures.push(format!(
+                    "{step} {d:?} {}: q in the prologue {}expected",
+                    profile.name(),
+                    if want { "" } else { "not " }
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The prologue computes q exactly as the row-reduction kernel would (same reduction
+/// order at d / 8 threads per row, vector 8), so the attention's bits do not change when
+/// q is kept in memory: `prologue` and `prologue_kept` give the same output on the same
+/// inputs, in both fused profiles, at head dims 32, 64 and 128.
+#[test]
+fn the_prologue_gives_the_bits_of_q_read_from_memory() {
+    use tessel_ref::exec::run_program;
+    use tessel_ref::Tensor;
+    let src = source();
+    let m = tessel_syntax::parse(&src).expect("parses");
+    for (t, h, kv, dd) in [(7u64, 8u64, 2u64, 64u64), (40, 5, 1, 32), (19, 16, 2, 128)] {
+        let d: BTreeMap<String, u64> = dims(&[("T", t), ("H", h), ("KV", kv), ("D", dd)])
+            .into_iter()
+            .collect();
+        for profile in [Profile::Invariant, Profile::Fast] {
+            let run = |step: &str| -> Vec<u8> {
+                let g = tessel_passes::check::run(&m, step, &d).expect("checks");
+                let opts = Options {
+                    profile,
+                    verify: true,
+                    ..Default::default()
+                };
+                let p = compile(&g, &opts).expect("compiles").program;
+                let inputs: Vec<Tensor> = p
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, buf))| Tensor::random(p.buffers[*buf].ty.clone(), 500 + i as u64))
+                    .collect();
+                let out = run_program(&p, &inputs).expect("runs");
+                out[0].data.clone()
+            };
+            assert_eq!(
+                run("prologue"),
+                run("prologue_kept"),
+                "T={t} H={h} KV={kv} D={dd} {}",
+                profile.name()
+            );
+        }
+    }
 }
 
 #[test]

@@ -358,7 +358,10 @@ pub enum GroupKind {
     /// One [`Op::Attention`] (listed last in [`GroupData::reductions`], after the one
     /// [`Op::MatMul`] its logits are computed from): the logits, the online softmax and
     /// the product with `v` in one kernel; the logits' elementwise cone (scale, mask) is
-    /// computed per score element from the first matmul's result.
+    /// computed per score element from the first matmul's result. When q's tensor is
+    /// computed by the kernel itself (its prologue: RoPE, QK-norm; the `fuse` pass's
+    /// rule 7), the reductions of that computation, over q's rows of the head dim, follow
+    /// the attention in [`GroupData::reductions`].
     Attention,
     /// One [`Op::Update`] (its only output; no reductions): the kernel iterates over the
     /// update's `rows` — not over `dst` — computing each row element from its elementwise

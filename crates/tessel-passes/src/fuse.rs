@@ -50,6 +50,12 @@
 //! every kernel reading the updated tensor after it (rule `fusion.update`). Rule 5 only
 //! moves a computation earlier, into a group that runs before it would have.
 //!
+//! 7. The tensor an attention reads q through ([`q_prologue`]: RoPE and QK-norm of the
+//!    query heads) is not materialised when the attention is its only reader, its cone
+//!    has no matmul, its reductions run over its rows of the head dim and the view keeps
+//!    those rows intact: the attention kernel computes it in its prologue, and the cone's
+//!    reductions are listed after the attention in the group's reductions.
+//!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
 use crate::view::{view_base, view_chain};
@@ -196,6 +202,17 @@ pub fn run(g: &Graph) -> Fusion {
         }
     }
 
+    // Rule 7: q's producer computed in the attention's prologue.
+    let mut prologue: std::collections::HashMap<Value, Value> = Default::default();
+    for (v, op) in g.ops.iter() {
+        if let Op::Attention { .. } = op {
+            if let Some(qb) = q_prologue(g, v, &mat, &users) {
+                mat.remove(qb);
+                prologue.insert(v, qb);
+            }
+        }
+    }
+
     let mut groups: Vec<GroupData> = Vec::new();
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
@@ -206,7 +223,12 @@ pub fn run(g: &Graph) -> Fusion {
             (GroupKind::Update, vec![])
         } else if let Op::Attention { logits, .. } = op {
             let s = crate::attention::logits_matmul(g, *logits).map(|(s, _)| s);
-            (GroupKind::Attention, s.into_iter().chain([v]).collect())
+            let q_reductions = prologue
+                .get(&v)
+                .map(|&qb| cone_reductions(g, qb, &mat))
+                .unwrap_or_default();
+            let reductions = s.into_iter().chain([v]).chain(q_reductions).collect();
+            (GroupKind::Attention, reductions)
         } else if !matmuls.is_empty() {
             (GroupKind::Matmul, matmuls)
         } else {
@@ -254,6 +276,65 @@ pub fn run(g: &Graph) -> Fusion {
         fusion.new_group(gd);
     }
     fusion
+}
+
+/// Rule 7: the tensor under the view that attention `a` reads q through, when the
+/// attention kernel can compute it in its prologue instead of reading it from memory —
+/// Qwen3's QK-norm and RoPE of q (`rope(rms_norm(q))`), or RoPE alone. Each CTA computes
+/// its own query rows: per row of the head dim `d`, `d / 8` consecutive threads hold 8
+/// elements each and form the row's reductions by butterfly shuffles (as a row-reduction
+/// kernel of `d / 8` threads per row, vector 8, would), then the values, into the shared
+/// tile the fragments are loaded from. So the tensor must:
+/// - be read only by that view chain (no step output, no other reader: it is never
+///   written to memory);
+/// - need no matmul in its cone (the projection is materialised by rule 0, and its
+///   epilogue is where a bias lands) and have every reduction of its cone over its own
+///   rows (rule 4 already made sure of that while it was materialised);
+/// - have rows of the head dim, `d / 8` a power of two from 2 to 32 (a sub-warp or a warp
+///   per row), and appear in the view with rows intact: the last axis contiguous, every
+///   other stride and the offset multiples of `d`.
+fn q_prologue(
+    g: &Graph,
+    a: Value,
+    mat: &EntitySet<Value>,
+    users: &SecondaryMap<Value, Vec<Value>>,
+) -> Option<Value> {
+    let Op::Attention { logits, .. } = g.ops[a] else {
+        return None;
+    };
+    let (s, _) = crate::attention::logits_matmul(g, logits)?;
+    let Op::MatMul { lhs, .. } = g.ops[s] else {
+        return None;
+    };
+    let qb = view_base(g, lhs);
+    if matches!(g.ops[qb], Op::Input { .. }) || g.outputs.iter().any(|(_, o)| *o == qb) {
+        return None;
+    }
+    // Each value from the base up to the matmul has exactly one reader, the next.
+    let mut chain = view_chain(g, lhs);
+    chain.reverse();
+    let mut x = qb;
+    for next in chain.into_iter().chain([s]) {
+        if users[x][..] != [next] {
+            return None;
+        }
+        x = next;
+    }
+    let d = g.ty(qb).shape.last();
+    let chunks = d / 8;
+    if d % 8 != 0 || !chunks.is_power_of_two() || !(2..=32).contains(&chunks) {
+        return None;
+    }
+    let view = crate::view::strided(g, lhs)?;
+    let r = view.shape.len();
+    let rows_intact = view.strides[r - 1] == 1
+        && view.shape[r - 1] == d
+        && view.offset % d == 0
+        && view.strides[..r - 1].iter().all(|st| st % d == 0);
+    let plain_cone = cone_matmuls(g, qb, mat).is_empty()
+        && misplaced_reductions(g, qb, mat).is_empty()
+        && !matches!(g.ops[qb], Op::Reduce { .. });
+    (rows_intact && plain_cone).then_some(qb)
 }
 
 /// One component of a symbolic index in [`misplaced_reductions`]: which index of the group's

@@ -71,15 +71,18 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                 }
             }
             GroupKind::Attention => {
-                let ok = data.reductions.len() == 2
+                let ok = data.reductions.len() >= 2
                     && data.reductions.iter().all(|&r| exists(g, r))
                     && matches!(g.ops[data.reductions[0]], Op::MatMul { .. })
-                    && matches!(g.ops[data.reductions[1]], Op::Attention { .. });
+                    && matches!(g.ops[data.reductions[1]], Op::Attention { .. })
+                    && data.reductions[2..]
+                        .iter()
+                        .all(|&r| matches!(g.ops[r], Op::Reduce { .. }));
                 if !ok {
                     e.push(
                         "fusion.reductions",
                         loc.clone(),
-                        "an attention group must list its logits' matmul, then the attention",
+                        "an attention group must list its logits' matmul, then the attention, then only the reductions of q's prologue",
                     );
                 } else if let Some((o, s)) = shape {
                     let a = g.ty(data.reductions[1]);

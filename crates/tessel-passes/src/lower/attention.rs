@@ -15,7 +15,7 @@
 //! accumulator to A fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's
 //! tile read transposed (`ldmatrix.trans`).
 
-use super::attention_parts::{KvCopy, LaneRow};
+use super::attention_parts::{KvCopy, LaneRow, QChunk};
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring};
 use super::{Gen, Ix, LowerError};
@@ -28,11 +28,13 @@ use tessel_ir::{DType, Reg, Shape, Value};
 
 impl Gen<'_> {
     /// Fused attention: the group's output `out` is attention `a`, whose logits come from
-    /// matmul `s`. Returns the grid.
+    /// matmul `s`; `q_reductions` are those of q's prologue, when the kernel computes q.
+    /// Returns the grid.
     pub(super) fn attention(
         &mut self,
         out: Value,
         (s, a): (Value, Value),
+        q_reductions: &[Value],
         tile: &TileConfig,
     ) -> Result<[u32; 3], LowerError> {
         let TileConfig::Attention {
@@ -182,8 +184,12 @@ impl Gen<'_> {
             (inside, batch_of(&pidx), pos)
         };
 
-        // Q's tile: chunk c of the CTA's rows, zero past the last row.
+        // Q's tile: chunk c of the CTA's rows (8 elements), copied — zero past the last
+        // row — or, where q's tensor is not in memory (fuse rule 7), computed below, after
+        // the first K/V copies are on their way.
         let chunks_q = d / 8;
+        let q_computed = !self.fusion.is_materialized(g, qv.base);
+        let mut q_chunks = Vec::new();
         for i in 0..(bm * chunks_q).div_ceil(threads) {
             let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
             let rr = self.idiv_c(ei, chunks_q as u64);
@@ -192,11 +198,21 @@ impl Gen<'_> {
             let (inside, b, pos) = packed_row(self, r);
             let row_off = self.view_offset(&qv, &b);
             let pos_off = self.imul_c(pos, qv.strides[rank - 2]);
+            let row = self.iadd(row_off, pos_off);
             let col = self.imul_c(cc, 8);
-            let off = self.iadd(row_off, pos_off);
-            let off = self.iadd(off, col);
-            let sh_off = self.ring_offset(&ring_q, rr, col);
-            self.cp_async_16(qv.base, off, (base, sh_off), inside);
+            let shared = self.ring_offset(&ring_q, rr, col);
+            q_chunks.push(QChunk {
+                row,
+                col,
+                shared,
+                inside,
+            });
+        }
+        if !q_computed {
+            for c in &q_chunks {
+                let off = self.iadd(c.row, c.col);
+                self.cp_async_16(qv.base, off, (base, c.shared), c.inside);
+            }
         }
         self.b.push(Stmt::CpAsyncCommit);
 
@@ -271,7 +287,11 @@ impl Gen<'_> {
             self.close_if(ok);
             self.b.push(Stmt::CpAsyncCommit);
         }
-        // Q has landed once only the K/V groups may be in flight; then its fragments.
+        if q_computed {
+            self.q_prologue(qv.base, &q_chunks, q_reductions, base)?;
+        }
+        // Q has landed once only the K/V groups may be in flight (and the prologue's
+        // stores are visible after the barrier); then its fragments.
         self.b.push(Stmt::CpAsyncWait(stages - 1));
         self.b.push(Stmt::Barrier);
         let q_op = Operand2d {

@@ -3,13 +3,15 @@
 //! flash-decoding's second kernel, which merges the key ranges.
 
 use super::ring::Ring;
-use super::{Gen, Ix, LowerError};
+use super::rows::reduce_identity;
+use super::{class, Gen, Ix, LowerError};
 use crate::schedule::attention_shape;
 use crate::view::StridedView;
+use tessel_ir::graph::Op as GOp;
 use tessel_ir::kernel::{
     CpAsyncCache, FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width,
 };
-use tessel_ir::{Reg, Shape, Value};
+use tessel_ir::{DType, Reg, Shape, Value};
 
 /// The two rows a lane holds in every accumulator fragment (rows g and g + 8 of its
 /// warp's 16): whether each is a real row, its batch index and its query position
@@ -20,7 +22,97 @@ pub(super) struct LaneRow {
     pub(super) pos: Ix,
 }
 
+/// One 16-byte chunk of the CTA's Q tile a thread fills: elements `row + col .. + 8` of
+/// q's tensor (`row` the element offset of the query row, a multiple of the head dim),
+/// at `shared` in the tile; `inside` is false for rows past the end.
+pub(super) struct QChunk {
+    pub(super) row: Ix,
+    pub(super) col: Ix,
+    pub(super) shared: Ix,
+    pub(super) inside: Reg,
+}
+
 impl Gen<'_> {
+    /// The prologue that computes q's tensor `qb` (not in memory: `fuse` rule 7) into the
+    /// CTA's Q tile at `sbase`. The chunks of one row sit on `d / 8` consecutive lanes
+    /// (`d` the head dim), so each reduction of the row (`reductions`, over `qb`'s rows)
+    /// is the lane's 8 values folded left to right from the identity, then a butterfly
+    /// over those lanes — a row-reduction kernel's order at `d / 8` threads per row,
+    /// vector 8 (`schedule::prologue_order`). Every lane of the CTA runs every chunk
+    /// (rows past the end compute a real row's values, never stored), so the shuffles
+    /// see full warps.
+    pub(super) fn q_prologue(
+        &mut self,
+        qb: Value,
+        chunks: &[QChunk],
+        reductions: &[Value],
+        sbase: Reg,
+    ) -> Result<(), LowerError> {
+        let shape = self.g.ty(qb).shape.clone();
+        let d = shape.last();
+        let tpr = (d / 8) as u32;
+        let lead_shape = Shape(shape.0[..shape.rank() - 1].to_vec());
+        for c in chunks {
+            self.memo.push(Default::default());
+            let row = self.idiv_c(c.row, d);
+            let mut idx = self.unflatten(row, &lead_shape);
+            idx.push(c.col);
+            for &r in reductions {
+                let GOp::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
+                    unreachable!("fuse lists only reductions after the attention");
+                };
+                let dt = self.g.ty(arg).dtype;
+                let cls = class(dt);
+                let identity =
+                    reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
+                        what: format!("reduction {rop:?} of {dt}"),
+                        value: r,
+                    })?;
+                let acc = self.b.kernel.new_reg(cls);
+                self.b.assign(acc, Op::Mov, &[identity]);
+                for x in self.value(arg, &idx, 8)? {
+                    self.combine(rop, cls, acc, x);
+                }
+                self.butterfly(rop, cls, acc, tpr);
+                let rdt = self.g.ty(r).dtype;
+                let res = if rdt != dt {
+                    self.convert(acc.into(), dt, rdt)
+                } else {
+                    acc.into()
+                };
+                self.row_value.insert(r, res);
+            }
+            let vals = self.value(qb, &idx, 8)?;
+            for r in reductions {
+                self.row_value.remove(r);
+            }
+            self.memo.pop();
+            let pack = match self.g.ty(qb).dtype {
+                DType::Bf16 => Op::PackBf16x2,
+                DType::F16 => Op::PackF16x2,
+                dt => {
+                    return Err(LowerError::Unsupported {
+                        what: format!("q of {dt} computed in the attention's prologue"),
+                        value: qb,
+                    })
+                }
+            };
+            let words: Vec<Operand> = vals
+                .chunks(2)
+                .map(|p| self.b.op(RegType::U32, pack, &[p[1], p[0]]).into())
+                .collect();
+            let addr = self.shared_addr(sbase, c.shared);
+            self.b.push(Stmt::Store {
+                space: Space::Shared,
+                width: Width::V4,
+                addr,
+                offset: 0,
+                values: words,
+            });
+        }
+        Ok(())
+    }
+
     /// The CTA's key range from the attention's bound (i32 per row, evaluated at key 0 for
     /// each of the lane's two rows, clamped to [0, N]): the largest over its real rows
     /// (padding rows count 0), and the smallest (padding rows count N), combined over the

@@ -316,12 +316,17 @@ fn lower_group(
             let mut reads = leaves(g, fusion, &data.outputs, None);
             // Fused attention reads q, k and v from the tensors under their views, even
             // where a view is materialised too (a step output).
-            if let (GroupKind::Attention, &[s, a]) = (data.kind, &data.reductions[..]) {
+            if let (GroupKind::Attention, &[s, a, ..]) = (data.kind, &data.reductions[..]) {
                 if let (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) = (&g.ops[s], &g.ops[a])
                 {
                     for x in [*lhs, *rhs, *v] {
                         let b = crate::view::view_base(g, x);
-                        if !reads.contains(&b) && !data.outputs.contains(&b) {
+                        // (q computed in the prologue has no buffer: its cone's leaves
+                        // are among `reads` already.)
+                        if !reads.contains(&b)
+                            && !data.outputs.contains(&b)
+                            && fusion.is_materialized(g, b)
+                        {
                             reads.push(b);
                         }
                     }
@@ -469,12 +474,13 @@ fn lower_group(
         }
         (GroupKind::Attention, &TileConfig::Attention { .. }) => {
             let reds = (data.reductions[0], data.reductions[1]);
-            let grid = gen.attention(out, reds, tile)?;
-            (
-                tile.threads_per_cta(),
-                grid,
-                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
-            )
+            let grid = gen.attention(out, reds, &data.reductions[2..], tile)?;
+            let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
+            if crate::schedule::q_in_prologue(g, fusion, reds.0) {
+                let d = crate::schedule::attention_shape(g, reds.0, reds.1).d;
+                order += &format!("; {}", crate::schedule::prologue_order(d));
+            }
+            (tile.threads_per_cta(), grid, order)
         }
         (GroupKind::Update, &TileConfig::Update { threads, vector }) => {
             let ctas = gen.update(out, threads, vector)?;

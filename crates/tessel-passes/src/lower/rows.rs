@@ -76,20 +76,10 @@ impl Gen<'_> {
             };
             let dt = self.g.ty(arg).dtype;
             let cls = class(dt);
-            let identity = match (rop, cls) {
-                (ReduceOp::Sum, RegType::F32) => Operand::f32(-0.0),
-                (ReduceOp::Max, RegType::F32) => Operand::f32(f32::NEG_INFINITY),
-                (ReduceOp::Min, RegType::F32) => Operand::f32(f32::INFINITY),
-                (ReduceOp::Sum, RegType::U32) => Operand::U32(0),
-                (ReduceOp::Max, RegType::U32) => Operand::U32(i32::MIN as u32),
-                (ReduceOp::Min, RegType::U32) => Operand::U32(i32::MAX as u32),
-                _ => {
-                    return Err(LowerError::Unsupported {
-                        what: format!("reduction {rop:?} of {dt}"),
-                        value: r,
-                    })
-                }
-            };
+            let identity = reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
+                what: format!("reduction {rop:?} of {dt}"),
+                value: r,
+            })?;
             let acc = self.b.kernel.new_reg(cls);
             self.b.assign(acc, Op::Mov, &[identity]);
             // Each thread folds its chunks in order.
@@ -105,12 +95,7 @@ impl Gen<'_> {
             self.close_for(c, first_op, Self::imm_u(d), stride);
             self.close_if(valid);
             // Butterfly within the warp (or the sub-warp of the row).
-            let mut m = tpr.min(32) / 2;
-            while m >= 1 {
-                let t = self.b.op(cls, Op::ShflBfly, &[acc.into(), Operand::U32(m)]);
-                self.combine(rop, cls, acc, t.into());
-                m /= 2;
-            }
+            self.butterfly(rop, cls, acc, tpr);
             if tpr > 32 {
                 let wpr = tpr / 32;
                 let smem = self.b.kernel.new_shared(4 * wpr * rows_per_cta, 4);
@@ -206,6 +191,17 @@ impl Gen<'_> {
         Ok(nrows.div_ceil(rows_per_cta as u64).max(1) as u32)
     }
 
+    /// `acc ⊕= shfl.bfly(acc, m)` for m = tpr / 2, .., 2, 1: the butterfly of a row held by
+    /// `tpr` consecutive lanes (a power of two ≤ 32), leaving the row's result in each.
+    pub(super) fn butterfly(&mut self, rop: ReduceOp, cls: RegType, acc: Reg, tpr: u32) {
+        let mut m = tpr.min(32) / 2;
+        while m >= 1 {
+            let t = self.b.op(cls, Op::ShflBfly, &[acc.into(), Operand::U32(m)]);
+            self.combine(rop, cls, acc, t.into());
+            m /= 2;
+        }
+    }
+
     /// `acc = acc ⊕ x` for a reduction: f32 add/max/min (NaN-propagating), i32 wrapping add
     /// or signed max/min.
     pub(super) fn combine(&mut self, rop: ReduceOp, cls: RegType, acc: Reg, x: Operand) {
@@ -252,4 +248,19 @@ impl Gen<'_> {
             })
             .collect()
     }
+}
+
+/// The identity a reduction's accumulator starts from: -0 for an f32 sum (so a sum of
+/// -0s stays -0), ∓inf for f32 max/min, 0 and i32's extremes for integers; `None` for a
+/// register class no reduction runs in.
+pub(super) fn reduce_identity(rop: ReduceOp, cls: RegType) -> Option<Operand> {
+    Some(match (rop, cls) {
+        (ReduceOp::Sum, RegType::F32) => Operand::f32(-0.0),
+        (ReduceOp::Max, RegType::F32) => Operand::f32(f32::NEG_INFINITY),
+        (ReduceOp::Min, RegType::F32) => Operand::f32(f32::INFINITY),
+        (ReduceOp::Sum, RegType::U32) => Operand::U32(0),
+        (ReduceOp::Max, RegType::U32) => Operand::U32(i32::MIN as u32),
+        (ReduceOp::Min, RegType::U32) => Operand::U32(i32::MAX as u32),
+        _ => return None,
+    })
 }

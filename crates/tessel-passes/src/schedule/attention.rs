@@ -3,7 +3,7 @@
 
 use crate::target::Target;
 use crate::view::strided;
-use tessel_ir::graph::{Graph, Op, Schedule, TileConfig};
+use tessel_ir::graph::{Fusion, Graph, Op, Schedule, TileConfig};
 use tessel_ir::Value;
 
 /// Keys per block: 64 (FlashAttention-2's block for head dim 128 on sm_80+; 4 pairs of
@@ -77,8 +77,34 @@ pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: 
     2 * (16 * warps * d as u32 + stages * block_n * (d + e) as u32)
 }
 
-/// The tile for attention `a` computed from matmul `s`.
-pub(super) fn choose(g: &Graph, s: Value, a: Value, t: &Target) -> Schedule {
+/// True when the attention whose logits come from matmul `s` computes q itself, in its
+/// prologue (`fuse` rule 7: q's tensor is not materialised).
+pub fn q_in_prologue(g: &Graph, fusion: &Fusion, s: Value) -> bool {
+    match g.ops[s] {
+        Op::MatMul { lhs, .. } => !fusion.is_materialized(g, crate::view::view_base(g, lhs)),
+        _ => false,
+    }
+}
+
+/// The order of the reductions of a prologue computing q (rows of head dim `d`), in words;
+/// a row-reduction kernel of `d / 8` threads per row and vector 8 sums in the same order.
+pub fn prologue_order(d: u64) -> String {
+    let tpr = d / 8;
+    let mut xors = Vec::new();
+    let mut m = tpr / 2;
+    while m >= 1 {
+        xors.push(m.to_string());
+        m /= 2;
+    }
+    format!(
+        "q computed in the prologue, per row of {d}: thread j of {tpr} folds its chunk of 8 consecutive elements (8j ..) left to right into one f32 accumulator; then butterfly shuffles xor {} (acc + partner)",
+        xors.join(", ")
+    )
+}
+
+/// The tile for attention `a` computed from matmul `s`; `q_prologue` when the kernel
+/// computes q itself ([`q_in_prologue`]).
+pub(super) fn choose(g: &Graph, s: Value, a: Value, q_prologue: bool, t: &Target) -> Schedule {
     let sh = attention_shape(g, s, a);
     let rows = sh.m * sh.pack;
     let warps = (rows.div_ceil(16) as u32).clamp(1, MAX_WARPS);
@@ -110,6 +136,11 @@ pub(super) fn choose(g: &Graph, s: Value, a: Value, t: &Target) -> Schedule {
     } else {
         String::new()
     };
+    let prologue_why = if q_prologue {
+        ", q (its RoPE and norm) computed by each CTA for its own rows before the key loop, never stored"
+    } else {
+        ""
+    };
     Schedule {
         tile: TileConfig::Attention {
             warps,
@@ -119,7 +150,7 @@ pub(super) fn choose(g: &Graph, s: Value, a: Value, t: &Target) -> Schedule {
             split,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}{prologue_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack
         ),
     }

@@ -19,7 +19,9 @@
 mod attention;
 mod matmul;
 
-pub use attention::{attention_shape, attention_shared_bytes, AttentionShape};
+pub use attention::{
+    attention_shape, attention_shared_bytes, prologue_order, q_in_prologue, AttentionShape,
+};
 
 pub use matmul::{
     matmul_shape, mma_shared_bytes, stored_operands, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
@@ -57,7 +59,10 @@ fn choose(
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
     match kind {
         GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
-        GroupKind::Attention => attention::choose(g, data.reductions[0], data.reductions[1], t),
+        GroupKind::Attention => {
+            let (s, a) = (data.reductions[0], data.reductions[1]);
+            attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), t)
+        }
         GroupKind::Update => update(g, out, max_v_bytes),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
