@@ -4,6 +4,7 @@
 #   unmasked f16, the mask written the other way round) at shapes with tails, in the fast and
 #   invariant profiles (fused: the GPU judged by the reference) and exact (unfused: GPU ==
 #   executor bit for bit); the Qwen3-14B head counts at sizes the CPU reference finishes;
+#   q computed in the kernel's prologue (QK-norm and RoPE), also over split keys;
 # - compute-sanitizer memcheck and racecheck on the fused kernel (prefill and decode);
 # - `tessel bench` of tests/programs/attention_bench.tsl (prefill T = 2048 and 4096, decode
 #   B = 8 over a cache of 4096) and tests/gpu/sdpa_bench.py (torch SDPA at the same shapes).
@@ -32,6 +33,9 @@ if want checks; then
     step "decode-$prof-129" check.log "$BIN" check $A --step decode --profile $prof --dim B=2 --dim N=7 --dim S=129 --dim H=5 --dim KV=1 --dim D=128
     step "full-$prof" check.log "$BIN" check $A --step full_f16 --profile $prof --dim H=3 --dim T=65 --dim S=129 --dim D=32
     step "arms-$prof" check.log "$BIN" check $A --step masked_arms --profile $prof --dim H=2 --dim T=70 --dim D=64
+    step "prologue-$prof-qwen" check.log "$BIN" check $A --step prologue --profile $prof --dim T=129 --dim H=40 --dim KV=8 --dim D=128
+    step "prologue-$prof-kept" check.log "$BIN" check $A --step prologue_kept --profile $prof --dim T=33 --dim H=5 --dim KV=1 --dim D=64
+    step "prologue-$prof-split" check.log "$BIN" check $A --step prologue_decode --profile $prof --dim B=2 --dim N=8 --dim S=1100 --dim H=40 --dim KV=8 --dim D=128
   done
 fi
 if want sanitizer; then
@@ -40,6 +44,7 @@ if want sanitizer; then
   step memcheck-decode sanitizer.log $SAN --tool memcheck "$BIN" run $A --step decode --profile fast --dim B=3 --dim N=7 --dim S=200 --dim H=8 --dim KV=2 --dim D=128 -o /tmp/a2.safetensors
   step racecheck-prefill sanitizer.log $SAN --tool racecheck "$BIN" run $A --step prefill --profile fast --dim T=129 --dim H=8 --dim KV=2 --dim D=128 -o /tmp/a3.safetensors
   step racecheck-decode sanitizer.log $SAN --tool racecheck "$BIN" run $A --step decode --profile fast --dim B=3 --dim N=7 --dim S=200 --dim H=8 --dim KV=2 --dim D=128 -o /tmp/a4.safetensors
+  step racecheck-prologue sanitizer.log $SAN --tool racecheck "$BIN" run $A --step prologue_decode --profile fast --dim B=2 --dim N=8 --dim S=1100 --dim H=40 --dim KV=8 --dim D=128 -o /tmp/a5.safetensors
 fi
 if want bench; then
   AB=tests/programs/attention_bench.tsl

@@ -3,14 +3,14 @@
 #   0. a seeded random checkpoint of layers 0 and 1 in 3 shards (scripts/make_checkpoint.py);
 #      layer 1 is the one run, so a loader that picks the wrong layer or shard shows;
 #   1. tests/gpu/hf_layer_selftest.py: hf_layer.py's layer call == the HF model's forward, bit for bit;
-#   2. prefill, T = 2048 at positions 0..2047;
+#   2. prefill, T = 2048 at positions 0..2047 (PREFILL_T, PREFILL_OFFSET);
 #   3. decode, T = 1 and 8 new tokens, batch 1 (a seeded length) and 8 (lengths 0, 1, 64, 127,
 #      128, 1000, 2049, S - T: the edges), cache capacity S = 4096;
 #   each of 2-3: hf_layer.py inputs -> tessel run -> hf_layer.py compare.
 # Usage: tests/gpu/run_hf_checks.sh TESSEL_BIN OUT [MODEL]
 #   MODEL: qwen3_14b (default), qwen2_5_14b or qwen3_32b (examples/MODEL/{layer.tsl,config.json}).
 #   Environment: TESSEL_ARGS (extra `tessel run` arguments, e.g. "--profile fast"), SEED (1),
-#   LAYER (1), CAPACITY (4096), PREFILL_T (2048), LENS_B8 (the batch-8 lengths), TSL and CONFIG (other files than the model's),
+#   LAYER (1), CAPACITY (4096), PREFILL_T (2048), PREFILL_OFFSET (0: the first token's position), LENS_B8 (the batch-8 lengths), TSL and CONFIG (other files than the model's),
 #   DEVICE (cuda; cpu only checks the plumbing), PYTHON (python3), CASES ("prefill decode":
 #   which of 2-3 run; the layers have no decode step yet).
 # Writes OUT/<step>.log per step, OUT/<case>/ (inputs, HF's and tessel's outputs, compare.json)
@@ -78,7 +78,8 @@ step checkpoint "$PY" "$ROOT/scripts/make_checkpoint.py" "$CONFIG" "$CK" --layer
 step hf-layer-selftest "$PY" "$HERE/hf_layer_selftest.py" --device "$DEVICE"
 
 CASES=${CASES:-prefill decode}
-[[ " $CASES " == *" prefill "* ]] && case_run "prefill_T$PREFILL_T" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset 0
+OFFSET=${PREFILL_OFFSET:-0}
+[[ " $CASES " == *" prefill "* ]] && case_run "prefill_T${PREFILL_T}_at$OFFSET" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset "$OFFSET"
 for N in 1 8; do
   [[ " $CASES " == *" decode "* ]] || break
   # batch 1: a seeded length; batch 8: the edges (empty, one row, around tile sizes, full).
