@@ -264,14 +264,16 @@ impl Gen<'_> {
         // K and V blocks: issue the copies of block `jb` into stage `stage`.
         let k_key_stride = kv.strides[rank - 1];
         let v_key_stride = vv.strides[rank - 2];
-        let kv_copy = KvCopy {
+        let mut kv_copy = KvCopy {
             k: (&kv, k_base, k_key_stride, ring_k, d),
             v: (&vv, v_base, v_key_stride, ring_v, e),
+            origins: [None, None],
             limit: n_end,
             block_n,
             threads,
             tid,
         };
+        kv_copy.origins = self.kv_origins(&kv_copy);
         let first_ix = match first {
             Operand::U32(x) => Ix::C(x as u64),
             Operand::Reg(r) => Ix::R(r),

@@ -22,6 +22,16 @@ pub(super) struct LaneRow {
     pub(super) pos: Ix,
 }
 
+/// A thread's first chunk of a K or V tile ([`KvCopy::origins`]): its row in the tile,
+/// its element offset in the tensor at key 0 (the batch entry's offset plus its column)
+/// and its swizzled byte offset in stage 0.
+#[derive(Copy, Clone)]
+pub(super) struct ChunkOrigin {
+    pub(super) row: Ix,
+    pub(super) global: Ix,
+    pub(super) shared: Ix,
+}
+
 /// One 16-byte chunk of the CTA's Q tile a thread fills: elements `row + col .. + 8` of
 /// q's tensor (`row` the element offset of the query row, a multiple of the head dim),
 /// at `shared` in the tile; `inside` is false for rows past the end.
@@ -111,6 +121,30 @@ impl Gen<'_> {
             });
         }
         Ok(())
+    }
+
+    /// [`KvCopy::origins`] for K and V: a thread's first chunk, when the threads' passes over
+    /// a tile cover whole rows in multiples of 8 (the swizzle repeats every 8 rows, so a
+    /// later pass's shared offset is the first's plus whole rows).
+    pub(super) fn kv_origins(&mut self, c: &KvCopy<'_>) -> [Option<ChunkOrigin>; 2] {
+        [c.k, c.v].map(|(_, base_off, _, ring, width)| {
+            let chunks = width / 8;
+            let regular = c.threads % chunks == 0
+                && (c.threads / chunks) % 8 == 0
+                && (c.block_n * chunks) % c.threads == 0;
+            regular.then(|| {
+                let row = self.idiv_c(Ix::R(c.tid), chunks as u64);
+                let cc = self.irem_c(Ix::R(c.tid), chunks as u64);
+                let col = self.imul_c(cc, 8);
+                let global = self.iadd(base_off, col);
+                let shared = self.ring_offset(&ring, row, col);
+                ChunkOrigin {
+                    row,
+                    global,
+                    shared,
+                }
+            })
+        })
     }
 
     /// The CTA's key range from the attention's bound (i32 per row, evaluated at key 0 for
@@ -446,10 +480,27 @@ impl Gen<'_> {
     /// Issues the copies of the K and V tiles of keys `j0 .. j0 + block_n` into stage
     /// `stage` of their rings.
     pub(super) fn issue_kv(&mut self, c: &KvCopy<'_>, stage: Ix, j0: Ix) -> Result<(), LowerError> {
-        for (view, base_off, key_stride, ring, width) in [c.k, c.v] {
+        for ((view, base_off, key_stride, ring, width), origin) in
+            [(c.k, c.origins[0]), (c.v, c.origins[1])]
+        {
             let chunks = width / 8;
             let total = c.block_n * chunks;
             let st = self.imul_c(stage, ring.stage_bytes() as u64);
+            if let Some(o) = origin {
+                // Pass i's chunk is the first pass's, `i · rows_per_pass` rows further on.
+                let rows_per_pass = (c.threads / chunks) as u64;
+                for i in 0..(total / c.threads) as u64 {
+                    let rr = self.iadd(o.row, Ix::C(i * rows_per_pass));
+                    let key = self.iadd(j0, rr);
+                    let (inside, kc) = self.clamp_below_to(key, c.limit);
+                    let ko = self.imul_c(kc, key_stride);
+                    let off = self.iadd(o.global, ko);
+                    let so = self.iadd(st, o.shared);
+                    let so = self.iadd(so, Ix::C(i * rows_per_pass * ring.row_bytes() as u64));
+                    self.cp_async_16(view.base, off, (ring.base, so), inside);
+                }
+                continue;
+            }
             for i in 0..total.div_ceil(c.threads) {
                 let ei = self.iadd(Ix::R(c.tid), Ix::C((i * c.threads) as u64));
                 let in_tile = if (i + 1) * c.threads <= total {
@@ -493,6 +544,11 @@ impl Gen<'_> {
 pub(super) struct KvCopy<'v> {
     pub(super) k: (&'v StridedView, Ix, u64, Ring, u32),
     pub(super) v: (&'v StridedView, Ix, u64, Ring, u32),
+    /// For K and V, where every pass of the threads over a tile covers whole rows, a
+    /// multiple of the swizzle's period of 8 (`kv_origins`): the thread's first chunk,
+    /// computed once before the key loop, from which every other chunk is a constant
+    /// number of rows further on. `None`: each chunk is computed from scratch.
+    pub(super) origins: [Option<ChunkOrigin>; 2],
     /// Keys from here on are not read: the CTA's largest row bound, at most N.
     pub(super) limit: Operand,
     pub(super) block_n: u32,
