@@ -14,7 +14,7 @@
 
 use crate::entities::{Group, Value};
 use crate::kernel::MmaShape;
-use crate::types::TensorType;
+use crate::types::{DType, TensorType};
 use cranelift_entity::{packed_option::PackedOption, PrimaryMap, SecondaryMap};
 use std::fmt;
 
@@ -328,6 +328,74 @@ impl Graph {
         matches!(self.ops.get(v), Some(Op::Input { inout: true, .. }))
     }
 
+    /// The operands of the matmul `mm` as its kernels read them from memory, `[lhs, rhs]`
+    /// (`None` if `mm` is not a matmul). Each operand is read from the tensor under its
+    /// permute, if any (`w^T` reads `w` in place). Where both operands are widening casts
+    /// of tensors of one 16-bit dtype — `f32(x) @ f32(w)^T` (or `f32(w^T)`) with `x` and `w`
+    /// both bf16 or both f16 — the kernels read those 16-bit tensors and convert each
+    /// element exactly to f32 as it is loaded: a product of two 16-bit floats is exact in
+    /// f32, so the matmul is the one of the f32 values the program names, without their
+    /// f32 copies in memory, and tensor cores take them as 16-bit operands.
+    pub fn matmul_reads(&self, mm: Value) -> Option<[MatmulRead; 2]> {
+        let Some(Op::MatMul { lhs, rhs }) = self.ops.get(mm) else {
+            return None;
+        };
+        let plain = |x: Value| match self.ops.get(x) {
+            Some(Op::Permute { arg, perm }) => MatmulRead {
+                stored: *arg,
+                perm: Some(perm.clone()),
+                widened: false,
+            },
+            _ => MatmulRead {
+                stored: x,
+                perm: None,
+                widened: false,
+            },
+        };
+        let (l, r) = (plain(*lhs), plain(*rhs));
+        match (self.widened_read(&l), self.widened_read(&r)) {
+            (Some(wl), Some(wr))
+                if self.types.get(wl.stored).map(|t| t.dtype)
+                    == self.types.get(wr.stored).map(|t| t.dtype) =>
+            {
+                Some([wl, wr])
+            }
+            _ => Some([l, r]),
+        }
+    }
+
+    /// The dtype the kernels of the matmul `mm` read its operands in: the 16-bit dtype
+    /// under widening casts ([`Graph::matmul_reads`]), else the matmul's own.
+    pub fn matmul_read_dtype(&self, mm: Value) -> Option<DType> {
+        let [l, _] = self.matmul_reads(mm)?;
+        self.types.get(l.stored).map(|t| t.dtype)
+    }
+
+    /// `read` seen through a widening cast: its stored value is `f32(y)` for a bf16 or f16
+    /// `y` (or, with no permute yet, `f32(y^T)`: the permute then moves under the cast).
+    fn widened_read(&self, read: &MatmulRead) -> Option<MatmulRead> {
+        let Some(Op::Cast { arg }) = self.ops.get(read.stored) else {
+            return None;
+        };
+        let wide = self.types.get(read.stored)?.dtype == DType::F32;
+        let narrow = matches!(self.types.get(*arg)?.dtype, DType::Bf16 | DType::F16);
+        if !(wide && narrow) {
+            return None;
+        }
+        match (&read.perm, self.ops.get(*arg)) {
+            (None, Some(Op::Permute { arg: under, perm })) => Some(MatmulRead {
+                stored: *under,
+                perm: Some(perm.clone()),
+                widened: true,
+            }),
+            _ => Some(MatmulRead {
+                stored: *arg,
+                perm: read.perm.clone(),
+                widened: true,
+            }),
+        }
+    }
+
     /// Number of uses of each value (operand uses plus step outputs).
     pub fn use_counts(&self) -> SecondaryMap<Value, u32> {
         let mut uses = SecondaryMap::new();
@@ -341,6 +409,20 @@ impl Graph {
         }
         uses
     }
+}
+
+/// One operand of a matmul as its kernels read it ([`Graph::matmul_reads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatmulRead {
+    /// The tensor loaded: the operand itself, or the tensor under its permute or its
+    /// widening cast. Lowering needs it materialised (`fuse` rule 0 sees to it).
+    pub stored: Value,
+    /// The permute from `stored` to the operand, if any (a swap of the last two dims for
+    /// `w^T`).
+    pub perm: Option<Vec<u32>>,
+    /// The operand is `f32` of a 16-bit `stored`: loaded as 16-bit values, converted
+    /// exactly to f32.
+    pub widened: bool,
 }
 
 /// What kind of kernel a fusion group becomes.
