@@ -156,7 +156,8 @@ pub enum Op {
     /// product of bf16/f16 operands is exact in f32 and is added into an f32 accumulator;
     /// f32 operands are multiplied and added with one fma per product. The order of the
     /// sums is fixed by the kernel's schedule (its reduction-order signature) and the f32
-    /// result is rounded once to the result dtype.
+    /// result is rounded once to the result dtype. Operands that are widening casts of
+    /// 16-bit tensors are read as those tensors ([`Graph::matmul_reads`]).
     MatMul {
         lhs: Value,
         rhs: Value,
@@ -533,14 +534,16 @@ pub enum TileConfig {
         tn: u32,
         split_k: u32,
     },
-    /// Tensor-core GEMM (`mma.sync`; bf16/f16 operands as m16n8k16, f32 operands rounded to
-    /// TF32 as m16n8k8; f32 accumulators): a CTA of `warps_m × warps_n` warps computes a
+    /// Tensor-core GEMM (`mma.sync`; bf16/f16 operands as m16n8k16 — also those read under
+    /// widening casts, [`Graph::matmul_reads`] — f32 operands rounded to TF32 as m16n8k8;
+    /// f32 accumulators): a CTA of `warps_m × warps_n` warps computes a
     /// `bm × bn` output tile, each warp a `(bm / warps_m) × (bn / warps_n)` sub-tile of
     /// 16 × 8 fragments. K is walked in slices of `bk` through a ring of `stages` shared
     /// memory buffers filled by 16-byte `cp.async` copies (`stages - 1` slices in flight
     /// while one is multiplied; plain loads where rows are not 16-byte aligned), swizzled so
     /// that `ldmatrix` reads are free of bank conflicts. `split_k` as for [`TileConfig::Simt`].
-    /// `shape` is the `mma.sync` instruction (from the operands' dtype), `epilogue` how the
+    /// `shape` is the `mma.sync` instruction (from the dtype the operands are read in),
+    /// `epilogue` how the
     /// accumulators reach memory, and `min_ctas_per_sm` the occupancy asked of ptxas
     /// (`.minnctapersm`; 0 asks nothing).
     Mma {
@@ -556,7 +559,8 @@ pub enum TileConfig {
         min_ctas_per_sm: u32,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
-    /// read along K, K a multiple of 8 elements, 16-bit dtypes): the M ≤ 16 left rows are
+    /// read along K, K a multiple of 8 elements, 16-bit operands or widening casts of
+    /// them): the M ≤ 16 left rows are
     /// the mma's A operand (rows past M are zeros) and 8 weight rows per CTA its B operand.
     /// Every lane loads its operands straight from global memory with 16-byte loads; the k
     /// order inside a 32-element chunk is permuted identically for both operands, which

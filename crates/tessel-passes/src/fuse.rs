@@ -9,8 +9,8 @@
 //! 0. A matmul's operands are materialised — a transposed operand through its
 //!    permute, so a `[N, K]` weight is read in place, and widening casts of 16-bit
 //!    operands (`f32(x) @ f32(w)^T`, [`Graph::matmul_reads`]) through the cast, so the
-//!    kernel reads `x` and `w` as they are, never an f32 copy — and the matmul's kernel writes the
-//!    tip of its epilogue: following single-use elementwise ops of the same shape whose
+//!    kernel reads `x` and `w` as they are, never an f32 copy — and the matmul's kernel
+//!    writes the tip of its epilogue: following single-use elementwise ops of the same shape whose
 //!    other operands need no reduction or matmul (scale, bias, residual, activation, cast).
 //!
 //!    An [`Op::Attention`] is materialised and its kernel computes its logits' cone and

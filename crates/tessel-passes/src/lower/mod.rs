@@ -540,8 +540,9 @@ fn lower_group(
 /// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch). A
 /// matmul reads a transposed operand in place, from the tensor under its permute, and a
 /// widened 16-bit operand from the tensor under its cast ([`Graph::matmul_reads`]), even
-/// when the permute or the cast is materialised too (a step output): both are listed
-/// then for a permute, only the 16-bit tensor for a cast. An update reads its rows and positions, never the tensor it writes into.
+/// when the permute or the cast is materialised too (a step output): for a permute both
+/// are listed then, for a cast only the 16-bit tensor. An update reads its rows and
+/// positions, never the tensor it writes into.
 fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     let mut found = std::collections::BTreeSet::new();
