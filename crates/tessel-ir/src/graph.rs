@@ -14,7 +14,7 @@
 
 use crate::entities::{Group, Value};
 use crate::kernel::MmaShape;
-use crate::types::TensorType;
+use crate::types::{DType, TensorType};
 use cranelift_entity::{packed_option::PackedOption, PrimaryMap, SecondaryMap};
 use std::fmt;
 
@@ -156,7 +156,8 @@ pub enum Op {
     /// product of bf16/f16 operands is exact in f32 and is added into an f32 accumulator;
     /// f32 operands are multiplied and added with one fma per product. The order of the
     /// sums is fixed by the kernel's schedule (its reduction-order signature) and the f32
-    /// result is rounded once to the result dtype.
+    /// result is rounded once to the result dtype. Operands that are widening casts of
+    /// 16-bit tensors are read as those tensors ([`Graph::matmul_reads`]).
     MatMul {
         lhs: Value,
         rhs: Value,
@@ -328,6 +329,74 @@ impl Graph {
         matches!(self.ops.get(v), Some(Op::Input { inout: true, .. }))
     }
 
+    /// The operands of the matmul `mm` as its kernels read them from memory, `[lhs, rhs]`
+    /// (`None` if `mm` is not a matmul). Each operand is read from the tensor under its
+    /// permute, if any (`w^T` reads `w` in place). Where both operands are widening casts
+    /// of tensors of one 16-bit dtype — `f32(x) @ f32(w)^T` (or `f32(w^T)`) with `x` and `w`
+    /// both bf16 or both f16 — the kernels read those 16-bit tensors and convert each
+    /// element exactly to f32 as it is loaded: a product of two 16-bit floats is exact in
+    /// f32, so the matmul is the one of the f32 values the program names, without their
+    /// f32 copies in memory, and tensor cores take them as 16-bit operands.
+    pub fn matmul_reads(&self, mm: Value) -> Option<[MatmulRead; 2]> {
+        let Some(Op::MatMul { lhs, rhs }) = self.ops.get(mm) else {
+            return None;
+        };
+        let plain = |x: Value| match self.ops.get(x) {
+            Some(Op::Permute { arg, perm }) => MatmulRead {
+                stored: *arg,
+                perm: Some(perm.clone()),
+                widened: false,
+            },
+            _ => MatmulRead {
+                stored: x,
+                perm: None,
+                widened: false,
+            },
+        };
+        let (l, r) = (plain(*lhs), plain(*rhs));
+        match (self.widened_read(&l), self.widened_read(&r)) {
+            (Some(wl), Some(wr))
+                if self.types.get(wl.stored).map(|t| t.dtype)
+                    == self.types.get(wr.stored).map(|t| t.dtype) =>
+            {
+                Some([wl, wr])
+            }
+            _ => Some([l, r]),
+        }
+    }
+
+    /// The dtype the kernels of the matmul `mm` read its operands in: the 16-bit dtype
+    /// under widening casts ([`Graph::matmul_reads`]), else the matmul's own.
+    pub fn matmul_read_dtype(&self, mm: Value) -> Option<DType> {
+        let [l, _] = self.matmul_reads(mm)?;
+        self.types.get(l.stored).map(|t| t.dtype)
+    }
+
+    /// `read` seen through a widening cast: its stored value is `f32(y)` for a bf16 or f16
+    /// `y` (or, with no permute yet, `f32(y^T)`: the permute then moves under the cast).
+    fn widened_read(&self, read: &MatmulRead) -> Option<MatmulRead> {
+        let Some(Op::Cast { arg }) = self.ops.get(read.stored) else {
+            return None;
+        };
+        let wide = self.types.get(read.stored)?.dtype == DType::F32;
+        let narrow = matches!(self.types.get(*arg)?.dtype, DType::Bf16 | DType::F16);
+        if !(wide && narrow) {
+            return None;
+        }
+        match (&read.perm, self.ops.get(*arg)) {
+            (None, Some(Op::Permute { arg: under, perm })) => Some(MatmulRead {
+                stored: *under,
+                perm: Some(perm.clone()),
+                widened: true,
+            }),
+            _ => Some(MatmulRead {
+                stored: *arg,
+                perm: read.perm.clone(),
+                widened: true,
+            }),
+        }
+    }
+
     /// Number of uses of each value (operand uses plus step outputs).
     pub fn use_counts(&self) -> SecondaryMap<Value, u32> {
         let mut uses = SecondaryMap::new();
@@ -341,6 +410,20 @@ impl Graph {
         }
         uses
     }
+}
+
+/// One operand of a matmul as its kernels read it ([`Graph::matmul_reads`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MatmulRead {
+    /// The tensor loaded: the operand itself, or the tensor under its permute or its
+    /// widening cast. Lowering needs it materialised (`fuse` rule 0 sees to it).
+    pub stored: Value,
+    /// The permute from `stored` to the operand, if any (a swap of the last two dims for
+    /// `w^T`).
+    pub perm: Option<Vec<u32>>,
+    /// The operand is `f32` of a 16-bit `stored`: loaded as 16-bit values, converted
+    /// exactly to f32.
+    pub widened: bool,
 }
 
 /// What kind of kernel a fusion group becomes.
@@ -454,14 +537,16 @@ pub enum TileConfig {
         tn: u32,
         split_k: u32,
     },
-    /// Tensor-core GEMM (`mma.sync`; bf16/f16 operands as m16n8k16, f32 operands rounded to
-    /// TF32 as m16n8k8; f32 accumulators): a CTA of `warps_m × warps_n` warps computes a
+    /// Tensor-core GEMM (`mma.sync`; bf16/f16 operands as m16n8k16 — also those read under
+    /// widening casts, [`Graph::matmul_reads`] — f32 operands rounded to TF32 as m16n8k8;
+    /// f32 accumulators): a CTA of `warps_m × warps_n` warps computes a
     /// `bm × bn` output tile, each warp a `(bm / warps_m) × (bn / warps_n)` sub-tile of
     /// 16 × 8 fragments. K is walked in slices of `bk` through a ring of `stages` shared
     /// memory buffers filled by 16-byte `cp.async` copies (`stages - 1` slices in flight
     /// while one is multiplied; plain loads where rows are not 16-byte aligned), swizzled so
     /// that `ldmatrix` reads are free of bank conflicts. `split_k` as for [`TileConfig::Simt`].
-    /// `shape` is the `mma.sync` instruction (from the operands' dtype), `epilogue` how the
+    /// `shape` is the `mma.sync` instruction (from the dtype the operands are read in),
+    /// `epilogue` how the
     /// accumulators reach memory, and `min_ctas_per_sm` the occupancy asked of ptxas
     /// (`.minnctapersm`; 0 asks nothing).
     Mma {
@@ -477,7 +562,8 @@ pub enum TileConfig {
         min_ctas_per_sm: u32,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
-    /// read along K, K a multiple of 8 elements, 16-bit dtypes): the M ≤ 16 left rows are
+    /// read along K, K a multiple of 8 elements, 16-bit operands or widening casts of
+    /// them): the M ≤ 16 left rows are
     /// the mma's A operand (rows past M are zeros) and 8 weight rows per CTA its B operand.
     /// Every lane loads its operands straight from global memory with 16-byte loads; the k
     /// order inside a 32-element chunk is permuted identically for both operands, which

@@ -1030,3 +1030,75 @@ fn inout_buffers() {
     p.outputs.last_mut().unwrap().0 = "y".into();
     assert!(rules(verify_program(&p, false)).contains(&"program.io"));
 }
+
+/// `f32(x) @ f32(w)^T` (x [3, 16] and w [5, 16] of `dt`) as one matmul group with `tile`.
+fn widened_matmul(dt: DType, shape: tessel_ir::kernel::MmaShape) -> (Graph, Fusion, Schedules) {
+    let mut g = Graph::new("widened");
+    let x = g.push(
+        Op::Input {
+            index: 0,
+            inout: false,
+        },
+        t(dt, &[3, 16]),
+    );
+    let w = g.push(
+        Op::Input {
+            index: 1,
+            inout: false,
+        },
+        t(dt, &[5, 16]),
+    );
+    g.inputs = vec![("x".into(), x), ("w".into(), w)];
+    let xf = g.push(Op::Cast { arg: x }, t(F32, &[3, 16]));
+    let wf = g.push(Op::Cast { arg: w }, t(F32, &[5, 16]));
+    let wt = g.push(
+        Op::Permute {
+            arg: wf,
+            perm: vec![1, 0],
+        },
+        t(F32, &[16, 5]),
+    );
+    let mm = g.push(Op::MatMul { lhs: xf, rhs: wt }, t(F32, &[3, 5]));
+    g.outputs.push(("out".into(), mm));
+    let mut f = Fusion::default();
+    let grp = f.new_group(GroupData {
+        kind: GroupKind::Matmul,
+        outputs: vec![mm],
+        reductions: vec![mm],
+    });
+    let mut s = Schedules::new();
+    s[grp] = Some(Schedule {
+        tile: TileConfig::Mma {
+            bm: 64,
+            bn: 16,
+            bk: 16,
+            warps_m: 4,
+            warps_n: 1,
+            stages: 2,
+            split_k: 1,
+            shape,
+            epilogue: tessel_ir::graph::MmaEpilogue::Single,
+            min_ctas_per_sm: 0,
+        },
+        why: String::new(),
+    });
+    (g, f, s)
+}
+
+/// A tensor-core tile's instruction is that of the dtype its operands are read in: 16-bit
+/// under widening casts of 16-bit tensors, TF32 for an f32 matmul of f32 tensors.
+#[test]
+fn schedule_mma_shape_of_widened_operands() {
+    use tessel_ir::kernel::MmaShape;
+    let check = |dt, shape| {
+        let (g, f, s) = widened_matmul(dt, shape);
+        rules(verify_graph(&g, Some(&f), Some(&s)))
+    };
+    assert_eq!(check(Bf16, MmaShape::M16N8K16Bf16), Vec::<&str>::new());
+    assert_eq!(check(F16, MmaShape::M16N8K16F16), Vec::<&str>::new());
+    assert_eq!(check(Bf16, MmaShape::M16N8K8Tf32), vec!["schedule.mma"]);
+    assert_eq!(check(Bf16, MmaShape::M16N8K16F16), vec!["schedule.mma"]);
+    // f32 tensors under the casts are no widening: TF32.
+    assert_eq!(check(F32, MmaShape::M16N8K8Tf32), Vec::<&str>::new());
+    assert_eq!(check(F32, MmaShape::M16N8K16Bf16), vec!["schedule.mma"]);
+}

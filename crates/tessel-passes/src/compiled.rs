@@ -33,7 +33,8 @@ pub struct Compiled {
 pub struct MatmulWork {
     /// Batch, M, N, K and the operand layouts.
     pub shape: MatmulShape,
-    /// The dtype of the operands and of the product.
+    /// The dtype the operands are read in: the product's, or the 16-bit dtype under
+    /// widening casts (`f32(x) @ f32(w)^T`, whose products are exact in f32).
     pub dtype: DType,
     /// The group's schedule runs on tensor cores (the `mma` tile or the tensor-core GEMV).
     pub tensor_cores: bool,
@@ -63,7 +64,8 @@ pub struct Gemm {
     /// The right operand's buffer is `[N, K]` (a weight read as `w^T`), contiguous along K
     /// (else it is `[K, N]`).
     pub rhs_k_contiguous: bool,
-    /// The operands' and the product's dtype.
+    /// The operand buffers' dtype: the product's, or the 16-bit dtype under widening casts
+    /// (the GEMM of the 16-bit tensors with f32 accumulation).
     pub dtype: DType,
 }
 
@@ -79,9 +81,10 @@ impl Compiled {
             self.schedules[grp].as_ref().map(|s| &s.tile),
             Some(TileConfig::Mma { .. } | TileConfig::GemvMma { .. })
         );
+        let shape = schedule::matmul_shape(&self.graph, mm);
         Some(MatmulWork {
-            shape: schedule::matmul_shape(&self.graph, mm),
-            dtype: self.graph.ty(mm).dtype,
+            dtype: shape.read,
+            shape,
             tensor_cores,
         })
     }
@@ -118,7 +121,7 @@ impl Compiled {
             k: s.k,
             lhs_k_contiguous: s.lhs_k_contiguous,
             rhs_k_contiguous: s.rhs_k_contiguous,
-            dtype: self.graph.ty(mm).dtype,
+            dtype: s.read,
         })
     }
 

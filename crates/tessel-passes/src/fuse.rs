@@ -7,8 +7,10 @@
 //!
 //! Rules, in order:
 //! 0. A matmul's operands are materialised — a transposed operand through its
-//!    permute, so a `[N, K]` weight is read in place — and the matmul's kernel writes the
-//!    tip of its epilogue: following single-use elementwise ops of the same shape whose
+//!    permute, so a `[N, K]` weight is read in place, and widening casts of 16-bit
+//!    operands (`f32(x) @ f32(w)^T`, [`Graph::matmul_reads`]) through the cast, so the
+//!    kernel reads `x` and `w` as they are, never an f32 copy — and the matmul's kernel
+//!    writes the tip of its epilogue: following single-use elementwise ops of the same shape whose
 //!    other operands need no reduction or matmul (scale, bias, residual, activation, cast).
 //!
 //!    An [`Op::Attention`] is materialised and its kernel computes its logits' cone and
@@ -94,22 +96,19 @@ pub fn run(g: &Graph) -> Fusion {
     }
 
     // Rule 0: a matmul reads materialised operands (a transposed operand is read through
-    // its permute, so a weight stored [N, K] is used in place) and writes the tip of its
-    // epilogue: the chain of single-use elementwise ops of its own shape that follow it,
-    // whose other operands need no reduction or matmul (scale, bias, residual, activation,
-    // cast fold into the GEMM's store).
+    // its permute, so a weight stored [N, K] is used in place; 16-bit operands under
+    // widening casts through the cast) and writes the tip of its epilogue: the chain of
+    // single-use elementwise ops of its own shape that follow it, whose other operands
+    // need no reduction or matmul (scale, bias, residual, activation, cast fold into the
+    // GEMM's store).
     for (v, op) in g.ops.iter() {
-        if let Op::MatMul { lhs, rhs } = op {
+        if let Op::MatMul { .. } = op {
             if claimed.contains(v) {
                 continue;
             }
-            for x in [*lhs, *rhs] {
-                let base = match &g.ops[x] {
-                    Op::Permute { arg, .. } => *arg,
-                    _ => x,
-                };
-                if !matches!(g.ops[base], Op::Input { .. }) {
-                    mat.insert(base);
+            for read in g.matmul_reads(v).expect("a matmul") {
+                if !matches!(g.ops[read.stored], Op::Input { .. }) {
+                    mat.insert(read.stored);
                 }
             }
             let mut tip = v;

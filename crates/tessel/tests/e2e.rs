@@ -219,6 +219,43 @@ fn no_approximate_instructions_in_any_emitted_ptx() {
     }
 }
 
+/// Matmuls of widening casts of 16-bit tensors (tests/programs/widened_matmul.tsl) in every
+/// schedule — the SIMT GEMV and tile, split-K, the tensor-core GEMV and tile on bf16/f16
+/// fragments — assemble with ptxas for sm_90 without spills, with no approximate
+/// instruction.
+#[test]
+fn widened_matmul_ptx_assembles() {
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
+    let path = root().join("tests/programs/widened_matmul.tsl");
+    for (m, k, n) in [
+        (1, 40, 7),
+        (4, 64, 20),
+        (64, 520, 17),
+        (70, 100, 130),
+        (64, 2048, 16),
+    ] {
+        for &profile in &tessel_passes::Profile::ALL {
+            let dims = [("M", m), ("K", k), ("N", n)];
+            for step in compile_file_with(&path, &dims, profile) {
+                let what = format!("{} M={m} K={k} N={n} {}", step.name, profile.name());
+                let text = ptx(&step.program);
+                assert!(
+                    !text.contains(".approx") && !text.contains(".ftz"),
+                    "{what}"
+                );
+                if let Some(ptxas) = &ptxas {
+                    let report = ptxas
+                        .assemble(&text, "sm_90")
+                        .unwrap_or_else(|e| panic!("{what}: ptxas rejected the PTX: {e}"));
+                    for kr in report.kernels() {
+                        assert!(!kr.spills(), "{what}: {} spills", kr.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs every step of `path` at `dims` on the executor and compares with the oracle.
 /// Returns (step, output, dtype, rel-RMS).
 fn semantics(path: &Path, dims: &[(&str, u64)], seed: u64) -> Vec<(String, String, DType, f64)> {

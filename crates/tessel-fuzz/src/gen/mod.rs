@@ -393,6 +393,32 @@ mod tests {
         assert!(empty_rows >= 30, "{empty_rows} softmaxes with empty rows");
     }
 
+    /// Matmuls of widening casts of 16-bit values (`f32(x) @ f32(w)^T`, read by the kernels
+    /// as 16-bit tensors) stay covered among the first 2000 programs: transposed with the
+    /// cast inside and outside the `^T`, and plain.
+    #[test]
+    fn widened_matmuls_are_generated() {
+        let cfg = Config::default();
+        let (mut inside, mut outside, mut plain) = (0, 0, 0);
+        for seed in 0..2000 {
+            for line in generate(seed, &cfg).source_body().lines() {
+                if !line.contains(") @ f32(") {
+                    continue;
+                }
+                if line.ends_with(")^T;") {
+                    inside += 1;
+                } else if line.contains("^T)") {
+                    outside += 1;
+                } else {
+                    plain += 1;
+                }
+            }
+        }
+        assert!(inside >= 25, "{inside} f32(x) @ f32(w)^T");
+        assert!(outside >= 8, "{outside} f32(x) @ f32(w^T)");
+        assert!(plain >= 25, "{plain} f32(x) @ f32(w)");
+    }
+
     #[test]
     fn broadcasting_follows_numpy() {
         let (a, b) = (Dim::Sym(0), Dim::Sym(1));

@@ -588,8 +588,9 @@ impl Gen {
         })
     }
 
-    /// `x @ w` or `x @ w^T` with a fresh weight; x an existing float value of rank ≥ 2 or
-    /// a fresh `[M, K]` of matmul sizes.
+    /// `x @ w` or `x @ w^T` with a fresh weight — or, for 16-bit x, sometimes the f32
+    /// product of widening casts, `f32(x) @ f32(w)^T` — x an existing float value of rank
+    /// ≥ 2 or a fresh `[M, K]` of matmul sizes.
     fn matmul(&mut self) -> Option<Let> {
         let (x, t) = match self.operand() {
             (x, t) if t.rank() >= 2 && t.rank() <= 3 && t.dtype.is_float() && self.chance(0.6) => {
@@ -625,7 +626,18 @@ impl Gen {
         if fmas > self.cfg.max_fmas {
             return None;
         }
-        let dt = if self.chance(0.8) {
+        // Sometimes the f32 product of 16-bit operands, `f32(x) @ f32(w)^T`, which kernels
+        // read as 16-bit tensors; now and then with the weight in the other 16-bit dtype,
+        // which they read as f32 copies.
+        let sixteen = |d: DType| matches!(d, DType::Bf16 | DType::F16);
+        let widen = sixteen(t.dtype) && self.chance(0.4);
+        let dt = if widen {
+            if self.chance(0.85) {
+                t.dtype
+            } else {
+                self.pick(&[DType::Bf16, DType::F16])
+            }
+        } else if self.chance(0.8) {
             t.dtype
         } else {
             self.float_dtype()
@@ -653,16 +665,20 @@ impl Gen {
         // The weight as stored, or computed first (then it is no stored tensor to read in
         // place).
         let wexpr = self.pick(&["{1}", "{1}", "{1}", "({1} * 0.5)", "(-{1})"]);
-        one(
-            vec![name],
-            Ty::new(promote(t.dtype, dt), out),
-            if transposed {
-                format!("{{0}} @ {wexpr}^T")
-            } else {
-                format!("{{0}} @ {wexpr}")
-            },
-            vec![x, w],
-        )
+        let template = match (widen, transposed) {
+            (false, true) => format!("{{0}} @ {wexpr}^T"),
+            (false, false) => format!("{{0}} @ {wexpr}"),
+            // The cast outside the transpose reads the same.
+            (true, true) if self.chance(0.3) => format!("f32({{0}}) @ f32({wexpr}^T)"),
+            (true, true) => format!("f32({{0}}) @ f32({wexpr})^T"),
+            (true, false) => format!("f32({{0}}) @ f32({wexpr})"),
+        };
+        let dt_out = if widen {
+            DType::F32
+        } else {
+            promote(t.dtype, dt)
+        };
+        one(vec![name], Ty::new(dt_out, out), template, vec![x, w])
     }
 
     /// The symbols the signature binds so far (a symbol is a name in the body only then).

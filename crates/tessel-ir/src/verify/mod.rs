@@ -64,8 +64,9 @@
 //! - `schedule.kind`: the tile's kind is the group's kind (ditto).
 //! - `schedule.tile`: threads per CTA in `1..=1024`; `vector` in {1, 2, 4, 8};
 //!   `threads_per_row` a power of two ≤ 32 or a multiple of 32; `rows_per_cta` ≥ 1.
-//! - `schedule.mma`: a tensor-core tile's `shape` is its operands' dtype's instruction
-//!   (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32), `bk` whole k steps,
+//! - `schedule.mma`: a tensor-core tile's `shape` is the instruction of the dtype its
+//!   operands are read in (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32;
+//!   16-bit under widening casts, `Graph::matmul_reads`), `bk` whole k steps,
 //!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even, both with
 //!   the output of the matmul's shape).
 //!

@@ -202,7 +202,8 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
 }
 
 /// A tensor-core tile's decisions agree with its matmul `mm` (written to group output
-/// `out`): the instruction shape is the operands' dtype's, the K slice whole k steps, and
+/// `out`): the instruction shape is that of the dtype the operands are read in, the K
+/// slice whole k steps, and
 /// the epilogue's vector stores fit the output's rows.
 fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e: &mut Errors) {
     let TileConfig::Mma {
@@ -218,7 +219,9 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
         return;
     }
     let loc = format!("group {grp}");
-    let want = match g.ty(mm).dtype {
+    // The operands as the kernel reads them: 16-bit under widening casts (`f32(x) @ f32(w)^T`).
+    let read = g.matmul_read_dtype(mm).unwrap_or(g.ty(mm).dtype);
+    let want = match read {
         DType::Bf16 => Some(MmaShape::M16N8K16Bf16),
         DType::F16 => Some(MmaShape::M16N8K16F16),
         DType::F32 => Some(MmaShape::M16N8K8Tf32),
@@ -228,7 +231,7 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
         e.push(
             "schedule.mma",
             loc.clone(),
-            format!("{} on {} operands", shape.name(), g.ty(mm).dtype),
+            format!("{} on {read} operands", shape.name()),
         );
     }
     if bk as usize % shape.k() != 0 {

@@ -15,9 +15,10 @@ impl Gen<'_> {
         mm: Value,
         (warps, v, cols): (u32, u32, u32),
     ) -> Result<[u32; 3], LowerError> {
-        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let (lhs, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let lead: Vec<Ix> = vec![Ix::C(0); batch_shape.rank()];
-        let w = self.operand_base(rhs);
+        let [x, w] = self.operand_reads(mm);
+        let w = w.stored;
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
@@ -66,7 +67,7 @@ impl Gen<'_> {
         for mi in 0..m as usize {
             let mut aidx = lead.clone();
             aidx.extend([Ix::C(mi as u64), Ix::R(kv)]);
-            let av = self.value(lhs, &aidx, v)?;
+            let av = self.operand_value((lhs, &x), &aidx, v)?;
             for (j, wj) in wv.iter().enumerate() {
                 let acc = accs[mi * cols as usize + j];
                 for i in 0..v as usize {

@@ -24,8 +24,10 @@ impl Gen<'_> {
         warps: u32,
         unroll: u32,
     ) -> Result<[u32; 3], LowerError> {
-        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
-        let dt = self.g.ty(lhs).dtype;
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let [rx, rw] = self.operand_reads(mm);
+        // The dtype the operands are read in: 16-bit under widening casts.
+        let dt = self.g.ty(rx.stored).dtype;
         let shape = match dt {
             DType::Bf16 => MmaShape::M16N8K16Bf16,
             DType::F16 => MmaShape::M16N8K16F16,
@@ -36,7 +38,7 @@ impl Gen<'_> {
                 })
             }
         };
-        let (Some(x), Some(w)) = (self.operand_2d(lhs, true), self.operand_2d(rhs, false)) else {
+        let (Some(x), Some(w)) = (self.operand_2d(&rx, true), self.operand_2d(&rw, false)) else {
             return Err(LowerError::Unsupported {
                 what: "a GEMV operand that is not a stored tensor or its transpose".into(),
                 value: mm,

@@ -7,7 +7,7 @@
 //! accumulator standing in for the matmul, and stored once.
 
 use super::{Gen, Ix, LowerError};
-use tessel_ir::graph::Op as GOp;
+use tessel_ir::graph::{MatmulRead, Op as GOp};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{Reg, Value};
 
@@ -21,13 +21,46 @@ pub(super) fn split_range(k: u64, bk: u32, split: u32) -> u64 {
 }
 
 impl Gen<'_> {
-    /// The materialised tensor a matmul operand reads and whether it is read transposed
-    /// (the operand is a permute of the last two axes of it).
-    pub(super) fn operand_base(&self, x: Value) -> Value {
-        match &self.g.ops[x] {
-            GOp::Permute { arg, .. } => *arg,
-            _ => x,
+    /// The operands of the matmul `mm` as its kernel reads them, `[lhs, rhs]`: the
+    /// materialised tensors under a permute and, when both operands are widening casts of
+    /// 16-bit tensors, under the cast ([`tessel_ir::graph::Graph::matmul_reads`]). A 16-bit
+    /// value is held in an f32 register exactly, so a load of the 16-bit tensor gives the
+    /// f32 operand's value, with no conversion left to do.
+    pub(super) fn operand_reads(&self, mm: Value) -> [MatmulRead; 2] {
+        self.g
+            .matmul_reads(mm)
+            .expect("matmul groups list their matmul")
+    }
+
+    /// `lanes` elements of the matmul operand `x` from `idx` along its last dim (the
+    /// operand's own index), loaded from the tensor its `read` names: a widened operand
+    /// from its 16-bit tensor through the permute, never from an f32 copy (which exists
+    /// only when the program also returns it). Other operands are computed as any value.
+    pub(super) fn operand_value(
+        &mut self,
+        (x, read): (Value, &MatmulRead),
+        idx: &[Ix],
+        lanes: u32,
+    ) -> Result<Vec<Operand>, LowerError> {
+        if !read.widened {
+            return self.value(x, idx, lanes);
         }
+        let Some(perm) = &read.perm else {
+            return self.value(read.stored, idx, lanes);
+        };
+        let mut out = Vec::with_capacity(lanes as usize);
+        for j in 0..lanes {
+            let mut ai = vec![Ix::C(0); idx.len()];
+            for (i, &p) in perm.iter().enumerate() {
+                ai[p as usize] = if i + 1 == idx.len() {
+                    self.iadd(idx[i], Ix::C(j as u64))
+                } else {
+                    idx[i]
+                };
+            }
+            out.extend(self.value(read.stored, &ai, 1)?);
+        }
+        Ok(out)
     }
 
     /// The operands of the matmul `mm`, its batch shape and (M, K, N).

@@ -74,10 +74,12 @@ impl Gen<'_> {
         };
         // The schedule chose the instruction, the epilogue and the shared memory for the
         // dtype, N and the target (`schedule::matmul`; the verifier checks the first two).
-        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
-        let esz = self.g.ty(lhs).dtype.size_bytes() as u32;
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let [ra, rb] = self.operand_reads(mm);
+        // The dtype the operands are read in: 16-bit under widening casts.
+        let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
         let kstep = shape.k() as u32;
-        let (Some(a), Some(b)) = (self.operand_2d(lhs, true), self.operand_2d(rhs, false)) else {
+        let (Some(a), Some(b)) = (self.operand_2d(&ra, true), self.operand_2d(&rb, false)) else {
             return Err(LowerError::Unsupported {
                 what: "a tensor-core matmul operand that is not a stored tensor or its transpose"
                     .into(),

@@ -544,9 +544,11 @@ fn lower_group(
 
 /// Materialised values read by the kernel writing `outputs`, in value order; the walk does
 /// not go past `stop` (a split-K matmul, whose value the kernel reads from scratch). A
-/// matmul reads a transposed operand in place, from the tensor under its permute, even
-/// when the permute is materialised too (a step output): both are listed then. An update
-/// reads its rows and positions, never the tensor it writes into.
+/// matmul reads a transposed operand in place, from the tensor under its permute, and a
+/// widened 16-bit operand from the tensor under its cast ([`Graph::matmul_reads`]), even
+/// when the permute or the cast is materialised too (a step output): for a permute both
+/// are listed then, for a cast only the 16-bit tensor. An update reads its rows and
+/// positions, never the tensor it writes into.
 fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) -> Vec<Value> {
     let mut seen = std::collections::BTreeSet::new();
     let mut found = std::collections::BTreeSet::new();
@@ -559,11 +561,12 @@ fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) ->
             found.insert(v);
             continue;
         }
-        if let GOp::MatMul { lhs, rhs } = g.ops[v] {
-            for x in [lhs, rhs] {
-                if let GOp::Permute { arg, .. } = g.ops[x] {
-                    stack.push(arg);
-                }
+        if let Some(reads) = g.matmul_reads(v) {
+            let widened = reads[0].widened;
+            stack.extend(reads.map(|r| r.stored));
+            // Widened operands are read only from their 16-bit tensors.
+            if widened {
+                continue;
             }
         }
         if let GOp::Update { rows, pos, .. } = g.ops[v] {

@@ -5,7 +5,7 @@
 
 use super::{Gen, Ix, LowerError};
 use std::collections::HashMap;
-use tessel_ir::graph::Op as GOp;
+use tessel_ir::graph::MatmulRead;
 use tessel_ir::kernel::{CpAsyncCache, ICmp, Op, Operand, RegType, Space, Stmt, Width};
 use tessel_ir::{Reg, Value};
 
@@ -87,17 +87,16 @@ pub(super) struct CopyPlan {
 }
 
 impl Gen<'_> {
-    /// The operand `x` of a matmul as a 2-d tile source, or `None` if it is neither a
-    /// materialised tensor nor the swap of the last two dims of one.
-    pub(super) fn operand_2d(&self, x: Value, k_is_last: bool) -> Option<Operand2d> {
-        let (base, swapped) = match &self.g.ops[x] {
-            GOp::Permute { arg, perm } => {
-                if !crate::schedule::swaps_last_two(perm) {
-                    return None;
-                }
-                (*arg, true)
-            }
-            _ => (x, false),
+    /// A matmul operand, as its kernel reads it ([`Gen::operand_reads`]), as a 2-d tile
+    /// source, or `None` if it is neither a materialised tensor nor the swap of the last
+    /// two dims of one. Under a widening cast the source is the 16-bit tensor: the ring
+    /// holds its elements as they are, and tensor cores take them as 16-bit operands.
+    pub(super) fn operand_2d(&self, read: &MatmulRead, k_is_last: bool) -> Option<Operand2d> {
+        let base = read.stored;
+        let swapped = match &read.perm {
+            Some(perm) if !crate::schedule::swaps_last_two(perm) => return None,
+            Some(_) => true,
+            None => false,
         };
         if !self.fusion.is_materialized(self.g, base) {
             return None;

@@ -70,11 +70,12 @@ impl Gen<'_> {
             (bm, a_base, true, s.lhs_k_contiguous),
             (bn, b_base, false, s.rhs_k_contiguous),
         ];
+        let reads = self.operand_reads(mm);
         for (rows, base, is_a, k_fastest) in layouts {
             // Four consecutive elements of the stored tensor per load when its rows are a
-            // multiple of 4 (every vector then lies wholly inside or outside the tensor).
-            let operand = if is_a { lhs } else { rhs };
-            let stored = self.operand_base(operand);
+            // multiple of 4 (every vector then lies wholly inside or outside the tensor);
+            // a widened operand's 16-bit tensor, its values exact in the f32 registers.
+            let stored = reads[if is_a { 0 } else { 1 }].stored;
             let vec4 = s.operands_2d && self.g.ty(stored).shape.last() % 4 == 0 && rows % 4 == 0;
             if vec4 {
                 let (outer0, limit) = if is_a { (m0, m) } else { (n0, n) };
@@ -133,7 +134,12 @@ impl Gen<'_> {
                 } else {
                     idx.extend([gk, g_row]);
                 }
-                let x = self.value(if is_a { lhs } else { rhs }, &idx, 1)?;
+                let operand = if is_a {
+                    (lhs, &reads[0])
+                } else {
+                    (rhs, &reads[1])
+                };
+                let x = self.operand_value(operand, &idx, 1)?;
                 self.b.assign(val, Op::Mov, &[x[0]]);
                 self.close_if(ok);
                 // Shared offset (kk · rows + rr) · 4.

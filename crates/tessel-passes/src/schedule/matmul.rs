@@ -37,6 +37,14 @@
 //!      K = 16 is one slice of 16),
 //!      as many stages as fit in 96 KiB, at most 4 and at most one more than K has slices
 //!      (2 for the 128 × 256 tile; dynamic shared memory beyond 48 KiB).
+//!
+//! A matmul of widening casts of 16-bit tensors (`f32(x) @ f32(w)^T`, both bf16 or both
+//! f16; [`Graph::matmul_reads`]) reads the 16-bit tensors: its operands count as 16-bit
+//! above (the bf16/f16 `mma` shape, the tensor-core GEMV), and the SIMT schedules load
+//! 16-bit values and convert them exactly. Every product of two 16-bit floats is exact in
+//! f32, so this is the f32 matmul the program names; the SIMT GEMV keeps the f32 vector
+//! width in the `exact` profile, so there the bits are those of the f32 copies' program.
+//!
 //! 3. **SIMT FMA tile** otherwise (the `exact` schedule for every non-decode shape): a
 //!    64×64 output tile per CTA of 256 threads, 4×4 outputs per thread, K in slices of 16
 //!    through shared memory; each slice's products are summed in k order into a partial,
@@ -54,7 +62,7 @@
 
 use super::widest_vector;
 use crate::target::{Profile, Target};
-use tessel_ir::graph::{Graph, MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::graph::{Graph, MatmulRead, MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
 use tessel_ir::{DType, Value};
 
@@ -72,6 +80,11 @@ pub struct MatmulShape {
     /// Each operand is a stored tensor or the swap of its last two dims (what the
     /// tensor-core tile copies; any other permute goes through the SIMT tile).
     pub operands_2d: bool,
+    /// The dtype the operands are read in: the matmul's, or the 16-bit dtype under
+    /// widening casts (`f32(x) @ f32(w)^T`, [`Graph::matmul_reads`]).
+    pub read: DType,
+    /// The operands are widening casts read as 16-bit tensors.
+    pub widened: bool,
 }
 
 /// Whether the permutation `perm` swaps the last two dims and keeps the others in place
@@ -87,44 +100,41 @@ pub fn swaps_last_two(perm: &[u32]) -> bool {
             .all(|(i, &p)| p as usize == i)
 }
 
-/// Reads M, N, K and the operand layouts of the matmul `mm`.
+/// Reads M, N, K and the operand layouts of the matmul `mm`, as its kernels read the
+/// operands ([`Graph::matmul_reads`]).
 pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
     let tessel_ir::graph::Op::MatMul { lhs, rhs } = g.ops[mm] else {
         unreachable!("matmul groups list their matmul");
     };
     let (ls, rs) = (&g.ty(lhs).shape.0, &g.ty(rhs).shape.0);
     let r = ls.len();
-    let swaps_last_two = |v: tessel_ir::Value| match &g.ops[v] {
-        tessel_ir::graph::Op::Permute { perm, .. } => swaps_last_two(perm),
-        _ => false,
-    };
+    let [a, b] = g.matmul_reads(mm).expect("a matmul");
+    let swapped = |x: &MatmulRead| x.perm.as_deref().is_some_and(swaps_last_two);
     MatmulShape {
         batch: ls[..r - 2].iter().product(),
         m: ls[r - 2],
         k: ls[r - 1],
         n: rs[r - 1],
-        rhs_k_contiguous: swaps_last_two(rhs),
-        lhs_k_contiguous: !matches!(g.ops[lhs], tessel_ir::graph::Op::Permute { .. }),
-        operands_2d: [lhs, rhs].iter().all(|&x| {
-            !matches!(g.ops[x], tessel_ir::graph::Op::Permute { .. }) || swaps_last_two(x)
-        }),
+        rhs_k_contiguous: swapped(&b),
+        lhs_k_contiguous: a.perm.is_none(),
+        operands_2d: [&a, &b].iter().all(|x| x.perm.is_none() || swapped(x)),
+        read: g.ty(a.stored).dtype,
+        widened: a.widened,
     }
 }
 
 /// The tensors the matmul `mm` reads, `(lhs, rhs)`: each operand itself or, when it is the
 /// swap of the last two dims of a tensor (`w^T`), that tensor, read transposed in place
-/// ([`MatmulShape`]'s `*_k_contiguous` say which). `None` when an operand is any other
-/// permute ([`MatmulShape::operands_2d`] false).
+/// ([`MatmulShape`]'s `*_k_contiguous` say which), under a widening cast when both are
+/// ([`Graph::matmul_reads`]). `None` when an operand is any other permute
+/// ([`MatmulShape::operands_2d`] false).
 pub fn stored_operands(g: &Graph, mm: Value) -> Option<(Value, Value)> {
-    use tessel_ir::graph::Op;
-    let Op::MatMul { lhs, rhs } = g.ops[mm] else {
-        unreachable!("matmul groups list their matmul");
+    let [a, b] = g.matmul_reads(mm).expect("a matmul");
+    let stored = |x: MatmulRead| match x.perm {
+        Some(perm) => swaps_last_two(&perm).then_some(x.stored),
+        None => Some(x.stored),
     };
-    let stored = |x: Value| match &g.ops[x] {
-        Op::Permute { arg, perm } => swaps_last_two(perm).then_some(*arg),
-        _ => Some(x),
-    };
-    Some((stored(lhs)?, stored(rhs)?))
+    Some((stored(a)?, stored(b)?))
 }
 
 /// Floats of padding per row of the staged epilogue's f32 tile in shared memory: puts the
@@ -226,15 +236,24 @@ pub struct NotApplicable(pub String);
 /// The schedule of the matmul `mm` whose group writes `out`.
 pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Profile) -> Schedule {
     let s = matmul_shape(g, mm);
-    // A matmul's operands and result have one dtype (the graph verifier's rule).
+    // A matmul's operands and result have one dtype (the graph verifier's rule); the
+    // kernels read the operands in `s.read`, 16-bit under widening casts. Tensor cores
+    // take those as 16-bit operands. The SIMT GEMV keeps the f32 matmul's vector in the
+    // exact profile: its k order, and so every bit, stay those of the f32 program (the
+    // loads are 16-bit, converted exactly).
     let dt = g.ty(mm).dtype;
     let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
     if decode {
-        if let Ok(sched) = gemv_mma(&s, dt, t, profile) {
+        if let Ok(sched) = gemv_mma(&s, s.read, t, profile) {
             return sched;
         }
         if profile != Profile::Invariant {
-            return gemv(&s, dt, t);
+            let vector_dt = if profile == Profile::Exact {
+                dt
+            } else {
+                s.read
+            };
+            return gemv(&s, vector_dt, t);
         }
     }
     let because = if decode {
@@ -244,7 +263,7 @@ pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Prof
     };
     let out_shape_is_mm = g.ty(out).shape == g.ty(mm).shape;
     let mut why_not = String::new();
-    match mma(&s, dt, out_shape_is_mm, t, profile) {
+    match mma(&s, s.read, out_shape_is_mm, t, profile) {
         Ok((tile, why)) => {
             return Schedule {
                 tile,
@@ -268,7 +287,8 @@ pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Prof
     };
     Schedule {
         why: format!(
-            "{because}{why_not}M = {}, N = {}, K = {}, batch {}: SIMT FMA, {} outputs per thread, K slices of 16, {tiles} tiles{}",
+            "{because}{why_not}{}M = {}, N = {}, K = {}, batch {}: SIMT FMA, {} outputs per thread, K slices of 16, {tiles} tiles{}",
+            widened_why(&s),
             s.m,
             s.n,
             s.k,
@@ -323,7 +343,8 @@ fn gemv_mma(
             min_ctas_per_sm: per_sm as u32,
         },
         why: format!(
-            "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (the most that keeps every warp resident at once: ≤ {} warps), {unroll} chunks of 32 k in flight per warp",
+            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K, {dt}, fast profile: tensor-core GEMV, 8 weight rows per CTA ({ctas} CTAs), {warps} warp(s) per CTA splitting K (the most that keeps every warp resident at once: ≤ {} warps), {unroll} chunks of 32 k in flight per warp",
+            widened_why(s),
             s.m,
             s.n,
             s.k,
@@ -332,7 +353,7 @@ fn gemv_mma(
     })
 }
 
-/// The SIMT GEMV for decode.
+/// The SIMT GEMV for decode, its vector the widest of `dt` elements within 16 bytes.
 fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
     let sms = t.sm_count as u64;
     let v = widest_vector(s.k, 16 / dt.size_bytes() as u32);
@@ -347,11 +368,19 @@ fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
             columns,
         },
         why: format!(
-            "M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes), 4 warps per CTA, {} CTAs",
+            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes{}), 4 warps per CTA, {} CTAs",
+            widened_why(s),
             s.m,
             s.n,
             s.k,
             2 * sms,
+            match (s.widened, dt) {
+                (false, _) => String::new(),
+                (true, DType::F32) => {
+                    " of f32, so that the k order and the bits are the f32 matmul's".into()
+                }
+                (true, _) => format!(" of {dt}"),
+            },
             s.n.div_ceil(4 * columns as u64)
         ),
     }
@@ -427,7 +456,8 @@ fn mma(
             "m16n8k16"
         };
         let why = format!(
-            "M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
+            "{}M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
+            widened_why(s),
             s.m,
             s.n,
             s.k,
@@ -455,6 +485,19 @@ fn mma(
         t.max_shared_per_cta,
         too_big.join(", ")
     )))
+}
+
+/// The reasons' opening words for a matmul whose operands are widening casts: the
+/// kernel reads the 16-bit tensors and converts each element exactly at load.
+fn widened_why(s: &MatmulShape) -> String {
+    if s.widened {
+        format!(
+            "operands read as {} under an f32 cast (no f32 copy; every product exact in f32, the f32 accumulator goes to the epilogue unrounded); ",
+            s.read
+        )
+    } else {
+        String::new()
+    }
 }
 
 /// Split-K ranges for `tiles` output tiles: 1 when the tiles give every SM a CTA or K has

@@ -51,7 +51,9 @@ pub enum MatmulModel {
     /// PeerJ CS 2021): counted as 2K additions with unit roundoff 2^-23.
     TensorCore,
     /// TF32 `mma.sync`: as [`MatmulModel::TensorCore`], after both f32 operands are rounded
-    /// to 10 fraction bits (`cvt.rna.tf32.f32`, relative error 2^-11 each).
+    /// to 10 fraction bits (`cvt.rna.tf32.f32`, relative error 2^-11 each). A matmul of
+    /// widening casts of 16-bit tensors (`f32(x) @ f32(w)^T`) has no such rounding: its
+    /// values are exact in TF32, and tensor cores run it as a 16-bit mma.
     Tf32,
 }
 
@@ -267,7 +269,17 @@ fn eval_op(
                 layout::operand(vals, *lhs, v)?,
                 layout::operand(vals, *rhs, v)?,
             );
-            matmul(dt, src(lhs), src(rhs), shape, a, b, model.matmul)
+            // Widening casts of 16-bit tensors (`f32(x) @ f32(w)^T`) run as 16-bit mma where
+            // tensor cores run them; in any case their values are exact in TF32 (bf16 keeps 8
+            // significant bits and f16 11, TF32 11 with f32's exponent range; a bf16
+            // subnormal's bits lie in the top 7 of the f32 fraction), so no operand rounding
+            // is counted even where the program's other matmuls run on TF32.
+            let widened = g.matmul_reads(v).is_some_and(|[a, _]| a.widened);
+            let mm_model = match model.matmul {
+                MatmulModel::Tf32 if widened => MatmulModel::TensorCore,
+                m => m,
+            };
+            matmul(dt, src(lhs), src(rhs), shape, a, b, mm_model)
         }
     })
 }
@@ -559,6 +571,72 @@ fn matmul(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `a @ b^T` for a [2, 16] and b [3, 16] of `dt`, cast to f32 first when `widen`.
+    fn nt_matmul(dt: DType, widen: bool) -> Graph {
+        use tessel_ir::TensorType;
+        let mut g = Graph::new("nt");
+        let input = |g: &mut Graph, i: u32, s: Vec<u64>| {
+            g.push(
+                Op::Input {
+                    index: i,
+                    inout: false,
+                },
+                TensorType::new(dt, s),
+            )
+        };
+        let (mut a, mut b) = (input(&mut g, 0, vec![2, 16]), input(&mut g, 1, vec![3, 16]));
+        g.inputs = vec![("a".into(), a), ("b".into(), b)];
+        if widen {
+            a = g.push(
+                Op::Cast { arg: a },
+                TensorType::new(DType::F32, vec![2, 16]),
+            );
+            b = g.push(
+                Op::Cast { arg: b },
+                TensorType::new(DType::F32, vec![3, 16]),
+            );
+        }
+        let bt = g.push(
+            Op::Permute {
+                arg: b,
+                perm: vec![1, 0],
+            },
+            TensorType::new(DType::F32, vec![16, 3]),
+        );
+        let mm = g.push(
+            Op::MatMul { lhs: a, rhs: bt },
+            TensorType::new(DType::F32, vec![2, 3]),
+        );
+        g.outputs.push(("out".into(), mm));
+        g
+    }
+
+    /// A matmul of widening casts of bf16 tensors has no operand rounding under the TF32
+    /// model (its values are exact in TF32, and tensor cores run it as a bf16 mma): in a
+    /// program whose other matmuls run on TF32 it is bounded as a 16-bit tensor-core
+    /// matmul of the same values — not looser — and that bound is narrower than TF32's.
+    #[test]
+    fn widened_matmul_is_bounded_without_tf32_rounding() {
+        let a = Tensor::random(tessel_ir::TensorType::new(DType::Bf16, vec![2, 16]), 3);
+        let b = Tensor::random(tessel_ir::TensorType::new(DType::Bf16, vec![3, 16]), 4);
+        let wide = |t: &Tensor| Tensor::from_f32(DType::F32, t.ty.shape.0.clone(), &t.to_f32_vec());
+        let (af, bf) = (wide(&a), wide(&b));
+        let model = |matmul| Model {
+            matmul,
+            flash_softmax: false,
+        };
+        let eval = |g: &Graph, ins: &[Tensor], m| eval_reference(g, ins, &model(m)).unwrap();
+        let widened = eval(&nt_matmul(DType::Bf16, true), &[a, b], MatmulModel::Tf32);
+        let plain = nt_matmul(DType::F32, false);
+        let tc = eval(&plain, &[af.clone(), bf.clone()], MatmulModel::TensorCore);
+        let tf32 = eval(&plain, &[af, bf], MatmulModel::Tf32);
+        assert_eq!(widened, tc);
+        for (w, t) in widened[0].data.iter().zip(&tf32[0].data) {
+            assert_eq!(w.r, t.r);
+            assert!(w.hi - w.lo < t.hi - t.lo, "{w:?} against TF32's {t:?}");
+        }
+    }
 
     /// A position known only as a range: every element some position in the range may
     /// write allows the row values that could land there as well as `dst`'s own.
