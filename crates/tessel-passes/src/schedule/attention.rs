@@ -20,6 +20,9 @@ const MAX_WARPS: u32 = 4;
 /// keys gives 16 CTAs per row block. A fixed count of keys, not of ranges: a row's order
 /// depends on its own keys only, never on the batch (design §12).
 const SPLIT_KEYS: u32 = 4 * BLOCK_N;
+/// The smallest range the `fast` profile halves [`SPLIT_KEYS`] to: 4 blocks of
+/// [`DECODE_BLOCK_N`], so each CTA still walks a pipeline of several blocks.
+const MIN_FILL_SPLIT: u32 = 4 * DECODE_BLOCK_N;
 /// Split the keys when a batch entry has at most this many query rows (decode: a few new
 /// tokens times the query heads of a KV group) and more than two ranges of keys.
 const SPLIT_MAX_ROWS: u64 = 64;
@@ -104,16 +107,37 @@ pub fn prologue_order(d: u64) -> String {
 
 /// The tile for attention `a` computed from matmul `s`; `q_prologue` when the kernel
 /// computes q itself ([`q_in_prologue`]).
-pub(super) fn choose(g: &Graph, s: Value, a: Value, q_prologue: bool, t: &Target) -> Schedule {
+///
+/// In the `fast` profile (`fill`), a split's ranges are halved, down to
+/// [`MIN_FILL_SPLIT`] keys, while the CTAs number fewer than two per SM (a single sequence over 4096 keys: 8 KV heads × 16
+/// ranges of 256 are 128 one-warp CTAs on 132 SMs; ranges of 128 give 256). The range
+/// size then depends on the batch, so `invariant` keeps [`SPLIT_KEYS`].
+pub(super) fn choose(
+    g: &Graph,
+    s: Value,
+    a: Value,
+    q_prologue: bool,
+    fill: bool,
+    t: &Target,
+) -> Schedule {
     let sh = attention_shape(g, s, a);
     let rows = sh.m * sh.pack;
     let warps = (rows.div_ceil(16) as u32).clamp(1, MAX_WARPS);
     let batch: u64 = sh.batch.iter().product::<u64>() / sh.pack.max(1);
-    let split = if rows <= SPLIT_MAX_ROWS && sh.n > 2 * SPLIT_KEYS as u64 {
+    let row_blocks = rows.div_ceil(16 * warps as u64);
+    let mut split = if rows <= SPLIT_MAX_ROWS && sh.n > 2 * SPLIT_KEYS as u64 {
         SPLIT_KEYS
     } else {
         0
     };
+    let mut halved = false;
+    while fill
+        && split / 2 >= MIN_FILL_SPLIT
+        && row_blocks * batch * sh.n.div_ceil(split as u64) < 2 * t.sm_count as u64
+    {
+        split /= 2;
+        halved = true;
+    }
     // Split ranges are walked by CTAs of one to four warps: blocks of 32 keys halve their
     // shared memory (36 KiB at head dim 128), so twice as many CTAs share an SM and hide
     // each other's latency.
@@ -130,9 +154,14 @@ pub(super) fn choose(g: &Graph, s: Value, a: Value, q_prologue: bool, t: &Target
     } else {
         1
     };
-    let ctas = rows.div_ceil(16 * warps as u64) * batch * ranges;
+    let ctas = row_blocks * batch * ranges;
     let split_why = if split > 0 {
-        format!(", keys split into {ranges} ranges of {split} merged by a second kernel (at most {SPLIT_MAX_ROWS} rows per batch entry)")
+        let fill_why = if halved {
+            format!(" (fast profile: {SPLIT_KEYS} halved, to {MIN_FILL_SPLIT} at least, while under two CTAs per SM)")
+        } else {
+            String::new()
+        };
+        format!(", keys split into {ranges} ranges of {split}{fill_why} merged by a second kernel (at most {SPLIT_MAX_ROWS} rows per batch entry)")
     } else {
         String::new()
     };

@@ -61,7 +61,8 @@ fn choose(
         GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
         GroupKind::Attention => {
             let (s, a) = (data.reductions[0], data.reductions[1]);
-            attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), t)
+            let fill = profile == Profile::Fast;
+            attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), fill, t)
         }
         GroupKind::Update => update(g, out, max_v_bytes),
         GroupKind::Elementwise => {
