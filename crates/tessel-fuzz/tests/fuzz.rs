@@ -1,6 +1,7 @@
 //! Seeded batches of random programs through the whole pipeline on the CPU executor, in
 //! every profile by turns: no wrong answer, no compile or run error, no panic, and every
-//! program accepted by the front end. `scripts/fuzz.sh N` runs more.
+//! program accepted by the front end. `scripts/fuzz.sh N` runs more (`--attention` for the
+//! attention blocks).
 
 use tessel_fuzz::{fuzz, gen::Config, Options, Summary};
 use tessel_passes::Profile;
@@ -53,10 +54,5 @@ fn random_programs_give_right_answers() {
 /// per row).
 #[test]
 fn larger_random_programs_give_right_answers() {
-    let config = Config {
-        max_lets: 12,
-        max_numel: 1 << 16,
-        max_fmas: 1 << 22,
-    };
-    assert_clean(&run(1_000_000, 150, config));
+    assert_clean(&run(1_000_000, 150, Config::large()));
 }
