@@ -171,6 +171,11 @@ fn bound_in(d: &Dim, bound: &[Dim]) -> bool {
     }
 }
 
+/// The last dim of `t` (a head dim).
+fn last(t: &Ty) -> Dim {
+    t.shape.last().cloned().expect("rows of a head dim")
+}
+
 /// Adds `name` to a template's operands; returns its placeholder (`{k}`).
 fn arg(ops: &mut Vec<String>, name: String) -> String {
     ops.push(name);
@@ -202,9 +207,9 @@ impl Gen {
             // K computed (its norm, a scale): a kernel of its own writes it, the
             // attention reads it from memory.
             k = match self.below(3) {
-                0 => self.rms(&bl, k),
+                0 => self.rms(k),
                 1 => self.row_reduce(k),
-                _ => self.q_elementwise(&bl, k),
+                _ => self.q_elementwise(k),
             };
         }
         let (qh, kh, vh) = self.head_views(&bl, q, k, v);
@@ -365,19 +370,30 @@ impl Gen {
         (self.source(&qt), self.source(&kt), self.source(&vt))
     }
 
-    /// q sliced out of a tensor with more heads that the row-wise chain computed whole:
-    /// the view under the attention has an offset into a computed tensor.
+    /// q sliced out of a tensor that the row-wise chain computed whole: one with more
+    /// heads (the view under the attention has an offset into a computed tensor, rows
+    /// intact), or with longer rows (the chain's rows are not q's: it must not be computed
+    /// in the prologue).
     fn wide_q(&mut self, bl: &Block) -> String {
         let qt = bl.q_ty();
-        let ax = bl.nb() + if bl.q_tokens { 1 } else { 0 };
-        let h = bl.h.value(&self.p.dims);
-        let extra = self.pick(&[1u64, 2, 5]);
-        let lo = self.below(extra + 1);
+        let r = qt.rank();
+        let (ax, n, extra) = if self.chance(0.7) {
+            let ax = bl.nb() + if bl.q_tokens { 1 } else { 0 };
+            (ax, bl.h.value(&self.p.dims), self.pick(&[1u64, 2, 5]))
+        } else {
+            let d = bl.d.value(&self.p.dims);
+            (r - 1, d, self.pick(&[8u64, 16, d]))
+        };
+        let lo = if ax + 1 == r {
+            8 * self.below(extra / 8 + 1)
+        } else {
+            self.below(extra + 1)
+        };
         let mut wide = qt.clone();
-        wide.shape[ax] = Dim::Lit(h + extra);
+        wide.shape[ax] = Dim::Lit(n + extra);
         let x = self.source(&wide);
         let x = self.q_chain(bl, x);
-        let idx = self.index_text(ax, qt.rank(), &format!("{lo}:{}", lo + h));
+        let idx = self.index_text(ax, r, &format!("{lo}:{}", lo + n));
         let t = Ty::new(self.ty(&x).dtype, qt.shape);
         self.put(t, format!("{{0}}{idx}"), vec![x])
     }
@@ -431,10 +447,10 @@ impl Gen {
         };
         for _ in 0..n {
             q = match self.below(13) {
-                0..=2 => self.rms(bl, q),
+                0..=2 => self.rms(q),
                 3..=4 => self.row_reduce(q),
                 5..=7 => self.rope(bl, q),
-                8..=9 => self.q_elementwise(bl, q),
+                8..=9 => self.q_elementwise(q),
                 10 => self.q_cast(q),
                 _ => self.off_axis(q),
             };
@@ -470,7 +486,7 @@ impl Gen {
     }
 
     /// Qwen3's QK-norm: RMSNorm over the head dim in f32, with or without a weight.
-    fn rms(&mut self, bl: &Block, x: String) -> String {
+    fn rms(&mut self, x: String) -> String {
         let t = self.ty(&x);
         let dn = dtype_name(t.dtype);
         let xf = self.put(
@@ -482,7 +498,7 @@ impl Gen {
         let norm =
             format!("{dn}({{0}} * rsqrt(mean({{0}} * {{0}}, axis: -1, keep: true) + {eps}))");
         if self.chance(0.7) {
-            let w = self.fresh_param(Ty::new(t.dtype, vec![bl.d.clone()]));
+            let w = self.fresh_param(Ty::new(t.dtype, vec![last(&t)]));
             self.put(t, format!("{{1}} * {norm}"), vec![xf, w])
         } else {
             self.put(t, norm, vec![xf])
@@ -516,8 +532,9 @@ impl Gen {
     fn rope(&mut self, bl: &Block, x: String) -> String {
         let t = self.ty(&x);
         let dn = dtype_name(t.dtype);
-        let dv = bl.d.value(&self.p.dims);
-        let half = Dim::Div(Box::new(bl.d.clone()), Box::new(Dim::Lit(2)));
+        let d = last(&t);
+        let dv = d.value(&self.p.dims);
+        let half = Dim::Div(Box::new(d.clone()), Box::new(Dim::Lit(2)));
         let half_text = self.dim_text(&half);
         let base = self.pick(&["10000.0", "1000000.0"]);
         let inv = self.put(
@@ -543,7 +560,7 @@ impl Gen {
             )
         };
         let emb = self.put(
-            Ty::new(DType::F32, vec![bl.t.clone(), bl.d.clone()]),
+            Ty::new(DType::F32, vec![bl.t.clone(), d.clone()]),
             "concat({0}, {0}, axis: -1)".into(),
             vec![ang],
         );
@@ -558,7 +575,7 @@ impl Gen {
             template: "split({0}, 2, axis: -1)".into(),
             operands: vec![x.clone()],
         });
-        let table_ty = Ty::new(t.dtype, vec![bl.t.clone(), bl.d.clone()]);
+        let table_ty = Ty::new(t.dtype, vec![bl.t.clone(), d]);
         if self.chance(0.7) {
             let c = self.put(
                 table_ty.clone(),
@@ -583,11 +600,11 @@ impl Gen {
     }
 
     /// An elementwise op on q: a scale, an activation, a bias over the head dim.
-    fn q_elementwise(&mut self, bl: &Block, x: String) -> String {
+    fn q_elementwise(&mut self, x: String) -> String {
         let t = self.ty(&x);
         let dn = dtype_name(t.dtype);
         if self.chance(0.2) {
-            let bias = self.fresh_param(Ty::new(t.dtype, vec![bl.d.clone()]));
+            let bias = self.fresh_param(Ty::new(t.dtype, vec![last(&t)]));
             return self.put(t, "{0} + {1}".into(), vec![x, bias]);
         }
         let template = match self.below(6) {
