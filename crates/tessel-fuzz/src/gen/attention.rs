@@ -1158,3 +1158,51 @@ impl Gen {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{generate, Config};
+    use std::collections::BTreeMap;
+
+    /// The block's variations stay generated, and well-typed: among the first 1000
+    /// programs every one passes the front end, and each kind of q computation, mask and
+    /// shape appears often enough for `cargo test`'s 60 and a longer run to reach it.
+    #[test]
+    fn blocks_check_and_vary() {
+        let cfg = Config::attention();
+        let kinds: &[(&str, &str)] = &[
+            ("RMSNorm of q", "rsqrt(mean("),
+            ("RoPE of q", "split("),
+            ("GQA's heads split", "/ D"),
+            ("causal mask", "causal("),
+            ("a length from an input", "(abs("),
+            ("zero lengths", "% 2)"),
+            ("a mask reshaped to GQA's heads", "reshape(iota("),
+            ("ALiBi", "f32(abs(iota("),
+            ("a sliding window", ", where(iota("),
+            ("16-bit scores", "bf16(f32("),
+        ];
+        let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
+        let (mut long_keys, mut odd_head) = (0, 0);
+        for seed in 0..1000 {
+            let p = generate(seed, &cfg);
+            let src = p.source_body();
+            let module = tessel_syntax::parse(&src).expect("parses");
+            let dims = p.dim_bindings().into_iter().collect();
+            if let Err(d) = tessel_passes::check::run(&module, "fuzz", &dims) {
+                panic!("seed {seed}: {}\n{src}", d[0].message);
+            }
+            for (k, pat) in kinds {
+                if src.contains(pat) {
+                    *seen.entry(k).or_default() += 1;
+                }
+            }
+            long_keys += p.dims.iter().any(|&d| d > 512) as u32;
+            odd_head += p.dims.iter().any(|&d| [8, 24, 48].contains(&d)) as u32;
+        }
+        for (k, _) in kinds {
+            assert!(seen.get(k).copied().unwrap_or(0) >= 10, "{k}: {seen:?}");
+        }
+        assert!(long_keys >= 50 && odd_head >= 50, "{long_keys} {odd_head}");
+    }
+}
