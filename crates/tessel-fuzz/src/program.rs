@@ -131,6 +131,9 @@ pub struct Program {
     /// Values of `D0, D1, ...`.
     pub dims: Vec<u64>,
     pub params: Vec<(String, Ty)>,
+    /// The parameters declared `inout` (a KV cache that `update` writes in place); the
+    /// step also returns each, after `outputs`.
+    pub inout: Vec<String>,
     pub lets: Vec<Let>,
     /// Names of the returned values, at least one.
     pub outputs: Vec<String>,
@@ -162,7 +165,10 @@ impl Program {
         let params: Vec<String> = self
             .params
             .iter()
-            .map(|(n, t)| format!("{n}: {}", t.text()))
+            .map(|(n, t)| {
+                let inout = if self.inout.contains(n) { "inout " } else { "" };
+                format!("{n}: {inout}{}", t.text())
+            })
             .collect();
         // A signature names dims by symbols and literals only: computed dims by value.
         let outs: Vec<String> = self
@@ -259,6 +265,7 @@ mod tests {
     fn prints_a_step_with_its_dims() {
         let p = Program {
             dims: vec![4, 4, 9],
+            inout: vec![],
             params: vec![(
                 "a0".into(),
                 Ty::new(DType::F32, vec![Dim::Sym(0), Dim::Sym(1)]),

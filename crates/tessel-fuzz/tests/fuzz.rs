@@ -61,7 +61,7 @@ fn larger_random_programs_give_right_answers() {
 /// q computed in the prologue, and the near misses that must not fuse), about 5 s in the
 /// test profile. Besides right answers, the fused kernel must be reached (a generator that
 /// never fuses proves nothing): of seeds 0..60 (40 of them in `invariant` or `fast`), 26
-/// programs get a fused attention kernel and 11 of those compute q in its prologue. Seed
+/// programs get a fused attention kernel and 10 of those compute q in its prologue. Seed
 /// 43 caught `decompose` merging an attention's `q @ kᵀ` with the same product elsewhere
 /// (tests/programs/regressions/attention_logits_merged_with_the_same_product.tsl).
 #[test]

@@ -20,7 +20,9 @@
 //! Then its parts, each a `let`, so that the shrinker can cut any of them:
 //! - q, k and v stored, sliced out of a larger tensor (one fused QKV tensor; a longer
 //!   cache; the head dim at an offset, sometimes one no 16-byte copy can read), or cast
-//!   from f32;
+//!   from f32; or, in decode, k and v `inout` caches that `update` writes the new rows into
+//!   at each sequence's length before the attention reads them ([`Gen::cache_update`]),
+//!   the mask mostly `j <= len + i` on that length;
 //! - q computed by a chain of row-wise operations over the head dim ([`Gen::q_chain`]):
 //!   RMSNorm, max/min/sum/mean reductions over the last axis, RoPE by `split`/`concat` with
 //!   cos/sin tables of positions, elementwise ops and casts — what fuse rule 7 computes in
@@ -194,7 +196,24 @@ impl Gen {
     /// One attention block appended to the program (its parameters and lets).
     pub(super) fn attention_block(&mut self) {
         let bl = self.draw_block();
-        let (q, mut k, v) = if self.chance(0.1) {
+        let cached = bl.b.is_some()
+            && bl.kv_batch
+            && !bl.k_stored_t
+            && bl.t.value(&self.p.dims) <= bl.s.value(&self.p.dims)
+            && self.chance(0.2);
+        let mut len = None;
+        let (q, mut k, v) = if cached {
+            // Decode: the T new keys and values of each sequence written into its caches
+            // at its length, the queries reading the updated caches.
+            let q = self.source(&bl.q_ty());
+            let q = self.q_chain(&bl, q);
+            let b = bl.b.clone().expect("a batch dim");
+            let l = self.length_of(&bl, &b);
+            let k = self.cache_update(&bl, &bl.d, &l);
+            let v = self.cache_update(&bl, &bl.e, &l);
+            len = Some(l);
+            (q, k, v)
+        } else if self.chance(0.1) {
             let q = self.wide_q(&bl);
             let kt = bl.kv_ty(&bl.d, bl.k_stored_t);
             let vt = bl.kv_ty(&bl.e, false);
@@ -203,7 +222,7 @@ impl Gen {
             let (q, k, v) = self.qkv(&bl);
             (self.q_chain(&bl, q), k, v)
         };
-        if !bl.k_stored_t && self.chance(0.1) {
+        if !bl.k_stored_t && !cached && self.chance(0.1) {
             // K computed (its norm, a scale): a kernel of its own writes it, the
             // attention reads it from memory.
             k = match self.below(3) {
@@ -214,13 +233,13 @@ impl Gen {
         }
         let (qh, kh, vh) = self.head_views(&bl, q, k, v);
         let (s, frag, sdt) = self.scores(&bl, &qh, &kh);
-        let x = self.logits(&bl, &s, &frag, sdt);
+        let x = self.logits(&bl, &s, &frag, sdt, len.as_deref());
         let o = self.attend(&bl, &x, &vh);
         if self.chance(0.06) {
             // A second attention over the same q, k and v with other logits: q is read
             // twice, so neither computes it in its prologue.
             let (s, frag, sdt) = self.scores(&bl, &qh, &kh);
-            let x = self.logits(&bl, &s, &frag, sdt);
+            let x = self.logits(&bl, &s, &frag, sdt, len.as_deref());
             self.attend(&bl, &x, &vh);
         }
         if self.chance(0.6) {
@@ -368,6 +387,48 @@ impl Gen {
             return (q, k, v);
         }
         (self.source(&qt), self.source(&kt), self.source(&vt))
+    }
+
+    /// An `inout` cache `[B, KV, S, last]` (or `[B, S, KV, last]`) with the T new rows of
+    /// each sequence written at its length `len` (`i32[B]`, 0 ..= S: rows past the end
+    /// are not written); the rows stored, cast from f32 or RMS-normed (in the update's
+    /// kernel, its reduction in a kernel of its own). Returns the updated cache.
+    fn cache_update(&mut self, bl: &Block, last: &Dim, len: &str) -> String {
+        let b = bl.b.clone().expect("a batch dim");
+        let shape = |rows: &Dim| -> Vec<Dim> {
+            let mut s = vec![b.clone()];
+            if bl.kv_tokens {
+                s.extend([rows.clone(), bl.kv.clone()]);
+            } else {
+                s.extend([bl.kv.clone(), rows.clone()]);
+            }
+            s.push(last.clone());
+            s
+        };
+        let cache_ty = Ty::new(bl.dt, shape(&bl.s));
+        let cache = self.fresh_param(cache_ty.clone());
+        self.p.inout.push(cache.clone());
+        let rows_ty = Ty::new(bl.dt, shape(&bl.t));
+        let rows = match self.below(4) {
+            0 => {
+                let f = self.fresh_param(Ty::new(DType::F32, rows_ty.shape.clone()));
+                let dn = dtype_name(bl.dt);
+                self.put(rows_ty, format!("{dn}({{0}})"), vec![f])
+            }
+            1 => {
+                let x = self.fresh_param(rows_ty);
+                self.rms(x)
+            }
+            _ => self.fresh_param(rows_ty),
+        };
+        let axis = if bl.kv_tokens { 1 } else { 2 };
+        let updated = self.put(
+            cache_ty,
+            format!("update({{0}}, {{1}}, at: {{2}}, axis: {axis})"),
+            vec![cache.clone(), rows, len.to_string()],
+        );
+        self.consumed.push(cache);
+        updated
     }
 
     /// q sliced out of a tensor that the row-wise chain computed whole: one with more
@@ -773,7 +834,8 @@ impl Gen {
     /// The logits: the scores (as `frag` reads them, of dtype `sdt`), sometimes soft-capped
     /// or with ALiBi's distance term, then masked, biased, or as they are. Returns the
     /// logits' name.
-    fn logits(&mut self, bl: &Block, s: &str, frag: &str, sdt: DType) -> String {
+    /// With `len`, the caches' lengths (decode), mostly decode's mask `j <= len + i`.
+    fn logits(&mut self, bl: &Block, s: &str, frag: &str, sdt: DType, len: Option<&str>) -> String {
         let st = self.ty(s);
         let r = st.rank();
         let shape = st.shape.clone();
@@ -807,7 +869,20 @@ impl Gen {
             }
             _ => {}
         }
+        let decode = len
+            .filter(|_| self.chance(0.7))
+            .map(|l| arg(&mut ops, l.into()));
         let template = match self.below(100) {
+            _ if decode.is_some() => {
+                let l = format!("{}{}", decode.expect("a length"), Self::along(0, r));
+                let j = format!("iota({ss}){}", Self::along(r - 1, r));
+                let i = format!("iota({tt}){}", Self::along(r - 2, r));
+                if self.chance(0.8) {
+                    self.masked(&format!("{j} <= {l} + {i}"), true, &frag, fill)
+                } else {
+                    self.masked(&format!("{j} < {l} + {tt}"), true, &frag, fill)
+                }
+            }
             0..=9 => frag,
             10..=29 => {
                 let off = match self.below(6) {
@@ -1181,6 +1256,7 @@ mod tests {
             ("ALiBi", "f32(abs(iota("),
             ("a sliding window", ", where(iota("),
             ("16-bit scores", "bf16(f32("),
+            ("a KV cache updated in place", "update("),
         ];
         let mut seen: BTreeMap<&str, u32> = BTreeMap::new();
         let (mut long_keys, mut odd_head) = (0, 0);

@@ -93,10 +93,12 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
         p: Program {
             dims: vec![],
             params: vec![],
+            inout: vec![],
             lets: vec![],
             outputs: vec![],
         },
         keep: vec![],
+        consumed: vec![],
     };
     if cfg.attention {
         g.attention_block();
@@ -152,6 +154,8 @@ struct Gen {
     /// Values that must be step outputs although later `let`s read them (an attention's
     /// q, scores or probabilities read elsewhere: no fusion may hide them).
     keep: Vec<String>,
+    /// `inout` parameters an `update` consumed: reading them again is an error (E0219).
+    consumed: Vec<String>,
 }
 
 /// Promotion category: bool < i32 < floats (docs/language.md, "Literals, consts and
@@ -331,6 +335,7 @@ impl Gen {
             .iter()
             .map(|(n, _)| n.clone())
             .chain(self.p.lets.iter().flat_map(|l| l.names.iter().cloned()))
+            .filter(|n| !self.consumed.contains(n))
             .collect()
     }
 
