@@ -18,7 +18,7 @@ pub mod program;
 pub mod run;
 pub mod shrink;
 
-use run::{run_case, Device, Outcome};
+use run::{run_case, run_case_schedules, Device, Outcome};
 use tessel_passes::Profile;
 
 /// What a [`fuzz`] run does.
@@ -62,6 +62,10 @@ pub struct Summary {
     /// Programs the front end refused (the generator and the language disagree).
     pub rejected: Vec<(u64, String)>,
     pub findings: Vec<Finding>,
+    /// Programs compiled with a fused attention kernel (a kernel whose schedule is
+    /// `attention {..}`), and those of them whose attention computes q in its prologue.
+    pub fused_attention: u64,
+    pub q_prologue: u64,
 }
 
 /// Runs `opts.count` programs; `progress` is called after each with (done, summary so
@@ -72,7 +76,22 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         let seed = opts.first + i;
         let profile = opts.profiles[(seed % opts.profiles.len() as u64) as usize];
         let p = gen::generate(seed, &opts.config);
-        let outcome = case(&p, profile, seed, opts.device);
+        let (outcome, schedules) = run_case_schedules(
+            &p.source_body(),
+            "fuzz",
+            &p.dim_bindings(),
+            profile,
+            seed,
+            opts.device,
+        );
+        let fused: Vec<&String> = schedules
+            .iter()
+            .filter(|k| k.starts_with("attention {"))
+            .collect();
+        s.fused_attention += !fused.is_empty() as u64;
+        s.q_prologue += fused
+            .iter()
+            .any(|k| k.contains("q computed in the prologue")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

@@ -10,14 +10,14 @@ use std::fmt::Write as _;
 use tessel_ir::DType;
 
 /// A dim in a type: a symbol `D<k>`, a literal, or arithmetic over them (as `reshape` and
-/// `split` write results).
+/// `split` write results, and GQA's `H / KV` query heads per K/V head).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
     Sym(usize),
     Lit(u64),
     Add(Box<Dim>, Box<Dim>),
     Mul(Box<Dim>, Box<Dim>),
-    Div(Box<Dim>, u64),
+    Div(Box<Dim>, Box<Dim>),
 }
 
 impl Dim {
@@ -28,18 +28,18 @@ impl Dim {
             Dim::Lit(n) => *n,
             Dim::Add(a, b) => a.value(dims) + b.value(dims),
             Dim::Mul(a, b) => a.value(dims) * b.value(dims),
-            Dim::Div(a, n) => a.value(dims) / n,
+            Dim::Div(a, n) => a.value(dims) / n.value(dims),
         }
     }
 
-    /// The source text: `D0`, `7`, `D0 * D1`, `D2 / 3`.
+    /// The source text: `D0`, `7`, `D0 * D1`, `D2 / 3`, `D2 / D1`.
     pub fn text(&self) -> String {
         match self {
             Dim::Sym(k) => format!("D{k}"),
             Dim::Lit(n) => n.to_string(),
             Dim::Add(a, b) => format!("{} + {}", a.text(), b.text()),
             Dim::Mul(a, b) => format!("{} * {}", a.factor(), b.factor()),
-            Dim::Div(a, n) => format!("{} / {n}", a.factor()),
+            Dim::Div(a, n) => format!("{} / {}", a.factor(), n.factor()),
         }
     }
 
@@ -131,6 +131,9 @@ pub struct Program {
     /// Values of `D0, D1, ...`.
     pub dims: Vec<u64>,
     pub params: Vec<(String, Ty)>,
+    /// The parameters declared `inout` (a KV cache that `update` writes in place); the
+    /// step also returns each, after `outputs`.
+    pub inout: Vec<String>,
     pub lets: Vec<Let>,
     /// Names of the returned values, at least one.
     pub outputs: Vec<String>,
@@ -162,7 +165,10 @@ impl Program {
         let params: Vec<String> = self
             .params
             .iter()
-            .map(|(n, t)| format!("{n}: {}", t.text()))
+            .map(|(n, t)| {
+                let inout = if self.inout.contains(n) { "inout " } else { "" };
+                format!("{n}: {inout}{}", t.text())
+            })
             .collect();
         // A signature names dims by symbols and literals only: computed dims by value.
         let outs: Vec<String> = self
@@ -259,6 +265,7 @@ mod tests {
     fn prints_a_step_with_its_dims() {
         let p = Program {
             dims: vec![4, 4, 9],
+            inout: vec![],
             params: vec![(
                 "a0".into(),
                 Ty::new(DType::F32, vec![Dim::Sym(0), Dim::Sym(1)]),
@@ -279,7 +286,7 @@ mod tests {
         assert_eq!(
             Dim::Div(
                 Box::new(Dim::Mul(Box::new(Dim::Sym(0)), Box::new(Dim::Lit(3)))),
-                2
+                Box::new(Dim::Lit(2))
             )
             .text(),
             "(D0 * 3) / 2"

@@ -91,8 +91,57 @@ pub fn run_case_with_inputs(
     given: &[(&str, Tensor)],
     device: Option<Device>,
 ) -> Outcome {
+    let mut schedules = Vec::new();
+    run_traced(
+        source,
+        step,
+        dims,
+        profile,
+        seed,
+        given,
+        device,
+        &mut schedules,
+    )
+}
+
+/// [`run_case`], also returning the schedule of each kernel the step compiled to (in
+/// launch order; empty when it did not compile), so that a caller can tell which
+/// programs got a fused kernel (`attention {..}` schedules).
+pub fn run_case_schedules(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    device: Option<Device>,
+) -> (Outcome, Vec<String>) {
+    let mut schedules = Vec::new();
+    let o = run_traced(
+        source,
+        step,
+        dims,
+        profile,
+        seed,
+        &[],
+        device,
+        &mut schedules,
+    );
+    (o, schedules)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_traced(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    given: &[(&str, Tensor)],
+    device: Option<Device>,
+    schedules: &mut Vec<String>,
+) -> Outcome {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        run_inner(source, step, dims, profile, seed, given, device)
+        run_inner(source, step, dims, profile, seed, given, device, schedules)
     }));
     match r {
         Ok(o) => o,
@@ -107,6 +156,7 @@ pub fn run_case_with_inputs(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_inner(
     source: &str,
     step: &str,
@@ -115,6 +165,7 @@ fn run_inner(
     seed: u64,
     given: &[(&str, Tensor)],
     device: Option<Device>,
+    schedules: &mut Vec<String>,
 ) -> Outcome {
     let module = match tessel_syntax::parse(source) {
         Ok(m) => m,
@@ -135,6 +186,7 @@ fn run_inner(
         Err(e) => return Outcome::Error(format!("compile: {e}: {:?}", e)),
     };
     let p = &compiled.program;
+    schedules.extend(p.kernels.values().map(|k| k.schedule.clone()));
     let inputs: Vec<Tensor> = p
         .inputs
         .iter()

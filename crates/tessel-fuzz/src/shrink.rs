@@ -128,6 +128,8 @@ pub fn prune(mut p: Program) -> Program {
     let mut it = keep.into_iter();
     p.lets.retain(|_| it.next().unwrap_or(false));
     p.params.retain(|(n, _)| live.contains(n));
+    let params: Vec<String> = p.params.iter().map(|(n, _)| n.clone()).collect();
+    p.inout.retain(|n| params.contains(n));
     p
 }
 
@@ -147,6 +149,7 @@ mod tests {
         let p = Program {
             dims: vec![8, 5],
             params: vec![("a0".into(), f32s(&[0])), ("a1".into(), f32s(&[1]))],
+            inout: vec![],
             lets: vec![
                 Let {
                     names: vec!["t0".into()],

@@ -13,12 +13,17 @@
 //!   buffer is the output (it is updated in place, or not at all: never copied);
 //! - common subexpressions are merged: two ops with the same definition and type become one
 //!   value (the `check` pass inlines each `fn` call, so `rope(q)` and `rope(k)` would otherwise
-//!   compute the same cos/sin table twice).
+//!   compute the same cos/sin table twice) — except the ops of an [`Op::Attention`]'s logits
+//!   (its `q @ kᵀ` and the elementwise ops from it to the logits), which stay its own: the
+//!   `attention` pass fused them only because nothing else reads them, and the attention
+//!   kernel computes them itself, so the same product written again elsewhere (a second
+//!   attention over the same q and k, the scores as a step result) must not become a
+//!   reader of them.
 //!
 //! It does not fuse, reorder arithmetic or change any rounding: the graph computes the same
 //! bits before and after.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
 use tessel_ir::{DType, TensorType, Value};
 
@@ -28,6 +33,7 @@ pub fn run(g: &Graph) -> Graph {
         out: Graph::new(g.name.clone()),
         cse: HashMap::new(),
     };
+    let own = attention_logits(g);
     let mut map: HashMap<Value, Value> = HashMap::new();
     for (v, op) in g.ops.iter() {
         let ty = g.ty(v).clone();
@@ -38,7 +44,12 @@ pub fn run(g: &Graph) -> Graph {
             other => {
                 let mut o = other.clone();
                 remap(&mut o, &map);
-                d.emit(o, ty)
+                if own.contains(&v) {
+                    // Neither merged into an earlier value nor a value later ops merge into.
+                    d.out.push(o, ty)
+                } else {
+                    d.emit(o, ty)
+                }
             }
         };
         map.insert(v, nv);
@@ -56,6 +67,21 @@ pub fn run(g: &Graph) -> Graph {
         d.out.outputs.push((name.clone(), nv));
     }
     d.out
+}
+
+/// The values an [`Op::Attention`] computes itself: its logits' matmul and the elementwise
+/// cone from it up to the logits ([`crate::attention::logits_matmul`]).
+fn attention_logits(g: &Graph) -> HashSet<Value> {
+    let mut own = HashSet::new();
+    for (_, op) in g.ops.iter() {
+        if let Op::Attention { logits, .. } = op {
+            if let Some((s, cone)) = crate::attention::logits_matmul(g, *logits) {
+                own.insert(s);
+                own.extend(cone);
+            }
+        }
+    }
+    own
 }
 
 fn remap(op: &mut Op, map: &HashMap<Value, Value>) {

@@ -21,6 +21,7 @@ pub struct FuzzArgs {
     pub cpu: bool,
     pub save: Option<PathBuf>,
     pub large: bool,
+    pub attention: bool,
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
@@ -51,14 +52,16 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
         device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
     };
-    let config = if a.large {
-        Config {
-            max_lets: 12,
-            max_numel: 1 << 16,
-            max_fmas: 1 << 22,
+    let config = match (a.attention, a.large) {
+        (true, large) => {
+            let mut c = Config::attention();
+            if large {
+                c.max_fmas *= 4;
+            }
+            c
         }
-    } else {
-        Config::default()
+        (false, true) => Config::large(),
+        (false, false) => Config::default(),
     };
     let opts = Options {
         first: a.seed,
@@ -73,10 +76,15 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     };
     let names: Vec<&str> = a.profiles.iter().map(|p| p.name()).collect();
     println!(
-        "fuzz: seeds {}..{}, profiles {} by turns{}",
+        "fuzz: seeds {}..{}, profiles {} by turns{}{}",
         a.seed,
         a.seed + a.count,
         names.join(", "),
+        if a.attention {
+            ", attention blocks"
+        } else {
+            ""
+        },
         if a.large { ", large programs" } else { "" }
     );
     let pb = ProgressBar::new(a.count);
@@ -123,7 +131,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers)",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -131,7 +139,9 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         s.findings
             .iter()
             .filter(|f| matches!(f.outcome, tessel_fuzz::run::Outcome::Fail(_)))
-            .count()
+            .count(),
+        s.fused_attention,
+        s.q_prologue
     );
     Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }

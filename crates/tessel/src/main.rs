@@ -249,6 +249,11 @@ enum Command {
         /// Larger programs: more operations, bigger tensors and matmuls (slower).
         #[arg(long)]
         large: bool,
+        /// Programs built around one attention block, fused or a near miss (GQA, masks,
+        /// lengths, q computed in the prologue); with --large, blocks up to 4 times the
+        /// work. Reports how many programs got a fused attention kernel.
+        #[arg(long)]
+        attention: bool,
     },
 }
 
@@ -400,6 +405,7 @@ fn real_main() {
             cpu,
             save,
             large,
+            attention,
         } => fuzz::fuzz(&fuzz::FuzzArgs {
             count,
             seed,
@@ -407,6 +413,7 @@ fn real_main() {
             cpu,
             save,
             large,
+            attention,
         }),
     };
     match r {

@@ -13,9 +13,13 @@
 //! coincidence that once fused reductions over different axes. Matmul shapes reach the
 //! GEMV (M ≤ 16), the skinny and split-K schedules (small outputs, K up to 600).
 //!
+//! With [`Config::attention`] every program is built around one attention block instead
+//! ([`attention`]'s module doc says what it varies and why it is a mode of its own).
+//!
 //! Randomness is splitmix64 ([`tessel_ref::tensor::SplitMix64`]): a seed gives the same
 //! program on every machine and with every dependency version.
 
+mod attention;
 mod ops;
 
 use crate::program::{Dim, Let, Program, Ty};
@@ -29,8 +33,12 @@ pub struct Config {
     pub max_lets: usize,
     /// Elements per value, at most.
     pub max_numel: u64,
-    /// Multiply-adds per matmul, at most.
+    /// Multiply-adds per matmul, at most (per attention block, both its matmuls, with
+    /// `attention`).
     pub max_fmas: u64,
+    /// Each program is one attention block (`cast16(softmax(f(q @ kᵀ))) @ v`, fused or a
+    /// near miss) and up to two ordinary operations after it.
+    pub attention: bool,
 }
 
 impl Default for Config {
@@ -40,6 +48,32 @@ impl Default for Config {
             max_lets: 7,
             max_numel: 1 << 13,
             max_fmas: 1 << 19,
+            attention: false,
+        }
+    }
+}
+
+impl Config {
+    /// Larger programs: more operations, longer rows, bigger matmuls (split-K, several
+    /// warps per row).
+    pub fn large() -> Config {
+        Config {
+            max_lets: 12,
+            max_numel: 1 << 16,
+            max_fmas: 1 << 22,
+            attention: false,
+        }
+    }
+
+    /// Attention blocks of at most 2^22 multiply-adds (tens of milliseconds on the CPU
+    /// executor, the reference included); the ordinary operations after them as in
+    /// [`Config::large`].
+    pub fn attention() -> Config {
+        Config {
+            max_lets: 2,
+            max_numel: 1 << 16,
+            max_fmas: 1 << 22,
+            attention: true,
         }
     }
 }
@@ -59,10 +93,26 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
         p: Program {
             dims: vec![],
             params: vec![],
+            inout: vec![],
             lets: vec![],
             outputs: vec![],
         },
+        keep: vec![],
+        consumed: vec![],
     };
+    if cfg.attention {
+        g.attention_block();
+        for _ in 0..g.below(g.cfg.max_lets as u64 + 1) {
+            for _attempt in 0..30 {
+                if let Some(l) = g.step() {
+                    g.p.lets.push(l);
+                    break;
+                }
+            }
+        }
+        g.p.outputs = g.sinks();
+        return g.p;
+    }
     let syms = 2 + g.below(3) as usize;
     for _ in 0..syms {
         let v = g.size();
@@ -89,21 +139,7 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
             }
         }
     }
-    // Every value no later `let` reads is an output, so every operation is observed.
-    let used: Vec<&String> = g.p.lets.iter().flat_map(|l| l.operands.iter()).collect();
-    let mut sinks: Vec<String> =
-        g.p.lets
-            .iter()
-            .flat_map(|l| l.names.iter())
-            .filter(|n| !used.contains(n))
-            .cloned()
-            .collect();
-    sinks.reverse();
-    sinks.truncate(4);
-    if sinks.is_empty() {
-        sinks.push(g.p.params[0].0.clone());
-    }
-    g.p.outputs = sinks;
+    g.p.outputs = g.sinks();
     g.p
 }
 
@@ -115,6 +151,11 @@ struct Gen {
     rng: SplitMix64,
     cfg: Config,
     p: Program,
+    /// Values that must be step outputs although later `let`s read them (an attention's
+    /// q, scores or probabilities read elsewhere: no fusion may hide them).
+    keep: Vec<String>,
+    /// `inout` parameters an `update` consumed: reading them again is an error (E0219).
+    consumed: Vec<String>,
 }
 
 /// Promotion category: bool < i32 < floats (docs/language.md, "Literals, consts and
@@ -185,6 +226,23 @@ fn one(names: Vec<String>, ty: Ty, template: String, operands: Vec<String>) -> O
 }
 
 impl Gen {
+    /// The outputs: the kept values, then every value no later `let` reads, newest first
+    /// (so every operation is observed), four at most.
+    fn sinks(&self) -> Vec<String> {
+        let used: Vec<&String> = self.p.lets.iter().flat_map(|l| l.operands.iter()).collect();
+        let mut sinks: Vec<String> = self.keep.clone();
+        for n in self.p.lets.iter().rev().flat_map(|l| l.names.iter().rev()) {
+            if !used.contains(&n) && !sinks.contains(n) {
+                sinks.push(n.clone());
+            }
+        }
+        sinks.truncate(4);
+        if sinks.is_empty() {
+            sinks.push(self.p.params[0].0.clone());
+        }
+        sinks
+    }
+
     fn below(&mut self, n: u64) -> u64 {
         self.rng.next_u64() % n.max(1)
     }
@@ -277,6 +335,7 @@ impl Gen {
             .iter()
             .map(|(n, _)| n.clone())
             .chain(self.p.lets.iter().flat_map(|l| l.names.iter().cloned()))
+            .filter(|n| !self.consumed.contains(n))
             .collect()
     }
 

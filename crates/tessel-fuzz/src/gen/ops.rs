@@ -348,7 +348,7 @@ impl Gen {
     }
 
     /// `[None, :, None]`-style index text that puts a vector along `axis` of rank `rank`.
-    fn along(axis: usize, rank: usize) -> String {
+    pub(super) fn along(axis: usize, rank: usize) -> String {
         if rank == 1 {
             return String::new();
         }
@@ -359,7 +359,7 @@ impl Gen {
     }
 
     /// `[:, :, item]`-style index text with `item` at `axis`.
-    fn index_text(&mut self, axis: usize, rank: usize, item: &str) -> String {
+    pub(super) fn index_text(&mut self, axis: usize, rank: usize, item: &str) -> String {
         if axis + 1 == rank && rank > 1 && self.chance(0.3) {
             return format!("[..., {item}]");
         }
@@ -472,7 +472,7 @@ impl Gen {
                 let f = [2u64, 3, 4].into_iter().find(|f| v % f == 0 && v > *f)?;
                 let d = match shape[a] {
                     Dim::Lit(n) => Dim::Lit(n / f),
-                    ref s => Dim::Div(Box::new(s.clone()), f),
+                    ref s => Dim::Div(Box::new(s.clone()), Box::new(Dim::Lit(f))),
                 };
                 texts.splice(a..a + 1, [d.text(), f.to_string()]);
                 shape.splice(a..a + 1, [d, Dim::Lit(f)]);
@@ -574,7 +574,7 @@ impl Gen {
         let n = [2u64, 3].into_iter().find(|n| v % n == 0)?;
         let part = match t.shape[axis] {
             Dim::Lit(k) => Dim::Lit(k / n),
-            ref d => Dim::Div(Box::new(d.clone()), n),
+            ref d => Dim::Div(Box::new(d.clone()), Box::new(Dim::Lit(n))),
         };
         let mut shape = t.shape.clone();
         shape[axis] = part;
@@ -682,7 +682,7 @@ impl Gen {
     }
 
     /// The symbols the signature binds so far (a symbol is a name in the body only then).
-    fn bound_dims(&self) -> Vec<Dim> {
+    pub(super) fn bound_dims(&self) -> Vec<Dim> {
         let mut bound: Vec<Dim> = self
             .p
             .params
@@ -695,16 +695,15 @@ impl Gen {
 
     /// `d` as an integer expression in the body: its text when every symbol in it is
     /// bound by the signature, else its value.
-    fn dim_text(&self, d: &Dim) -> String {
+    pub(super) fn dim_text(&self, d: &Dim) -> String {
         fn syms(d: &Dim, out: &mut Vec<usize>) {
             match d {
                 Dim::Sym(k) => out.push(*k),
                 Dim::Lit(_) => {}
-                Dim::Add(a, b) | Dim::Mul(a, b) => {
+                Dim::Add(a, b) | Dim::Mul(a, b) | Dim::Div(a, b) => {
                     syms(a, out);
                     syms(b, out);
                 }
-                Dim::Div(a, _) => syms(a, out),
             }
         }
         let bound = self.bound_dims();
