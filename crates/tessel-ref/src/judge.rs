@@ -109,12 +109,19 @@ impl fmt::Display for Verdict {
                 write!(f, " ({} NaN on one side only)", self.nan_differ)?;
             }
             if self.differ > self.nan_differ {
+                // Two significant digits below 10% ("0.09%", not "0%": a bound barely used
+                // is worth seeing).
+                let used = 100.0 * self.max_bound_used;
+                let used = if used < 10.0 {
+                    format!("{used:.2}")
+                } else {
+                    format!("{used:.0}")
+                };
                 write!(
                     f,
-                    ", by at most {} ulp, no element past {:.0}% of its own bound (the widest \
-                     bound allows {} ulp)",
+                    ", by at most {} ulp, no element past {used}% of its own bound (the widest \
+                     bound allows {} ulp at its far end)",
                     fmt_ulp(self.max_ulp),
-                    100.0 * self.max_bound_used,
                     fmt_ulp(self.max_allowed_ulp)
                 )?;
             }

@@ -511,3 +511,84 @@ fn softmax_of_a_fully_masked_row_is_zero() {
         assert!(!r[1].allows(0.0));
     }
 }
+
+/// RMSNorm's `rsqrt(mean(x·x) + eps)` stays bounded when x's allowed range spans 0: a square
+/// is never negative (interval arithmetic on `x · x`'s two operands alone would let it be),
+/// and a float sum of terms that are never negative is never negative in any order (the
+/// sum's widening for roundings must not reach below 0). Here x is the difference of two
+/// f32 sums of the same 4096 values in any order — exactly 0, allowed anywhere in ±2·γ·Σ|a| —
+/// broadcast over a row of 64. Without either rule the mean's lower end goes below -eps and
+/// the rsqrt's bound is infinite: `tessel check` then passed any value of a layer's output.
+#[test]
+fn a_mean_of_squares_is_never_negative_in_the_reference() {
+    use tessel_ref::{eval_reference, Model};
+    let n = 4096;
+    let mut g = Graph::new("rms");
+    let a = input(&mut g, "a", ty(DType::F32, &[1, n]));
+    let sum = |g: &mut Graph| {
+        g.push(
+            Op::Reduce {
+                op: ReduceOp::Sum,
+                arg: a,
+                axis: 1,
+            },
+            ty(DType::F32, &[1, 1]),
+        )
+    };
+    let (s1, s2) = (sum(&mut g), sum(&mut g));
+    let f32x = |shape: &[u64]| ty(DType::F32, shape);
+    let d = g.push(
+        Op::Binary {
+            op: BinaryOp::Sub,
+            lhs: s1,
+            rhs: s2,
+        },
+        f32x(&[1, 1]),
+    );
+    let x = g.push(Op::Broadcast { arg: d }, f32x(&[1, 64]));
+    let sq = g.push(
+        Op::Binary {
+            op: BinaryOp::Mul,
+            lhs: x,
+            rhs: x,
+        },
+        f32x(&[1, 64]),
+    );
+    let var = g.push(
+        Op::Reduce {
+            op: ReduceOp::Mean,
+            arg: sq,
+            axis: 1,
+        },
+        f32x(&[1, 1]),
+    );
+    let eps = g.push(Op::Const { value: 1e-6 }, f32x(&[]));
+    let eps = g.push(Op::Reshape { arg: eps }, f32x(&[1, 1]));
+    let ve = g.push(
+        Op::Binary {
+            op: BinaryOp::Add,
+            lhs: var,
+            rhs: eps,
+        },
+        f32x(&[1, 1]),
+    );
+    let r = g.push(
+        Op::Unary {
+            op: UnaryOp::Rsqrt,
+            arg: ve,
+        },
+        f32x(&[1, 1]),
+    );
+    g.outputs.push(("x".into(), x));
+    g.outputs.push(("r".into(), r));
+    let vals: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 2003) as f32 / 1001.0 - 1.0)
+        .collect();
+    let inputs = [Tensor::from_f32(DType::F32, vec![1, n], &vals)];
+    let out = eval_reference(&g, &inputs, &Model::default()).unwrap();
+    let x = &out[0].data[0];
+    assert!(x.lo < 0.0 && 0.0 < x.hi, "x spans 0: {x:?}");
+    let r = &out[1].data[0];
+    assert!(!r.nan && r.hi.is_finite(), "rsqrt bounded: {r:?}");
+    assert!(r.lo <= 1000.0 && 1000.0 <= r.hi, "allows rsqrt(eps): {r:?}");
+}

@@ -61,6 +61,15 @@ impl Bound {
         }
     }
 
+    /// The bound of a value known never to be negative (a square): its negative part cut
+    /// off. `-0` compares equal to `0`, so a kernel's `-0` stays allowed.
+    pub fn nonnegative(mut self) -> Bound {
+        if !self.empty() && self.hi >= 0.0 {
+            self.lo = self.lo.max(0.0);
+        }
+        self
+    }
+
     /// True if the non-NaN part of the allowed set is empty.
     pub fn empty(&self) -> bool {
         self.lo > self.hi

@@ -35,7 +35,7 @@ use crate::layout;
 use crate::oracle::{input, max_nan, reduce, OracleError};
 use crate::tensor::Tensor;
 use bound::{from_f32_range, lower, sum_range, upper, with_f32_rounding, U32};
-use tessel_ir::graph::{Graph, Op, ReduceOp};
+use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp};
 use tessel_ir::{DType, Value};
 
 /// How the kernels under test compute matmuls, which sets how far their sums may stray.
@@ -169,9 +169,20 @@ fn eval_op(
                 layout::operand(vals, *lhs, v)?,
                 layout::operand(vals, *rhs, v)?,
             );
+            // `x * x` of one value is a square, never negative: interval arithmetic on its
+            // two operands independently would let it be (x's lower times its upper end),
+            // and a mean of squares reaching 0 would leave an RMSNorm's rsqrt unbounded.
+            let square = *op == BinaryOp::Mul && lhs == rhs;
             a.iter()
                 .zip(b)
-                .map(|(x, y)| bound::binary(*op, adt, dt, x, y))
+                .map(|(x, y)| {
+                    let s = bound::binary(*op, adt, dt, x, y);
+                    if square {
+                        s.nonnegative()
+                    } else {
+                        s
+                    }
+                })
                 .collect()
         }
         Op::Select {
@@ -411,6 +422,14 @@ fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
             let hi = exact_sum(row.iter().map(|b| b.hi));
             let abs = exact_sum(row.iter().map(|b| b.lo.abs().max(b.hi.abs())));
             let (mut lo, mut hi, overflow) = sum_range(lo, hi, abs, row.len() as u64, U32);
+            // A float sum of terms of one sign keeps that sign in any order (round to
+            // nearest never crosses 0), whatever the roundings' widening says.
+            if row.iter().all(|b| b.lo >= 0.0) {
+                lo = lo.max(0.0);
+            }
+            if row.iter().all(|b| b.hi <= 0.0) {
+                hi = hi.min(0.0);
+            }
             let nan = row.iter().any(|b| b.nan) || overflow || lo.is_nan() || hi.is_nan();
             if op == ReduceOp::Mean {
                 // The f32 sum, then `div.rn` by the length.
