@@ -3,7 +3,8 @@
 # every profile by turns, run on the CPU executor (and the GPU when there is one) and judged
 # by the dtype-following reference. Every failure is shrunk to a small program and saved
 # under tests/programs/regressions/, where `cargo test` runs it from then on.
-# Usage: scripts/fuzz.sh [N] [FIRST_SEED] [extra `tessel fuzz` flags, e.g. --large, --cpu]
+# Usage: scripts/fuzz.sh [N] [FIRST_SEED] [extra `tessel fuzz` flags, e.g. --large, --cpu,
+# --attention (attention blocks, fused or near misses)]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-10000}
