@@ -75,9 +75,15 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             }
             println!("    launch: grid {:?}, block {:?}", k.grid, k.block);
             println!("    order: {}", k.schedule);
+            // ptxas counts the shared memory a kernel declares; a buffer over 48 KiB is
+            // `.extern` and sized at launch, so it is added here.
+            let dynamic = match k.dynamic_shared_bytes() {
+                0 => String::new(),
+                b => format!(" + {b} B dynamic"),
+            };
             match report.as_ref().and_then(|r| r.function(&k.name)) {
                 Some(f) => println!(
-                    "    ptxas {arch}: {} registers, {} B shared, {} B stack, spills {} B stored / {} B loaded",
+                    "    ptxas {arch}: {} registers, {} B shared{dynamic}, {} B stack, spills {} B stored / {} B loaded",
                     f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
                 ),
                 None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
