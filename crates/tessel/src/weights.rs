@@ -174,16 +174,20 @@ impl Weights {
                 ckpt.closest(name)
             )),
             [(param, name), rest @ ..] => problems.push(format!(
-                "{} tensors are not in {}{}: `{name}` (parameter `{param}`){}, and {} more ({})",
+                "{} tensors are not in {}{}: `{name}` (parameter `{param}`) and {} more ({}){}",
                 missing.len(),
                 ckpt.searched(),
                 ckpt.layers_held(),
-                ckpt.closest(name),
                 rest.len(),
                 rest.iter()
                     .map(|(_, n)| format!("`{n}`"))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                ckpt.closest(name).replacen(
+                    "; the closest",
+                    &format!("; for `{name}`, the closest"),
+                    1
+                )
             )),
         }
         if declared == 0 && self.noted.borrow_mut().insert(step.clone()) {

@@ -399,6 +399,8 @@ fn every_problem_of_a_step_is_reported_at_once_before_compiling() {
     assert_eq!(o.status.code(), Some(2), "{t}");
     assert!(t.contains("(1 problem):"), "{t}");
     assert!(t.contains("2 tensors are not in ckpt.safetensors (it holds layers 0, 1): `model.layers.7.mlp.weight` (parameter `u`)"), "{t}");
+    // The other missing names come first, then the names nearest the first one, labelled.
+    assert!(t.contains("and 1 more (`model.layers.7.mlp.weight`); for `model.layers.7.mlp.weight`, the closest of its 3 names: `model.layers.0.mlp.weight`"), "{t}");
     let o = tessel(
         &d,
         &["run", "two.tsl", "--cpu", "--weights", "ckpt.safetensors"],
