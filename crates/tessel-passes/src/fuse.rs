@@ -579,6 +579,16 @@ fn is_row_use(g: &Graph, v: Value, user: Value, users: &SecondaryMap<Value, Vec<
     }
 }
 
+/// True if `op` is a math-library function (expanded into tens to hundreds of
+/// instructions by `expand_math`): a unary op other than negation, abs and not, or a power.
+pub(crate) fn calls_math(op: &Op) -> bool {
+    match op {
+        Op::Unary { op, .. } => !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not),
+        Op::Binary { op, .. } => matches!(op, tessel_ir::graph::BinaryOp::Pow),
+        _ => false,
+    }
+}
+
 /// True if computing `v` (stopping at materialised values) calls a math-library function.
 fn uses_math(g: &Graph, v: Value, mat: &EntitySet<Value>) -> bool {
     let mut stack = vec![v];
@@ -588,12 +598,7 @@ fn uses_math(g: &Graph, v: Value, mat: &EntitySet<Value>) -> bool {
             continue;
         }
         let op = &g.ops[x];
-        let math = match op {
-            Op::Unary { op, .. } => !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not),
-            Op::Binary { op, .. } => matches!(op, tessel_ir::graph::BinaryOp::Pow),
-            _ => false,
-        };
-        if math {
+        if calls_math(op) {
             return true;
         }
         for a in op.args() {

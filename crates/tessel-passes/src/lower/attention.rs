@@ -188,7 +188,7 @@ impl Gen<'_> {
         // row — or, where q's tensor is not in memory (fuse rule 7), computed below, after
         // the first K/V copies are on their way.
         let chunks_q = d / 8;
-        let q_computed = !self.fusion.is_materialized(g, qv.base);
+        let q_computed = crate::schedule::q_in_prologue(g, self.fusion, s);
         let mut q_chunks = Vec::new();
         for i in 0..(bm * chunks_q).div_ceil(threads) {
             let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));

@@ -89,19 +89,18 @@ pub fn q_in_prologue(g: &Graph, fusion: &Fusion, s: Value) -> bool {
     }
 }
 
-/// The order of the reductions of a prologue computing q (rows of head dim `d`), in words;
-/// a row-reduction kernel of `d / 8` threads per row and vector 8 sums in the same order.
+/// The order of the reductions of a prologue computing q (rows of head dim `d`), in words:
+/// exactly a row-reduction kernel's at `d / 8` threads per row and vector 8 (one chunk of
+/// 8 per thread).
 pub fn prologue_order(d: u64) -> String {
-    let tpr = d / 8;
-    let mut xors = Vec::new();
-    let mut m = tpr / 2;
-    while m >= 1 {
-        xors.push(m.to_string());
-        m /= 2;
-    }
+    let rows = TileConfig::RowReduction {
+        threads_per_row: (d / 8) as u32,
+        rows_per_cta: 1,
+        vector: 8,
+    };
     format!(
-        "q computed in the prologue, per row of {d}: thread j of {tpr} folds its chunk of 8 consecutive elements (8j ..) left to right into one f32 accumulator; then butterfly shuffles xor {} (acc + partner)",
-        xors.join(", ")
+        "q computed in the prologue, per {}",
+        super::reduction_order(&rows, d)
     )
 }
 
