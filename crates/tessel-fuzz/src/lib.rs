@@ -66,6 +66,9 @@ pub struct Summary {
     /// `attention {..}`), and those of them whose attention computes q in its prologue.
     pub fused_attention: u64,
     pub q_prologue: u64,
+    /// Programs with a GEMM that computes whole rows in its epilogue (fuse rule 8: a
+    /// kernel whose reduction order names "the epilogue's rows").
+    pub row_epilogue: u64,
 }
 
 /// Runs `opts.count` programs; `progress` is called after each with (done, summary so
@@ -92,6 +95,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         s.q_prologue += fused
             .iter()
             .any(|k| k.contains("q computed in the prologue")) as u64;
+        s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

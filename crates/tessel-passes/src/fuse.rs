@@ -60,13 +60,14 @@
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
+use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
 use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, UnaryOp};
 use tessel_ir::Value;
 
-/// Runs the pass.
-pub fn run(g: &Graph) -> Fusion {
+/// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
+pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     let mut mat: EntitySet<Value> = EntitySet::new();
     for (_, v) in &g.outputs {
         mat.insert(*v);
@@ -101,6 +102,7 @@ pub fn run(g: &Graph) -> Fusion {
     // single-use elementwise ops of its own shape that follow it, whose other operands
     // need no reduction or matmul (scale, bias, residual, activation, cast fold into the
     // GEMM's store).
+    let mut tips: Vec<(Value, Value)> = Vec::new();
     for (v, op) in g.ops.iter() {
         if let Op::MatMul { .. } = op {
             if claimed.contains(v) {
@@ -132,6 +134,7 @@ pub fn run(g: &Graph) -> Fusion {
                 tip = u;
             }
             mat.insert(tip);
+            tips.push((v, tip));
         }
     }
 
@@ -212,6 +215,15 @@ pub fn run(g: &Graph) -> Fusion {
         }
     }
 
+    // Rule 8: a projection's heads normalised and rotated in its GEMM's epilogue.
+    let mut row_epilogue: std::collections::HashMap<Value, Value> = Default::default();
+    for &(mm, tip) in &tips {
+        if let Some(o) = row_epilogue_of(g, (mm, tip), &mat, &users, (target, profile)) {
+            mat.remove(tip);
+            row_epilogue.insert(o, mm);
+        }
+    }
+
     let mut groups: Vec<GroupData> = Vec::new();
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
@@ -229,7 +241,11 @@ pub fn run(g: &Graph) -> Fusion {
             let reductions = s.into_iter().chain([v]).chain(q_reductions).collect();
             (GroupKind::Attention, reductions)
         } else if !matmuls.is_empty() {
-            (GroupKind::Matmul, matmuls)
+            let mut reductions = matmuls;
+            if row_epilogue.contains_key(&v) {
+                reductions.extend(cone_reductions(g, v, &mat));
+            }
+            (GroupKind::Matmul, reductions)
         } else {
             let reductions = cone_reductions(g, v, &mat);
             if reductions.is_empty() {
@@ -336,6 +352,96 @@ fn q_prologue(
     (rows_intact && plain_cone).then_some(qb)
 }
 
+/// Rule 8: the group output that the GEMM of `mm` (writing `tip`, its epilogue's tip by
+/// rule 0) can compute in its epilogue instead of writing `tip` — Qwen3's QK-norm and RoPE
+/// of the k (or q) projection's heads, `rope(rms_norm(reshape(x @ wᵀ, [T, H, d])))`. The
+/// staged epilogue holds the CTA's tile of accumulators in shared memory; per row of the
+/// head dim `d`, `d / 8` consecutive threads take 8 columns each, form the row's
+/// reductions by butterfly shuffles (a row-reduction kernel's order at `d / 8` threads per
+/// row, vector 8, as rule 7's prologue) and store the output's values. So:
+/// - `tip` is read only by one reshape `r` that splits its last axis into rows of `d`
+///   (`[.., N] → [.., N / d, d]`), `d / 8` a power of two from 2 to 32, and is no step
+///   output;
+/// - `r` is read inside the cone of exactly one materialised value `o` (no other kernel
+///   needs `tip`), which has `r`'s shape, no matmul, attention or update in its cone, and
+///   reaches `r` only at its own row (any column of it: a rotate-half reads the row's
+///   other half) — the walk of [`misplaced_reductions`];
+/// - the matmul's schedule has a tile for it ([`crate::schedule::row_epilogue_tile`]: a
+///   staged tensor-core tile whose column tiles hold whole rows, no split-K).
+///
+/// Returns `o`.
+fn row_epilogue_of(
+    g: &Graph,
+    (mm, tip): (Value, Value),
+    mat: &EntitySet<Value>,
+    users: &SecondaryMap<Value, Vec<Value>>,
+    (target, profile): (&Target, Profile),
+) -> Option<Value> {
+    if g.outputs.iter().any(|(_, o)| *o == tip) {
+        return None;
+    }
+    let [r] = users[tip][..] else {
+        return None;
+    };
+    let (ts, rs) = (&g.ty(tip).shape.0, &g.ty(r).shape.0);
+    let d = *rs.last()?;
+    let split_last = matches!(g.ops[r], Op::Reshape { .. })
+        && !mat.contains(r)
+        && rs.len() == ts.len() + 1
+        && rs[..ts.len() - 1] == ts[..ts.len() - 1]
+        && rs[ts.len() - 1] * d == ts[ts.len() - 1];
+    let chunks = d / 8;
+    if !split_last || d % 8 != 0 || !chunks.is_power_of_two() || !(2..=32).contains(&chunks) {
+        return None;
+    }
+    let readers: Vec<Value> = mat
+        .iter()
+        .filter(|&o| o != tip && !matches!(g.ops[o], Op::Input { .. }))
+        .filter(|&o| cone_reaches(g, o, r, mat))
+        .collect();
+    let [o] = readers[..] else {
+        return None;
+    };
+    let plain = g.ty(o).shape.0 == *rs
+        && !matches!(
+            g.ops[o],
+            Op::Attention { .. } | Op::Update { .. } | Op::Reduce { .. }
+        )
+        && cone_matmuls(g, o, mat).is_empty()
+        && misplaced_reductions(g, o, mat).is_empty()
+        && reached_at_own_row(g, o, r, mat);
+    let fits = crate::schedule::row_epilogue_tile(g, mm, d, target, profile).is_some();
+    (plain && fits).then_some(o)
+}
+
+/// True if the kernel computing `out` (stopping at materialised values) computes `x`.
+fn cone_reaches(g: &Graph, out: Value, x: Value, mat: &EntitySet<Value>) -> bool {
+    let mut stack = vec![out];
+    let mut seen: EntitySet<Value> = EntitySet::new();
+    while let Some(y) = stack.pop() {
+        if y == x {
+            return true;
+        }
+        if !seen.insert(y) || (y != out && mat.contains(y)) {
+            continue;
+        }
+        stack.extend(g.ops[y].args());
+    }
+    false
+}
+
+/// True if every path from the group output `out` reaches `x` (of `out`'s shape) at the
+/// group's own row, whatever the column: the symbolic walk of [`misplaced_reductions`].
+fn reached_at_own_row(g: &Graph, out: Value, x: Value, mat: &EntitySet<Value>) -> bool {
+    let rows = row_shape(g, out);
+    let lead = rows.rank().saturating_sub(1);
+    let own = |i: usize, c: Ix| c == Ix::Row(i as u32) || (rows.0[i] == 1 && c == Ix::Zero);
+    walk_rows(g, out, mat)
+        .0
+        .into_iter()
+        .all(|(y, idx)| y != x || (idx.len() == lead + 1 && (0..lead).all(|i| own(i, idx[i]))))
+}
+
 /// One component of a symbolic index in [`misplaced_reductions`]: which index of the group's
 /// iteration lands in a dim.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -355,6 +461,13 @@ enum Ix {
 /// rows have another shape than the group's. The walk maps the group's index through each
 /// op exactly as `lower` does, but symbolically.
 fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
+    walk_rows(g, out, mat).1
+}
+
+/// The walk of [`misplaced_reductions`]: every value computed in the group writing `out`
+/// with each symbolic index it is reached at (the row index of a row dim of size 1 shown
+/// as [`Ix::Zero`]: it is 0), and the misplaced reductions (not walked into).
+fn walk_rows(g: &Graph, out: Value, mat: &EntitySet<Value>) -> (Vec<(Value, Vec<Ix>)>, Vec<Value>) {
     let rows = row_shape(g, out);
     let rank = rows.rank();
     let row_index = |last: Ix| -> Vec<Ix> {
@@ -371,6 +484,17 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
         Op::Reduce { arg, .. } => stack.push((arg, row_index(Ix::Col))),
         _ => stack.push((out, row_index(Ix::Col))),
     }
+    // A row dim of size 1 has one index: reaching it as the row's own index or as a
+    // broadcast's 0 is the same row (at T = 1 a [1, 1] -> [1, D] broadcast pins the row to
+    // 0; the group must not change with T).
+    let one = |i: Vec<Ix>| -> Vec<Ix> {
+        i.into_iter()
+            .map(|x| match x {
+                Ix::Row(r) if rows.0[r as usize] == 1 => Ix::Zero,
+                x => x,
+            })
+            .collect()
+    };
     while let Some((x, idx)) = stack.pop() {
         if (x != out && mat.contains(x)) || !seen.insert((x, idx.clone())) {
             continue;
@@ -429,17 +553,6 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
                 }
             }
             Op::Reduce { arg, .. } => {
-                // A row dim of size 1 has one index: reaching it as the row's own index or
-                // as a broadcast's 0 is the same row (at T = 1 a [1, 1] -> [1, D] broadcast
-                // pins the row to 0; the group must not change with T).
-                let one = |i: Vec<Ix>| -> Vec<Ix> {
-                    i.into_iter()
-                        .map(|x| match x {
-                            Ix::Row(r) if rows.0[r as usize] == 1 => Ix::Zero,
-                            x => x,
-                        })
-                        .collect()
-                };
                 let own_row =
                     one(idx.clone()) == one(row_index(Ix::Zero)) && g.ty(*arg).shape == rows;
                 if !own_row {
@@ -454,7 +567,8 @@ fn misplaced_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Va
     }
     bad.sort();
     bad.dedup();
-    bad
+    let reached = seen.into_iter().map(|(x, i)| (x, one(i))).collect();
+    (reached, bad)
 }
 
 /// The index of a reshape's operand (shape `sa`) from the index of its result (shape
@@ -541,6 +655,14 @@ pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
         Op::Reduce { arg, .. } => g.ty(arg).shape.clone(),
         _ => g.ty(v).shape.clone(),
     }
+}
+
+/// The row length `d` of a matmul group whose epilogue computes whole rows (rule 8): its
+/// output is `[.., N / d, d]` where the matmul gives `[.., N]`. `None` for any other group.
+pub fn row_epilogue_rows(g: &Graph, data: &GroupData) -> Option<u64> {
+    let (&mm, &out) = (data.reductions.first()?, data.outputs.first()?);
+    let is_matmul = data.kind == GroupKind::Matmul && matches!(g.ops[mm], Op::MatMul { .. });
+    (is_matmul && g.ty(out).shape != g.ty(mm).shape).then(|| g.ty(out).shape.last())
 }
 
 /// The ops that read each value.

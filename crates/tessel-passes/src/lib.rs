@@ -58,7 +58,7 @@ pub static PASSES: &[PassInfo] = &[
     PassInfo {
         name: "fuse",
         what: "partition into fusion groups (one kernel each)",
-        run: Run::Fuse(fuse::run),
+        run: Run::Fuse(|g, o| fuse::run(g, &o.target, o.profile)),
     },
     // TileConfig per group from shapes, dtypes and the target.
     PassInfo {

@@ -65,8 +65,8 @@ pub enum Run {
     Check(CheckFn),
     /// Graph IR → graph IR (the options say which profile and target the step is for).
     Graph(fn(&Graph, &Options) -> Graph),
-    /// Graph IR → its fusion groups.
-    Fuse(fn(&Graph) -> Fusion),
+    /// Graph IR → its fusion groups (rule 8 asks the schedule of the target and profile).
+    Fuse(fn(&Graph, &Options) -> Fusion),
     /// Graph IR and fusion groups → a schedule per group.
     Schedule(fn(&Graph, &Fusion, &Options) -> Schedules),
     /// Graph IR, groups and schedules → kernel IR, with the buffer of every materialised
@@ -194,7 +194,7 @@ pub fn run_passes(
             (Run::Check(_), None) => Ir::Graph(checked.clone()),
             (Run::Graph(run), Some(Ir::Graph(g))) => Ir::Graph(run(&g, opts)),
             (Run::Fuse(run), Some(Ir::Graph(g))) => {
-                let f = run(&g);
+                let f = run(&g, opts);
                 Ir::Fused(g, f)
             }
             (Run::Schedule(run), Some(Ir::Fused(g, f))) => {

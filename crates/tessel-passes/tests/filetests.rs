@@ -197,7 +197,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         Run::Fuse(run) => {
             let (g, _, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, None, None)?;
-            let f = run(&g);
+            let f = run(&g, &opts);
             check_graph("output", &g, Some(&f), None)?;
             text::write_graph(&g, Some(&f), None)
         }

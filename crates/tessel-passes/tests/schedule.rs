@@ -15,7 +15,7 @@ fn matmul_schedule(dt: &str, (m, n, k): (u64, u64, u64), t: &Target, p: Profile)
         .map(|(a, b)| (a.to_string(), b))
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
-    let f = fuse::run(&g);
+    let f = fuse::run(&g, t, p);
     let s = schedule::run(&g, &f, t, p);
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")

@@ -131,7 +131,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -141,7 +141,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
             .filter(|f| matches!(f.outcome, tessel_fuzz::run::Outcome::Fail(_)))
             .count(),
         s.fused_attention,
-        s.q_prologue
+        s.q_prologue,
+        s.row_epilogue
     );
     Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }

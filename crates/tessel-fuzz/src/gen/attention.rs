@@ -19,8 +19,10 @@
 //!
 //! Then its parts, each a `let`, so that the shrinker can cut any of them:
 //! - q, k and v stored, sliced out of a larger tensor (one fused QKV tensor; a longer
-//!   cache; the head dim at an offset, sometimes one no 16-byte copy can read), or cast
-//!   from f32; or, in decode, k and v `inout` caches that `update` writes the new rows into
+//!   cache; the head dim at an offset, sometimes one no 16-byte copy can read), cast
+//!   from f32, or a projection's output reshaped (`x @ wᵀ`, sometimes with a bias;
+//!   [`Gen::projection`]), whose row-wise chain fuse rule 8 computes in the GEMM's
+//!   epilogue; or, in decode, k and v `inout` caches that `update` writes the new rows into
 //!   at each sequence's length before the attention reads them ([`Gen::cache_update`]),
 //!   the mask mostly `j <= len + i` on that length;
 //! - q computed by a chain of row-wise operations over the head dim ([`Gen::q_chain`]):
@@ -28,7 +30,8 @@
 //!   cos/sin tables of positions, elementwise ops and casts — what fuse rule 7 computes in
 //!   the prologue — or with a reduction over another axis, or also read elsewhere (a step
 //!   result, a reduction), which must keep it out of the prologue; sometimes computed for
-//!   more heads and sliced ([`Gen::wide_q`]); k sometimes computed too (its own kernel);
+//!   more heads and sliced ([`Gen::wide_q`]); k sometimes computed too (RMSNorm, RoPE,
+//!   reductions, elementwise ops: its own kernel, or a projection's epilogue);
 //! - the scores `f32(q @ kᵀ) * scale`, `bf16(f32(q @ kᵀ) * scale)` read through `f32`, or
 //!   the 16-bit product scaled after the cast ([`Gen::scores`]);
 //! - the logits ([`Gen::logits`]), soft-capped or with ALiBi's distance term sometimes: no
@@ -222,14 +225,29 @@ impl Gen {
             let (q, k, v) = self.qkv(&bl);
             (self.q_chain(&bl, q), k, v)
         };
-        if !bl.k_stored_t && !cached && self.chance(0.1) {
-            // K computed (its norm, a scale): a kernel of its own writes it, the
+        // K as a projection writes it, then mostly its row-wise chain (QK-norm, RoPE): the
+        // prefill K of a Qwen layer, which fuse rule 8 computes in the GEMM's epilogue.
+        let mut projected = false;
+        if !bl.k_stored_t && !cached && self.chance(0.12) {
+            if let Some(p) = self.projection(&bl.kv_ty(&bl.d, false)) {
+                k = p;
+                projected = true;
+            }
+        }
+        let p_chain = if projected { 0.7 } else { 0.2 };
+        if !bl.k_stored_t && !cached && self.chance(p_chain) {
+            // K computed (its norm, RoPE where q's tables fit it, a scale): a kernel of its
+            // own writes it — or, over a projection, the GEMM's epilogue (rule 8) — and the
             // attention reads it from memory.
-            k = match self.below(3) {
-                0 => self.rms(k),
-                1 => self.row_reduce(k),
-                _ => self.q_elementwise(k),
-            };
+            let rope_fits = bl.t == bl.s && bl.kv_tokens == bl.q_tokens;
+            for _ in 0..1 + self.below(2) {
+                k = match self.below(4) {
+                    0 => self.rms(k),
+                    1 => self.row_reduce(k),
+                    2 if rope_fits => self.rope(&bl, k),
+                    _ => self.q_elementwise(k),
+                };
+            }
         }
         let (qh, kh, vh) = self.head_views(&bl, q, k, v);
         let (s, frag, sdt) = self.scores(&bl, &qh, &kh);
@@ -464,6 +482,11 @@ impl Gen {
     /// head dim is mostly one whose rows a 16-byte copy can read (its offset and the row
     /// length multiples of 8 elements).
     fn source(&mut self, ty: &Ty) -> String {
+        if self.chance(0.15) {
+            if let Some(x) = self.projection(ty) {
+                return x;
+            }
+        }
         match self.below(10) {
             0..=6 => self.fresh_param(ty.clone()),
             7..=8 => {
@@ -494,6 +517,44 @@ impl Gen {
                 self.put(ty.clone(), format!("{dn}({{0}})"), vec![f])
             }
         }
+    }
+
+    /// A 16-bit tensor of type `ty` (rank ≥ 2) as a projection writes it: `x @ wᵀ` of a
+    /// `[rows, K]` input and an `[N, K]` weight (rows the product of `ty`'s dims but the
+    /// last two, N that of the last two), reshaped to `ty`; sometimes with Qwen2's bias
+    /// rounded once (`cast16(f32(x) @ f32(w)ᵀ + f32(b))`). With the row-wise chain after it
+    /// this is what fuse rule 8 computes in the GEMM's epilogue (heads-first layouts and
+    /// reads of other rows must not be). `None` when the matmul would be too large.
+    fn projection(&mut self, ty: &Ty) -> Option<String> {
+        let r = ty.rank();
+        if r < 2 || !matches!(ty.dtype, DType::Bf16 | DType::F16) {
+            return None;
+        }
+        let sizes: Vec<u64> = ty.shape.iter().map(|d| d.value(&self.p.dims)).collect();
+        let rows: u64 = sizes[..r - 2].iter().product();
+        let n = sizes[r - 2] * sizes[r - 1];
+        let k = self.pick(&[16u64, 24, 40, 64]);
+        if rows * n * k > self.cfg.max_fmas / 2 {
+            return None;
+        }
+        let x = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(rows), Dim::Lit(k)]));
+        let w = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(n), Dim::Lit(k)]));
+        let shape: Vec<String> = ty.shape.iter().map(|d| self.dim_text(d)).collect();
+        let shape = shape.join(", ");
+        if self.chance(0.25) {
+            let b = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(n)]));
+            let dn = dtype_name(ty.dtype);
+            return Some(self.put(
+                ty.clone(),
+                format!("reshape({dn}(f32({{0}}) @ f32({{1}})^T + f32({{2}})), [{shape}])"),
+                vec![x, w, b],
+            ));
+        }
+        Some(self.put(
+            ty.clone(),
+            format!("reshape({{0}} @ {{1}}^T, [{shape}])"),
+            vec![x, w],
+        ))
     }
 
     /// q through 0 to 3 row-wise operations over the head dim (what fuse rule 7 computes

@@ -50,7 +50,8 @@
 //!   entry names an existing group that lists the value among its outputs.
 //! - `fusion.reductions`: a row-reduction group has at least one reduction; each is a
 //!   `reduce` over the last axis of a value whose last dim is the outputs' row length. An
-//!   elementwise group has none.
+//!   elementwise group has none. A matmul group lists its one matmul, then, only when its
+//!   output is the matmul's `[.., N]` as `[.., N / d, d]` (a row epilogue), reductions.
 //! - `fusion.materialized`: every step output is materialised (a step input or a group's
 //!   output).
 //! - `fusion.update`: an update group writes exactly one update and has no reductions;
@@ -67,9 +68,12 @@
 //! - `schedule.mma`: a tensor-core tile's `shape` is the instruction of the dtype its
 //!   operands are read in (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32;
 //!   16-bit under widening casts, `Graph::matmul_reads`), `bk` whole k steps,
-//!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even, both with
+//!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even with
 //!   the output of the matmul's shape).
-//!
+//! - `schedule.row_epilogue`: a matmul group writing the matmul's rows `[.., N]` as
+//!   `[.., N / d, d]` (a row epilogue, `fuse` rule 8) has a staged tensor-core tile with
+//!   `bn` a multiple of `d`, no split-K, `d / 8` a power of two from 2 to 32 and its
+//!   `bm · bn / 8` chunks a multiple of its threads.
 //! - `schedule.update`: an update tile's `vector` divides the rows' last dim, and is 1 when
 //!   the update writes along the last axis (the position offset breaks the vector's
 //!   alignment there).

@@ -50,22 +50,38 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
         }
         match data.kind {
             GroupKind::Matmul => {
-                let one_matmul = data.reductions.len() == 1
-                    && exists(g, data.reductions[0])
-                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. });
+                let one_matmul = !data.reductions.is_empty()
+                    && data.reductions.iter().all(|&r| exists(g, r))
+                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. })
+                    && data.reductions[1..]
+                        .iter()
+                        .all(|&r| matches!(g.ops[r], Op::Reduce { .. }));
                 if !one_matmul {
                     e.push(
                         "fusion.reductions",
                         loc.clone(),
-                        "a matmul group must list exactly one matmul",
+                        "a matmul group must list exactly one matmul, then only the reductions of its row epilogue",
                     );
                 } else if let Some((o, s)) = shape {
-                    let m = g.ty(data.reductions[0]);
-                    if &m.shape != s {
+                    let m = &g.ty(data.reductions[0]).shape;
+                    // A row epilogue writes the matmul's rows [.., N] as [.., N / d, d].
+                    let r = m.rank();
+                    let rows = s.rank() == r + 1
+                        && s.0[..r - 1] == m.0[..r - 1]
+                        && s.0[r - 1] * s.last() == m.last()
+                        && data.outputs.len() == 1;
+                    if m != s && !rows {
                         e.push(
                             "fusion.outputs",
                             loc.clone(),
-                            format!("output {o} is {s}, the matmul gives {}", m.shape),
+                            format!("output {o} is {s}, the matmul gives {m} (a row epilogue writes it as [.., N / d, d])"),
+                        );
+                    }
+                    if m == s && data.reductions.len() > 1 {
+                        e.push(
+                            "fusion.reductions",
+                            loc.clone(),
+                            "a matmul group lists reductions but writes no row epilogue",
                         );
                     }
                 }
@@ -244,7 +260,7 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
     let n = g.ty(mm).shape.last();
     let same = g.ty(out).shape == g.ty(mm).shape;
     let fits = match epilogue {
-        MmaEpilogue::Staged => same && n % 4 == 0,
+        MmaEpilogue::Staged => n % 4 == 0,
         MmaEpilogue::Pairs => same && n % 2 == 0,
         MmaEpilogue::Single => true,
     };
@@ -261,6 +277,42 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
                     " and an output of another shape"
                 }
             ),
+        );
+    }
+}
+
+/// `schedule.row_epilogue`: a matmul group writing whole rows of `d` (`[.., N / d, d]`)
+/// has a staged tensor-core tile whose column tiles hold whole rows (`bn` a multiple of
+/// `d`), no split-K, `d / 8` a power of two from 2 to 32 lanes, and chunks of 8 columns a
+/// multiple of the CTA's threads.
+fn row_epilogue_checks(g: &Graph, tile: &TileConfig, out: Value, grp: Group, e: &mut Errors) {
+    let d = g.ty(out).shape.last();
+    let ok = match *tile {
+        TileConfig::Mma {
+            bm,
+            bn,
+            warps_m,
+            warps_n,
+            split_k,
+            epilogue,
+            ..
+        } => {
+            let lanes = d / 8;
+            epilogue == MmaEpilogue::Staged
+                && split_k == 1
+                && d % 8 == 0
+                && lanes.is_power_of_two()
+                && (2..=32).contains(&lanes)
+                && bn as u64 % d == 0
+                && (bm * bn / 8) % (32 * warps_m * warps_n) == 0
+        }
+        _ => false,
+    };
+    if !ok {
+        e.push(
+            "schedule.row_epilogue",
+            format!("group {grp}"),
+            format!("a row epilogue over rows of {d} needs a staged tensor-core tile holding whole rows, without split-K; the tile is {tile:?}"),
         );
     }
 }
@@ -287,7 +339,15 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                             format!("a {:?} group has a {:?} tile", data.kind, kind),
                         );
                     } else if let Some(&mm) = data.reductions.first() {
-                        mma_checks(g, &sched.tile, mm, data.outputs[0], grp, e);
+                        let out = data.outputs[0];
+                        let rows = kind == GroupKind::Matmul
+                            && exists(g, mm)
+                            && exists(g, out)
+                            && g.ty(out).shape != g.ty(mm).shape;
+                        if rows {
+                            row_epilogue_checks(g, &sched.tile, out, grp, e);
+                        }
+                        mma_checks(g, &sched.tile, mm, out, grp, e);
                     } else if let (TileConfig::Update { vector, .. }, Some(&u)) =
                         (&sched.tile, data.outputs.first())
                     {

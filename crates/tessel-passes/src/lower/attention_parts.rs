@@ -3,11 +3,9 @@
 //! flash-decoding's second kernel, which merges the key ranges.
 
 use super::ring::Ring;
-use super::rows::reduce_identity;
-use super::{class, Gen, Ix, LowerError};
+use super::{Gen, Ix, LowerError};
 use crate::schedule::attention_shape;
 use crate::view::StridedView;
-use tessel_ir::graph::Op as GOp;
 use tessel_ir::kernel::{
     CpAsyncCache, FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width,
 };
@@ -67,31 +65,7 @@ impl Gen<'_> {
             let row = self.idiv_c(c.row, d);
             let mut idx = self.unflatten(row, &lead_shape);
             idx.push(c.col);
-            for &r in reductions {
-                let GOp::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
-                    unreachable!("fuse lists only reductions after the attention");
-                };
-                let dt = self.g.ty(arg).dtype;
-                let cls = class(dt);
-                let identity =
-                    reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
-                        what: format!("reduction {rop:?} of {dt}"),
-                        value: r,
-                    })?;
-                let acc = self.b.kernel.new_reg(cls);
-                self.b.assign(acc, Op::Mov, &[identity]);
-                for x in self.value(arg, &idx, 8)? {
-                    self.combine(rop, cls, acc, x);
-                }
-                self.butterfly(rop, cls, acc, tpr);
-                let rdt = self.g.ty(r).dtype;
-                let res = if rdt != dt {
-                    self.convert(acc.into(), dt, rdt)
-                } else {
-                    acc.into()
-                };
-                self.row_value.insert(r, res);
-            }
+            self.chunk_reductions(reductions, &idx, tpr)?;
             let vals = self.value(qb, &idx, 8)?;
             for r in reductions {
                 self.row_value.remove(r);

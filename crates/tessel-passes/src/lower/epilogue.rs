@@ -121,48 +121,17 @@ impl Gen<'_> {
         mm: Value,
         (base, bm, bn, threads): (Reg, u32, u32, u32),
         (accs, mi, ni): (&[[Reg; 4]], u32, u32),
-        WarpTile {
-            tid,
-            lane,
-            wm0,
-            wn0,
-        }: WarpTile,
+        warp_tile: WarpTile,
         (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
     ) -> Result<(), LowerError> {
-        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
-        let g = self.idiv_c(lane, 4);
-        let t = self.irem_c(lane, 4);
-        // Lane (g, t) writes rows g, g + 8 at columns 2t, 2t + 1 of each fragment.
-        let r = self.iadd(wm0, g);
-        let r = self.imul_c(r, stride as u64);
-        let c = self.imul_c(t, 2);
-        let c = self.iadd(wn0, c);
-        let c = self.imul_c(c, 4);
-        let off = self.iadd(r, c);
-        let mine = self.shared_addr(base, off);
-        self.b.push(Stmt::Barrier);
-        for i in 0..mi {
-            for j in 0..ni {
-                let frag = accs[(i * ni + j) as usize];
-                for h in 0..2u32 {
-                    let imm = ((16 * i + 8 * h) * stride + 8 * j * 4) as i32;
-                    self.b.push(Stmt::Store {
-                        space: Space::Shared,
-                        width: Width::V2,
-                        addr: mine,
-                        offset: imm,
-                        values: vec![frag[2 * h as usize].into(), frag[2 * h as usize + 1].into()],
-                    });
-                }
-            }
-        }
-        self.b.push(Stmt::Barrier);
+        let stride = self.stage_accumulators(base, bn, (accs, mi, ni), warp_tile);
         // Read back 4 columns at a time, row by row: vector `tid + it · threads` in pass
         // `it`. Unrolled, unless the epilogue calls the math library (silu's sigmoid,
         // exp, ...: hundreds of instructions per element): then a loop, so that the
         // kernel's code stays small — 32 unrolled passes of silu made the gate GEMM's
         // kernel 15× the size of its neighbour's; the loop took it from 2.8× the
         // neighbour's time to 1.9× on the H200 (the rest is silu's own arithmetic).
+        let tid = warp_tile.tid;
         let per_row = bn / 4;
         let vecs = bm * per_row;
         let passes = vecs.div_ceil(threads);
@@ -221,6 +190,217 @@ impl Gen<'_> {
         }
         if let Some(r) = it_reg {
             self.close_for(r, Operand::U32(0), Operand::U32(passes), Operand::U32(1));
+        }
+        Ok(())
+    }
+
+    /// Every warp's f32 accumulators into the CTA's `bm × (bn + 8)` f32 tile at `base`
+    /// (the ring, no longer read: all copies waited for), between two barriers. Lane
+    /// (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 × 8 fragment (PTX ISA
+    /// §9.7.14.5.8); the padding of 8 floats puts the 8 rows of a fragment store in
+    /// different banks. Returns the tile's row stride in bytes.
+    fn stage_accumulators(
+        &mut self,
+        base: Reg,
+        bn: u32,
+        (accs, mi, ni): (&[[Reg; 4]], u32, u32),
+        WarpTile { lane, wm0, wn0, .. }: WarpTile,
+    ) -> u32 {
+        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        let r = self.iadd(wm0, g);
+        let r = self.imul_c(r, stride as u64);
+        let c = self.imul_c(t, 2);
+        let c = self.iadd(wn0, c);
+        let c = self.imul_c(c, 4);
+        let off = self.iadd(r, c);
+        let mine = self.shared_addr(base, off);
+        self.b.push(Stmt::Barrier);
+        for i in 0..mi {
+            for j in 0..ni {
+                let frag = accs[(i * ni + j) as usize];
+                for h in 0..2u32 {
+                    let imm = ((16 * i + 8 * h) * stride + 8 * j * 4) as i32;
+                    self.b.push(Stmt::Store {
+                        space: Space::Shared,
+                        width: Width::V2,
+                        addr: mine,
+                        offset: imm,
+                        values: vec![frag[2 * h as usize].into(), frag[2 * h as usize + 1].into()],
+                    });
+                }
+            }
+        }
+        self.b.push(Stmt::Barrier);
+        stride
+    }
+
+    /// The row epilogue (`fuse` rule 8): the group's output `out`, `[.., N / d, d]`, of the
+    /// matmul `mm`'s `[.., N]` tile, whose f32 accumulators are first staged in shared
+    /// memory as for [`Gen::staged_epilogue`]. The `bm · bn / 8` chunks of 8 columns are
+    /// taken by the CTA's threads in passes (chunk `tid + it · threads`; the schedule makes
+    /// the count a multiple of the threads, so every lane runs every pass and the
+    /// shuffles see full warps); a row of `d` (`bn` a multiple of it) sits on `d / 8`
+    /// consecutive lanes, which form its `reductions` by butterflies
+    /// ([`Gen::chunk_reductions`]) and then compute and store the output's 8 values. The
+    /// matmul's value anywhere in the tile is read from the staged tile
+    /// ([`Gen::staged_value`], rounded to its dtype as the per-element epilogue does), so a
+    /// rotate-half reads the row's other half there. Rows and heads past the output's
+    /// edges compute values that are never stored.
+    pub(super) fn row_epilogue(
+        &mut self,
+        (out, mm, reductions): (Value, Value, &[Value]),
+        (base, bm, bn, threads): (Reg, u32, u32, u32),
+        (accs, mi, ni): (&[[Reg; 4]], u32, u32),
+        warp_tile: WarpTile,
+        (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
+    ) -> Result<(), LowerError> {
+        let d = self.g.ty(out).shape.last();
+        let tpr = (d / 8) as u32;
+        let per_row = bn / 8;
+        let passes = bm * per_row / threads;
+        if d % 8 != 0 || bn as u64 % d != 0 || passes * threads != bm * per_row {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "a row epilogue over rows of {d} in a {bm}×{bn} tile of {threads} threads"
+                ),
+                value: out,
+            });
+        }
+        let stride = self.stage_accumulators(base, bn, (accs, mi, ni), warp_tile);
+        let it = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        let first = self.imul_c(Ix::R(it), threads as u64);
+        let e = self.iadd(Ix::R(warp_tile.tid), first);
+        let row = self.idiv_c(e, per_row as u64);
+        let c8 = self.irem_c(e, per_row as u64);
+        let col = self.imul_c(c8, 8);
+        let gr = self.iadd(m0, row);
+        let gc = self.iadd(n0, col);
+        let ok = self.in_bounds((gr, m), (gc, n));
+        // A chunk past the output's last row or head computes the values of the last one
+        // (inside the tile: the tile's first row and head are inside the output), never
+        // stored: every lane runs the shuffles, and every index stays inside the tile and
+        // the tensors the epilogue reads.
+        let ix = |o: Operand| match o {
+            Operand::Reg(r) => Ix::R(r),
+            Operand::U32(c) => Ix::C(c as u64),
+            _ => unreachable!("umin of u32 operands"),
+        };
+        let (gro, gco) = (self.ix_op(gr), self.ix_op(gc));
+        let row_in = ix(self.umin(gro, Self::imm_u(m.max(1) - 1)));
+        let col_in = ix(self.umin(gco, Self::imm_u(n.max(1) - 1)));
+        let head = self.idiv_c(col_in, d);
+        let within = self.irem_c(gc, d);
+        let mut idx = lead.to_vec();
+        idx.extend([row_in, head, within]);
+        self.staged = Some(super::StagedTile {
+            mm,
+            base,
+            stride,
+            m0,
+            n0,
+        });
+        self.memo.push(Default::default());
+        self.chunk_reductions(reductions, &idx, tpr)?;
+        let vals = self.value(out, &idx, 8)?;
+        for r in reductions {
+            self.row_value.remove(r);
+        }
+        self.memo.pop();
+        self.staged = None;
+        self.open();
+        self.store(out, &idx, &vals)?;
+        self.close_if(ok);
+        self.close_for(it, Operand::U32(0), Operand::U32(passes), Operand::U32(1));
+        Ok(())
+    }
+
+    /// `lanes` values of the matmul `tile.mm` at `idx` (its own index, inside the CTA's
+    /// tile) from the staged f32 tile, each rounded once to the matmul's dtype as
+    /// [`Gen::matmul_epilogue`] rounds an accumulator. Vectors of 4 (or 2) floats where
+    /// `lanes` allows: the first column is then a multiple of `lanes` (the matmul's rows
+    /// are whole rows of the epilogue's, a multiple of 8) and the stride of 16 bytes.
+    pub(super) fn staged_value(
+        &mut self,
+        tile: super::StagedTile,
+        idx: &[Ix],
+        lanes: u32,
+    ) -> Vec<Operand> {
+        let r = idx.len();
+        let (ro, co) = (self.ix_op(idx[r - 2]), self.ix_op(idx[r - 1]));
+        let (m0, n0) = (self.ix_op(tile.m0), self.ix_op(tile.n0));
+        let i = self.b.op(RegType::U32, Op::ISub, &[ro, m0]);
+        let j = self.b.op(RegType::U32, Op::ISub, &[co, n0]);
+        let ib = self.imul_c(Ix::R(i), tile.stride as u64);
+        let jb = self.imul_c(Ix::R(j), 4);
+        let off = self.iadd(ib, jb);
+        let addr = self.shared_addr(tile.base, off);
+        let width = match lanes {
+            l if l % 4 == 0 => Width::V4,
+            l if l % 2 == 0 => Width::V2,
+            _ => Width::B32,
+        };
+        let per = width.regs() as u32;
+        let dt = self.g.ty(tile.mm).dtype;
+        let mut out = Vec::with_capacity(lanes as usize);
+        for k in 0..lanes / per {
+            let dsts: Vec<Reg> = (0..per)
+                .map(|_| self.b.kernel.new_reg(RegType::F32))
+                .collect();
+            self.b.push(Stmt::Load {
+                dsts: dsts.clone(),
+                space: Space::Shared,
+                width,
+                addr,
+                offset: (4 * per * k) as i32,
+            });
+            for x in dsts {
+                out.push(self.round(x.into(), dt));
+            }
+        }
+        out
+    }
+
+    /// The `reductions` of the row holding `idx` (8 consecutive elements along the last
+    /// dim, the row on `tpr` consecutive lanes): each the lane's 8 values folded left to
+    /// right from the identity, then a butterfly over the `tpr` lanes — a row-reduction
+    /// kernel's order at `tpr` threads per row, vector 8. Each result (converted to the
+    /// reduction's dtype) stands in for the reduction until removed from `row_value`.
+    pub(super) fn chunk_reductions(
+        &mut self,
+        reductions: &[Value],
+        idx: &[Ix],
+        tpr: u32,
+    ) -> Result<(), LowerError> {
+        for &r in reductions {
+            let tessel_ir::graph::Op::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
+                return Err(LowerError::Unsupported {
+                    what: "a row's reduction that is not a reduce".into(),
+                    value: r,
+                });
+            };
+            let dt = self.g.ty(arg).dtype;
+            let cls = super::class(dt);
+            let identity =
+                super::rows::reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
+                    what: format!("reduction {rop:?} of {dt}"),
+                    value: r,
+                })?;
+            let acc = self.b.kernel.new_reg(cls);
+            self.b.assign(acc, Op::Mov, &[identity]);
+            for x in self.value(arg, idx, 8)? {
+                self.combine(rop, cls, acc, x);
+            }
+            self.butterfly(rop, cls, acc, tpr);
+            let rdt = self.g.ty(r).dtype;
+            let res = if rdt != dt {
+                self.convert(acc.into(), dt, rdt)
+            } else {
+                acc.into()
+            };
+            self.row_value.insert(r, res);
         }
         Ok(())
     }

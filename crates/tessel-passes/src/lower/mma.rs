@@ -48,13 +48,15 @@ impl Gen<'_> {
     ///    loads for transposed TF32) and one `mma.sync` per 16 × 8 fragment of the warp's tile;
     /// 3. the epilogue (the group's output of the f32 accumulators, each rounded once to the
     ///    matmul's dtype) through shared memory in 16-byte row vectors when N is a multiple
-    ///    of 4 ([`Gen::staged_epilogue`]), else per fragment.
+    ///    of 4 ([`Gen::staged_epilogue`]), else per fragment; or, for a group whose output
+    ///    is whole rows of the tile (`fuse` rule 8, with `row_reductions` its reductions),
+    ///    through shared memory row by row ([`Gen::row_epilogue`]).
     ///
     /// Returns the grid.
     pub(super) fn mma(
         &mut self,
         out: Value,
-        mm: Value,
+        (mm, row_reductions): (Value, &[Value]),
         tile: &TileConfig,
     ) -> Result<[u32; 3], LowerError> {
         let TileConfig::Mma {
@@ -243,7 +245,12 @@ impl Gen<'_> {
                 wn0,
             };
             let edges = (&lead[..], m0, n0, m, n);
-            self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
+            if self.g.ty(out).shape == self.g.ty(mm).shape {
+                self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
+            } else {
+                let group = (out, mm, row_reductions);
+                self.row_epilogue(group, tile, (&accs, mi, ni), warp_tile, edges)?;
+            }
             return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
         }
         // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.

@@ -264,6 +264,20 @@ struct Gen<'a> {
     flat_of: HashMap<(Vec<Ix>, Vec<u64>), Ix>,
     /// The split-K scratch buffer of a split-K kernel.
     scratch: Option<Scratch>,
+    /// In a row epilogue (`fuse` rule 8): the CTA's tile of the matmul's f32 accumulators
+    /// in shared memory, which stands in for the matmul at any index inside the tile.
+    staged: Option<StagedTile>,
+}
+
+/// The staged epilogue's f32 tile of matmul `mm`: element (`m0 + i`, `n0 + j`) of the
+/// matmul's last two dims at byte `i · stride + 4 · j` from `base`.
+#[derive(Copy, Clone)]
+struct StagedTile {
+    mm: Value,
+    base: Reg,
+    stride: u32,
+    m0: Ix,
+    n0: Ix,
 }
 
 /// The f32 scratch buffer `[split, ..matmul shape]` of a split-K matmul.
@@ -382,6 +396,7 @@ fn lower_group(
         memo: vec![HashMap::new()],
         row_value: HashMap::new(),
         lane_value: HashMap::new(),
+        staged: None,
         flat_of: HashMap::new(),
         scratch: None,
     };
@@ -465,12 +480,12 @@ fn lower_group(
             )
         }
         (GroupKind::Matmul, &TileConfig::Mma { .. }) => {
-            let grid = gen.mma(out, data.reductions[0], tile)?;
-            (
-                tile.threads_per_cta(),
-                grid,
-                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
-            )
+            let grid = gen.mma(out, (data.reductions[0], &data.reductions[1..]), tile)?;
+            let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
+            if let Some(d) = crate::fuse::row_epilogue_rows(g, data) {
+                order += &format!("; {}", crate::schedule::row_epilogue_order(d));
+            }
+            (tile.threads_per_cta(), grid, order)
         }
         (GroupKind::Attention, &TileConfig::Attention { .. }) => {
             let reds = (data.reductions[0], data.reductions[1]);

@@ -64,6 +64,9 @@ impl Gen<'_> {
         if let Some(&x) = self.row_value.get(&v) {
             return Ok(vec![x; lanes as usize]);
         }
+        if let Some(tile) = self.staged.filter(|t| t.mm == v) {
+            return Ok(self.staged_value(tile, idx, lanes));
+        }
         if self.is_leaf(v) {
             return self.load(v, idx, lanes);
         }

@@ -93,15 +93,24 @@ pub fn q_in_prologue(g: &Graph, fusion: &Fusion, s: Value) -> bool {
 /// exactly a row-reduction kernel's at `d / 8` threads per row and vector 8 (one chunk of
 /// 8 per thread).
 pub fn prologue_order(d: u64) -> String {
+    format!("q computed in the prologue, per {}", chunk_rows_order(d))
+}
+
+/// The order of the reductions of a matmul's row epilogue (`fuse` rule 8, rows of `d`):
+/// the same as [`prologue_order`]'s.
+pub fn row_epilogue_order(d: u64) -> String {
+    format!("the epilogue's rows, per {}", chunk_rows_order(d))
+}
+
+/// A row-reduction kernel's order at `d / 8` threads per row and vector 8 (one chunk of 8
+/// per thread), in words.
+fn chunk_rows_order(d: u64) -> String {
     let rows = TileConfig::RowReduction {
         threads_per_row: (d / 8) as u32,
         rows_per_cta: 1,
         vector: 8,
     };
-    format!(
-        "q computed in the prologue, per {}",
-        super::reduction_order(&rows, d)
-    )
+    super::reduction_order(&rows, d)
 }
 
 /// The tile for attention `a` computed from matmul `s`; `q_prologue` when the kernel

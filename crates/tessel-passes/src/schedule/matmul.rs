@@ -233,8 +233,24 @@ const SIMT_TILES: [SimtRow; 3] = [
 /// Why a schedule cannot serve a matmul, said in the reason of the one chosen instead.
 pub struct NotApplicable(pub String);
 
-/// The schedule of the matmul `mm` whose group writes `out`.
-pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Profile) -> Schedule {
+/// The schedule of the matmul `mm` whose group writes `out`; `rows` is `Some(d)` when the
+/// group's epilogue computes whole rows of `d` output columns (`fuse` rule 8: QK-norm and
+/// RoPE of the projection's heads), which only [`row_epilogue_tile`] serves.
+pub(super) fn choose(
+    g: &Graph,
+    mm: Value,
+    out: Value,
+    rows: Option<u64>,
+    t: &Target,
+    profile: Profile,
+) -> Schedule {
+    if let Some(d) = rows {
+        // `fuse` asked the same question with the same target and profile; a group read
+        // from text may not fit, and then the verifier rejects the tile chosen below.
+        if let Some((tile, why)) = row_epilogue_tile(g, mm, d, t, profile) {
+            return Schedule { tile, why };
+        }
+    }
     let s = matmul_shape(g, mm);
     // A matmul's operands and result have one dtype (the graph verifier's rule); the
     // kernels read the operands in `s.read`, 16-bit under widening casts. Tensor cores
@@ -263,7 +279,7 @@ pub(super) fn choose(g: &Graph, mm: Value, out: Value, t: &Target, profile: Prof
     };
     let out_shape_is_mm = g.ty(out).shape == g.ty(mm).shape;
     let mut why_not = String::new();
-    match mma(&s, s.read, out_shape_is_mm, t, profile) {
+    match mma(&s, s.read, out_shape_is_mm, None, t, profile) {
         Ok((tile, why)) => {
             return Schedule {
                 tile,
@@ -386,13 +402,38 @@ fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
     }
 }
 
+/// The tensor-core tile of the matmul `mm` when its epilogue computes whole rows of `d`
+/// output columns (`fuse` rule 8): [`MMA_TILES`]' choice with the staged epilogue, `bn`
+/// raised to `d` where it is less (a power of two: every column tile then holds whole
+/// rows), no split-K (a row's values must all be in one CTA), and the tile's `bm · bn / 8`
+/// chunks of 8 columns a multiple of its threads (every lane takes part in each pass's
+/// shuffles). `None` where the matmul would get no such tile: the decode GEMV shapes
+/// (M ≤ 16, one batch entry, both operands read along K), the exact profile or f32
+/// operands outside the fast profile (no tensor cores), N not a multiple of `d`.
+pub fn row_epilogue_tile(
+    g: &Graph,
+    mm: Value,
+    d: u64,
+    t: &Target,
+    profile: Profile,
+) -> Option<(TileConfig, String)> {
+    let s = matmul_shape(g, mm);
+    let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
+    if decode || d == 0 || s.n % d != 0 {
+        return None;
+    }
+    mma(&s, s.read, true, Some(d), t, profile).ok()
+}
+
 /// The tensor-core tile and its reason, or why there is none: the profile or the operands
 /// rule tensor cores out (said by nothing: the SIMT tile is the schedule), or no row of
-/// [`MMA_TILES`] fits the target's shared memory (said).
+/// [`MMA_TILES`] fits the target's shared memory (said). With `rows = Some(d)`, only tiles
+/// that suit an epilogue over whole rows of `d` ([`row_epilogue_tile`]).
 fn mma(
     s: &MatmulShape,
     dt: DType,
     out_shape_is_mm: bool,
+    rows: Option<u64>,
     t: &Target,
     profile: Profile,
 ) -> Result<(TileConfig, String), NotApplicable> {
@@ -427,7 +468,14 @@ fn mma(
     let sms = t.sm_count as u64;
     let mut too_big = Vec::new();
     for row in MMA_TILES.iter().filter(|r| (r.applies)(s, t)) {
-        let (bm, bn, warps_m, warps_n) = (row.tile)(s);
+        let (bm, mut bn, warps_m, warps_n) = (row.tile)(s);
+        if let Some(d) = rows {
+            bn = bn.max(d as u32);
+            let whole = bn as u64 % d == 0 && (bm * bn / 8) % (32 * warps_m * warps_n) == 0;
+            if !whole {
+                continue;
+            }
+        }
         let stage = (bm + bn) * bk * esz;
         let stages = (RING_BUDGET / stage).min(4).min(slices + 1).max(2);
         let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
@@ -436,7 +484,7 @@ fn mma(
             continue;
         }
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-        let split = if profile != Profile::Invariant {
+        let split = if profile != Profile::Invariant && rows.is_none() {
             split_k(tiles, s.k, bk, sms)
         } else {
             1
@@ -466,6 +514,14 @@ fn mma(
             row.name,
             split_why(split, tiles)
         );
+        let why = match rows {
+            Some(d) => format!(
+                "{why}; the epilogue computes whole rows of {d} columns ({} per column tile of {bn}, no split-K), {} threads per row",
+                bn as u64 / d,
+                d / 8
+            ),
+            None => why,
+        };
         let tile = TileConfig::Mma {
             bm,
             bn,

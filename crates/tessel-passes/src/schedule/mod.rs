@@ -20,11 +20,13 @@ mod attention;
 mod matmul;
 
 pub use attention::{
-    attention_shape, attention_shared_bytes, prologue_order, q_in_prologue, AttentionShape,
+    attention_shape, attention_shared_bytes, prologue_order, q_in_prologue, row_epilogue_order,
+    AttentionShape,
 };
 
 pub use matmul::{
-    matmul_shape, mma_shared_bytes, stored_operands, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
+    matmul_shape, mma_shared_bytes, row_epilogue_tile, stored_operands, swaps_last_two,
+    MatmulShape, STAGED_ROW_PAD,
 };
 
 use crate::target::{Profile, Target};
@@ -58,7 +60,10 @@ fn choose(
         .unwrap_or(4);
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
     match kind {
-        GroupKind::Matmul => matmul::choose(g, data.reductions[0], out, t, profile),
+        GroupKind::Matmul => {
+            let rows = crate::fuse::row_epilogue_rows(g, data);
+            matmul::choose(g, data.reductions[0], out, rows, t, profile)
+        }
         GroupKind::Attention => {
             let (s, a) = (data.reductions[0], data.reductions[1]);
             let fill = profile == Profile::Fast;
