@@ -47,3 +47,35 @@ fn an_error_in_an_imported_fn_is_shown_in_its_file() {
         insta::assert_snapshot!("imports__check_in_lib", check_errors("errors/check_in_lib/main.tsl", "s"));
     });
 }
+
+/// A new-user trial: `attention` from a library called with 6 query heads over 4 KV heads.
+/// The reshape that fails is in the library (lib.tsl line 4); the report must also show the
+/// user's call (main.tsl line 6) with the shapes it passed, or nothing points at the user's
+/// own mistake.
+#[test]
+fn an_error_in_an_imported_fn_labels_the_call_in_the_importer() {
+    let rendered = check_errors("errors/gqa_heads/main.tsl", "s");
+    assert!(rendered.contains("[E0406]"), "{rendered}");
+    assert!(
+        rendered.contains("errors/gqa_heads/lib.tsl:4:"),
+        "the callee's line:\n{rendered}"
+    );
+    assert!(
+        rendered.contains("errors/gqa_heads/main.tsl:6:5"),
+        "the call site's line:\n{rendered}"
+    );
+    assert!(
+        rendered.contains(
+            "in this call: attention(q: bf16[4, 6, 8], k: bf16[4, 4, 8], v: bf16[4, 4, 8], \
+             scale: f32)"
+        ),
+        "the call's argument types:\n{rendered}"
+    );
+    assert!(
+        rendered.contains("raised while inlining `attention` at the call labelled above"),
+        "{rendered}"
+    );
+    insta::with_settings!({ snapshot_path => "check_snapshots", prepend_module_to_snapshot => false }, {
+        insta::assert_snapshot!("imports__gqa_heads", rendered);
+    });
+}

@@ -3,8 +3,8 @@
 //! peak of a matmul's arithmetic, and cuBLAS on the same product.
 
 use crate::device::{self, open_gpu};
-use crate::frontend::{compile_steps, load, options, target_for, Step};
-use crate::inputs::make_inputs;
+use crate::frontend::{compile_steps, load, options, step_params, target_for, Step};
+use crate::inputs::{make_inputs, note_unused};
 use crate::weights::Weights;
 use crate::{CompileArgs, InputArgs};
 use anyhow::Result;
@@ -127,7 +127,10 @@ pub fn bench(
         }
     );
     let mut recs = Vec::new();
-    for step in compile_steps(&src, args, &options(&target), &weights)? {
+    let steps = compile_steps(&src, args, &options(&target), &weights)?;
+    let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
+    note_unused(in_args, &step_params(&src, &names));
+    for step in steps {
         let p = &step.compiled.program;
         let inputs = make_inputs(p, in_args, &step.weights)?;
         let l = device::load(&gpu, p, &inputs)?;

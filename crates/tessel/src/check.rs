@@ -4,7 +4,7 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{bound_dims, compile_step, load, options, target_for, Step};
+use crate::frontend::{bound_dims, compile_step, load, options, step_params, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::weights::Weights;
 use crate::words::plural;
@@ -115,6 +115,7 @@ pub fn check(
                 ok = false;
             }
         }
+        crate::inputs::note_unused(in_args, &step_params(&src, &names));
         for name in names {
             let step = match compile_step(&src, &name, &dims, args.profile, &opts, &weights) {
                 Ok(s) => s,

@@ -254,6 +254,23 @@ pub fn step_names(src: &Source, args: &CompileArgs) -> Result<Vec<String>> {
     Ok(names)
 }
 
+/// Steps `names` of `src`, each with its parameters' names: the inputs its compiled program
+/// takes, known before it is compiled.
+pub fn step_params<'a>(src: &'a Source, names: &'a [String]) -> Vec<(&'a str, Vec<&'a str>)> {
+    names
+        .iter()
+        .map(|name| {
+            let params = src
+                .module
+                .funcs()
+                .find(|f| f.name.node == *name)
+                .map(|f| f.params.iter().map(|p| p.name.node.as_str()).collect())
+                .unwrap_or_default();
+            (name.as_str(), params)
+        })
+        .collect()
+}
+
 /// Checks step `name` of `src`, validates its `--weights` tensors and compiles it in
 /// `profile`; diagnostics are rendered into the error ([`UnboundDims`] when the only errors
 /// are dims without a value).

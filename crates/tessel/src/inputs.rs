@@ -2,6 +2,7 @@
 //! name, filled with `--fill`, or seeded random.
 
 use crate::weights::StepWeights;
+use crate::words::and_list;
 use crate::InputArgs;
 use anyhow::{anyhow, bail, Context, Result};
 use safetensors::{Dtype, SafeTensors};
@@ -47,9 +48,52 @@ fn st_dtype(d: DType) -> Dtype {
     }
 }
 
+/// Notes on what `--fill` names and the `--inputs` file holds that a step does not take:
+/// several steps may run with one command line, so these are notes, not errors. Printed once
+/// for the steps of one file, before any of them runs (a note per step repeated the same
+/// tensor for every step): each name once, with every step it concerns. `steps` are the
+/// steps' names, each with its input names. An `--inputs` file that cannot be read gets no
+/// note here; [`make_inputs`] reports it.
+pub fn note_unused(args: &InputArgs, steps: &[(&str, Vec<&str>)]) {
+    // "step `a` does not take", "steps `a` and `b` do not take"
+    let not_taking = |name: &str, one: &str, many: &str| -> Option<String> {
+        let steps: Vec<String> = steps
+            .iter()
+            .filter(|(_, ins)| !ins.contains(&name))
+            .map(|(s, _)| format!("`{s}`"))
+            .collect();
+        match steps.len() {
+            0 => None,
+            1 => Some(format!("step {} {one}", and_list(&steps))),
+            _ => Some(format!("steps {} {many}", and_list(&steps))),
+        }
+    };
+    let mut fills: Vec<&str> = args.fills.iter().map(|(n, _)| n.as_str()).collect();
+    fills.sort_unstable();
+    fills.dedup();
+    for name in fills {
+        if let Some(who) = not_taking(name, "has", "have") {
+            eprintln!("note: --fill {name}: {who} no input `{name}`; ignored");
+        }
+    }
+    if let Some(path) = &args.inputs {
+        let mut in_file = crate::weights::tensor_names(path).unwrap_or_default();
+        in_file.sort();
+        for name in &in_file {
+            if let Some(who) = not_taking(name, "does not take", "do not take") {
+                eprintln!(
+                    "note: --inputs {} has `{name}`, which {who}; ignored",
+                    path.display()
+                );
+            }
+        }
+    }
+}
+
 /// The inputs of `p` in parameter order, each from the checkpoint (`weights`, the step's
 /// parameters read from `--weights`, already validated), the `--inputs` file, a fill, or
-/// random with a seed derived from `--seed` and the input's position.
+/// random with a seed derived from `--seed` and the input's position. What the file or a
+/// fill gives that `p` does not take is noted by [`note_unused`], once for all steps.
 ///
 /// Errors: an input the `--inputs` file lacks (naming it and the closest name in the file),
 /// unless `--allow-random`, which makes it random with a warning; a tensor of the wrong
@@ -68,27 +112,9 @@ pub fn make_inputs(p: &Program, args: &InputArgs, weights: &StepWeights) -> Resu
         None => None,
     };
     let fills: HashMap<&str, i64> = args.fills.iter().map(|(n, s)| (n.as_str(), *s)).collect();
-    for name in fills.keys() {
-        if !p.inputs.iter().any(|(n, _)| n == name) {
-            // Several steps may run with one --fill; say so rather than fail.
-            eprintln!(
-                "note: --fill {name}: step `{}` has no input `{name}`; ignored",
-                p.name
-            );
-        }
-    }
     if let (Some(s), Some(path)) = (&st, &args.inputs) {
         let mut in_file: Vec<String> = s.names().into_iter().map(String::from).collect();
         in_file.sort();
-        for name in &in_file {
-            if !p.inputs.iter().any(|(n, _)| n == name) {
-                eprintln!(
-                    "note: --inputs {} has `{name}`, which step `{}` does not take; ignored",
-                    path.display(),
-                    p.name
-                );
-            }
-        }
         let missing: Vec<&str> = p
             .inputs
             .iter()

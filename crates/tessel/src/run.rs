@@ -3,8 +3,8 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{compile_steps, load, options, target_for};
-use crate::inputs::{make_inputs, write_outputs};
+use crate::frontend::{compile_steps, load, options, step_params, target_for};
+use crate::inputs::{make_inputs, note_unused, write_outputs};
 use crate::weights::Weights;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
@@ -53,6 +53,8 @@ pub fn run(
     let gpu = device::gpu_unless(cpu);
     let (target, _) = target_for(args, gpu.as_ref().ok());
     let steps = compile_steps(&src, args, &options(&target), &weights)?;
+    let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
+    note_unused(in_args, &step_params(&src, &names));
     match &gpu {
         Ok(g) => println!("device: {} (GPU)", g.properties().name),
         Err(why) => println!("device: CPU kernel-IR executor ({why})"),

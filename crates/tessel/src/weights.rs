@@ -471,6 +471,14 @@ impl Checkpoint {
     }
 }
 
+/// The names of the tensors in safetensors file `path` (only its header is read), or
+/// `None` if it cannot be opened or is not a safetensors file.
+pub fn tensor_names(path: &Path) -> Option<Vec<String>> {
+    Mapped::open(path)
+        .ok()
+        .map(|m| m.tensors.into_keys().collect())
+}
+
 /// A memory-mapped safetensors file with its header parsed and checked: every tensor's
 /// bytes lie inside the file.
 struct Mapped {

@@ -8,3 +8,12 @@ pub fn plural(n: usize, noun: &str) -> String {
         format!("{n} {noun}s")
     }
 }
+
+/// "`a`", "`a` and `b`", "`a`, `b` and `c`".
+pub fn and_list(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}

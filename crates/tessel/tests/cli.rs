@@ -279,6 +279,56 @@ fn inputs_missing_from_the_file_are_an_error_unless_allowed() {
     assert!(!t.contains("warning"), "{t}");
 }
 
+/// New-user trial: `check --inputs` of a file with two steps printed the note about a tensor
+/// neither step takes once per step. Each note is printed once for the file and names every
+/// step it concerns; a step-specific note (`y`, which only `a` does not take) is kept.
+#[test]
+fn input_notes_are_printed_once_for_all_steps_of_a_file() {
+    let d = scratch("input-notes");
+    write(
+        &d,
+        "two.tsl",
+        "step a(x: f32[2]) -> f32[2] { x * 2.0 }\n\
+         step b(x: f32[2], y: f32[2]) -> f32[2] { x + y }\n",
+    );
+    safetensors_with(&d.join("in.safetensors"), &["x", "y", "extra"]);
+    for cmd in ["check", "run"] {
+        let o = tessel(
+            &d,
+            &[
+                cmd,
+                "two.tsl",
+                "--cpu",
+                "--inputs",
+                "in.safetensors",
+                "--fill",
+                "pos=iota",
+            ],
+        );
+        let t = text(&o);
+        assert!(o.status.success(), "{cmd}: {t}");
+        for (note, once) in [
+            (
+                "note: --inputs in.safetensors has `extra`",
+                "note: --inputs in.safetensors has `extra`, which steps `a` and `b` do not take; \
+                 ignored",
+            ),
+            (
+                "note: --inputs in.safetensors has `y`",
+                "note: --inputs in.safetensors has `y`, which step `a` does not take; ignored",
+            ),
+            (
+                "note: --fill pos",
+                "note: --fill pos: steps `a` and `b` have no input `pos`; ignored",
+            ),
+        ] {
+            assert_eq!(t.matches(note).count(), 1, "{cmd}: `{note}` once:\n{t}");
+            assert!(t.contains(once), "{cmd}: {t}");
+        }
+        assert_eq!(t.matches("note:").count(), 3, "{cmd}: {t}");
+    }
+}
+
 #[test]
 fn run_says_what_it_timed_and_counts_kernels_in_english() {
     let d = scratch("messages");

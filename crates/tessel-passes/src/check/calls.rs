@@ -1,5 +1,9 @@
 //! `fn` calls: every call is inlined, its parameters bound to the arguments (dims unified
 //! per call, a leading `...` matched), its result conformed to the declared return type.
+//!
+//! A diagnostic raised while a call is inlined points into the callee's body, which may be
+//! a library the user did not write; [`Checker::in_calls`] labels it with every call being
+//! inlined, so the report also shows the user's own call and the shapes it passed.
 
 use tessel_ir::Value;
 use tessel_syntax::ast::{self, Func};
@@ -7,6 +11,22 @@ use tessel_syntax::{Diagnostic, Span};
 
 use super::eval::{fmt_shape, Arg};
 use super::{codes, dtype, dtype_rank, Bindings, Checker, Env, Reported, Val, MAX_CALL_DEPTH, R};
+
+/// One `fn` call being inlined (an entry of [`Checker::call_stack`]).
+#[derive(Clone, Debug)]
+pub(crate) struct CallSite {
+    /// The callee.
+    pub(crate) name: String,
+    /// The whole call expression, `attention(q, k, v, mask, 0.125)`.
+    pub(crate) span: Span,
+    /// The bound arguments, `q: bf16[8, 6, 64], k: bf16[8, 4, 64]`; empty while they are
+    /// not bound yet.
+    pub(crate) args: String,
+}
+
+/// Most call sites one diagnostic labels: a deeper chain labels the outermost and innermost
+/// half of this each (a chain [`MAX_CALL_DEPTH`] deep would otherwise quote 64 lines).
+const MAX_CALL_LABELS: usize = 8;
 
 impl<'m> Checker<'m> {
     // ---- fn calls -----------------------------------------------------------------------
@@ -22,14 +42,18 @@ impl<'m> Checker<'m> {
         let name = f.name.node.as_str();
         // Each inlined call counts against the expansion bound (a fn whose body adds no
         // node still costs its call), with the callee at the end of the reported chain.
-        self.call_stack.push((name.to_string(), span));
+        self.call_stack.push(CallSite {
+            name: name.to_string(),
+            span,
+            args: String::new(),
+        });
         let within = self.expand(span);
         self.call_stack.pop();
         within?;
-        if let Some(i) = self.call_stack.iter().position(|(n, _)| n == name) {
+        if let Some(i) = self.call_stack.iter().position(|c| c.name == name) {
             let chain: Vec<&str> = self.call_stack[i..]
                 .iter()
-                .map(|(n, _)| n.as_str())
+                .map(|c| c.name.as_str())
                 .chain([name])
                 .collect();
             let mut d =
@@ -39,8 +63,8 @@ impl<'m> Checker<'m> {
                         format!("`{name}` calls itself: {}", chain.join(" -> ")),
                     )
                     .with_note("fns are inlined at each call, so they cannot recurse");
-            if let Some((_, outer)) = self.call_stack.get(i) {
-                d = d.with_secondary(*outer, format!("`{name}` is called here first"));
+            if let Some(outer) = self.call_stack.get(i) {
+                d = d.with_secondary(outer.span, format!("`{name}` is called here first"));
             }
             return Err(self.error(d));
         }
@@ -147,16 +171,75 @@ impl<'m> Checker<'m> {
         if failed {
             return Err(Reported);
         }
+        let args: Vec<String> = locals
+            .iter()
+            .filter_map(|(n, v)| match v {
+                // As the source declares it: a scalar is `f32`, not `f32[]`.
+                Some(Val::T(v)) => Some(match self.graph.ty(*v) {
+                    t if t.shape.0.is_empty() => format!("{n}: {}", t.dtype),
+                    t => format!("{n}: {t}"),
+                }),
+                _ => None,
+            })
+            .collect();
         let mut env = Env { locals, dims: b };
-        self.call_stack.push((name.to_string(), span));
+        self.call_stack.push(CallSite {
+            name: name.to_string(),
+            span,
+            args: args.join(", "),
+        });
         let result = self.eval_block(&mut env, &f.body);
-        let result = result.and_then(|v| self.conform(v, f, &env.dims, Some(span)));
+        let result = result.and_then(|v| self.conform(v, f, &env.dims));
         self.call_stack.pop();
         let values = result?;
         Ok(match f.ret {
             ast::RetType::Single(_) => Val::T(values.into_iter().next().ok_or(Reported)?),
             ast::RetType::Tuple(..) => Val::Tuple(values.into_iter().map(Val::T).collect()),
         })
+    }
+
+    /// `d` with a secondary label on each call in [`Checker::call_stack`] (its arguments'
+    /// types when they are bound) and a note naming the chain of calls, outermost first.
+    /// The labels go where the user wrote each call, so an error in a library `fn` also
+    /// points at the user's file. A call already labelled by `d` keeps its label; past
+    /// [`MAX_CALL_LABELS`] calls only the outermost and innermost ones are labelled.
+    pub(crate) fn in_calls(&self, mut d: Diagnostic) -> Diagnostic {
+        let n = self.call_stack.len();
+        if n == 0 {
+            return d;
+        }
+        let half = MAX_CALL_LABELS / 2;
+        for (i, c) in self.call_stack.iter().enumerate() {
+            let shown = n <= MAX_CALL_LABELS || i < half || i >= n - half;
+            if !shown || d.labels.iter().any(|l| l.span == c.span) {
+                continue;
+            }
+            let message = if c.args.is_empty() {
+                format!("in this call of `{}`", c.name)
+            } else {
+                format!("in this call: {}({})", c.name, c.args)
+            };
+            d = d.with_secondary(c.span, message);
+        }
+        let note = match self.call_stack.as_slice() {
+            [c] => format!(
+                "raised while inlining `{}` at the call labelled above",
+                c.name
+            ),
+            calls => {
+                let chain: Vec<&str> = calls.iter().map(|c| c.name.as_str()).collect();
+                let which = if n <= MAX_CALL_LABELS {
+                    "each call is labelled above".to_string()
+                } else {
+                    format!("the outermost {half} and innermost {half} calls are labelled above")
+                };
+                format!(
+                    "raised while inlining {} (outermost first); {which}",
+                    chain.join(" -> ")
+                )
+            }
+        };
+        d.with_note(note)
     }
 
     /// Checks one argument against its parameter and extends the call's bindings.

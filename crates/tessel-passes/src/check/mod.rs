@@ -318,8 +318,9 @@ pub(crate) struct Checker<'m> {
     pub(crate) consts: HashMap<String, Option<Lit>>,
     /// `fn`s and `step`s by name (the first of duplicates; those are diagnosed before).
     pub(crate) funcs: HashMap<&'m str, &'m Func>,
-    /// The `fn`s being inlined, outermost first, with their call sites.
-    pub(crate) call_stack: Vec<(String, Span)>,
+    /// The `fn` calls being inlined, outermost first; every diagnostic raised meanwhile
+    /// labels them ([`Checker::in_calls`]).
+    pub(crate) call_stack: Vec<calls::CallSite>,
     /// Graph nodes pushed plus `fn` calls inlined so far (bounded by [`MAX_EXPANSION`]).
     pub(crate) expansion: u64,
     /// Set once [`MAX_EXPANSION`] is reached and reported: every later push and call fails
@@ -351,7 +352,9 @@ impl<'m> Checker<'m> {
         }
     }
 
+    /// Records `d`, labelled with the `fn` calls being inlined (if any).
     pub(crate) fn error(&mut self, d: Diagnostic) -> Reported {
+        let d = self.in_calls(d);
         self.diags.push(d);
         Reported
     }
@@ -397,7 +400,7 @@ impl<'m> Checker<'m> {
         };
         let mut bad = false;
         for (index, p) in func.params.iter().enumerate() {
-            let v = self.resolve_type(&p.ty, &env.dims, None).and_then(|ty| {
+            let v = self.resolve_type(&p.ty, &env.dims).and_then(|ty| {
                 self.addressable(&ty, p.ty.span, Some(&p.name.node))?;
                 self.push(
                     Op::Input {
@@ -431,7 +434,7 @@ impl<'m> Checker<'m> {
         }
         let result = self.eval_block(&mut env, &func.body);
         self.check_reads_before_updates();
-        let values = self.conform(result?, func, &env.dims, None)?;
+        let values = self.conform(result?, func, &env.dims)?;
         let names = output_names(self.m, func, values.len());
         // An `inout` parameter's final value is returned under its own name, after the
         // declared results; a declared result that would be named like one gets a `_`.
@@ -508,32 +511,30 @@ impl<'m> Checker<'m> {
         }
         self.exhausted = true;
         let d = match self.call_stack.first() {
-            Some((outer, site)) => {
-                let chain: Vec<&str> = self.call_stack.iter().map(|(n, _)| n.as_str()).collect();
-                Diagnostic::error(
-                    codes::EXPANSION,
-                    format!(
-                        "inlining `{outer}` expands the step to more than {MAX_EXPANSION} \
+            // `error` adds the chain of calls being inlined.
+            Some(calls::CallSite {
+                name: outer,
+                span: site,
+                ..
+            }) => Diagnostic::error(
+                codes::EXPANSION,
+                format!(
+                    "inlining `{outer}` expands the step to more than {MAX_EXPANSION} \
                          graph nodes and calls"
-                    ),
-                )
-                .with_label(
-                    *site,
-                    format!("this call of `{outer}` is too large once inlined"),
-                )
-                .with_note(format!(
-                    "while inlining {} (outermost first)",
-                    chain.join(" -> ")
-                ))
-                .with_note(
-                    "every fn is inlined at each of its calls, so a fn that calls another \
-                     twice doubles the size at each level",
-                )
-                .with_help(
-                    "where a fn calls another twice with the same arguments, bind the result \
-                     once with `let` and use the name twice",
-                )
-            }
+                ),
+            )
+            .with_label(
+                *site,
+                format!("this call of `{outer}` is too large once inlined"),
+            )
+            .with_note(
+                "every fn is inlined at each of its calls, so a fn that calls another \
+                 twice doubles the size at each level",
+            )
+            .with_help(
+                "where a fn calls another twice with the same arguments, bind the result \
+                 once with `let` and use the name twice",
+            ),
             None => Diagnostic::error(
                 codes::EXPANSION,
                 format!("the step expands to more than {MAX_EXPANSION} graph nodes"),

@@ -96,14 +96,9 @@ impl<'m> Checker<'m> {
         }
     }
 
-    /// The concrete type of a declared type under `b`. `call` is the call site when the
-    /// type belongs to a `fn` (a return dim that no parameter bound is reported there).
-    pub(crate) fn resolve_type(
-        &mut self,
-        ty: &ast::Type,
-        b: &Bindings,
-        call: Option<Span>,
-    ) -> R<TensorType> {
+    /// The concrete type of a declared type under `b`. A `fn`'s return dim that no parameter
+    /// bound is reported at the dim, and [`Checker::error`] labels the call being inlined.
+    pub(crate) fn resolve_type(&mut self, ty: &ast::Type, b: &Bindings) -> R<TensorType> {
         let mut shape = Vec::new();
         for d in &ty.dims {
             match &d.kind {
@@ -119,29 +114,25 @@ impl<'m> Checker<'m> {
                 DimKind::Symbol(s) => match b.syms.get(s) {
                     Some((n, _)) => shape.push(*n),
                     None => {
-                        let mut diag = Diagnostic::error(
-                            codes::UNBOUND_DIM,
-                            format!("dim `{s}` is not bound by any parameter"),
-                        )
-                        .with_label(d.span, format!("`{s}` appears only here"));
-                        if let Some(c) = call {
-                            diag = diag.with_secondary(c, "in this call");
-                        }
-                        return Err(self.error(diag));
+                        return Err(self.error(
+                            Diagnostic::error(
+                                codes::UNBOUND_DIM,
+                                format!("dim `{s}` is not bound by any parameter"),
+                            )
+                            .with_label(d.span, format!("`{s}` appears only here")),
+                        ));
                     }
                 },
                 DimKind::Rest => match &b.rest {
                     Some((r, _)) => shape.extend(r.iter().copied()),
                     None => {
-                        let mut diag = Diagnostic::error(
-                            codes::UNBOUND_DIM,
-                            "`...` is not bound by any parameter",
-                        )
-                        .with_label(d.span, "`...` appears only here");
-                        if let Some(c) = call {
-                            diag = diag.with_secondary(c, "in this call");
-                        }
-                        return Err(self.error(diag));
+                        return Err(self.error(
+                            Diagnostic::error(
+                                codes::UNBOUND_DIM,
+                                "`...` is not bound by any parameter",
+                            )
+                            .with_label(d.span, "`...` appears only here"),
+                        ));
                     }
                 },
             }
@@ -150,30 +141,21 @@ impl<'m> Checker<'m> {
     }
 
     /// Checks a body's result against the declared return type(s) and returns the values.
-    /// A weak scalar takes the declared dtype; anything else must match exactly.
-    pub(crate) fn conform(
-        &mut self,
-        val: Val,
-        func: &Func,
-        b: &Bindings,
-        call: Option<Span>,
-    ) -> R<Vec<Value>> {
+    /// A weak scalar takes the declared dtype; anything else must match exactly. For a `fn`,
+    /// [`Checker::error`] labels the call being inlined.
+    pub(crate) fn conform(&mut self, val: Val, func: &Func, b: &Bindings) -> R<Vec<Value>> {
         let tail = func.body.tail;
         let tail_span = self.m.span(tail);
         let declared = func.ret.types();
         let elems = match (&func.ret, val) {
             (RetType::Single(_), Val::Tuple(vs)) => {
-                return Err(self.return_shape_error(
-                    func,
-                    call,
-                    format!("a tuple of {}", vs.len()),
-                ));
+                return Err(self.return_shape_error(func, format!("a tuple of {}", vs.len())));
             }
             (RetType::Single(_), v) => vec![v],
             (RetType::Tuple(..), Val::Tuple(vs)) if vs.len() == declared.len() => vs,
             (RetType::Tuple(..), v) => {
                 let what = self.describe(&v);
-                return Err(self.return_shape_error(func, call, what));
+                return Err(self.return_shape_error(func, what));
             }
         };
         let spans: Vec<Span> = match self.m.expr(tail) {
@@ -185,7 +167,7 @@ impl<'m> Checker<'m> {
         let mut out = Vec::new();
         let mut failed = false;
         for ((v, decl), span) in elems.into_iter().zip(declared).zip(spans) {
-            let want = self.resolve_type(decl, b, call)?;
+            let want = self.resolve_type(decl, b)?;
             let got = match v {
                 Val::Weak(l) if l.rank() <= dtype_rank(want.dtype) => {
                     self.materialize(l, want.dtype, span)?
@@ -193,16 +175,14 @@ impl<'m> Checker<'m> {
                 Val::T(v) => v,
                 other => {
                     let what = self.describe(&other);
-                    let mut d = Diagnostic::error(
-                        codes::RETURN_TYPE,
-                        format!("result type mismatch: declared {want}, found {what}"),
-                    )
-                    .with_label(span, format!("this is {what}"))
-                    .with_secondary(decl.span, format!("declared {want}"));
-                    if let Some(c) = call {
-                        d = d.with_secondary(c, "in this call");
-                    }
-                    self.error(d);
+                    self.error(
+                        Diagnostic::error(
+                            codes::RETURN_TYPE,
+                            format!("result type mismatch: declared {want}, found {what}"),
+                        )
+                        .with_label(span, format!("this is {what}"))
+                        .with_secondary(decl.span, format!("declared {want}")),
+                    );
                     failed = true;
                     continue;
                 }
@@ -224,9 +204,6 @@ impl<'m> Checker<'m> {
                         want.dtype
                     ));
                 }
-                if let Some(c) = call {
-                    d = d.with_secondary(c, "in this call");
-                }
                 self.error(d);
                 failed = true;
                 continue;
@@ -240,30 +217,23 @@ impl<'m> Checker<'m> {
         }
     }
 
-    pub(crate) fn return_shape_error(
-        &mut self,
-        func: &Func,
-        call: Option<Span>,
-        found: String,
-    ) -> Reported {
+    pub(crate) fn return_shape_error(&mut self, func: &Func, found: String) -> Reported {
         let n = func.ret.types().len();
         let want = match &func.ret {
             RetType::Single(_) => "one tensor".to_string(),
             RetType::Tuple(..) => format!("a tuple of {n}"),
         };
-        let mut d = Diagnostic::error(
-            codes::RETURN_TYPE,
-            format!(
-                "`{}` must return {want}, but its body gives {found}",
-                func.name.node
-            ),
+        self.error(
+            Diagnostic::error(
+                codes::RETURN_TYPE,
+                format!(
+                    "`{}` must return {want}, but its body gives {found}",
+                    func.name.node
+                ),
+            )
+            .with_label(self.m.span(func.body.tail), format!("this is {found}"))
+            .with_secondary(func.ret.span(), "declared here"),
         )
-        .with_label(self.m.span(func.body.tail), format!("this is {found}"))
-        .with_secondary(func.ret.span(), "declared here");
-        if let Some(c) = call {
-            d = d.with_secondary(c, "in this call");
-        }
-        self.error(d)
     }
 }
 
