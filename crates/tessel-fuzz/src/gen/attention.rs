@@ -228,13 +228,13 @@ impl Gen {
         // K as a projection writes it, then mostly its row-wise chain (QK-norm, RoPE): the
         // prefill K of a Qwen layer, which fuse rule 8 computes in the GEMM's epilogue.
         let mut projected = false;
-        if !bl.k_stored_t && !cached && self.chance(0.12) {
+        if !bl.k_stored_t && !cached && self.chance(0.25) {
             if let Some(p) = self.projection(&bl.kv_ty(&bl.d, false)) {
                 k = p;
                 projected = true;
             }
         }
-        let p_chain = if projected { 0.7 } else { 0.2 };
+        let p_chain = if projected { 0.85 } else { 0.2 };
         if !bl.k_stored_t && !cached && self.chance(p_chain) {
             // K computed (its norm, RoPE where q's tables fit it, a scale): a kernel of its
             // own writes it — or, over a projection, the GEMM's epilogue (rule 8) — and the
@@ -534,7 +534,7 @@ impl Gen {
         let rows: u64 = sizes[..r - 2].iter().product();
         let n = sizes[r - 2] * sizes[r - 1];
         let k = self.pick(&[16u64, 24, 40, 64]);
-        if rows * n * k > self.cfg.max_fmas / 2 {
+        if rows * n * k > self.cfg.max_fmas {
             return None;
         }
         let x = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(rows), Dim::Lit(k)]));
