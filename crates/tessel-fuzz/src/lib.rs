@@ -69,6 +69,9 @@ pub struct Summary {
     /// Programs with a GEMM that computes whole rows in its epilogue (fuse rule 8: a
     /// kernel whose reduction order names "the epilogue's rows").
     pub row_epilogue: u64,
+    /// Programs with an update kernel that computes its rows' reductions (fuse rule 6: a
+    /// kernel whose reduction order names "the rows' reductions").
+    pub update_rows: u64,
 }
 
 /// Runs `opts.count` programs; `progress` is called after each with (done, summary so
@@ -96,6 +99,9 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .iter()
             .any(|k| k.contains("q computed in the prologue")) as u64;
         s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
+        s.update_rows += schedules
+            .iter()
+            .any(|k| k.contains("the rows' reductions")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

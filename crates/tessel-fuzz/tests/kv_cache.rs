@@ -244,3 +244,77 @@ fn appending_a_row_costs_the_same_for_any_cache_length() {
         "(CTAs, instructions) at S = 64 and S = 4096"
     );
 }
+
+/// The update's kernel computes the new keys' norm itself (fuse rule 6: the sum of squares
+/// of each row of D on D / 8 lanes, vector 8) in every profile, and the cache it writes
+/// has the bits of the program whose rows a row kernel writes first (the same reduction
+/// order): `append_normed` and `append_normed_kept`, at head dims 16 to 128, one and
+/// several new tokens, positions at the start, inside and past the end. The near misses
+/// keep a kernel for the norm's sums and pass the reference.
+#[test]
+fn the_update_kernel_computes_the_rows_norm_with_the_row_kernels_bits() {
+    for (b, n, kv, dd, s, pos) in [
+        (2, 1, 2, 128, 40, vec![0, 39]),
+        (3, 4, 1, 16, 33, vec![0, 17, 31]),
+        (1, 8, 3, 64, 64, vec![60]),
+    ] {
+        let d = [("B", b), ("N", n), ("KV", kv), ("D", dd), ("S", s)];
+        for profile in [Profile::Exact, Profile::Invariant, Profile::Fast] {
+            for step in ["append_normed", "append_head0", "append_across"] {
+                pass(step, &d, &pos, profile);
+            }
+            let reduction_kernels = |step: &str| {
+                program(step, &d, profile)
+                    .kernels
+                    .values()
+                    .filter(|k| k.schedule.starts_with("row_reduction {"))
+                    .count()
+            };
+            assert_eq!(
+                reduction_kernels("append_normed"),
+                0,
+                "{d:?} {}",
+                profile.name()
+            );
+            // With one KV head, head 0's norm is every row's own: `append_head0` fuses.
+            let head0 = if kv == 1 { 0 } else { 1 };
+            assert_eq!(
+                reduction_kernels("append_head0"),
+                head0,
+                "{d:?} {}",
+                profile.name()
+            );
+            assert_eq!(
+                reduction_kernels("append_across"),
+                1,
+                "{d:?} {}",
+                profile.name()
+            );
+            let cache = |step: &str| -> Vec<u8> {
+                let p = program(step, &d, profile);
+                let inputs: Vec<Tensor> = p
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (name, buf))| {
+                        let ty = p.buffers[*buf].ty.clone();
+                        if name == "pos" {
+                            positions(&pos)
+                        } else {
+                            Tensor::random(ty, 900 + i as u64)
+                        }
+                    })
+                    .collect();
+                tessel_ref::exec::run_program(&p, &inputs).expect("runs")[0]
+                    .data
+                    .clone()
+            };
+            assert_eq!(
+                cache("append_normed"),
+                cache("append_normed_kept"),
+                "{d:?} {}",
+                profile.name()
+            );
+        }
+    }
+}

@@ -41,9 +41,11 @@
 //! 6. An [`Op::Update`] is materialised as the one output of a group of its own kind,
 //!    [`GroupKind::Update`], whose kernel iterates over the update's rows and stores them
 //!    into the buffer of the tensor it updates (never copying it). The rows' and positions'
-//!    cones are computed inside that kernel (RoPE of the new keys, a cast, a QK-norm's
-//!    elementwise part); a reduction in them is materialised by its own kernel first (the
-//!    norm's sum of squares), as a matmul already is by rule 0.
+//!    cones are computed inside that kernel (RoPE of the new keys, a cast, a QK-norm); a
+//!    reduction in them is materialised by its own kernel first, as a matmul already is
+//!    by rule 0 — except in the rows' cone when each reduction runs over one row of the
+//!    rows' head dim ([`rows_reduced_in_update`]: the QK-norm's sum of squares), which the
+//!    kernel computes per row and the group lists as its reductions.
 //!
 //! Groups come in the order of the values they write, which is the graph's op order: the
 //! graph puts every reader of the value an update overwrites before the update (verifier
@@ -170,12 +172,14 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     }
 
     // Rule 6: an update is written by its own kernel over its rows, which computes the rows'
-    // and the positions' cones itself; the reductions in them get their own kernels.
+    // and the positions' cones itself; the reductions in them get their own kernels, unless
+    // each runs over one row of the rows' head dim (decode's QK-norm of the new keys).
     for (v, op) in g.ops.iter() {
         if let Op::Update { rows, pos, .. } = op {
             mat.insert(v);
             for x in [*rows, *pos] {
-                if !mat.contains(x) {
+                let in_kernel = x == *rows && rows_reduced_in_update(g, v, &mat);
+                if !mat.contains(x) && !in_kernel {
                     for r in cone_reductions(g, x, &mat) {
                         mat.insert(r);
                     }
@@ -230,8 +234,13 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             continue;
         }
         let matmuls = cone_matmuls(g, v, &mat);
-        let (kind, reductions) = if let Op::Update { .. } = op {
-            (GroupKind::Update, vec![])
+        let (kind, reductions) = if let Op::Update { rows, .. } = op {
+            let reductions = if mat.contains(*rows) {
+                vec![]
+            } else {
+                cone_reductions(g, *rows, &mat)
+            };
+            (GroupKind::Update, reductions)
         } else if let Op::Attention { logits, .. } = op {
             let s = crate::attention::logits_matmul(g, *logits).map(|(s, _)| s);
             let q_reductions = prologue
@@ -412,6 +421,145 @@ fn row_epilogue_of(
         && reached_at_own_row(g, o, r, mat);
     let fits = crate::schedule::row_epilogue_tile(g, mm, d, target, profile).is_some();
     (plain && fits).then_some(o)
+}
+
+/// Rule 6's exception: the kernel of update `u` computes the reductions in its rows' cone
+/// itself when the rows suit a kernel that puts a row of `d` on `d / 8` consecutive lanes
+/// of 8 elements each (`lower::update`: 16-bit rows, `d / 8` a power of two from 2 to 32,
+/// not written along their last axis) and every reduction is reached, on every path, at a
+/// row index that does not depend on the position along the rows' row, over a row of `d`
+/// ([`column_free_reductions`]). Each lane then folds its own 8 columns of the reduced
+/// row and the row's lanes combine by butterflies: a row-reduction kernel's order at
+/// `d / 8` threads per row, vector 8.
+fn rows_reduced_in_update(g: &Graph, u: Value, mat: &EntitySet<Value>) -> bool {
+    let Op::Update { rows, axis, .. } = g.ops[u] else {
+        return false;
+    };
+    let t = g.ty(rows);
+    let d = t.shape.last();
+    let chunks = d / 8;
+    matches!(t.dtype, tessel_ir::DType::Bf16 | tessel_ir::DType::F16)
+        && axis as usize + 1 != t.shape.rank()
+        && d % 8 == 0
+        && chunks.is_power_of_two()
+        && (2..=32).contains(&chunks)
+        && !cone_reductions(g, rows, mat).is_empty()
+        && column_free_reductions(g, rows, mat)
+}
+
+/// Whether an index component may depend on the column (the position along the row) of
+/// the group's iteration, in [`column_free_reductions`].
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+enum Dep {
+    /// A function of the group's row alone (or a constant).
+    Row,
+    /// Possibly a function of the column.
+    Col,
+}
+
+/// True if every reduction computed in the kernel writing `out` (stopping at materialised
+/// values) is reached, on every path, at an index whose leading dims do not depend on the
+/// column of `out`'s rows, and reduces a row as long as `out`'s: then the lanes holding one
+/// row of `out` all reach the same row of the reduction, and lane j can fold that row's
+/// chunk j. A reshape's operand dim depends on the result dims whose places in the flat
+/// index overlap its own (`reshape_deps`); a broadcast dim is 0; inside a reduction, its
+/// argument's last dim is the column again.
+fn column_free_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> bool {
+    let shape = &g.ty(out).shape.0;
+    let d = *shape.last().unwrap_or(&1);
+    let row = |rank: usize| -> Vec<Dep> {
+        (0..rank)
+            .map(|i| if i + 1 == rank { Dep::Col } else { Dep::Row })
+            .collect()
+    };
+    let mut seen: std::collections::HashSet<(Value, Vec<Dep>)> = Default::default();
+    let mut stack = vec![(out, row(shape.len()))];
+    while let Some((x, idx)) = stack.pop() {
+        if (x != out && mat.contains(x)) || !seen.insert((x, idx.clone())) {
+            continue;
+        }
+        let op = &g.ops[x];
+        match op {
+            Op::Input { .. }
+            | Op::Const { .. }
+            | Op::Iota { .. }
+            | Op::MatMul { .. }
+            | Op::Attention { .. }
+            | Op::Update { .. } => {}
+            Op::Unary { .. }
+            | Op::Binary { .. }
+            | Op::Cast { .. }
+            | Op::Select { .. }
+            | Op::Slice { .. }
+            | Op::Concat { .. } => {
+                for a in op.args() {
+                    stack.push((a, idx.clone()));
+                }
+            }
+            Op::Broadcast { arg } => {
+                let sa = &g.ty(*arg).shape.0;
+                let ai = idx
+                    .iter()
+                    .zip(sa)
+                    .map(|(&i, &n)| if n == 1 { Dep::Row } else { i })
+                    .collect();
+                stack.push((*arg, ai));
+            }
+            Op::Reshape { arg } => {
+                let (sr, sa) = (&g.ty(x).shape.0, &g.ty(*arg).shape.0);
+                stack.push((*arg, reshape_deps(&idx, sr, sa)));
+            }
+            Op::Permute { arg, perm } => {
+                let mut ai = vec![Dep::Col; idx.len()];
+                for (i, &p) in perm.iter().enumerate() {
+                    ai[p as usize] = idx[i];
+                }
+                stack.push((*arg, ai));
+            }
+            Op::Reduce { arg, .. } => {
+                let lead_free = idx[..idx.len().saturating_sub(1)]
+                    .iter()
+                    .all(|&i| i == Dep::Row);
+                let sa = &g.ty(*arg).shape.0;
+                if !lead_free || sa.last() != Some(&d) {
+                    return false;
+                }
+                stack.push((*arg, row(sa.len())));
+            }
+            Op::Softmax { .. } => return false,
+        }
+    }
+    true
+}
+
+/// The column dependence of a reshape's operand (shape `sa`) from its result's (shape
+/// `sr`): operand dim j depends on result dim i when their places in the flat row-major
+/// index overlap — dim k of a shape covers the strides from `stride_k` up to (not
+/// including) `stride_k · size_k`; a dim of size 1 covers none and is always 0.
+fn reshape_deps(idx: &[Dep], sr: &[u64], sa: &[u64]) -> Vec<Dep> {
+    let spans = |s: &[u64]| -> Vec<(u64, u64)> {
+        let mut out = vec![(0, 0); s.len()];
+        let mut stride = 1u64;
+        for k in (0..s.len()).rev() {
+            out[k] = (stride, stride.saturating_mul(s[k]));
+            stride = stride.saturating_mul(s[k]);
+        }
+        out
+    };
+    let (r, a) = (spans(sr), spans(sa));
+    a.iter()
+        .map(|&(lo, hi)| {
+            let col = r
+                .iter()
+                .zip(idx)
+                .any(|(&(rlo, rhi), &dep)| dep == Dep::Col && lo < rhi && rlo < hi);
+            if col && lo < hi {
+                Dep::Col
+            } else {
+                Dep::Row
+            }
+        })
+        .collect()
 }
 
 /// True if the kernel computing `out` (stopping at materialised values) computes `x`.

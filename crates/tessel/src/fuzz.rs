@@ -131,7 +131,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -142,7 +142,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
             .count(),
         s.fused_attention,
         s.q_prologue,
-        s.row_epilogue
+        s.row_epilogue,
+        s.update_rows
     );
     Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }

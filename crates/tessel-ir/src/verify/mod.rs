@@ -54,7 +54,8 @@
 //!   output is the matmul's `[.., N]` as `[.., N / d, d]` (a row epilogue), reductions.
 //! - `fusion.materialized`: every step output is materialised (a step input or a group's
 //!   output).
-//! - `fusion.update`: an update group writes exactly one update and has no reductions;
+//! - `fusion.update`: an update group writes exactly one update and lists only `reduce`s
+//!   (its rows' reductions, computed in its kernel);
 //!   every update is written by an update group, which comes after every group whose
 //!   kernel reads the update's `dst` (it overwrites it in place) and before every group
 //!   that reads the update.
@@ -76,7 +77,7 @@
 //!   `bm · bn / 8` chunks a multiple of its threads.
 //! - `schedule.update`: an update tile's `vector` divides the rows' last dim, and is 1 when
 //!   the update writes along the last axis (the position offset breaks the vector's
-//!   alignment there).
+//!   alignment there); 8 when the group computes its rows' reductions.
 //!
 //! # Kernel IR ([`verify_kernel`])
 //! - `kernel.name`: the name is a PTX identifier (`[a-zA-Z][a-zA-Z0-9_$]*` or

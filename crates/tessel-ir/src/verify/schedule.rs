@@ -115,11 +115,21 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                 let one_update = data.outputs.len() == 1
                     && exists(g, data.outputs[0])
                     && matches!(g.ops[data.outputs[0]], Op::Update { .. });
-                if !one_update || !data.reductions.is_empty() {
+                // Listed reductions are `reduce`s computed from the update's rows.
+                let rows = match data.outputs.first().map(|&u| &g.ops[u]) {
+                    Some(Op::Update { rows, .. }) if one_update => Some(*rows),
+                    _ => None,
+                };
+                let row_reductions = data.reductions.iter().all(|&r| {
+                    exists(g, r)
+                        && matches!(g.ops[r], Op::Reduce { .. })
+                        && rows.is_some_and(|x| !f.is_materialized(g, x) && computes(g, f, x, r))
+                });
+                if !one_update || !row_reductions {
                     e.push(
                         "fusion.update",
                         loc.clone(),
-                        "an update group writes exactly one update and has no reductions",
+                        "an update group writes exactly one update and lists only the reductions of its rows",
                     );
                 }
             }
@@ -281,6 +291,22 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
     }
 }
 
+/// True if the kernel computing `x` computes `r`: `r` is `x` or reached from it through
+/// values that are not materialised.
+fn computes(g: &Graph, f: &Fusion, x: Value, r: Value) -> bool {
+    let mut stack = vec![x];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(y) = stack.pop() {
+        if y == r && !f.is_materialized(g, y) {
+            return true;
+        }
+        if seen.insert(y) && (y == x || !f.is_materialized(g, y)) {
+            stack.extend(g.ops[y].args().into_iter().filter(|&a| exists(g, a)));
+        }
+    }
+    false
+}
+
 /// `schedule.row_epilogue`: a matmul group writing whole rows of `d` (`[.., N / d, d]`)
 /// has a staged tensor-core tile whose column tiles hold whole rows (`bn` a multiple of
 /// `d`), no split-K, `d / 8` a power of two from 2 to 32 lanes, and chunks of 8 columns a
@@ -338,6 +364,17 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                             format!("group {grp}"),
                             format!("a {:?} group has a {:?} tile", data.kind, kind),
                         );
+                    } else if let (TileConfig::Update { vector, .. }, Some(&u)) =
+                        (&sched.tile, data.outputs.first())
+                    {
+                        update_vector_checks(g, *vector, u, grp, e);
+                        if !data.reductions.is_empty() && *vector != 8 {
+                            e.push(
+                                "schedule.update",
+                                format!("group {grp}"),
+                                format!("an update computing its rows' reductions needs vector 8, not {vector}"),
+                            );
+                        }
                     } else if let Some(&mm) = data.reductions.first() {
                         let out = data.outputs[0];
                         let rows = kind == GroupKind::Matmul
@@ -348,10 +385,6 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                             row_epilogue_checks(g, &sched.tile, out, grp, e);
                         }
                         mma_checks(g, &sched.tile, mm, out, grp, e);
-                    } else if let (TileConfig::Update { vector, .. }, Some(&u)) =
-                        (&sched.tile, data.outputs.first())
-                    {
-                        update_vector_checks(g, *vector, u, grp, e);
                     }
                 }
                 _ => e.push("schedule.missing", format!("group {grp}"), "no schedule"),

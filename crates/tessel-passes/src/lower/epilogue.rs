@@ -375,34 +375,61 @@ impl Gen<'_> {
         tpr: u32,
     ) -> Result<(), LowerError> {
         for &r in reductions {
-            let tessel_ir::graph::Op::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
-                return Err(LowerError::Unsupported {
-                    what: "a row's reduction that is not a reduce".into(),
-                    value: r,
-                });
-            };
-            let dt = self.g.ty(arg).dtype;
-            let cls = super::class(dt);
-            let identity =
-                super::rows::reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
-                    what: format!("reduction {rop:?} of {dt}"),
-                    value: r,
-                })?;
-            let acc = self.b.kernel.new_reg(cls);
-            self.b.assign(acc, Op::Mov, &[identity]);
-            for x in self.value(arg, idx, 8)? {
-                self.combine(rop, cls, acc, x);
-            }
-            self.butterfly(rop, cls, acc, tpr);
-            let rdt = self.g.ty(r).dtype;
-            let res = if rdt != dt {
-                self.convert(acc.into(), dt, rdt)
-            } else {
-                acc.into()
-            };
+            let res = self.fold_row(r, idx, tpr)?;
             self.row_value.insert(r, res);
         }
         Ok(())
+    }
+
+    /// Reduction `r` of the row whose 8 elements from `idx` (its argument's index) this
+    /// lane holds, the row on `tpr` consecutive lanes: the 8 values folded left to right
+    /// from the identity, then a butterfly over the lanes; in `r`'s dtype.
+    fn fold_row(&mut self, r: Value, idx: &[Ix], tpr: u32) -> Result<Operand, LowerError> {
+        let tessel_ir::graph::Op::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
+            return Err(LowerError::Unsupported {
+                what: "a row's reduction that is not a reduce".into(),
+                value: r,
+            });
+        };
+        let dt = self.g.ty(arg).dtype;
+        let cls = super::class(dt);
+        let identity =
+            super::rows::reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
+                what: format!("reduction {rop:?} of {dt}"),
+                value: r,
+            })?;
+        let acc = self.b.kernel.new_reg(cls);
+        self.b.assign(acc, Op::Mov, &[identity]);
+        for x in self.value(arg, idx, 8)? {
+            self.combine(rop, cls, acc, x);
+        }
+        self.butterfly(rop, cls, acc, tpr);
+        let rdt = self.g.ty(r).dtype;
+        Ok(if rdt != dt {
+            self.convert(acc.into(), dt, rdt)
+        } else {
+            acc.into()
+        })
+    }
+
+    /// Reduction `r` at `idx` (its own index, `[.., 0]`) in an update kernel that computes
+    /// its rows' reductions (`fuse` rule 6): this lane folds the 8 elements of the reduced
+    /// row from column `col` (its first element's column in its own row; `fuse` made sure
+    /// the row's lanes all reach the same reduced row, as long as their own), and the row's
+    /// `tpr` lanes combine by a butterfly ([`Gen::fold_row`]). Memoised per index by
+    /// [`Gen::value`].
+    pub(super) fn chunk_reduction(
+        &mut self,
+        r: Value,
+        idx: &[Ix],
+        col: Ix,
+        tpr: u32,
+    ) -> Result<Operand, LowerError> {
+        let mut at = idx.to_vec();
+        if let Some(last) = at.last_mut() {
+            *last = col;
+        }
+        self.fold_row(r, &at, tpr)
     }
 
     /// True if the epilogue of matmul `mm` writing `out` (the values between them,

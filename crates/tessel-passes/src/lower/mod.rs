@@ -264,6 +264,10 @@ struct Gen<'a> {
     flat_of: HashMap<(Vec<Ix>, Vec<u64>), Ix>,
     /// The split-K scratch buffer of a split-K kernel.
     scratch: Option<Scratch>,
+    /// In an update kernel computing its rows' reductions (`fuse` rule 6): the column of
+    /// the thread's first element in its row, and the lanes per row; a reduction reached at
+    /// any index is computed there, over that row ([`Gen::chunk_reduction`]).
+    chunk: Option<(Ix, u32)>,
     /// In a row epilogue (`fuse` rule 8): the CTA's tile of the matmul's f32 accumulators
     /// in shared memory, which stands in for the matmul at any index inside the tile.
     staged: Option<StagedTile>,
@@ -397,6 +401,7 @@ fn lower_group(
         row_value: HashMap::new(),
         lane_value: HashMap::new(),
         staged: None,
+        chunk: None,
         flat_of: HashMap::new(),
         scratch: None,
     };
@@ -498,12 +503,16 @@ fn lower_group(
             (tile.threads_per_cta(), grid, order)
         }
         (GroupKind::Update, &TileConfig::Update { threads, vector }) => {
-            let ctas = gen.update(out, threads, vector)?;
-            (
-                threads,
-                [ctas, 1, 1],
-                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
-            )
+            let reduces = !data.reductions.is_empty();
+            let ctas = gen.update(out, reduces, threads, vector)?;
+            let order = match data.reductions.first() {
+                None => format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
+                Some(&r) => format!(
+                    "{tile}; {}",
+                    crate::schedule::update_rows_order(row_shape(g, r).last())
+                ),
+            };
+            (threads, [ctas, 1, 1], order)
         }
         (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll, .. }) => {
             let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;

@@ -14,8 +14,15 @@ use tessel_ir::kernel::{ICmp, Op, Operand, RegType};
 use tessel_ir::Value;
 
 impl Gen<'_> {
-    /// Emits the kernel of update `u`; returns its grid size in CTAs.
-    pub(super) fn update(&mut self, u: Value, threads: u32, v: u32) -> Result<u32, LowerError> {
+    /// Emits the kernel of update `u` (`reduces`: it computes its rows' reductions, `fuse`
+    /// rule 6); returns its grid size in CTAs.
+    pub(super) fn update(
+        &mut self,
+        u: Value,
+        reduces: bool,
+        threads: u32,
+        v: u32,
+    ) -> Result<u32, LowerError> {
         let GOp::Update {
             rows, pos, axis, ..
         } = self.g.ops[u]
@@ -25,6 +32,9 @@ impl Gen<'_> {
                 value: u,
             });
         };
+        if reduces {
+            return self.update_rows(u, threads, v);
+        }
         let axis = axis as usize;
         let shape = self.g.ty(rows).shape.clone();
         let numel = shape.numel();
@@ -63,5 +73,75 @@ impl Gen<'_> {
         self.close_if(inside);
         self.close_if(inb);
         Ok(numel.div_ceil(v as u64 * threads as u64).max(1) as u32)
+    }
+
+    /// The update kernel when it computes its rows' reductions (`fuse` rule 6): thread `t`
+    /// takes the 8 elements from `8t` of the flattened rows (`v` = 8), so a row of `d` sits
+    /// on `d / 8` consecutive lanes of one warp; each reduction the rows' values reach is
+    /// computed where it is reached, over the reduced row, lane j folding its chunk j
+    /// ([`Gen::chunk_reduction`]: a row-reduction kernel's order at `d / 8` threads per
+    /// row, vector 8). Every thread runs the shuffles — one past the last row computes the
+    /// last chunk again and stores nothing — then stores as [`Gen::update`] does, at
+    /// `pos[b] + i` when inside the axis.
+    fn update_rows(&mut self, u: Value, threads: u32, v: u32) -> Result<u32, LowerError> {
+        let GOp::Update {
+            rows, pos, axis, ..
+        } = self.g.ops[u]
+        else {
+            unreachable!("checked by the caller");
+        };
+        let axis = axis as usize;
+        let shape = self.g.ty(rows).shape.clone();
+        let numel = shape.numel();
+        let d = shape.last();
+        if v != 8 || d % 8 != 0 || !(d / 8).is_power_of_two() || d / 8 > 32 {
+            return Err(LowerError::Unsupported {
+                what: format!("an update computing reductions over rows of {d} at vector {v}"),
+                value: u,
+            });
+        }
+        let len = self.g.ty(u).shape.0[axis];
+        let gid = self.global_thread(threads);
+        let first = self
+            .b
+            .op(RegType::U32, Op::IMulLo, &[gid.into(), Operand::U32(8)]);
+        let inb = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[first.into(), Self::imm_u(numel)],
+        );
+        let first = match self.umin(first.into(), Self::imm_u(numel - 8)) {
+            Operand::Reg(r) => Ix::R(r),
+            Operand::U32(c) => Ix::C(c as u64),
+            _ => unreachable!("umin of u32 operands"),
+        };
+        let idx = self.unflatten(first, &shape);
+        self.chunk = Some((idx[idx.len() - 1], (d / 8) as u32));
+        self.memo.push(Default::default());
+        let vals = self.value(rows, &idx, 8);
+        self.memo.pop();
+        self.chunk = None;
+        let vals = vals?;
+        let p = self.value(pos, &[idx[0]], 1)?[0];
+        let p = match p {
+            Operand::Reg(r) => r,
+            imm => self.b.op(RegType::U32, Op::Mov, &[imm]),
+        };
+        let i = self.ix_op(idx[axis]);
+        let at = self.b.op(RegType::U32, Op::IAdd, &[p.into(), i]);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[at.into(), Self::imm_u(len)],
+        );
+        let ok = self
+            .b
+            .op(RegType::Pred, Op::PAnd, &[inb.into(), inside.into()]);
+        self.open();
+        let mut dst_idx = idx.clone();
+        dst_idx[axis] = Ix::R(at);
+        self.store(u, &dst_idx, &vals)?;
+        self.close_if(ok);
+        Ok(numel.div_ceil(8 * threads as u64).max(1) as u32)
     }
 }

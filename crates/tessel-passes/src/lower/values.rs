@@ -205,6 +205,11 @@ impl Gen<'_> {
                 let args = args.clone();
                 self.concat(&args, &sizes, a, idx, lanes, class(dt))
             }
+            GOp::Reduce { .. } if self.chunk.is_some() => {
+                let (col, tpr) = self.chunk.expect("checked");
+                let x = self.chunk_reduction(v, idx, col, tpr)?;
+                Ok(vec![x; lanes as usize])
+            }
             GOp::Reduce { .. }
             | GOp::Softmax { .. }
             | GOp::MatMul { .. }

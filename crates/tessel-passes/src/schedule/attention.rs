@@ -102,6 +102,12 @@ pub fn row_epilogue_order(d: u64) -> String {
     format!("the epilogue's rows, per {}", chunk_rows_order(d))
 }
 
+/// The order of the reductions an update kernel computes over its rows of `d` (`fuse`
+/// rule 6): the same as [`prologue_order`]'s.
+pub fn update_rows_order(d: u64) -> String {
+    format!("the rows' reductions, per {}", chunk_rows_order(d))
+}
+
 /// A row-reduction kernel's order at `d / 8` threads per row and vector 8 (one chunk of 8
 /// per thread), in words.
 fn chunk_rows_order(d: u64) -> String {

@@ -21,7 +21,7 @@ mod matmul;
 
 pub use attention::{
     attention_shape, attention_shared_bytes, prologue_order, q_in_prologue, row_epilogue_order,
-    AttentionShape,
+    update_rows_order, AttentionShape,
 };
 
 pub use matmul::{
@@ -69,7 +69,7 @@ fn choose(
             let fill = profile == Profile::Fast;
             attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), fill, t)
         }
-        GroupKind::Update => update(g, out, max_v_bytes),
+        GroupKind::Update => update(g, out, !data.reductions.is_empty(), max_v_bytes),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
@@ -120,14 +120,20 @@ fn elementwise_threads(work: u64) -> u32 {
 /// tensor's it writes into. A vector of consecutive elements along the last dim, as for
 /// elementwise kernels, except when the update writes along the last axis: there each
 /// element's position moves by a run-time offset, so one element per access.
-fn update(g: &Graph, u: tessel_ir::Value, max_v_bytes: u32) -> Schedule {
+///
+/// With `reduces` (the kernel computes its rows' reductions: `fuse` rule 6), vector 8: a
+/// row of `d` on `d / 8` consecutive threads (the fusion rule checked that `d / 8` is a
+/// power of two ≤ 32 and that the rows are not written along their last axis).
+fn update(g: &Graph, u: tessel_ir::Value, reduces: bool, max_v_bytes: u32) -> Schedule {
     let Op::Update { rows, axis, .. } = &g.ops[u] else {
         unreachable!("an update group's output is an update (fusion.update)");
     };
     let shape = &g.ty(*rows).shape;
     let last = shape.last();
     let along_last = *axis as usize + 1 == shape.rank();
-    let v = if along_last {
+    let v = if reduces {
+        8
+    } else if along_last {
         1
     } else {
         widest_vector(last, max_v_bytes)
@@ -135,7 +141,12 @@ fn update(g: &Graph, u: tessel_ir::Value, max_v_bytes: u32) -> Schedule {
     let work = shape.numel().div_ceil(v as u64);
     let threads = elementwise_threads(work);
     let ctas = work.div_ceil(threads as u64);
-    let why_v = if along_last {
+    let why_v = if reduces {
+        format!(
+            "vector 8, a row of {last} on {} consecutive threads, which form its reductions",
+            last / 8
+        )
+    } else if along_last {
         "vector 1: the rows are written along the last axis, at a run-time offset".to_string()
     } else {
         format!("vector {v} (widest of 8/4/2/1 dividing the last dim {last} within 16 bytes)")
