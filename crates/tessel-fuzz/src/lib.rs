@@ -99,9 +99,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .iter()
             .any(|k| k.contains("q computed in the prologue")) as u64;
         s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
-        s.update_rows += schedules
-            .iter()
-            .any(|k| k.contains("the rows' reductions")) as u64;
+        s.update_rows += schedules.iter().any(|k| k.contains("the rows' reductions")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

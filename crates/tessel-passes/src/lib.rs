@@ -25,6 +25,7 @@ pub mod lower;
 pub mod pipeline;
 pub mod schedule;
 pub mod target;
+pub mod tp;
 pub mod view;
 
 use tessel_ir::graph::Graph;

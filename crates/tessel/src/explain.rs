@@ -11,8 +11,8 @@ use anyhow::Result;
 use std::path::Path;
 use tessel_ir::kernel::BufferRole;
 
-/// `tessel explain`.
-pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
+/// `tessel explain`; with `tp`, each step's tensor-parallel plan after its kernels.
+pub fn explain(file: &Path, args: &CompileArgs, tp: Option<u32>) -> Result<()> {
     let src = load(file)?;
     // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
@@ -88,6 +88,14 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
                 ),
                 None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
             }
+        }
+        if let Some(n) = tp {
+            // The plan partitions the step before the attention pass (the scores are a
+            // plain matmul there): decomposed, not fused.
+            let g = tessel_passes::decompose::run(&step.checked);
+            let plan = tessel_passes::tp::plan(&g, n)
+                .map_err(|e| anyhow::anyhow!("step `{}`: {e}", step.name))?;
+            print!("{}", plan.describe(&g));
         }
     }
     Ok(())

@@ -183,6 +183,12 @@ enum Command {
         file: PathBuf,
         #[command(flatten)]
         compile: CompileArgs,
+        /// Also print the tensor-parallel plan over this many ranks (1, 2, 4 or 8): which
+        /// block of every weight and cache each rank loads, and where the collectives go
+        /// with the bytes each rank sends (docs/tensor-parallel.md). The kernels printed
+        /// are still the one-GPU step's.
+        #[arg(long, value_name = "N")]
+        tp: Option<u32>,
     },
     /// Check batch invariance: run the step at every size of `--batch-dim` in `--sizes` on
     /// rows taken from one set of inputs (at the start, the end and a third of the way in)
@@ -381,7 +387,9 @@ fn real_main() {
             cpu,
             json,
         } => check::check(&files, &compile, &inputs, cpu, json.as_deref()),
-        Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
+        Command::Explain { file, compile, tp } => {
+            explain::explain(&file, &compile, tp).map(|_| true)
+        }
         Command::Invariance {
             file,
             compile,

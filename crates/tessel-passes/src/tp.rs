@@ -1,0 +1,505 @@
+//! Tensor-parallel partitioning (issue 10): which part of every value each of `tp` ranks
+//! holds, which weights each rank loads, and where the collectives go — Megatron-LM's
+//! split of a transformer layer (Shoeybi et al. 2019, "Megatron-LM", §3), derived by
+//! propagating shardings through the graph rather than by matching a layer's shape.
+//!
+//! Input: a checked graph after `decompose` and before `attention` (the scores are a plain
+//! batched matmul here). Output: a [`TpPlan`]. The plan is data; `tessel explain --tp N`
+//! prints it ([`TpPlan::describe`]). Nothing here generates code yet (docs/tensor-parallel.md
+//! says what is built and what is not).
+//!
+//! Shardings ([`Sharding`]): a value is *replicated* (every rank holds all of it), *split*
+//! along one axis (rank r holds the r-th of `tp` equal contiguous blocks), or a *partial
+//! sum* (a matmul whose K is split: every rank holds a sum over its part of K, and a
+//! collective completes the matmul). Propagation, in graph order:
+//! - a matmul `x @ wᵀ` of a replicated `x` and a weight input `w` (`[N, K]`, read
+//!   transposed, possibly under a widening cast) is *column-parallel*: `w` split along N,
+//!   the result split along its last axis (q, k, v, gate, up);
+//! - a matmul whose `x` is split along K (its last axis) and whose weight is an input is
+//!   *row-parallel*: `w` split along K, the result a partial sum (o, down), completed by a
+//!   [`Collective::SumPartials`];
+//! - a matmul of two activations split along the same batch axis (the scores `q @ kᵀ` and
+//!   `p @ v`, GQA's broadcast K and V) stays split along it;
+//! - elementwise ops take the split of their split operands (all the same axis); a
+//!   replicated operand is sliced locally by each rank (no communication), which needs its
+//!   size along that axis to be the result's or 1;
+//! - a reshape moves a split to the outermost result dim of the group of dims that the split
+//!   axis belongs to (`[T, N] → [T, H, D]`: N split into heads when `tp` divides H), and
+//!   refuses one that would not be contiguous blocks; permutes move it; broadcasts keep it;
+//!   slices, concats and reductions along other axes keep it;
+//! - an input used split is loaded split (each rank reads its block of the checkpoint
+//!   tensor); an input used replicated everywhere is loaded whole; a KV cache updated with
+//!   rows split along its heads is split along them;
+//! - a partial sum is completed right after its matmul; a split step result is gathered
+//!   ([`Collective::Gather`]: a concatenation, exact).
+//!
+//! Anything else — a slice, concat or reduction along the split axis, two operands split
+//! along different axes, a split that is not contiguous blocks, a dim that `tp` does not
+//! divide — is a [`TpError`] naming the op and the dims, never a silent replication.
+//!
+//! The deterministic reduction: a row-parallel matmul's K is cut into [`REDUCE_CHUNKS`]
+//! equal ranges whatever `tp` is, each summed from 0 into an f32 partial, and the partials
+//! are added along a fixed binary tree — `((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7))`
+//! — then rounded once to the matmul's dtype. Rank r owns the contiguous ranges of one
+//! subtree, sums them in the tree's order and sends one f32 tensor; every rank adds the
+//! gathered subtree sums in the tree's order. The association never depends on `tp`
+//! (any power of two up to 8), so the result's bits do not either.
+
+use cranelift_entity::EntityRef;
+use std::fmt::Write as _;
+use tessel_ir::graph::{Graph, Op};
+use tessel_ir::Value;
+
+/// The number of K ranges of a row-parallel matmul's deterministic reduction, at every
+/// `tp` (a power of two that `tp` divides: 1, 2, 4 or 8).
+pub const REDUCE_CHUNKS: u32 = 8;
+
+/// What part of a value each rank holds.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Sharding {
+    /// Every rank holds all of it.
+    Replicated,
+    /// Rank r holds block r of `tp` equal contiguous blocks along `axis`.
+    Split { axis: u32 },
+    /// Every rank holds a partial sum over its part of a matmul's K (the matmul is row-
+    /// parallel); [`Collective::SumPartials`] completes it.
+    Partial,
+}
+
+/// A communication step of the plan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Collective {
+    /// Completes the row-parallel matmul `matmul`: every rank sums its K ranges along
+    /// the fixed tree into one f32 tensor of the matmul's shape, the ranks all-gather those
+    /// (`bytes` per rank sent), and every rank adds them in the tree's order and rounds.
+    SumPartials { matmul: Value, bytes: u64 },
+    /// Gathers the split step result `value` (a concatenation; `bytes` per rank sent).
+    Gather { value: Value, axis: u32, bytes: u64 },
+}
+
+/// How one weight or input is loaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputShard {
+    pub name: String,
+    pub value: Value,
+    pub sharding: Sharding,
+    /// What it is for: column-parallel, row-parallel, a split cache, ...
+    pub role: &'static str,
+}
+
+/// The partitioned plan of a step at `tp` ranks.
+#[derive(Clone, Debug)]
+pub struct TpPlan {
+    pub tp: u32,
+    /// The sharding of every value (indexed like the graph's ops).
+    pub sharding: Vec<Sharding>,
+    /// Every step input, in parameter order.
+    pub inputs: Vec<InputShard>,
+    /// The collectives, in the order they run.
+    pub collectives: Vec<Collective>,
+}
+
+/// Why a step cannot be partitioned at `tp` ranks: what, and the graph value of the op
+/// that cannot be split (none for a world size the plan does not take).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--tp {tp}: {what}{}", value.map(|v| format!(" (value {v})")).unwrap_or_default())]
+pub struct TpError {
+    pub tp: u32,
+    pub value: Option<Value>,
+    pub what: String,
+}
+
+/// Partitions `g` (checked and decomposed, before the `attention` pass) over `tp` ranks.
+///
+/// Errors: `tp` not 1, 2, 4 or 8; any op the propagation rules above cannot split (the
+/// message names the op's value and the dims involved).
+pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
+    let err = |value: Value, what: String| TpError {
+        tp,
+        value: Some(value),
+        what,
+    };
+    if !matches!(tp, 1 | 2 | 4 | 8) {
+        return Err(TpError {
+            tp,
+            value: None,
+            what: format!(
+                "the world size must divide the {REDUCE_CHUNKS} K ranges of the deterministic reduction: 1, 2, 4 or 8"
+            ),
+        });
+    }
+    let mut p = Propagation {
+        g,
+        users: crate::fuse::users(g),
+        tp,
+        sh: vec![Sharding::Replicated; g.ops.len()],
+        role: vec![None; g.ops.len()],
+        collectives: Vec::new(),
+    };
+    for (v, op) in g.ops.iter() {
+        let s = p.op_sharding(v, op).map_err(|w| err(v, w))?;
+        p.sh[v.index()] = s;
+        if s == Sharding::Partial {
+            // A ring all-gather: every rank forwards the other ranks' tensors once.
+            let bytes = g.ty(v).shape.numel() * 4 * (tp as u64 - 1);
+            p.collectives
+                .push(Collective::SumPartials { matmul: v, bytes });
+            // Completed right after the matmul: every reader sees it whole.
+            p.sh[v.index()] = Sharding::Replicated;
+        }
+    }
+    for (_, o) in &g.outputs {
+        // An updated cache stays split: each rank keeps its heads' rows for the next step.
+        let cache = matches!(g.ops[*o], Op::Update { .. });
+        if let (Sharding::Split { axis }, false) = (p.sh[o.index()], cache) {
+            let block = g.ty(*o).shape.numel() / tp as u64;
+            let bytes = block * g.ty(*o).dtype.size_bytes() * (tp as u64 - 1);
+            p.collectives.push(Collective::Gather {
+                value: *o,
+                axis,
+                bytes,
+            });
+        }
+    }
+    let inputs = g
+        .inputs
+        .iter()
+        .map(|(name, v)| InputShard {
+            name: name.clone(),
+            value: *v,
+            sharding: p.sh[v.index()],
+            role: p.role[v.index()].unwrap_or("replicated input"),
+        })
+        .collect();
+    Ok(TpPlan {
+        tp,
+        sharding: p.sh,
+        inputs,
+        collectives: p.collectives,
+    })
+}
+
+struct Propagation<'a> {
+    g: &'a Graph,
+    users: cranelift_entity::SecondaryMap<Value, Vec<Value>>,
+    tp: u32,
+    sh: Vec<Sharding>,
+    role: Vec<Option<&'static str>>,
+    collectives: Vec<Collective>,
+}
+
+impl Propagation<'_> {
+    fn of(&self, v: Value) -> Sharding {
+        self.sh[v.index()]
+    }
+
+    fn dims(&self, v: Value) -> &[u64] {
+        &self.g.ty(v).shape.0
+    }
+
+    /// Requires `tp` to divide dim `axis` of `v`.
+    fn divides(&self, v: Value, axis: u32) -> Result<(), String> {
+        let n = self.dims(v)[axis as usize];
+        if n % self.tp as u64 != 0 {
+            return Err(format!(
+                "dim {axis} of {v} ({:?}) is {n}, which {} ranks cannot split evenly",
+                self.dims(v),
+                self.tp
+            ));
+        }
+        Ok(())
+    }
+
+    /// Marks the input (or the chain of casts and permutes down to it) under `x` as loaded
+    /// split along `axis` of the input (`None`: not an input — refused by the caller).
+    /// Refused (`None`) also when a value of the chain has another reader: the input would
+    /// be needed whole elsewhere.
+    fn split_input(&mut self, x: Value, axis: u32, role: &'static str) -> Option<Value> {
+        let mut chain = vec![x];
+        let mut y = x;
+        let mut axis_here = axis;
+        loop {
+            match &self.g.ops[y] {
+                Op::Input { .. } => break,
+                Op::Cast { arg } => y = *arg,
+                Op::Permute { arg, perm } => {
+                    axis_here = perm[axis_here as usize];
+                    y = *arg;
+                }
+                _ => return None,
+            }
+            if self.users[y].len() != 1 {
+                return None;
+            }
+            chain.push(y);
+        }
+        self.sh[y.index()] = Sharding::Split { axis: axis_here };
+        self.role[y.index()] = Some(role);
+        // The chain above the input carries the split along its own axes.
+        let mut a = axis_here;
+        for &c in chain.iter().rev().skip(1) {
+            if let Op::Permute { perm, .. } = &self.g.ops[c] {
+                a = perm.iter().position(|&p| p == a).expect("a permutation") as u32;
+            }
+            self.sh[c.index()] = Sharding::Split { axis: a };
+        }
+        Some(y)
+    }
+
+    fn op_sharding(&mut self, v: Value, op: &Op) -> Result<Sharding, String> {
+        Ok(match op {
+            // Decided by their first use (a matmul's weight, a cache's update) or replicated.
+            Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => self.of(v),
+            Op::Unary { arg, .. } | Op::Cast { arg } => self.of(*arg),
+            Op::Binary { lhs, rhs, .. } => self.elementwise(v, &[*lhs, *rhs])?,
+            Op::Select {
+                cond,
+                on_true,
+                on_false,
+            } => self.elementwise(v, &[*cond, *on_true, *on_false])?,
+            Op::Broadcast { arg } => match self.of(*arg) {
+                // Same rank: a split axis (size > 1) keeps its place.
+                Sharding::Split { axis } => Sharding::Split { axis },
+                s => s,
+            },
+            Op::Permute { arg, perm } => match self.of(*arg) {
+                Sharding::Split { axis } => Sharding::Split {
+                    axis: perm.iter().position(|&p| p == axis).expect("a permutation") as u32,
+                },
+                s => s,
+            },
+            Op::Reshape { arg } => match self.of(*arg) {
+                Sharding::Split { axis } => {
+                    let (from, to) = (self.dims(*arg), self.dims(v));
+                    let Some(land) = reshape_split(from, to, axis) else {
+                        return Err(format!(
+                            "a reshape {from:?} → {to:?} of a value split along dim {axis}: no dim of the result holds its blocks contiguously"
+                        ));
+                    };
+                    if to[land as usize] % self.tp as u64 != 0 {
+                        return Err(format!(
+                            "a reshape {from:?} → {to:?} of a value split along dim {axis}: the result's dim {land} is {}, which {} ranks cannot split evenly (heads must divide among the ranks)",
+                            to[land as usize], self.tp
+                        ));
+                    }
+                    Sharding::Split { axis: land }
+                }
+                s => s,
+            },
+            Op::Slice { arg, axis, .. } => match self.of(*arg) {
+                Sharding::Split { axis: a } if a == *axis => {
+                    return Err(format!("a slice along dim {a}, the partitioned one"))
+                }
+                s => s,
+            },
+            Op::Concat { args, axis } => {
+                let s = self.elementwise(v, args)?;
+                if s == (Sharding::Split { axis: *axis }) {
+                    return Err(format!("a concat along dim {axis}, the partitioned one"));
+                }
+                s
+            }
+            Op::Reduce { arg, axis, .. } => match self.of(*arg) {
+                Sharding::Split { axis: a } if a == *axis => {
+                    return Err(format!(
+                        "a reduction along dim {a}, the partitioned one (its sum would need a collective the plan does not place)"
+                    ))
+                }
+                s => s,
+            },
+            Op::Softmax { arg, axis } => match self.of(*arg) {
+                Sharding::Split { axis: a } if a == *axis => {
+                    return Err(format!("a softmax along dim {a}, the partitioned one"))
+                }
+                s => s,
+            },
+            Op::MatMul { lhs, rhs } => self.matmul(v, *lhs, *rhs)?,
+            Op::Attention { .. } => {
+                return Err("a fused attention op: partition before the `attention` pass".into())
+            }
+            Op::Update { dst, rows, axis, .. } => {
+                match self.of(*rows) {
+                    Sharding::Replicated => {}
+                    Sharding::Split { axis: a } if a == *axis => {
+                        return Err(format!(
+                            "an update whose rows are split along dim {a}, the axis it writes at"
+                        ))
+                    }
+                    Sharding::Split { axis: a } => {
+                        self.divides(*dst, a)?;
+                        if self.split_input(*dst, a, "KV cache, split by heads").is_none()
+                            && self.of(*dst) != (Sharding::Split { axis: a })
+                        {
+                            return Err(format!(
+                                "an update of {dst}, not split like its rows (dim {a})"
+                            ));
+                        }
+                    }
+                    Sharding::Partial => unreachable!("partials are completed at once"),
+                }
+                self.of(*rows)
+            }
+        })
+    }
+
+    /// The sharding of an elementwise op of `args`: the split of its split operands (one
+    /// axis), each replicated operand sliced locally (its dim there the result's or 1).
+    fn elementwise(&self, v: Value, args: &[Value]) -> Result<Sharding, String> {
+        let mut axis = None;
+        for &a in args {
+            if let Sharding::Split { axis: x } = self.of(a) {
+                match axis {
+                    None => axis = Some(x),
+                    Some(y) if y != x => {
+                        return Err(format!("operands split along different dims ({y} and {x})"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let Some(axis) = axis else {
+            return Ok(Sharding::Replicated);
+        };
+        let n = self.dims(v)[axis as usize];
+        for &a in args {
+            if self.of(a) == Sharding::Replicated {
+                let d = self.dims(a).get(axis as usize).copied().unwrap_or(1);
+                if d != n && d != 1 {
+                    return Err(format!(
+                        "a replicated operand {a} of size {d} along the split dim {axis} (the result's is {n})"
+                    ));
+                }
+            }
+        }
+        Ok(Sharding::Split { axis })
+    }
+
+    fn matmul(&mut self, v: Value, lhs: Value, rhs: Value) -> Result<Sharding, String> {
+        let rank = self.dims(v).len() as u32;
+        let (sl, sr) = (self.of(lhs), self.of(rhs));
+        let weight = self.g.matmul_reads(v).and_then(|[_, b]| {
+            let is_input = matches!(self.g.ops[b.stored], Op::Input { .. });
+            let t = b
+                .perm
+                .as_deref()
+                .is_some_and(crate::schedule::swaps_last_two);
+            (is_input && t && self.dims(b.stored).len() == 2).then_some(b.stored)
+        });
+        match (sl, sr, weight) {
+            // Column-parallel: x replicated, the weight [N, K] split along N.
+            (Sharding::Replicated, Sharding::Replicated, Some(_)) => {
+                self.divides(v, rank - 1)?;
+                self.split_input(rhs, rank - 1, "column-parallel weight (output columns)")
+                    .ok_or("a weight read through other ops than casts and permutes")?;
+                Ok(Sharding::Split { axis: rank - 1 })
+            }
+            // Row-parallel: x split along K, the weight split along K.
+            (Sharding::Split { axis }, Sharding::Replicated, Some(_)) if axis == rank - 1 => {
+                let k = self.dims(lhs)[axis as usize];
+                if k % (REDUCE_CHUNKS as u64) != 0 {
+                    return Err(format!(
+                        "a row-parallel matmul with K = {k}, not a multiple of the {REDUCE_CHUNKS} ranges of the deterministic reduction"
+                    ));
+                }
+                self.split_input(rhs, rank - 2, "row-parallel weight (input rows)")
+                    .ok_or("a weight read through other ops than casts and permutes")?;
+                Ok(Sharding::Partial)
+            }
+            (Sharding::Replicated, Sharding::Replicated, None) => Ok(Sharding::Replicated),
+            // Activations split along a batch axis (heads): the matmul runs per head.
+            (a, b, _) => {
+                let batch = |s: Sharding, x: Value| match s {
+                    Sharding::Split { axis } if axis + 2 < self.dims(x).len() as u32 => {
+                        Ok(Some(axis))
+                    }
+                    Sharding::Replicated => Ok(None),
+                    _ => Err(format!(
+                        "a matmul operand {x} split along dim {s:?}, not a batch dim"
+                    )),
+                };
+                let (ba, bb) = (batch(a, lhs)?, batch(b, rhs)?);
+                match (ba, bb) {
+                    (Some(x), Some(y)) if x == y => Ok(Sharding::Split { axis: x }),
+                    (Some(x), None) | (None, Some(x)) => {
+                        // The replicated operand broadcasts along the split dim (size 1).
+                        let other = if ba.is_some() { rhs } else { lhs };
+                        if self.dims(other)[x as usize] != 1 {
+                            return Err(format!(
+                                "a matmul of an operand split along batch dim {x} and a replicated one of size {} there",
+                                self.dims(other)[x as usize]
+                            ));
+                        }
+                        Ok(Sharding::Split { axis: x })
+                    }
+                    _ => Err(format!(
+                        "a matmul whose operands are split along different dims ({ba:?}, {bb:?})"
+                    )),
+                }
+            }
+        }
+    }
+}
+
+/// Where a split along `axis` of shape `from` lands after a reshape to `to` (the split
+/// dim's size a multiple of `tp`). Rank r holds the flat indices whose digit of base `tp`
+/// at place `hi / tp` is r, where `hi` is the product of the split dim and the dims inside
+/// it; a result dim with the same `hi`, its size a multiple of `tp` (the caller checks),
+/// holds exactly those as its block r. `None` when no result dim has that `hi`.
+fn reshape_split(from: &[u64], to: &[u64], axis: u32) -> Option<u32> {
+    let top = |s: &[u64], k: usize| -> u64 { s[k..].iter().product() };
+    let hi = top(from, axis as usize);
+    (0..to.len())
+        .find(|&k| to[k] > 1 && top(to, k) == hi)
+        .map(|k| k as u32)
+}
+
+impl TpPlan {
+    /// The plan in words, as `tessel explain --tp N` prints it: each input's shard, each
+    /// collective with the bytes each rank sends.
+    pub fn describe(&self, g: &Graph) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "tensor-parallel plan over {} (Megatron-LM split; K of each row-parallel matmul in {REDUCE_CHUNKS} ranges summed along a fixed tree, one association at every world size; the plan only: no per-rank kernels yet, docs/tensor-parallel.md):",
+            if self.tp == 1 { "1 rank".to_string() } else { format!("{} ranks", self.tp) }
+        );
+        for i in &self.inputs {
+            let shape = &g.ty(i.value).shape.0;
+            let what = match i.sharding {
+                Sharding::Replicated => "whole on every rank".to_string(),
+                Sharding::Split { axis } => {
+                    let mut block = shape.clone();
+                    block[axis as usize] /= self.tp as u64;
+                    format!("split along dim {axis}: rank r holds block r, {block:?}")
+                }
+                Sharding::Partial => "partial".to_string(),
+            };
+            let _ = writeln!(s, "  input {} {shape:?}: {what} ({})", i.name, i.role);
+        }
+        for c in &self.collectives {
+            match c {
+                Collective::SumPartials { matmul, bytes } => {
+                    let _ = writeln!(
+                        s,
+                        "  after {matmul} {:?} (row-parallel matmul): all-gather of each rank's f32 subtree sum, {bytes} bytes sent per rank, then the fixed-tree sum and one rounding on every rank",
+                        g.ty(*matmul).shape.0
+                    );
+                }
+                Collective::Gather { value, axis, bytes } => {
+                    let name = g
+                        .outputs
+                        .iter()
+                        .find(|(_, o)| o == value)
+                        .map(|(n, _)| n.as_str())
+                        .unwrap_or("?");
+                    let _ = writeln!(
+                        s,
+                        "  result {name} {:?}: gathered along dim {axis}, {bytes} bytes sent per rank",
+                        g.ty(*value).shape.0
+                    );
+                }
+            }
+        }
+        s
+    }
+}

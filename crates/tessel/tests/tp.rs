@@ -1,0 +1,118 @@
+//! The tensor-parallel plan (`tessel explain --tp N`, tessel-passes `tp`) of the three
+//! Qwen layers, prefill and decode, at every world size it takes: q/k/v and gate/up split
+//! by output columns, o and down by input rows with one deterministic all-reduce after
+//! each, KV caches split by heads, the attention output gathered, the layer output
+//! replicated; and the sizes the plan refuses, with their reasons.
+
+mod common;
+use common::{scratch, tessel, text};
+use std::path::PathBuf;
+
+fn root(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+        .display()
+        .to_string()
+}
+
+/// (model, hidden, query heads · head dim, KV heads, intermediate).
+const MODELS: [(&str, u64, u64, u64, u64); 3] = [
+    ("qwen3_14b", 5120, 5120, 8, 17408),
+    ("qwen2_5_14b", 5120, 5120, 8, 13824),
+    ("qwen3_32b", 5120, 8192, 8, 25600),
+];
+
+fn plan(model: &str, step: &str, dims: &[&str], tp: u32) -> (bool, String) {
+    let d = scratch(&format!("tp-{model}-{step}-{tp}"));
+    let file = root(&format!("examples/{model}/layer.tsl"));
+    let tp = tp.to_string();
+    let mut args = vec![
+        "explain", &file, "--step", step, "--target", "h200", "--tp", &tp,
+    ];
+    for x in dims {
+        args.extend(["--dim", x]);
+    }
+    let o = tessel(&d, &args);
+    (o.status.success(), text(&o))
+}
+
+fn line<'a>(t: &'a str, start: &str) -> &'a str {
+    t.lines()
+        .find(|l| l.trim_start().starts_with(start))
+        .unwrap_or_else(|| panic!("no line `{start}` in\n{t}"))
+}
+
+#[test]
+fn every_layer_splits_megatron_style_at_every_world_size() {
+    for (model, hidden, qd, kv, inter) in MODELS {
+        for (step, dims, rows) in [
+            ("prefill", vec!["T=64"], 64u64),
+            ("decode", vec!["B=2", "T=3", "S=64"], 6),
+        ] {
+            // Every world size for one model, the largest for the others (each `explain`
+            // compiles the step and assembles it with ptxas when installed: seconds).
+            let sizes: &[u32] = if model == "qwen3_14b" {
+                &[1, 2, 4, 8]
+            } else {
+                &[8]
+            };
+            for &tp in sizes {
+                let (ok, t) = plan(model, step, &dims, tp);
+                assert!(ok, "{model} {step} --tp {tp}: {t}");
+                let n = tp as u64;
+                let split = |name: &str, axis: u32, block: [u64; 2]| {
+                    let l = line(&t, &format!("input {name} "));
+                    let want = format!("split along dim {axis}: rank r holds block r, {block:?}");
+                    assert!(l.contains(&want), "{model} {step} --tp {tp}: {l}");
+                };
+                split("wq", 0, [qd / n, hidden]);
+                split("wk", 0, [kv * 128 / n, hidden]);
+                split("wv", 0, [kv * 128 / n, hidden]);
+                split("wo", 1, [hidden, qd / n]);
+                split("wg", 0, [inter / n, hidden]);
+                split("wu", 0, [inter / n, hidden]);
+                split("wd", 1, [hidden, inter / n]);
+                for name in ["x ", "input_norm", "post_norm"] {
+                    assert!(line(&t, &format!("input {name}")).contains("whole on every rank"));
+                }
+                let reduce: Vec<&str> = t
+                    .lines()
+                    .filter(|l| l.contains("(row-parallel matmul)"))
+                    .collect();
+                assert_eq!(reduce.len(), 2, "{model} {step} --tp {tp}: o and down\n{t}");
+                let bytes = (n - 1) * rows * hidden * 4;
+                for l in reduce {
+                    assert!(l.contains(&format!("[{rows}, {hidden}]")), "{l}");
+                    assert!(l.contains(&format!(" {bytes} bytes sent per rank")), "{l}");
+                }
+                assert!(line(&t, "result attn").contains("gathered"), "{t}");
+                assert!(
+                    !t.contains("result out"),
+                    "the layer output is replicated\n{t}"
+                );
+                if step == "decode" {
+                    for cache in ["k_cache", "v_cache"] {
+                        let l = line(&t, &format!("input {cache}"));
+                        let want = format!(
+                            "split along dim 1: rank r holds block r, [2, {}, 64, 128]",
+                            kv / n
+                        );
+                        assert!(l.contains(&want), "{model} --tp {tp}: {l}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn world_sizes_the_plan_cannot_take_are_refused_with_the_reason() {
+    let (ok, t) = plan("qwen3_14b", "prefill", &["T=64"], 3);
+    assert!(
+        !ok && t.contains("--tp 3: the world size must divide the 8 K ranges"),
+        "{t}"
+    );
+    let (ok, t) = plan("qwen3_14b", "decode", &["B=1", "T=1", "S=16"], 16);
+    assert!(!ok && t.contains("1, 2, 4 or 8"), "{t}");
+}
