@@ -376,7 +376,10 @@ fn q_prologue(
 ///   reaches `r` only at its own row (any column of it: a rotate-half reads the row's
 ///   other half) — the walk of [`misplaced_reductions`];
 /// - the matmul's schedule has a tile for it ([`crate::schedule::row_epilogue_tile`]: a
-///   staged tensor-core tile whose column tiles hold whole rows, no split-K).
+///   staged tensor-core tile whose column tiles hold whole rows, no split-K);
+/// - in the `invariant` profile, `o` is 16-bit: the row kernel that computes it where the
+///   GEMM has no such tile (decode's M) then has the epilogue's order, so a row's bits do
+///   not depend on M.
 ///
 /// Returns `o`.
 fn row_epilogue_of(
@@ -420,7 +423,11 @@ fn row_epilogue_of(
         && misplaced_reductions(g, o, mat).is_empty()
         && reached_at_own_row(g, o, r, mat);
     let fits = crate::schedule::row_epilogue_tile(g, mm, d, target, profile).is_some();
-    (plain && fits).then_some(o)
+    // The invariant profile's promise: a row's bits do not depend on M, and at decode's M
+    // (no row epilogue) a row kernel computes the rows. Its order is the epilogue's (d / 8
+    // threads per row, vector 8) only for 16-bit outputs; an f32 output takes vector 4.
+    let same_order = profile != Profile::Invariant || g.ty(o).dtype.size_bytes() <= 2;
+    (plain && fits && same_order).then_some(o)
 }
 
 /// Rule 6's exception: the kernel of update `u` computes the reductions in its rows' cone

@@ -503,3 +503,228 @@ impl TpPlan {
         s
     }
 }
+
+/// One graph that computes what the `plan.tp` ranks of `plan` compute, for checking the
+/// plan's promise on one machine: every rank's ops on its blocks (each split input sliced
+/// at the rank's offset; a replicated operand of a split op sliced there too; replicated
+/// values computed once), each row-parallel matmul as its `8 / tp` local K ranges — each
+/// a widened `f32(x_range) @ f32(w_range)ᵀ`, of the same shape at every `tp` — summed along
+/// the rank's subtree, the collective as the tree's adds over the ranks' subtree sums (the
+/// all-gather moves data only), rounded once; a split step result concatenated over the
+/// ranks. Its outputs are the step's, in order, so it runs like the step itself.
+///
+/// Errors: a step that updates a tensor in place (each rank would update its block of a
+/// cache: not simulated yet).
+pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
+    let n = plan.tp as usize;
+    let err = |value: Value, what: &str| TpError {
+        tp: plan.tp,
+        value: Some(value),
+        what: what.to_string(),
+    };
+    let mut s = Graph::new(format!("{}_tp{}", g.name, plan.tp));
+    let mut inputs = std::collections::HashMap::new();
+    // val[r][v]: rank r's value for v.
+    let mut val: Vec<cranelift_entity::SecondaryMap<Value, Option<Value>>> =
+        vec![Default::default(); n];
+    let row_parallel: std::collections::HashSet<Value> = plan
+        .collectives
+        .iter()
+        .filter_map(|c| match c {
+            Collective::SumPartials { matmul, .. } => Some(*matmul),
+            Collective::Gather { .. } => None,
+        })
+        .collect();
+    let block = |ty: &tessel_ir::TensorType, sh: Sharding| -> tessel_ir::TensorType {
+        let mut t = ty.clone();
+        if let Sharding::Split { axis } = sh {
+            t.shape.0[axis as usize] /= n as u64;
+        }
+        t
+    };
+    for (v, op) in g.ops.iter() {
+        let sh = plan.sharding[v.index()];
+        let ty = g.ty(v).clone();
+        match op {
+            Op::Update { .. } => return Err(err(v, "an in-place update (not simulated yet)")),
+            Op::Input { .. } => {
+                let x = s.push(op.clone(), ty.clone());
+                inputs.insert(v, x);
+                for (r, m) in val.iter_mut().enumerate() {
+                    m[v] = Some(match sh {
+                        Sharding::Split { axis } => {
+                            let b = block(&ty, sh);
+                            let start = r as u64 * b.shape.0[axis as usize];
+                            s.push(
+                                Op::Slice {
+                                    arg: x,
+                                    axis,
+                                    start,
+                                },
+                                b,
+                            )
+                        }
+                        _ => x,
+                    });
+                }
+                continue;
+            }
+            _ if row_parallel.contains(&v) => {
+                let y = row_parallel_sum(&mut s, g, v, &val, n)?;
+                for m in val.iter_mut() {
+                    m[v] = Some(y);
+                }
+                continue;
+            }
+            _ => {}
+        }
+        // Replicated with the same operands on every rank: computed once.
+        let args = op.args();
+        let shared = sh == Sharding::Replicated
+            && args.iter().all(|&a| (1..n).all(|r| val[r][a] == val[0][a]));
+        let ranks = if shared { 1 } else { n };
+        for r in 0..ranks {
+            let mut o = op.clone();
+            for a in o.args_mut() {
+                let mut x = val[r][*a].expect("operands come first");
+                // A replicated operand of a split op: the rank's block along the split axis.
+                if let (Sharding::Split { axis }, Sharding::Replicated) =
+                    (sh, plan.sharding[a.index()])
+                {
+                    let is_elementwise = matches!(
+                        op,
+                        Op::Unary { .. }
+                            | Op::Binary { .. }
+                            | Op::Select { .. }
+                            | Op::Cast { .. }
+                            | Op::Concat { .. }
+                    );
+                    let full =
+                        g.ty(*a).shape.0.get(axis as usize) == Some(&ty.shape.0[axis as usize]);
+                    if is_elementwise && full {
+                        let b = block(g.ty(*a), sh);
+                        let start = r as u64 * b.shape.0[axis as usize];
+                        x = s.push(
+                            Op::Slice {
+                                arg: x,
+                                axis,
+                                start,
+                            },
+                            b,
+                        );
+                    }
+                }
+                *a = x;
+            }
+            let y = s.push(o, block(&ty, sh));
+            if shared {
+                for m in val.iter_mut() {
+                    m[v] = Some(y);
+                }
+            } else {
+                val[r][v] = Some(y);
+            }
+        }
+    }
+    s.inputs = g
+        .inputs
+        .iter()
+        .map(|(name, v)| (name.clone(), inputs[v]))
+        .collect();
+    for (name, o) in &g.outputs {
+        let y = match plan.sharding[o.index()] {
+            Sharding::Split { axis } => {
+                let args = (0..n).map(|r| val[r][*o].expect("computed")).collect();
+                s.push(Op::Concat { args, axis }, g.ty(*o).clone())
+            }
+            _ => val[0][*o].expect("computed"),
+        };
+        s.outputs.push((name.clone(), y));
+    }
+    Ok(s)
+}
+
+/// The row-parallel matmul `mm` over all ranks: rank r's `8 / tp` K ranges, each
+/// `f32(x_range) @ f32(w_range)ᵀ`, added along its subtree; the subtree sums added along
+/// the rest of the tree; rounded once to `mm`'s dtype. The tree over ranges 0..8 is the
+/// same at every `tp`: pairs (0,1), (2,3), ..., then pairs of those, and so on.
+fn row_parallel_sum(
+    s: &mut Graph,
+    g: &Graph,
+    mm: Value,
+    val: &[cranelift_entity::SecondaryMap<Value, Option<Value>>],
+    n: usize,
+) -> Result<Value, TpError> {
+    let Op::MatMul { lhs, rhs } = g.ops[mm] else {
+        unreachable!("row-parallel values are matmuls");
+    };
+    let out = g.ty(mm).clone();
+    let rank = out.shape.rank();
+    let k = g.ty(lhs).shape.0[rank - 1];
+    let kr = k / REDUCE_CHUNKS as u64;
+    let f32_of = |s: &mut Graph, x: Value| -> Value {
+        let t = s.ty(x).clone();
+        if t.dtype == tessel_ir::DType::F32 {
+            x
+        } else {
+            s.push(
+                Op::Cast { arg: x },
+                tessel_ir::TensorType::new(tessel_ir::DType::F32, t.shape.0),
+            )
+        }
+    };
+    let per = REDUCE_CHUNKS as usize / n;
+    let mut leaves = Vec::with_capacity(REDUCE_CHUNKS as usize);
+    for m in val.iter().take(n) {
+        let (x, w) = (m[lhs].expect("computed"), m[rhs].expect("computed"));
+        for c in 0..per {
+            let start = c as u64 * kr;
+            let mut xt = s.ty(x).clone();
+            xt.shape.0[rank - 1] = kr;
+            let xs = s.push(
+                Op::Slice {
+                    arg: x,
+                    axis: rank as u32 - 1,
+                    start,
+                },
+                xt,
+            );
+            let mut wt = s.ty(w).clone();
+            wt.shape.0[rank - 2] = kr;
+            let ws = s.push(
+                Op::Slice {
+                    arg: w,
+                    axis: rank as u32 - 2,
+                    start,
+                },
+                wt,
+            );
+            let (xf, wf) = (f32_of(s, xs), f32_of(s, ws));
+            let ft = tessel_ir::TensorType::new(tessel_ir::DType::F32, out.shape.0.clone());
+            leaves.push(s.push(Op::MatMul { lhs: xf, rhs: wf }, ft));
+        }
+    }
+    // The tree: pairwise sums, level by level, in range order.
+    while leaves.len() > 1 {
+        leaves = leaves
+            .chunks(2)
+            .map(|p| {
+                let t = s.ty(p[0]).clone();
+                s.push(
+                    Op::Binary {
+                        op: tessel_ir::graph::BinaryOp::Add,
+                        lhs: p[0],
+                        rhs: p[1],
+                    },
+                    t,
+                )
+            })
+            .collect();
+    }
+    let sum = leaves[0];
+    Ok(if out.dtype == tessel_ir::DType::F32 {
+        sum
+    } else {
+        s.push(Op::Cast { arg: sum }, out)
+    })
+}

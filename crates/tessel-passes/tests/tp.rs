@@ -78,3 +78,104 @@ fn splits_the_plan_cannot_place_are_errors() {
         }
     }
 }
+
+/// Runs `g` on the CPU executor in `profile` with seeded inputs (by parameter position).
+fn run(g: &tessel_ir::graph::Graph, profile: tessel_passes::Profile) -> Vec<tessel_ref::Tensor> {
+    let opts = tessel_passes::Options {
+        profile,
+        verify: true,
+        ..Default::default()
+    };
+    let p = tessel_passes::compile(g, &opts).expect("compiles").program;
+    let inputs: Vec<tessel_ref::Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, buf))| {
+            let ty = p.buffers[*buf].ty.clone();
+            if name == "pos" {
+                let n = ty.shape.numel() as i32;
+                let pos: Vec<i32> = (0..n).map(|j| 131000 + j).collect();
+                tessel_ref::Tensor::from_i32(ty.shape.0.clone(), &pos)
+            } else {
+                tessel_ref::Tensor::random(ty, 40 + i as u64)
+            }
+        })
+        .collect();
+    tessel_ref::exec::run_program(&p, &inputs).expect("runs")
+}
+
+/// rel-RMS of `a` against `b`.
+fn rel_rms(a: &tessel_ref::Tensor, b: &tessel_ref::Tensor) -> f64 {
+    let (a, b) = (a.to_f64_vec(), b.to_f64_vec());
+    let num: f64 = a.iter().zip(&b).map(|(x, y)| (x - y) * (x - y)).sum();
+    let den: f64 = b.iter().map(|y| y * y).sum();
+    (num / den).sqrt()
+}
+
+/// The plan's promise, checked by simulating the ranks on one graph (`tp::simulate`): the
+/// MLP at 1, 2, 4 and 8 ranks and the small Qwen layers (tests/programs/layer_small.tsl,
+/// 2 KV heads) at 1 and 2 give the same bits, in the exact and fast profiles. A wrong
+/// block offset, a split in the wrong place or a reduction that associates by rank count
+/// changes them.
+#[test]
+fn simulated_ranks_give_the_same_bits_at_every_world_size() {
+    use tessel_passes::tp::simulate;
+    use tessel_passes::Profile;
+    let mlp = graph(MLP, &[("T", 5)]);
+    // In f32 with full-mantissa inputs every association of a sum rounds differently
+    // (bf16 products are exact in f32 and their sums often too, which would hide a
+    // reduction that associates by rank count).
+    let mlp32 = graph(&MLP.replace("bf16", "f32"), &[("T", 5)]);
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let small = tessel_syntax::load(&root.join("tests/programs/layer_small.tsl"))
+        .unwrap_or_else(|_| panic!("layer_small.tsl loads"));
+    let dims: BTreeMap<String, u64> = [("T".to_string(), 20)].into_iter().collect();
+    let layers = ["qwen3", "qwen2"]
+        .map(|step| decompose::run(&check::run(&small.module, step, &dims).expect("checks")));
+    let cases: Vec<(&str, &tessel_ir::graph::Graph, Vec<u32>)> = vec![
+        ("mlp", &mlp, vec![1, 2, 4, 8]),
+        ("mlp_f32", &mlp32, vec![1, 2, 4, 8]),
+        ("qwen3", &layers[0], vec![1, 2]),
+        ("qwen2", &layers[1], vec![1, 2]),
+    ];
+    for (name, g, sizes) in cases {
+        for profile in [Profile::Exact, Profile::Fast] {
+            let outs: Vec<Vec<tessel_ref::Tensor>> = sizes
+                .iter()
+                .map(|&n| {
+                    run(
+                        &simulate(g, &plan(g, n).expect("plans")).expect("simulates"),
+                        profile,
+                    )
+                })
+                .collect();
+            for (i, o) in outs.iter().enumerate().skip(1) {
+                let same = o.iter().zip(&outs[0]).all(|(a, b)| a.data == b.data);
+                assert!(
+                    same,
+                    "{name} {}: --tp {} differs from --tp 1",
+                    profile.name(),
+                    sizes[i]
+                );
+            }
+            // And it is the step: only the row-parallel sums associate differently from the
+            // step compiled as written (bf16 outputs: within a few bf16 roundings).
+            for (a, b) in outs[0].iter().zip(&run(g, profile)) {
+                let e = rel_rms(a, b);
+                // f32 in `exact`: the f32 path's 1e-6; in `fast` the 8 ranges' GEMMs may take
+                // TF32 tensor cores where the step's GEMV does not (2^-11 per operand).
+                let bound = match (name, profile) {
+                    ("mlp_f32", Profile::Exact) => 1e-6,
+                    ("mlp_f32", _) => 2e-3,
+                    _ => 1e-2,
+                };
+                assert!(
+                    e < bound,
+                    "{name} {}: rel-RMS {e:.2e} from the step itself",
+                    profile.name()
+                );
+            }
+        }
+    }
+}

@@ -117,11 +117,15 @@ pub fn invariance(
             .zip(&q.inputs)
             .map(|((_, b), (_, qb))| batched(&p, &q, *b, *qb))
             .collect();
+        // Outputs and intermediates by name: a size may write other intermediates (a value
+        // fused into a kernel at one size is written at another), and position would pair
+        // different tensors. A tensor missing at a size is not compared there.
+        let index_of =
+            |prog: &Program, name: &str| prog.outputs.iter().position(|(n, _)| n == name);
         let out_batched: Vec<bool> = p
             .outputs
             .iter()
-            .zip(&q.outputs)
-            .map(|((_, b), (_, qb))| batched(&p, &q, *b, *qb))
+            .map(|(n, b)| index_of(&q, n).is_some_and(|j| batched(&p, &q, *b, q.outputs[j].1)))
             .collect();
         // Step outputs by name; intermediates (`t<N>`, see `Compiled::with_intermediates`) apart.
         let is_temp = |b: tessel_ir::BufferId| p.buffers[b].role == BufferRole::Temp;
@@ -184,10 +188,10 @@ pub fn invariance(
                         .collect();
                     let got = run(pm, &sliced)?;
                     for (i, &bt) in out_batched.iter().enumerate() {
-                        if !bt {
+                        let Some(j) = index_of(pm, &p.outputs[i].0).filter(|_| bt) else {
                             continue;
-                        }
-                        if got[i].data != rows_of(&want[i], r0, m).data {
+                        };
+                        if got[j].data != rows_of(&want[i], r0, m).data {
                             step_ok = false;
                             let (name, b) = &p.outputs[i];
                             let kind = if is_temp(*b) {

@@ -2,7 +2,7 @@
 //! messages it prints. Each test runs the built binary on small programs in a scratch
 //! directory; none needs a GPU (without one, `run` and `invariance` use the CPU executor).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod common;
@@ -208,6 +208,37 @@ fn invariance_refuses_what_would_pass_vacuously() {
             "{t}"
         );
     }
+}
+
+/// A size at which the step writes fewer intermediates than at the largest (RoPE's
+/// inverse-frequency table is computed inside the kernel at T = 1 and written at larger
+/// T): tensors are paired by name, and one a size does not write is not compared there.
+/// Before, pairing by position indexed past the end (a panic) or compared different
+/// tensors (false failures; found by a new-user trial).
+#[test]
+fn invariance_pairs_tensors_by_name_when_the_intermediates_change_with_the_size() {
+    let d = scratch("invariance-names");
+    let rope = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/qwen3_14b/rope.tsl")
+        .display()
+        .to_string();
+    let o = tessel(
+        &d,
+        &[
+            "invariance",
+            &rope,
+            "--cpu",
+            "--profile",
+            "invariant",
+            "--batch-dim",
+            "T",
+            "--sizes",
+            "1,2,17",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("invariance: PASS"), "{t}");
 }
 
 /// Writes a safetensors file holding f32 tensors `names` of shape [2].

@@ -248,9 +248,70 @@ impl Gen<'_> {
                 off += s;
             }
         }
+        if self.chunk.is_some() {
+            return self.concat_uniform(args, sizes, a, idx, lanes, cls);
+        }
         let res: Vec<Reg> = (0..lanes).map(|_| self.b.kernel.new_reg(cls)).collect();
         self.concat_from(args, sizes, 0, 0, a, idx, lanes, &res)?;
         Ok(res.into_iter().map(Operand::Reg).collect())
+    }
+
+    /// A concat without branches, for kernels whose lanes must all reach every shuffle
+    /// (an update computing its rows' reductions where they are reached): every arm is
+    /// computed, at the index clamped into it (`0 ..= size - lanes` along the last axis: a
+    /// vector stays inside one arm, as [`Gen::value`] guarantees for the arm that holds
+    /// it; `0 ..= size - 1` along another), and the result selected. The arms not taken read real elements and are
+    /// discarded.
+    fn concat_uniform(
+        &mut self,
+        args: &[Value],
+        sizes: &[u64],
+        a: usize,
+        idx: &[Ix],
+        lanes: u32,
+        cls: RegType,
+    ) -> Result<Vec<Operand>, LowerError> {
+        let ia = self.ix_op(idx[a]);
+        let mut res: Vec<Operand> = Vec::new();
+        let mut off = 0u64;
+        for (k, (&arg, &size)) in args.iter().zip(sizes).enumerate() {
+            // The index into this arm: idx - off, clamped to 0 ..= size - lanes.
+            let d = self.b.op(RegType::U32, Op::ISub, &[ia, Self::imm_u(off)]);
+            let below = self
+                .b
+                .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ia, Self::imm_u(off)]);
+            let d = self.b.op(
+                RegType::U32,
+                Op::Select,
+                &[below.into(), Operand::U32(0), d.into()],
+            );
+            // Along the last axis a vector of `lanes` must fit; along another, one index.
+            let span = if a + 1 == idx.len() { lanes as u64 } else { 1 };
+            let last = size.saturating_sub(span);
+            let d = self.umin(d.into(), Self::imm_u(last));
+            let mut ai = idx.to_vec();
+            ai[a] = match d {
+                Operand::Reg(r) => Ix::R(r),
+                Operand::U32(c) => Ix::C(c as u64),
+                _ => unreachable!("umin of u32 operands"),
+            };
+            let vals = self.value(arg, &ai, lanes)?;
+            if k == 0 {
+                res = vals;
+            } else {
+                // Lanes at or past this arm's start take it.
+                let here = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::GeU), &[ia, Self::imm_u(off)]);
+                res = res
+                    .into_iter()
+                    .zip(vals)
+                    .map(|(prev, x)| self.b.op(cls, Op::Select, &[here.into(), x, prev]).into())
+                    .collect();
+            }
+            off += size;
+        }
+        Ok(res)
     }
 
     #[allow(clippy::too_many_arguments)]
