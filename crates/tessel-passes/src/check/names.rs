@@ -173,6 +173,13 @@ fn walk(
                         d = d.with_help(format!("did you mean `{s}`?"));
                     } else if fns.contains_key(n.as_str()) || BUILTINS.contains(&n.as_str()) {
                         d = d.with_note(format!("`{n}` is a function; functions are not values"));
+                    } else if n.starts_with(|c: char| c.is_ascii_uppercase()) {
+                        // Capitalised names are dims by convention.
+                        d = d.with_help(format!(
+                            "if `{n}` is meant as a dim: a body can use only the dims of its own parameters' types \
+                             (and `--dim` binds only those of the step's); add a parameter whose \
+                             type has `{n}`, or compute the size from the dims it has"
+                        ));
                     }
                     diags.push(d);
                 }
@@ -273,6 +280,10 @@ pub fn suggest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Opt
     let mut best: Option<(usize, &str)> = None;
     for c in candidates {
         if c == name || c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
+        // Any one-letter name is one edit from any other: suggest only a change of case.
+        if len == 1 && !c.eq_ignore_ascii_case(name) {
             continue;
         }
         let d = edit_distance(name, c);
