@@ -677,28 +677,24 @@ fn row_parallel_sum(
     let mut leaves = Vec::with_capacity(REDUCE_CHUNKS as usize);
     for m in val.iter().take(n) {
         let (x, w) = (m[lhs].expect("computed"), m[rhs].expect("computed"));
+        // K range [start, start + kr) of `v` along its `axis`.
+        let range = |s: &mut Graph, v: Value, axis: usize, start: u64| -> Value {
+            let mut t = s.ty(v).clone();
+            t.shape.0[axis] = kr;
+            let axis = axis as u32;
+            s.push(
+                Op::Slice {
+                    arg: v,
+                    axis,
+                    start,
+                },
+                t,
+            )
+        };
         for c in 0..per {
             let start = c as u64 * kr;
-            let mut xt = s.ty(x).clone();
-            xt.shape.0[rank - 1] = kr;
-            let xs = s.push(
-                Op::Slice {
-                    arg: x,
-                    axis: rank as u32 - 1,
-                    start,
-                },
-                xt,
-            );
-            let mut wt = s.ty(w).clone();
-            wt.shape.0[rank - 2] = kr;
-            let ws = s.push(
-                Op::Slice {
-                    arg: w,
-                    axis: rank as u32 - 2,
-                    start,
-                },
-                wt,
-            );
+            let xs = range(s, x, rank - 1, start);
+            let ws = range(s, w, rank - 2, start);
             let (xf, wf) = (f32_of(s, xs), f32_of(s, ws));
             let ft = tessel_ir::TensorType::new(tessel_ir::DType::F32, out.shape.0.clone());
             leaves.push(s.push(Op::MatMul { lhs: xf, rhs: wf }, ft));

@@ -11,7 +11,7 @@
 use super::{Gen, Ix, LowerError};
 use tessel_ir::graph::Op as GOp;
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType};
-use tessel_ir::Value;
+use tessel_ir::{Reg, Value};
 
 impl Gen<'_> {
     /// Emits the kernel of update `u` (`reduces`: it computes its rows' reductions, `fuse`
@@ -50,25 +50,11 @@ impl Gen<'_> {
         );
         self.open();
         let idx = self.unflatten(Ix::R(first), &shape);
-        // Position pos[b] + i along the axis, in 32-bit arithmetic: with i < R <= len < 2^31,
-        // the sum wraps to 2^31 or more exactly when the true position is negative, so one
-        // unsigned comparison with the length keeps exactly the positions in 0 .. len.
-        let p = self.value(pos, &[idx[0]], 1)?[0];
-        let p = match p {
-            Operand::Reg(r) => r,
-            imm => self.b.op(RegType::U32, Op::Mov, &[imm]),
-        };
-        let i = self.ix_op(idx[axis]);
-        let at = self.b.op(RegType::U32, Op::IAdd, &[p.into(), i]);
-        let inside = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::LtU),
-            &[at.into(), Self::imm_u(len)],
-        );
+        let (at, inside) = self.row_position(pos, &idx, axis, len)?;
         self.open();
         let vals = self.value(rows, &idx, v)?;
         let mut dst_idx = idx.clone();
-        dst_idx[axis] = Ix::R(at);
+        dst_idx[axis] = at;
         self.store(u, &dst_idx, &vals)?;
         self.close_if(inside);
         self.close_if(inb);
@@ -122,6 +108,29 @@ impl Gen<'_> {
         self.memo.pop();
         self.chunk = None;
         let vals = vals?;
+        let (at, inside) = self.row_position(pos, &idx, axis, len)?;
+        let ok = self
+            .b
+            .op(RegType::Pred, Op::PAnd, &[inb.into(), inside.into()]);
+        self.open();
+        let mut dst_idx = idx.clone();
+        dst_idx[axis] = at;
+        self.store(u, &dst_idx, &vals)?;
+        self.close_if(ok);
+        Ok(numel.div_ceil(8 * threads as u64).max(1) as u32)
+    }
+
+    /// Where the row element at `idx` goes along `axis` (of length `len`): `pos[b] + i`
+    /// and whether it lies in 0 .. len. In 32-bit arithmetic: with i < R <= len < 2^31,
+    /// the sum wraps to 2^31 or more exactly when the true position is negative, so one
+    /// unsigned comparison with the length keeps exactly the positions in 0 .. len.
+    fn row_position(
+        &mut self,
+        pos: Value,
+        idx: &[Ix],
+        axis: usize,
+        len: u64,
+    ) -> Result<(Ix, Reg), LowerError> {
         let p = self.value(pos, &[idx[0]], 1)?[0];
         let p = match p {
             Operand::Reg(r) => r,
@@ -134,14 +143,6 @@ impl Gen<'_> {
             Op::ICmp(ICmp::LtU),
             &[at.into(), Self::imm_u(len)],
         );
-        let ok = self
-            .b
-            .op(RegType::Pred, Op::PAnd, &[inb.into(), inside.into()]);
-        self.open();
-        let mut dst_idx = idx.clone();
-        dst_idx[axis] = Ix::R(at);
-        self.store(u, &dst_idx, &vals)?;
-        self.close_if(ok);
-        Ok(numel.div_ceil(8 * threads as u64).max(1) as u32)
+        Ok((Ix::R(at), inside))
     }
 }
