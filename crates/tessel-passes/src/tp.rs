@@ -513,8 +513,12 @@ impl TpPlan {
 /// all-gather moves data only), rounded once; a split step result concatenated over the
 /// ranks. Its outputs are the step's, in order, so it runs like the step itself.
 ///
-/// Errors: a step that updates a tensor in place (each rank would update its block of a
-/// cache: not simulated yet).
+/// An update (decode's KV cache) is one update of the whole tensor with the ranks' rows
+/// concatenated along their split axis — the union of each rank's writes into its own
+/// block — after which each rank reads its block; the updated tensor is returned whole.
+///
+/// Errors: an update of a tensor the simulation does not hold whole (not an input or an
+/// update of one).
 pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
     let n = plan.tp as usize;
     let err = |value: Value, what: &str| TpError {
@@ -524,6 +528,8 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
     };
     let mut s = Graph::new(format!("{}_tp{}", g.name, plan.tp));
     let mut inputs = std::collections::HashMap::new();
+    // Values the simulation holds whole as well: the inputs and the updated tensors.
+    let mut whole: std::collections::HashMap<Value, Value> = Default::default();
     // val[r][v]: rank r's value for v.
     let mut val: Vec<cranelift_entity::SecondaryMap<Value, Option<Value>>> =
         vec![Default::default(); n];
@@ -546,10 +552,62 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
         let sh = plan.sharding[v.index()];
         let ty = g.ty(v).clone();
         match op {
-            Op::Update { .. } => return Err(err(v, "an in-place update (not simulated yet)")),
+            Op::Update {
+                dst,
+                rows,
+                pos,
+                axis,
+            } => {
+                // Each rank writes its block of the rows into its block of the tensor: all
+                // of them together are one update of the whole tensor with the ranks' rows
+                // concatenated; each rank then reads its block of the result.
+                let Some(&d) = whole.get(dst) else {
+                    return Err(err(
+                        v,
+                        "an update of a tensor the simulation does not hold whole",
+                    ));
+                };
+                let rows_all = match plan.sharding[rows.index()] {
+                    Sharding::Split { axis: a } => {
+                        let args = (0..n).map(|r| val[r][*rows].expect("computed")).collect();
+                        s.push(Op::Concat { args, axis: a }, g.ty(*rows).clone())
+                    }
+                    _ => val[0][*rows].expect("computed"),
+                };
+                let p = val[0][*pos].expect("positions are replicated");
+                let y = s.push(
+                    Op::Update {
+                        dst: d,
+                        rows: rows_all,
+                        pos: p,
+                        axis: *axis,
+                    },
+                    ty.clone(),
+                );
+                whole.insert(v, y);
+                for (r, m) in val.iter_mut().enumerate() {
+                    m[v] = Some(match sh {
+                        Sharding::Split { axis: a } => {
+                            let b = block(&ty, sh);
+                            let start = r as u64 * b.shape.0[a as usize];
+                            s.push(
+                                Op::Slice {
+                                    arg: y,
+                                    axis: a,
+                                    start,
+                                },
+                                b,
+                            )
+                        }
+                        _ => y,
+                    });
+                }
+                continue;
+            }
             Op::Input { .. } => {
                 let x = s.push(op.clone(), ty.clone());
                 inputs.insert(v, x);
+                whole.insert(v, x);
                 for (r, m) in val.iter_mut().enumerate() {
                     m[v] = Some(match sh {
                         Sharding::Split { axis } => {
@@ -633,6 +691,8 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
         .collect();
     for (name, o) in &g.outputs {
         let y = match plan.sharding[o.index()] {
+            // An updated tensor is returned as the update itself (the `inout` chain's end).
+            _ if matches!(g.ops[*o], Op::Update { .. }) => whole[o],
             Sharding::Split { axis } => {
                 let args = (0..n).map(|r| val[r][*o].expect("computed")).collect();
                 s.push(Op::Concat { args, axis }, g.ty(*o).clone())

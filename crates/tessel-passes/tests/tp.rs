@@ -115,7 +115,8 @@ fn rel_rms(a: &tessel_ref::Tensor, b: &tessel_ref::Tensor) -> f64 {
 
 /// The plan's promise, checked by simulating the ranks on one graph (`tp::simulate`): the
 /// MLP at 1, 2, 4 and 8 ranks and the small Qwen layers (tests/programs/layer_small.tsl,
-/// 2 KV heads) at 1 and 2 give the same bits, in the exact and fast profiles. A wrong
+/// 2 KV heads: prefill, and decode appending to its KV caches) at 1 and 2 give the same
+/// bits, in the exact and fast profiles. A wrong
 /// block offset, a split in the wrong place or a reduction that associates by rank count
 /// changes them.
 #[test]
@@ -130,14 +131,18 @@ fn simulated_ranks_give_the_same_bits_at_every_world_size() {
     let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let small = tessel_syntax::load(&root.join("tests/programs/layer_small.tsl"))
         .unwrap_or_else(|_| panic!("layer_small.tsl loads"));
-    let dims: BTreeMap<String, u64> = [("T".to_string(), 20)].into_iter().collect();
-    let layers = ["qwen3", "qwen2"]
+    let dims: BTreeMap<String, u64> = [("T", 20), ("B", 3), ("S", 24)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let layers = ["qwen3", "qwen2", "qwen3_decode"]
         .map(|step| decompose::run(&check::run(&small.module, step, &dims).expect("checks")));
     let cases: Vec<(&str, &tessel_ir::graph::Graph, Vec<u32>)> = vec![
         ("mlp", &mlp, vec![1, 2, 4, 8]),
         ("mlp_f32", &mlp32, vec![1, 2, 4, 8]),
         ("qwen3", &layers[0], vec![1, 2]),
         ("qwen2", &layers[1], vec![1, 2]),
+        ("qwen3_decode", &layers[2], vec![1, 2]),
     ];
     for (name, g, sizes) in cases {
         for profile in [Profile::Exact, Profile::Fast] {
