@@ -114,9 +114,10 @@ fn rel_rms(a: &tessel_ref::Tensor, b: &tessel_ref::Tensor) -> f64 {
 }
 
 /// The plan's promise, checked by simulating the ranks on one graph (`tp::simulate`): the
-/// MLP at 1, 2, 4 and 8 ranks and the small Qwen layers (tests/programs/layer_small.tsl,
-/// 2 KV heads: prefill, and decode appending to its KV caches) at 1 and 2 give the same
-/// bits, in the exact and fast profiles. A wrong
+/// MLP at 1, 2, 4 and 8 ranks, a small Qwen3 layer with 4 KV heads
+/// (tests/programs/layer_tp.tsl) at 1, 2 and 4, and the small Qwen layers of
+/// tests/programs/layer_small.tsl (2 KV heads: prefill, and decode appending to its KV
+/// caches) at 1 and 2 give the same bits, in the exact and fast profiles. A wrong
 /// block offset, a split in the wrong place or a reduction that associates by rank count
 /// changes them.
 #[test]
@@ -137,8 +138,12 @@ fn simulated_ranks_give_the_same_bits_at_every_world_size() {
         .collect();
     let layers = ["qwen3", "qwen2", "qwen3_decode"]
         .map(|step| decompose::run(&check::run(&small.module, step, &dims).expect("checks")));
+    let four = tessel_syntax::load(&root.join("tests/programs/layer_tp.tsl"))
+        .unwrap_or_else(|_| panic!("layer_tp.tsl loads"));
+    let four = decompose::run(&check::run(&four.module, "prefill", &dims).expect("checks"));
     let cases: Vec<(&str, &tessel_ir::graph::Graph, Vec<u32>)> = vec![
         ("mlp", &mlp, vec![1, 2, 4, 8]),
+        ("layer_tp", &four, vec![1, 2, 4]),
         ("mlp_f32", &mlp32, vec![1, 2, 4, 8]),
         ("qwen3", &layers[0], vec![1, 2]),
         ("qwen2", &layers[1], vec![1, 2]),
