@@ -180,6 +180,7 @@ fn run_inner(
         target: device.map_or_else(Target::h200, |d| d.target.clone()),
         profile,
         verify: true,
+        tensor_parallel: false,
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {
         Ok(c) => c,

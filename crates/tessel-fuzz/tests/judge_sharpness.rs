@@ -22,6 +22,7 @@ fn a_one_percent_error_is_caught_and_most_bounds_are_points() {
             target: Target::h200(),
             profile,
             verify: false,
+            tensor_parallel: false,
         };
         let c = tessel_passes::compile(&g, &opts).expect("and compile");
         let inputs: Vec<Tensor> = c

@@ -65,7 +65,7 @@ pub static PASSES: &[PassInfo] = &[
     PassInfo {
         name: "schedule",
         what: "choose the schedule and TileConfig of each group",
-        run: Run::Schedule(|g, f, o| schedule::run(g, f, &o.target, o.profile)),
+        run: Run::Schedule(|g, f, o| schedule::run(g, f, &o.target, o.profile, !o.tensor_parallel)),
     },
     // Graph groups → kernel IR kernels with math-library placeholders.
     PassInfo {
@@ -104,6 +104,9 @@ pub struct Options {
     pub profile: Profile,
     /// Run the IR verifier on the output of every pass (on in tests and in the CLI; cheap).
     pub verify: bool,
+    /// The graph simulates tensor-parallel ranks (`tp::simulate`): no split-K, so that a
+    /// rank's narrower GEMMs sum in the association of the whole (docs/tensor-parallel.md).
+    pub tensor_parallel: bool,
 }
 
 /// Why compilation of a checked graph failed.

@@ -163,6 +163,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         target: Target::h200(),
         profile: t.profile,
         verify: true,
+        tensor_parallel: false,
     };
     let out = match &info.run {
         Run::Check(check) => {

@@ -7,7 +7,18 @@ use tessel_ir::kernel::MmaShape;
 use tessel_passes::{check, decompose, fuse, schedule, Profile, Target};
 
 /// The schedule of the one matmul of `x @ w^T` at (M, N, K) in `dt`.
-fn matmul_schedule(dt: &str, (m, n, k): (u64, u64, u64), t: &Target, p: Profile) -> Schedule {
+fn matmul_schedule(dt: &str, mnk: (u64, u64, u64), t: &Target, p: Profile) -> Schedule {
+    matmul_schedule_split(dt, mnk, t, p, true)
+}
+
+/// The same, with split-K allowed or not (off when compiling tensor-parallel ranks).
+fn matmul_schedule_split(
+    dt: &str,
+    (m, n, k): (u64, u64, u64),
+    t: &Target,
+    p: Profile,
+    split: bool,
+) -> Schedule {
     let src = format!("step s(x: {dt}[M, K], w: {dt}[N, K]) -> {dt}[M, N] {{ x @ w^T }}");
     let module = tessel_syntax::parse(&src).expect("parses");
     let dims: BTreeMap<String, u64> = [("M", m), ("N", n), ("K", k)]
@@ -16,7 +27,7 @@ fn matmul_schedule(dt: &str, (m, n, k): (u64, u64, u64), t: &Target, p: Profile)
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p);
+    let s = schedule::run(&g, &f, t, p, split);
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -122,4 +133,22 @@ fn presets_name_the_machines_and_their_ptx_target() {
         assert!(t.peaks.is_some(), "{name} has datasheet peaks");
     }
     assert!(Target::preset("a100").is_none());
+}
+
+/// A GEMM whose tiles leave SMs idle cuts K into ranges in `exact` and `fast` — unless the
+/// step simulates tensor-parallel ranks, where a rank's narrower GEMM must sum in the
+/// association of the whole (tessel-passes `tp`): then never, in any profile.
+#[test]
+fn split_k_is_off_for_tensor_parallel_ranks() {
+    let split = |tile: &TileConfig| match *tile {
+        TileConfig::Mma { split_k, .. } | TileConfig::Simt { split_k, .. } => split_k,
+        _ => 1,
+    };
+    let t = Target::h200();
+    for p in [Profile::Exact, Profile::Fast] {
+        let s = matmul_schedule_split("bf16", (64, 256, 8192), &t, p, true);
+        assert!(split(&s.tile) > 1, "{p:?}: {}", s.why);
+        let s = matmul_schedule_split("bf16", (64, 256, 8192), &t, p, false);
+        assert_eq!(split(&s.tile), 1, "{p:?}: {}", s.why);
+    }
 }

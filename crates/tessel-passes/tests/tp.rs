@@ -81,9 +81,12 @@ fn splits_the_plan_cannot_place_are_errors() {
 
 /// Runs `g` on the CPU executor in `profile` with seeded inputs (by parameter position).
 fn run(g: &tessel_ir::graph::Graph, profile: tessel_passes::Profile) -> Vec<tessel_ref::Tensor> {
+    // The simulations compile as `--tp` does (no split-K); the steps as written do too,
+    // which changes nothing at these sizes.
     let opts = tessel_passes::Options {
         profile,
         verify: true,
+        tensor_parallel: true,
         ..Default::default()
     };
     let p = tessel_passes::compile(g, &opts).expect("compiles").program;

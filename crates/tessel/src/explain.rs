@@ -11,8 +11,9 @@ use anyhow::Result;
 use std::path::Path;
 use tessel_ir::kernel::BufferRole;
 
-/// `tessel explain`; with `tp`, each step's tensor-parallel plan after its kernels.
-pub fn explain(file: &Path, args: &CompileArgs, tp: Option<u32>) -> Result<()> {
+/// `tessel explain`; with `--tp`, the simulated ranks' kernels and each step's
+/// tensor-parallel plan after them.
+pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let src = load(file)?;
     // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
@@ -89,7 +90,7 @@ pub fn explain(file: &Path, args: &CompileArgs, tp: Option<u32>) -> Result<()> {
                 None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
             }
         }
-        if let Some(n) = tp {
+        if let Some(n) = args.tp {
             // The plan partitions the step before the attention pass (the scores are a
             // plain matmul there): decomposed, not fused.
             let g = tessel_passes::decompose::run(&step.checked);

@@ -196,7 +196,9 @@ pub fn compile_steps(
     checked
         .into_iter()
         .zip(bound)
-        .map(|((name, graph), w)| compile_checked(src, &name, graph, w, args.profile, opts))
+        .map(|((name, graph), w)| {
+            compile_checked(src, &name, graph, w, (args.profile, args.tp), opts)
+        })
         .collect()
 }
 
@@ -284,22 +286,35 @@ pub fn compile_step(
 ) -> Result<Step> {
     let checked = check_step(src, name, dims)?;
     let bound = bind_weights(src, name, &checked, weights)?;
-    compile_checked(src, name, checked, bound, profile, opts)
+    compile_checked(src, name, checked, bound, (profile, None), opts)
 }
 
+/// Compiles the checked step in `profile`; with `tp = Some(N)`, the program that simulates
+/// its N tensor-parallel ranks on one device (tessel-passes `tp::simulate`) instead.
 fn compile_checked(
     src: &Source,
     name: &str,
     checked: tessel_ir::graph::Graph,
     weights: StepWeights,
-    profile: tessel_passes::Profile,
+    (profile, tp): (tessel_passes::Profile, Option<u32>),
     opts: &Options,
 ) -> Result<Step> {
     let opts = &Options {
         profile,
+        tensor_parallel: tp.is_some(),
         ..opts.clone()
     };
-    let compiled = compile(&checked, opts)
+    let graph = match tp {
+        None => std::borrow::Cow::Borrowed(&checked),
+        Some(n) => {
+            let g = tessel_passes::decompose::run(&checked);
+            let sim = tessel_passes::tp::plan(&g, n)
+                .and_then(|p| tessel_passes::tp::simulate(&g, &p))
+                .map_err(|e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name))?;
+            std::borrow::Cow::Owned(sim)
+        }
+    };
+    let compiled = compile(&graph, opts)
         .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
     Ok(Step {
         name: name.to_string(),

@@ -66,6 +66,12 @@ pub struct CompileArgs {
     /// are used when there is one; without one, h200).
     #[arg(long, value_name = "NAME", value_parser = frontend::parse_target)]
     pub target: Option<String>,
+    /// Tensor parallelism over N ranks (1, 2, 4 or 8), simulated on this one device: the
+    /// step becomes one program that computes what N ranks would (their blocks of every
+    /// weight and cache, the deterministic reduction; docs/tensor-parallel.md), so its
+    /// outputs must have the same bits at every N. `explain` also prints the plan.
+    #[arg(long, value_name = "N")]
+    pub tp: Option<u32>,
 }
 
 /// How inputs are made.
@@ -183,12 +189,6 @@ enum Command {
         file: PathBuf,
         #[command(flatten)]
         compile: CompileArgs,
-        /// Also print the tensor-parallel plan over this many ranks (1, 2, 4 or 8): which
-        /// block of every weight and cache each rank loads, and where the collectives go
-        /// with the bytes each rank sends (docs/tensor-parallel.md). The kernels printed
-        /// are still the one-GPU step's.
-        #[arg(long, value_name = "N")]
-        tp: Option<u32>,
     },
     /// Check batch invariance: run the step at every size of `--batch-dim` in `--sizes` on
     /// rows taken from one set of inputs (at the start, the end and a third of the way in)
@@ -387,9 +387,7 @@ fn real_main() {
             cpu,
             json,
         } => check::check(&files, &compile, &inputs, cpu, json.as_deref()),
-        Command::Explain { file, compile, tp } => {
-            explain::explain(&file, &compile, tp).map(|_| true)
-        }
+        Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
         Command::Invariance {
             file,
             compile,

@@ -116,3 +116,45 @@ fn world_sizes_the_plan_cannot_take_are_refused_with_the_reason() {
     let (ok, t) = plan("qwen3_14b", "decode", &["B=1", "T=1", "S=16"], 16);
     assert!(!ok && t.contains("1, 2, 4 or 8"), "{t}");
 }
+
+/// `tessel run --tp N` runs the simulated ranks (tessel-passes `tp::simulate`): the small
+/// 4-KV-head layer's outputs (tests/programs/layer_tp.tsl) have the same digests at 1, 2
+/// and 4 ranks in the invariant profile; `--tp 3` is refused with the reason.
+#[test]
+fn run_with_tp_gives_the_same_outputs_at_every_world_size() {
+    let file = root("tests/programs/layer_tp.tsl");
+    let digests: Vec<Vec<String>> = [1, 2, 4]
+        .iter()
+        .map(|n| {
+            let d = scratch(&format!("tp-run-{n}"));
+            let n = n.to_string();
+            let args = [
+                "run",
+                &file,
+                "--cpu",
+                "--dim",
+                "T=9",
+                "--profile",
+                "invariant",
+                "--tp",
+                &n,
+            ];
+            let o = tessel(&d, &args);
+            let t = text(&o);
+            assert!(o.status.success(), "--tp {n}: {t}");
+            t.lines()
+                .filter(|l| l.contains("digest"))
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    assert_eq!(digests[0].len(), 2, "{:?}", digests[0]);
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    let d = scratch("tp-run-3");
+    let o = tessel(&d, &["run", &file, "--cpu", "--dim", "T=9", "--tp", "3"]);
+    assert!(
+        !o.status.success() && text(&o).contains("1, 2, 4 or 8"),
+        "{}",
+        text(&o)
+    );
+}

@@ -235,14 +235,15 @@ pub struct NotApplicable(pub String);
 
 /// The schedule of the matmul `mm` whose group writes `out`; `rows` is `Some(d)` when the
 /// group's epilogue computes whole rows of `d` output columns (`fuse` rule 8: QK-norm and
-/// RoPE of the projection's heads), which only [`row_epilogue_tile`] serves.
+/// RoPE of the projection's heads), which only [`row_epilogue_tile`] serves; split-K only
+/// where `split_k_ok` (see [`super::run`]).
 pub(super) fn choose(
     g: &Graph,
     mm: Value,
     out: Value,
     rows: Option<u64>,
     t: &Target,
-    profile: Profile,
+    (profile, split_k_ok): (Profile, bool),
 ) -> Schedule {
     if let Some(d) = rows {
         // `fuse` asked the same question with the same target and profile; a group read
@@ -279,7 +280,7 @@ pub(super) fn choose(
     };
     let out_shape_is_mm = g.ty(out).shape == g.ty(mm).shape;
     let mut why_not = String::new();
-    match mma(&s, s.read, out_shape_is_mm, None, t, profile) {
+    match mma(&s, s.read, out_shape_is_mm, (None, split_k_ok), t, profile) {
         Ok((tile, why)) => {
             return Schedule {
                 tile,
@@ -296,7 +297,7 @@ pub(super) fn choose(
     let (bm, bn, tm, tn) = row.tile;
     let bk = 16;
     let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-    let split = if profile != Profile::Invariant {
+    let split = if profile != Profile::Invariant && split_k_ok {
         split_k(tiles, s.k, bk, t.sm_count as u64)
     } else {
         1
@@ -422,18 +423,19 @@ pub fn row_epilogue_tile(
     if decode || d == 0 || s.n % d != 0 {
         return None;
     }
-    mma(&s, s.read, true, Some(d), t, profile).ok()
+    mma(&s, s.read, true, (Some(d), false), t, profile).ok()
 }
 
 /// The tensor-core tile and its reason, or why there is none: the profile or the operands
 /// rule tensor cores out (said by nothing: the SIMT tile is the schedule), or no row of
 /// [`MMA_TILES`] fits the target's shared memory (said). With `rows = Some(d)`, only tiles
-/// that suit an epilogue over whole rows of `d` ([`row_epilogue_tile`]).
+/// that suit an epilogue over whole rows of `d` ([`row_epilogue_tile`]); split-K only where
+/// `split_k_ok`.
 fn mma(
     s: &MatmulShape,
     dt: DType,
     out_shape_is_mm: bool,
-    rows: Option<u64>,
+    (rows, split_k_ok): (Option<u64>, bool),
     t: &Target,
     profile: Profile,
 ) -> Result<(TileConfig, String), NotApplicable> {
@@ -484,7 +486,7 @@ fn mma(
             continue;
         }
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-        let split = if profile != Profile::Invariant && rows.is_none() {
+        let split = if profile != Profile::Invariant && rows.is_none() && split_k_ok {
             split_k(tiles, s.k, bk, sms)
         } else {
             1

@@ -33,11 +33,26 @@ use crate::target::{Profile, Target};
 use tessel_ir::graph::{Fusion, Graph, GroupKind, Op, Schedule, Schedules, TileConfig};
 use tessel_ir::Group;
 
-/// Runs the pass.
-pub fn run(g: &Graph, fusion: &Fusion, target: &Target, profile: Profile) -> Schedules {
+/// Runs the pass. `split_k`: whether a matmul may cut its K into ranges when its tiles
+/// leave SMs idle (never in the `invariant` profile; off when compiling tensor-parallel
+/// ranks, whose narrower GEMMs would otherwise sum in another association than the whole).
+pub fn run(
+    g: &Graph,
+    fusion: &Fusion,
+    target: &Target,
+    profile: Profile,
+    split_k: bool,
+) -> Schedules {
     let mut s = Schedules::new();
     for (grp, data) in fusion.groups.iter() {
-        s[grp] = Some(choose(g, fusion, grp, data.kind, target, profile));
+        s[grp] = Some(choose(
+            g,
+            fusion,
+            grp,
+            data.kind,
+            target,
+            (profile, split_k),
+        ));
     }
     s
 }
@@ -48,7 +63,7 @@ fn choose(
     grp: Group,
     kind: GroupKind,
     t: &Target,
-    profile: Profile,
+    (profile, split_k): (Profile, bool),
 ) -> Schedule {
     let data = &fusion.groups[grp];
     let out = data.outputs[0];
@@ -62,7 +77,7 @@ fn choose(
     match kind {
         GroupKind::Matmul => {
             let rows = crate::fuse::row_epilogue_rows(g, data);
-            matmul::choose(g, data.reductions[0], out, rows, t, profile)
+            matmul::choose(g, data.reductions[0], out, rows, t, (profile, split_k))
         }
         GroupKind::Attention => {
             let (s, a) = (data.reductions[0], data.reductions[1]);
