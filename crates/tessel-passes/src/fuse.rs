@@ -420,7 +420,6 @@ fn row_epilogue_of(
             Op::Attention { .. } | Op::Update { .. } | Op::Reduce { .. }
         )
         && cone_matmuls(g, o, mat).is_empty()
-        && misplaced_reductions(g, o, mat).is_empty()
         && reached_at_own_row(g, o, r, mat);
     let fits = crate::schedule::row_epilogue_tile(g, mm, d, target, profile).is_some();
     // The invariant profile's promise: a row's bits do not depend on M, and at decode's M
@@ -585,16 +584,18 @@ fn cone_reaches(g: &Graph, out: Value, x: Value, mat: &EntitySet<Value>) -> bool
     false
 }
 
-/// True if every path from the group output `out` reaches `x` (of `out`'s shape) at the
-/// group's own row, whatever the column: the symbolic walk of [`misplaced_reductions`].
+/// True if no reduction in the group writing `out` is misplaced and every path from `out`
+/// reaches `x` (of `out`'s shape) at the group's own row, whatever the column: one
+/// symbolic walk, [`misplaced_reductions`]'.
 fn reached_at_own_row(g: &Graph, out: Value, x: Value, mat: &EntitySet<Value>) -> bool {
     let rows = row_shape(g, out);
     let lead = rows.rank().saturating_sub(1);
     let own = |i: usize, c: Ix| c == Ix::Row(i as u32) || (rows.0[i] == 1 && c == Ix::Zero);
-    walk_rows(g, out, mat)
-        .0
-        .into_iter()
-        .all(|(y, idx)| y != x || (idx.len() == lead + 1 && (0..lead).all(|i| own(i, idx[i]))))
+    let (reached, misplaced) = walk_rows(g, out, mat);
+    misplaced.is_empty()
+        && reached
+            .into_iter()
+            .all(|(y, idx)| y != x || (idx.len() == lead + 1 && (0..lead).all(|i| own(i, idx[i]))))
 }
 
 /// One component of a symbolic index in [`misplaced_reductions`]: which index of the group's

@@ -283,14 +283,8 @@ impl Gen<'_> {
         // (inside the tile: the tile's first row and head are inside the output), never
         // stored: every lane runs the shuffles, and every index stays inside the tile and
         // the tensors the epilogue reads.
-        let ix = |o: Operand| match o {
-            Operand::Reg(r) => Ix::R(r),
-            Operand::U32(c) => Ix::C(c as u64),
-            _ => unreachable!("umin of u32 operands"),
-        };
-        let (gro, gco) = (self.ix_op(gr), self.ix_op(gc));
-        let row_in = ix(self.umin(gro, Self::imm_u(m.max(1) - 1)));
-        let col_in = ix(self.umin(gco, Self::imm_u(n.max(1) - 1)));
+        let row_in = self.umin_c(gr, m.max(1) - 1);
+        let col_in = self.umin_c(gc, n.max(1) - 1);
         let head = self.idiv_c(col_in, d);
         let within = self.irem_c(gc, d);
         let mut idx = lead.to_vec();

@@ -3,7 +3,7 @@
 //! cost nothing. Flat indices and their multi-indices in a shape, the global thread index.
 
 use super::{Gen, Ix};
-use tessel_ir::kernel::{Op, Operand, RegType, Special};
+use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Special};
 use tessel_ir::{Reg, Shape};
 
 impl Gen<'_> {
@@ -33,6 +33,23 @@ impl Gen<'_> {
                 self.b
                     .op(RegType::U32, Op::ISub, &[r.into(), Self::imm_u(c)]),
             ),
+        }
+    }
+
+    /// `min(a, c)`, unsigned: an index clamped to at most `c`.
+    pub(super) fn umin_c(&mut self, a: Ix, c: u64) -> Ix {
+        match a {
+            Ix::C(x) => Ix::C(x.min(c)),
+            Ix::R(_) => {
+                let ao = self.ix_op(a);
+                let lt = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, Self::imm_u(c)]);
+                Ix::R(
+                    self.b
+                        .op(RegType::U32, Op::Select, &[lt.into(), ao, Self::imm_u(c)]),
+                )
+            }
         }
     }
 

@@ -96,11 +96,7 @@ impl Gen<'_> {
             Op::ICmp(ICmp::LtU),
             &[first.into(), Self::imm_u(numel)],
         );
-        let first = match self.umin(first.into(), Self::imm_u(numel - 8)) {
-            Operand::Reg(r) => Ix::R(r),
-            Operand::U32(c) => Ix::C(c as u64),
-            _ => unreachable!("umin of u32 operands"),
-        };
+        let first = self.umin_c(Ix::R(first), numel - 8);
         let idx = self.unflatten(first, &shape);
         self.chunk = Some((idx[idx.len() - 1], (d / 8) as u32));
         self.memo.push(Default::default());

@@ -288,13 +288,8 @@ impl Gen<'_> {
             // Along the last axis a vector of `lanes` must fit; along another, one index.
             let span = if a + 1 == idx.len() { lanes as u64 } else { 1 };
             let last = size.saturating_sub(span);
-            let d = self.umin(d.into(), Self::imm_u(last));
             let mut ai = idx.to_vec();
-            ai[a] = match d {
-                Operand::Reg(r) => Ix::R(r),
-                Operand::U32(c) => Ix::C(c as u64),
-                _ => unreachable!("umin of u32 operands"),
-            };
+            ai[a] = self.umin_c(Ix::R(d), last);
             let vals = self.value(arg, &ai, lanes)?;
             if k == 0 {
                 res = vals;
