@@ -137,6 +137,34 @@ impl Buffer {
             )))
     }
 
+    /// Copies all of `src` into `self` at byte `offset` on the device (stream ordered): an
+    /// all-gather's part when the ranks share one GPU.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless `src` fits at `offset` and both are on one Gpu;
+    /// [`Error::Driver`] if the copy fails.
+    pub fn copy_from_at(&mut self, offset: usize, src: &Buffer) -> Result<(), Error> {
+        if offset + src.len() > self.len() || !src.gpu.same(&self.gpu) {
+            return Err(Error::InvalidArgument(format!(
+                "device copy of {} bytes at offset {offset} into {} bytes (must fit, on one Gpu)",
+                src.len(),
+                self.len()
+            )));
+        }
+        let mut dst = self.slice.slice_mut(offset..offset + src.len());
+        self.gpu
+            .stream()
+            .memcpy_dtod(&src.slice, &mut dst)
+            .map_err(Error::driver(format!(
+                "copying {} bytes on device",
+                src.len()
+            )))
+    }
+
+    pub(crate) fn slice_mut(&mut self) -> &mut CudaSlice<u8> {
+        &mut self.slice
+    }
+
     /// The device address, for cuBLAS and kernel arguments.
     pub(crate) fn device_ptr(&self) -> u64 {
         let (ptr, _record) = self.slice.device_ptr(self.gpu.stream());

@@ -68,6 +68,14 @@ pub enum Error {
         /// cuBLAS's status code.
         source: CublasError,
     },
+    /// An NCCL call failed.
+    #[error("NCCL error during {op}: {message}")]
+    Nccl {
+        /// The operation, e.g. `"ncclAllGather of 1024 bytes"`.
+        op: String,
+        /// NCCL's result code, as cudarc names it.
+        message: String,
+    },
     /// A caller error detected before anything reached the GPU.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -129,6 +129,16 @@ impl Gpu {
         })
     }
 
+    /// The number of devices the driver sees (0 without a driver).
+    pub fn count() -> usize {
+        // SAFETY: only tries to dlopen the driver library by its usual names.
+        if !unsafe { sys::is_culib_present() } {
+            return 0;
+        }
+        panic::catch_unwind(|| CudaContext::device_count().unwrap_or(0))
+            .map_or(0, |n| n.max(0) as usize)
+    }
+
     /// The device's properties, as read when it was opened.
     pub fn properties(&self) -> &Properties {
         &self.inner.properties

@@ -19,6 +19,7 @@ mod buffer;
 mod error;
 mod gpu;
 mod module;
+pub mod nccl;
 mod timing;
 
 pub use bandwidth::{measure_copy_bandwidth, Bandwidth};

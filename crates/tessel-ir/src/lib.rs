@@ -17,6 +17,7 @@
 pub mod entities;
 pub mod graph;
 pub mod kernel;
+pub mod ranks;
 pub mod text;
 pub mod types;
 pub mod verify;

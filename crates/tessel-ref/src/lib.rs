@@ -18,6 +18,7 @@ pub mod exec;
 pub mod judge;
 pub mod layout;
 pub mod oracle;
+pub mod ranks;
 pub mod reference;
 pub mod round;
 pub mod tensor;

@@ -20,6 +20,60 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// Block `r` of `n` equal contiguous blocks along `axis` (a tensor-parallel rank's part
+    /// of a whole tensor, tessel-ir `ranks`).
+    ///
+    /// Panics if `axis` is out of range or `n` does not divide the dim.
+    pub fn block(&self, axis: u32, r: u32, n: u32) -> Tensor {
+        let dims = &self.ty.shape.0;
+        let d = dims[axis as usize];
+        assert!(
+            d % n as u64 == 0 && r < n,
+            "block {r} of {n} along a dim of {d}"
+        );
+        let len = d / n as u64;
+        let (outer, inner) = self.around(axis);
+        let mut out = Vec::with_capacity(self.data.len() / n as usize);
+        for o in 0..outer {
+            let at = ((o * d + r as u64 * len) * inner) as usize;
+            out.extend_from_slice(&self.data[at..at + (len * inner) as usize]);
+        }
+        let mut ty = self.ty.clone();
+        ty.shape.0[axis as usize] = len;
+        Tensor { ty, data: out }
+    }
+
+    /// `parts` (one dtype, equal dims except along `axis`) concatenated along `axis`.
+    ///
+    /// Panics if `parts` is empty or the parts do not fit together.
+    pub fn concat(axis: u32, parts: &[Tensor]) -> Tensor {
+        let mut ty = parts[0].ty.clone();
+        ty.shape.0[axis as usize] = parts.iter().map(|p| p.ty.shape.0[axis as usize]).sum();
+        for p in parts {
+            let mut t = p.ty.clone();
+            t.shape.0[axis as usize] = ty.shape.0[axis as usize];
+            assert_eq!(t, ty, "parts of one concatenation");
+        }
+        let (outer, _) = parts[0].around(axis);
+        let mut data = Vec::with_capacity(ty.size_bytes() as usize);
+        for o in 0..outer {
+            for p in parts {
+                let (_, inner) = p.around(axis);
+                let row = (p.ty.shape.0[axis as usize] * inner) as usize;
+                data.extend_from_slice(&p.data[o as usize * row..(o as usize + 1) * row]);
+            }
+        }
+        Tensor { ty, data }
+    }
+
+    /// The element count before `axis` and the bytes of one step along it after.
+    fn around(&self, axis: u32) -> (u64, u64) {
+        let dims = &self.ty.shape.0;
+        let outer = dims[..axis as usize].iter().product();
+        let inner = dims[axis as usize + 1..].iter().product::<u64>() * self.ty.dtype.size_bytes();
+        (outer, inner)
+    }
+
     /// All elements zero (`+0.0`, `0`, `false`).
     pub fn zeros(ty: TensorType) -> Tensor {
         let n = ty.size_bytes() as usize;

@@ -99,6 +99,65 @@ fn cublas_baseline(
     }))
 }
 
+/// With `--tp N`: the ranks' whole step (every phase and all-gather, rank 0's time, one
+/// set of buffers), and each all-gather against NCCL's all-reduce of the same bytes.
+fn bench_ranks(
+    file: &str,
+    step: &str,
+    ranks: &[tessel_ir::ranks::Rank<tessel_ir::kernel::Program>],
+    inputs: &[tessel_ref::Tensor],
+    rounds: u32,
+) -> Result<Vec<serde_json::Value>> {
+    use crate::ranks::{run, time_reductions, Transport};
+    let tp = ranks.len() as u32;
+    let (transport, how) = Transport::choose(tp);
+    let (_, t) = run(ranks, inputs, transport, Some((rounds, 5)))?;
+    let t = t.expect("timed");
+    println!(
+        "ranks ({how}): the whole step, rank 0, launched one by one between events: {:.2} µs median (min {:.2}, max {:.2}; one set of buffers){}",
+        t.median_us,
+        t.min_us,
+        t.max_us,
+        if transport == Transport::Loopback {
+            " — the ranks run one after another: not a tensor-parallel time"
+        } else {
+            ""
+        }
+    );
+    let mut recs = vec![json!({
+        "file": file, "step": step, "kernel": "ranks: whole step", "tp": tp,
+        "transport": format!("{transport:?}"), "median_us": t.median_us,
+        "min_us": t.min_us, "max_us": t.max_us,
+    })];
+    let gpu = open_gpu().map_err(|why| anyhow::anyhow!("{why}"))?;
+    let times = crate::ranks::time_kernels(&gpu, &ranks[0], inputs, rounds)?;
+    let sum: f64 = times.iter().map(|(_, _, t)| t.median_us).sum();
+    println!(
+        "  rank 0's kernels one at a time (graph-captured, on GPU 0): {:.2} µs together",
+        sum
+    );
+    for (k, name, t) in &times {
+        println!("    phase {k} {name:<28} {:>9.2} µs", t.median_us);
+        recs.push(json!({
+            "file": file, "step": step, "kernel": name, "phase": k, "tp": tp,
+            "median_us": t.median_us, "min_us": t.min_us, "max_us": t.max_us,
+        }));
+    }
+    if transport == Transport::Nccl {
+        for r in time_reductions(&ranks[0], rounds, 20)? {
+            println!(
+                "  all-gather of {} ({} bytes per rank): {:.2} µs; NCCL all-reduce of the same bytes: {:.2} µs",
+                r.slot, r.bytes, r.all_gather_us, r.all_reduce_us
+            );
+            recs.push(json!({
+                "file": file, "step": step, "kernel": format!("all-gather {}", r.slot), "tp": tp,
+                "bytes": r.bytes, "all_gather_us": r.all_gather_us, "all_reduce_us": r.all_reduce_us,
+            }));
+        }
+    }
+    Ok(recs)
+}
+
 /// `tessel bench`.
 pub fn bench(
     file: &Path,
@@ -133,6 +192,11 @@ pub fn bench(
     for step in steps {
         let p = &step.compiled.program;
         let inputs = make_inputs(p, in_args, &step.weights)?;
+        if let Some(ranks) = step.rank_programs() {
+            // What runs is the ranks, not the one-device simulation: time them.
+            recs.extend(bench_ranks(&src.name, &step.name, &ranks, &inputs, rounds)?);
+            continue;
+        }
         let l = device::load(&gpu, p, &inputs)?;
         // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
         // timing measures HBM and not the cache (design §10).
@@ -261,6 +325,16 @@ pub fn bench(
             }
             recs.push(rec);
         }
+        // The whole step on one set of buffers, as `--tp` times its ranks.
+        let t = gpu.time_events(&all_calls[0], rounds, 5)?;
+        println!(
+            "  whole step, one set of buffers, launched one by one between events (as `--tp N` times its ranks): {:.2} µs median (min {:.2}, max {:.2})",
+            t.median_us, t.min_us, t.max_us
+        );
+        recs.push(json!({
+            "file": src.name, "step": step.name, "kernel": "whole step",
+            "median_us": t.median_us, "min_us": t.min_us, "max_us": t.max_us,
+        }));
     }
     if let Some(path) = json_out {
         crate::paths::write_file("--json", path, serde_json::to_string_pretty(&recs)?)?;

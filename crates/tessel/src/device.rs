@@ -77,30 +77,8 @@ pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'
 impl Loaded<'_> {
     /// The launches of the program as data, over `buffers`.
     pub fn calls<'a>(&'a self, buffers: &'a [Buffer]) -> Vec<KernelCall<'a>> {
-        self.program
-            .launches
-            .iter()
-            .map(|l| {
-                let k = &self.program.kernels[l.kernel];
-                KernelCall {
-                    module: &self.module,
-                    kernel: &k.name,
-                    launch: Launch {
-                        grid: k.grid,
-                        block: k.block,
-                        shared_bytes: k.dynamic_shared_bytes(),
-                    },
-                    args: l
-                        .args
-                        .iter()
-                        .map(|a| match a {
-                            LaunchArg::Buffer(b) => Arg::Buffer(&buffers[b.as_u32() as usize]),
-                            LaunchArg::U32(x) => Arg::U32(*x),
-                        })
-                        .collect(),
-                }
-            })
-            .collect()
+        let refs: Vec<&Buffer> = buffers.iter().collect();
+        calls_over(&self.module, self.program, &refs)
     }
 
     /// Runs every launch once, in order, checked.
@@ -127,6 +105,37 @@ impl Loaded<'_> {
             })
             .collect()
     }
+}
+
+/// The launches of `p`, loaded as `module`, as data: `buffers[i]` is the program's buffer i.
+pub fn calls_over<'a>(
+    module: &'a Module,
+    p: &'a Program,
+    buffers: &[&'a Buffer],
+) -> Vec<KernelCall<'a>> {
+    p.launches
+        .iter()
+        .map(|l| {
+            let k = &p.kernels[l.kernel];
+            KernelCall {
+                module,
+                kernel: &k.name,
+                launch: Launch {
+                    grid: k.grid,
+                    block: k.block,
+                    shared_bytes: k.dynamic_shared_bytes(),
+                },
+                args: l
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        LaunchArg::Buffer(b) => Arg::Buffer(buffers[b.as_u32() as usize]),
+                        LaunchArg::U32(x) => Arg::U32(*x),
+                    })
+                    .collect(),
+            }
+        })
+        .collect()
 }
 
 /// Opens the first GPU, or says why there is none.

@@ -11,92 +11,133 @@ use anyhow::Result;
 use std::path::Path;
 use tessel_ir::kernel::BufferRole;
 
-/// `tessel explain`; with `--tp`, the simulated ranks' kernels and each step's
-/// tensor-parallel plan after them.
+/// `tessel explain`; with `--tp`, each step's tensor-parallel plan and rank 0's phases
+/// (kernels and the all-gathers between them).
 pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let src = load(file)?;
     // Registers and spills come from ptxas when it is installed (scripts/install-ptxas.sh).
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
     let gpu = device::gpu_unless(args.target.is_some()).ok();
     let (target, from) = target_for(args, gpu.as_ref());
-    let arch = target.ptx_target();
     println!(
-        "target: {} ({arch}, {} SMs, {} KiB shared memory per CTA; from {from})",
+        "target: {} ({}, {} SMs, {} KiB shared memory per CTA; from {from})",
         target.name,
+        target.ptx_target(),
         target.sm_count,
         target.max_shared_per_cta / 1024
     );
     for step in compile_steps(&src, args, &options(&target), &Weights::none())? {
         let c = &step.compiled;
-        println!(
-            "step {}: {}",
-            step.name,
-            plural(c.program.kernels.len(), "kernel")
-        );
-        let report = match &ptxas {
-            Some(p) => Some(p.assemble(&device::ptx_of(&c.program, &target)?, &arch)?),
-            None => None,
-        };
-        for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
-            let data = &c.fusion.groups[grp];
-            // A step output by its name; an intermediate by the `t<N>` name `run
-            // --dump-temps` gives it, with the graph value for `--emit fused`.
-            let outs: Vec<String> = data
-                .outputs
-                .iter()
-                .map(|v| {
-                    let ty = c.graph.ty(*v);
-                    match c.buffer_of.get(v).map(|b| &c.program.buffers[*b]) {
-                        Some(d) if d.role == BufferRole::Temp => {
-                            format!("intermediate {} (value {v}): {ty}", d.name)
-                        }
-                        Some(d) if matches!(d.role, BufferRole::InOut(_)) => {
-                            let rows = match &c.graph.ops[*v] {
-                                tessel_ir::graph::Op::Update { rows, .. } => {
-                                    format!("rows {} into ", c.graph.ty(*rows))
-                                }
-                                _ => String::new(),
-                            };
-                            format!("{rows}{} in place (value {v}): {ty}", d.name)
-                        }
-                        Some(d) => format!("{} (value {v}): {ty}", d.name),
-                        None => format!("{v}: {ty}"),
-                    }
-                })
-                .collect();
+        let Some(ranks) = &step.ranks else {
             println!(
-                "  kernel {} (group {grp}, {:?}) writes {}",
-                k.name,
-                data.kind,
-                outs.join(", ")
+                "step {}: {}",
+                step.name,
+                plural(c.program.kernels.len(), "kernel")
             );
-            if let Some(s) = &c.schedules[grp] {
-                println!("    tile: {}", s.tile);
-                println!("    why: {}", s.why);
-            }
-            println!("    launch: grid {:?}, block {:?}", k.grid, k.block);
-            println!("    order: {}", k.schedule);
-            // ptxas counts the shared memory a kernel declares; a buffer over 48 KiB is
-            // `.extern` and sized at launch, so it is added here.
-            let dynamic = match k.dynamic_shared_bytes() {
-                0 => String::new(),
-                b => format!(" + {b} B dynamic"),
-            };
-            match report.as_ref().and_then(|r| r.function(&k.name)) {
-                Some(f) => println!(
-                    "    ptxas {arch}: {} registers, {} B shared{dynamic}, {} B stack, spills {} B stored / {} B loaded",
-                    f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
-                ),
-                None => println!("    ptxas: not installed (scripts/install-ptxas.sh) — no register report"),
+            print_kernels(c, ptxas.as_ref(), &target, "  ")?;
+            continue;
+        };
+        // The plan partitions the step as `check` made it (the scores a plain matmul).
+        let g = &step.checked;
+        let n = ranks.len() as u32;
+        let plan = tessel_passes::tp::plan(g, n)
+            .map_err(|e| anyhow::anyhow!("step `{}`: {e}", step.name))?;
+        println!("step {}:", step.name);
+        print!("{}", plan.describe(g));
+        let r0 = &ranks[0];
+        println!(
+            "rank 0 of {n} (every rank runs the same kernels on its own blocks): {} in {}, {} between them; the one-device simulation of the ranks (`run`/`check`/`bench` without --tp's GPUs per rank: docs/tensor-parallel.md) has {}",
+            plural(r0.phases.iter().map(|p| p.body.program.kernels.len()).sum(), "kernel"),
+            plural(r0.phases.len(), "phase"),
+            plural(r0.exchanges().count(), "all-gather"),
+            plural(c.program.kernels.len(), "kernel"),
+        );
+        for (k, phase) in r0.phases.iter().enumerate() {
+            println!(
+                "  phase {k}: {}",
+                plural(phase.body.program.kernels.len(), "kernel")
+            );
+            print_kernels(&phase.body, ptxas.as_ref(), &target, "    ")?;
+            for e in &phase.exchanges {
+                println!(
+                    "    then all-gather: every rank sends `{}` ({}, {} bytes), receives `{}` on every rank",
+                    e.send,
+                    e.ty,
+                    e.ty.size_bytes(),
+                    e.recv
+                );
             }
         }
-        if let Some(n) = args.tp {
-            // The plan partitions the step before the attention pass (the scores are a
-            // plain matmul there): decomposed, not fused.
-            let g = tessel_passes::decompose::run(&step.checked);
-            let plan = tessel_passes::tp::plan(&g, n)
-                .map_err(|e| anyhow::anyhow!("step `{}`: {e}", step.name))?;
-            print!("{}", plan.describe(&g));
+    }
+    Ok(())
+}
+
+/// Every kernel of `c`: its group, what it writes, its schedule and why, its launch, and
+/// with ptxas its registers, shared memory and spills; each line after `indent`.
+fn print_kernels(
+    c: &tessel_passes::Compiled,
+    ptxas: Option<&tessel_ptx::ptxas::Ptxas>,
+    target: &tessel_passes::Target,
+    indent: &str,
+) -> Result<()> {
+    let arch = target.ptx_target();
+    let report = match ptxas {
+        Some(p) => Some(p.assemble(&device::ptx_of(&c.program, target)?, &arch)?),
+        None => None,
+    };
+    for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
+        let data = &c.fusion.groups[grp];
+        // A step output by its name; an intermediate by the `t<N>` name `run --dump-temps`
+        // gives it, with the graph value for `--emit fused`.
+        let outs: Vec<String> = data
+            .outputs
+            .iter()
+            .map(|v| {
+                let ty = c.graph.ty(*v);
+                match c.buffer_of.get(v).map(|b| &c.program.buffers[*b]) {
+                    Some(d) if d.role == BufferRole::Temp => {
+                        format!("intermediate {} (value {v}): {ty}", d.name)
+                    }
+                    Some(d) if matches!(d.role, BufferRole::InOut(_)) => {
+                        let rows = match &c.graph.ops[*v] {
+                            tessel_ir::graph::Op::Update { rows, .. } => {
+                                format!("rows {} into ", c.graph.ty(*rows))
+                            }
+                            _ => String::new(),
+                        };
+                        format!("{rows}{} in place (value {v}): {ty}", d.name)
+                    }
+                    Some(d) => format!("{} (value {v}): {ty}", d.name),
+                    None => format!("{v}: {ty}"),
+                }
+            })
+            .collect();
+        println!(
+            "{indent}kernel {} (group {grp}, {:?}) writes {}",
+            k.name,
+            data.kind,
+            outs.join(", ")
+        );
+        if let Some(s) = &c.schedules[grp] {
+            println!("{indent}  tile: {}", s.tile);
+            println!("{indent}  why: {}", s.why);
+        }
+        println!("{indent}  launch: grid {:?}, block {:?}", k.grid, k.block);
+        println!("{indent}  order: {}", k.schedule);
+        // ptxas counts the shared memory a kernel declares; a buffer over 48 KiB is
+        // `.extern` and sized at launch, so it is added here.
+        let dynamic = match k.dynamic_shared_bytes() {
+            0 => String::new(),
+            b => format!(" + {b} B dynamic"),
+        };
+        match report.as_ref().and_then(|r| r.function(&k.name)) {
+            Some(f) => println!(
+                "{indent}  ptxas {arch}: {} registers, {} B shared{dynamic}, {} B stack, spills {} B stored / {} B loaded",
+                f.registers, f.shared_bytes, f.stack_frame_bytes, f.spill_store_bytes, f.spill_load_bytes
+            ),
+            None => println!(
+                "{indent}  ptxas: not installed (scripts/install-ptxas.sh) — no register report"
+            ),
         }
     }
     Ok(())

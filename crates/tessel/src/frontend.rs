@@ -100,6 +100,18 @@ pub struct Step {
     pub compiled: Compiled,
     /// Its parameters read from `--weights`, validated against their types.
     pub weights: StepWeights,
+    /// With `--tp N`: what each of the N ranks runs, its phases compiled (tessel-passes
+    /// `tp::ranks`); `compiled` is then the one-device simulation of the same ranks.
+    pub ranks: Option<Vec<tessel_ir::ranks::Rank<Compiled>>>,
+}
+
+impl Step {
+    /// With `--tp N`: the ranks' programs, to run.
+    pub fn rank_programs(&self) -> Option<Vec<tessel_ir::ranks::Rank<tessel_ir::kernel::Program>>> {
+        self.ranks
+            .as_ref()
+            .map(|rs| rs.iter().map(|r| r.map(|c| c.program.clone())).collect())
+    }
 }
 
 fn render(diags: &[Diagnostic], sources: &SourceMap) -> String {
@@ -290,7 +302,8 @@ pub fn compile_step(
 }
 
 /// Compiles the checked step in `profile`; with `tp = Some(N)`, the program that simulates
-/// its N tensor-parallel ranks on one device (tessel-passes `tp::simulate`) instead.
+/// its N tensor-parallel ranks on one device (tessel-passes `tp::simulate`) instead, and
+/// the N ranks' own programs (`tp::ranks`, each phase compiled).
 fn compile_checked(
     src: &Source,
     name: &str,
@@ -304,23 +317,33 @@ fn compile_checked(
         tensor_parallel: tp.is_some(),
         ..opts.clone()
     };
-    let graph = match tp {
-        None => std::borrow::Cow::Borrowed(&checked),
+    let what = || format!("compiling step `{name}` of {}", src.name);
+    let (graph, ranks) = match tp {
+        None => (std::borrow::Cow::Borrowed(&checked), None),
         Some(n) => {
-            let g = tessel_passes::decompose::run(&checked);
-            let sim = tessel_passes::tp::plan(&g, n)
-                .and_then(|p| tessel_passes::tp::simulate(&g, &p))
-                .map_err(|e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name))?;
-            std::borrow::Cow::Owned(sim)
+            let g = &checked;
+            let tp_error = |e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name);
+            let plan = tessel_passes::tp::plan(g, n).map_err(tp_error)?;
+            let sim = tessel_passes::tp::simulate(g, &plan).map_err(tp_error)?;
+            let ranks = tessel_passes::tp::ranks(g, &plan)
+                .map_err(tp_error)?
+                .into_iter()
+                .map(|r| {
+                    let rank = r.rank;
+                    r.try_map(|p| compile(&p, opts))
+                        .with_context(|| format!("{}: rank {rank}", what()))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            (std::borrow::Cow::Owned(sim), Some(ranks))
         }
     };
-    let compiled = compile(&graph, opts)
-        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
+    let compiled = compile(&graph, opts).with_context(what)?;
     Ok(Step {
         name: name.to_string(),
         checked,
         compiled,
         weights,
+        ranks,
     })
 }
 

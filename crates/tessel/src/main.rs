@@ -30,7 +30,9 @@ mod fuzz;
 mod inputs;
 mod invariance;
 mod paths;
+mod ranks;
 mod run;
+mod tpcheck;
 mod weights;
 mod words;
 
@@ -216,6 +218,27 @@ enum Command {
         #[command(flatten)]
         weights: WeightArgs,
     },
+    /// Check that the outputs do not depend on the number of tensor-parallel ranks: run
+    /// the ranks (`--tp N`) at every size of `--sizes` on one set of inputs and require
+    /// every output to be bit-identical to the first size's.
+    /// Ranks run on GPUs over NCCL when there is one GPU per rank, else on GPU 0 one after
+    /// another; on the CPU executor with --cpu or without a GPU.
+    TpCheck {
+        file: PathBuf,
+        #[command(flatten)]
+        compile: CompileArgs,
+        /// World sizes to run (each 1, 2, 4 or 8; at least two, the first the reference).
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+        sizes: Vec<u32>,
+        /// Random input sets to try (seeds 0, 1, ...); at least 1.
+        #[arg(long, default_value_t = 1)]
+        seeds: u64,
+        /// Use the CPU executor even if a GPU is present.
+        #[arg(long)]
+        cpu: bool,
+        #[command(flatten)]
+        weights: WeightArgs,
+    },
     /// Time each kernel and the whole step on the GPU; report bandwidth against the
     /// measured copy bandwidth.
     Bench {
@@ -319,7 +342,9 @@ impl Command {
                 .iter()
                 .map(|d| ("--save", d.clone(), Kind::Dir))
                 .collect(),
-            Command::Explain { .. } | Command::Invariance { .. } => vec![],
+            Command::Explain { .. } | Command::Invariance { .. } | Command::TpCheck { .. } => {
+                vec![]
+            }
         }
     }
 }
@@ -397,6 +422,14 @@ fn real_main() {
             cpu,
             weights,
         } => invariance::invariance(&file, &compile, &batch_dim, &sizes, seeds, &weights, cpu),
+        Command::TpCheck {
+            file,
+            compile,
+            sizes,
+            seeds,
+            cpu,
+            weights,
+        } => tpcheck::tp_check(&file, &compile, &sizes, seeds, &weights, cpu),
         Command::Bench {
             file,
             compile,

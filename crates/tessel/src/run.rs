@@ -8,7 +8,7 @@ use crate::inputs::{make_inputs, note_unused, write_outputs};
 use crate::weights::Weights;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessel_ir::kernel::BufferRole;
@@ -60,6 +60,11 @@ pub fn run(
         Err(why) => println!("device: CPU kernel-IR executor ({why})"),
     }
     let several = steps.len() > 1;
+    if outs.dump_temps && steps.iter().any(|s| s.ranks.is_some()) {
+        anyhow::bail!(
+            "--dump-temps with --tp: each rank has its own intermediates; run without --tp to see the step's"
+        );
+    }
     for step in &steps {
         let full;
         let p = if outs.dump_temps {
@@ -87,24 +92,53 @@ pub fn run(
             write_outputs(&path, &named)?;
             println!("  wrote inputs to {}", path.display());
         }
+        let rank_programs = step.rank_programs();
         let t0 = Instant::now();
-        let (results, timed) = match &gpu {
-            Ok(g) => (
+        let (results, timed) = match (&gpu, &rank_programs) {
+            (Ok(_), Some(ranks)) => {
+                let (transport, how) = crate::ranks::Transport::choose(ranks.len() as u32);
+                println!("  ranks: {how}");
+                (
+                    crate::ranks::run(ranks, &inputs, transport, None)?.0,
+                    "on the GPU, wall clock: upload, kernels, all-gathers and download",
+                )
+            }
+            (Err(_), Some(ranks)) => {
+                println!(
+                    "  ranks: {} on the executor one after another, all-gathers as host copies",
+                    ranks.len()
+                );
+                (
+                    tessel_ref::ranks::run_ranks(ranks, &inputs)
+                        .with_context(|| format!("executing step `{}`'s ranks", step.name))?,
+                    "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
+                )
+            }
+            (Ok(g), None) => (
                 device::run_once(g, p, &inputs)?,
                 "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
                  the kernels alone",
             ),
-            Err(_) => (
+            (Err(_), None) => (
                 execute(p, &inputs, &step.name)?,
                 "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
             ),
         };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
-        println!(
-            "step {}: {}, {ms:.1} ms {timed}",
-            step.name,
-            plural(p.kernels.len(), "kernel")
-        );
+        let kernels = match &rank_programs {
+            Some(r) => format!(
+                "{} ranks of {} in {} ({} each)",
+                r.len(),
+                plural(
+                    r[0].phases.iter().map(|ph| ph.body.kernels.len()).sum(),
+                    "kernel"
+                ),
+                plural(r[0].phases.len(), "phase"),
+                plural(r[0].exchanges().count(), "all-gather")
+            ),
+            None => plural(p.kernels.len(), "kernel"),
+        };
+        println!("step {}: {kernels}, {ms:.1} ms {timed}", step.name);
         let mut named = Vec::new();
         for ((name, b), t) in p.outputs.iter().zip(&results) {
             // An intermediate has no source name; say which graph value it holds.

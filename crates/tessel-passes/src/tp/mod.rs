@@ -3,10 +3,12 @@
 //! split of a transformer layer (Shoeybi et al. 2019, "Megatron-LM", §3), derived by
 //! propagating shardings through the graph rather than by matching a layer's shape.
 //!
-//! Input: a checked graph after `decompose` and before `attention` (the scores are a plain
-//! batched matmul here). Output: a [`TpPlan`]. The plan is data; `tessel explain --tp N`
-//! prints it ([`TpPlan::describe`]). Nothing here generates code yet (docs/tensor-parallel.md
-//! says what is built and what is not).
+//! Input: the graph `check` made, before every other pass (the scores are a plain batched
+//! matmul and a softmax here). Output: a [`TpPlan`], printed by `tessel explain --tp N`
+//! ([`TpPlan::describe`]); from it, [`ranks`] makes the program of every rank — phases that
+//! compile like any step (each rank's attention is fused by the `attention` pass, its
+//! norms decomposed, ...) with all-gathers between them — and [`simulate`] one graph that
+//! computes what all the ranks do, for checking the plan on one device.
 //!
 //! Shardings ([`Sharding`]): a value is *replicated* (every rank holds all of it), *split*
 //! along one axis (rank r holds the r-th of `tp` equal contiguous blocks), or a *partial
@@ -45,10 +47,16 @@
 //! gathered subtree sums in the tree's order. The association never depends on `tp`
 //! (any power of two up to 8), so the result's bits do not either.
 
+mod ranks;
+mod simulate;
+
+pub use ranks::ranks;
+pub use simulate::simulate;
+
 use cranelift_entity::EntityRef;
 use std::fmt::Write as _;
-use tessel_ir::graph::{Graph, Op};
-use tessel_ir::Value;
+use tessel_ir::graph::{BinaryOp, Graph, Op};
+use tessel_ir::{DType, TensorType, Value};
 
 /// The number of K ranges of a row-parallel matmul's deterministic reduction, at every
 /// `tp` (a power of two that `tp` divides: 1, 2, 4 or 8).
@@ -109,7 +117,7 @@ pub struct TpError {
     pub what: String,
 }
 
-/// Partitions `g` (checked and decomposed, before the `attention` pass) over `tp` ranks.
+/// Partitions `g` (as `check` made it, before any other pass) over `tp` ranks.
 ///
 /// Errors: `tp` not 1, 2, 4 or 8; any op the propagation rules above cannot split (the
 /// message names the op's value and the dims involved).
@@ -504,263 +512,111 @@ impl TpPlan {
     }
 }
 
-/// One graph that computes what the `plan.tp` ranks of `plan` compute, for checking the
-/// plan's promise on one machine: every rank's ops on its blocks (each split input sliced
-/// at the rank's offset; a replicated operand of a split op sliced there too; replicated
-/// values computed once), each row-parallel matmul as its `8 / tp` local K ranges — each
-/// a widened `f32(x_range) @ f32(w_range)ᵀ`, of the same shape at every `tp` — summed along
-/// the rank's subtree, the collective as the tree's adds over the ranks' subtree sums (the
-/// all-gather moves data only), rounded once; a split step result concatenated over the
-/// ranks. Its outputs are the step's, in order, so it runs like the step itself.
-///
-/// An update (decode's KV cache) is one update of the whole tensor with the ranks' rows
-/// concatenated along their split axis — the union of each rank's writes into its own
-/// block — after which each rank reads its block; the updated tensor is returned whole.
-///
-/// Errors: an update of a tensor the simulation does not hold whole (not an input or an
-/// update of one).
-pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
-    let n = plan.tp as usize;
-    let err = |value: Value, what: &str| TpError {
-        tp: plan.tp,
-        value: Some(value),
-        what: what.to_string(),
-    };
-    let mut s = Graph::new(format!("{}_tp{}", g.name, plan.tp));
-    let mut inputs = std::collections::HashMap::new();
-    // Values the simulation holds whole as well: the inputs and the updated tensors.
-    let mut whole: std::collections::HashMap<Value, Value> = Default::default();
-    // val[r][v]: rank r's value for v.
-    let mut val: Vec<cranelift_entity::SecondaryMap<Value, Option<Value>>> =
-        vec![Default::default(); n];
-    let row_parallel: std::collections::HashSet<Value> = plan
-        .collectives
-        .iter()
-        .filter_map(|c| match c {
-            Collective::SumPartials { matmul, .. } => Some(*matmul),
-            Collective::Gather { .. } => None,
-        })
-        .collect();
-    let block = |ty: &tessel_ir::TensorType, sh: Sharding| -> tessel_ir::TensorType {
-        let mut t = ty.clone();
-        if let Sharding::Split { axis } = sh {
-            t.shape.0[axis as usize] /= n as u64;
-        }
-        t
-    };
-    for (v, op) in g.ops.iter() {
-        let sh = plan.sharding[v.index()];
-        let ty = g.ty(v).clone();
-        match op {
-            Op::Update {
-                dst,
-                rows,
-                pos,
-                axis,
-            } => {
-                // Each rank writes its block of the rows into its block of the tensor: all
-                // of them together are one update of the whole tensor with the ranks' rows
-                // concatenated; each rank then reads its block of the result.
-                let Some(&d) = whole.get(dst) else {
-                    return Err(err(
-                        v,
-                        "an update of a tensor the simulation does not hold whole",
-                    ));
-                };
-                let rows_all = match plan.sharding[rows.index()] {
-                    Sharding::Split { axis: a } => {
-                        let args = (0..n).map(|r| val[r][*rows].expect("computed")).collect();
-                        s.push(Op::Concat { args, axis: a }, g.ty(*rows).clone())
-                    }
-                    _ => val[0][*rows].expect("computed"),
-                };
-                let p = val[0][*pos].expect("positions are replicated");
-                let y = s.push(
-                    Op::Update {
-                        dst: d,
-                        rows: rows_all,
-                        pos: p,
-                        axis: *axis,
-                    },
-                    ty.clone(),
-                );
-                whole.insert(v, y);
-                for (r, m) in val.iter_mut().enumerate() {
-                    m[v] = Some(match sh {
-                        Sharding::Split { axis: a } => {
-                            let b = block(&ty, sh);
-                            let start = r as u64 * b.shape.0[a as usize];
-                            s.push(
-                                Op::Slice {
-                                    arg: y,
-                                    axis: a,
-                                    start,
-                                },
-                                b,
-                            )
-                        }
-                        _ => y,
-                    });
-                }
-                continue;
-            }
-            Op::Input { .. } => {
-                let x = s.push(op.clone(), ty.clone());
-                inputs.insert(v, x);
-                whole.insert(v, x);
-                for (r, m) in val.iter_mut().enumerate() {
-                    m[v] = Some(match sh {
-                        Sharding::Split { axis } => {
-                            let b = block(&ty, sh);
-                            let start = r as u64 * b.shape.0[axis as usize];
-                            s.push(
-                                Op::Slice {
-                                    arg: x,
-                                    axis,
-                                    start,
-                                },
-                                b,
-                            )
-                        }
-                        _ => x,
-                    });
-                }
-                continue;
-            }
-            _ if row_parallel.contains(&v) => {
-                let y = row_parallel_sum(&mut s, g, v, &val, n)?;
-                for m in val.iter_mut() {
-                    m[v] = Some(y);
-                }
-                continue;
-            }
-            _ => {}
-        }
-        // Replicated with the same operands on every rank: computed once.
-        let args = op.args();
-        let shared = sh == Sharding::Replicated
-            && args.iter().all(|&a| (1..n).all(|r| val[r][a] == val[0][a]));
-        let ranks = if shared { 1 } else { n };
-        for r in 0..ranks {
-            let mut o = op.clone();
-            for a in o.args_mut() {
-                let mut x = val[r][*a].expect("operands come first");
-                // A replicated operand of a split op: the rank's block along the split axis.
-                if let (Sharding::Split { axis }, Sharding::Replicated) =
-                    (sh, plan.sharding[a.index()])
-                {
-                    let is_elementwise = matches!(
-                        op,
-                        Op::Unary { .. }
-                            | Op::Binary { .. }
-                            | Op::Select { .. }
-                            | Op::Cast { .. }
-                            | Op::Concat { .. }
-                    );
-                    let full =
-                        g.ty(*a).shape.0.get(axis as usize) == Some(&ty.shape.0[axis as usize]);
-                    if is_elementwise && full {
-                        let b = block(g.ty(*a), sh);
-                        let start = r as u64 * b.shape.0[axis as usize];
-                        x = s.push(
-                            Op::Slice {
-                                arg: x,
-                                axis,
-                                start,
-                            },
-                            b,
-                        );
-                    }
-                }
-                *a = x;
-            }
-            let y = s.push(o, block(&ty, sh));
-            if shared {
-                for m in val.iter_mut() {
-                    m[v] = Some(y);
-                }
-            } else {
-                val[r][v] = Some(y);
-            }
-        }
+/// `ty` as a rank holds it under `sh`: along a split axis, one of `tp` equal blocks.
+fn block(ty: &TensorType, sh: Sharding, tp: u32) -> TensorType {
+    let mut t = ty.clone();
+    if let Sharding::Split { axis } = sh {
+        t.shape.0[axis as usize] /= tp as u64;
     }
-    s.inputs = g
-        .inputs
-        .iter()
-        .map(|(name, v)| (name.clone(), inputs[v]))
-        .collect();
-    for (name, o) in &g.outputs {
-        let y = match plan.sharding[o.index()] {
-            // An updated tensor is returned as the update itself (the `inout` chain's end).
-            _ if matches!(g.ops[*o], Op::Update { .. }) => whole[o],
-            Sharding::Split { axis } => {
-                let args = (0..n).map(|r| val[r][*o].expect("computed")).collect();
-                s.push(Op::Concat { args, axis }, g.ty(*o).clone())
-            }
-            _ => val[0][*o].expect("computed"),
-        };
-        s.outputs.push((name.clone(), y));
-    }
-    Ok(s)
+    t
 }
 
-/// The row-parallel matmul `mm` over all ranks: rank r's `8 / tp` K ranges, each
-/// `f32(x_range) @ f32(w_range)ᵀ`, added along its subtree; the subtree sums added along
-/// the rest of the tree; rounded once to `mm`'s dtype. The tree over ranges 0..8 is the
-/// same at every `tp`: pairs (0,1), (2,3), ..., then pairs of those, and so on.
-fn row_parallel_sum(
+/// Rank `r`'s block along `axis` of the value `x` of `s` (one of `tp` equal blocks).
+fn slice_block(s: &mut Graph, x: Value, axis: u32, r: u32, tp: u32) -> Value {
+    let b = block(s.ty(x), Sharding::Split { axis }, tp);
+    let start = r as u64 * b.shape.0[axis as usize];
+    s.push(
+        Op::Slice {
+            arg: x,
+            axis,
+            start,
+        },
+        b,
+    )
+}
+
+/// Operand `x` (in `s`) of rank `r`'s copy of `op`, whose result is split as `sh`, where the
+/// original operand `a` is replicated: an elementwise op's replicated operand of the whole
+/// size along the split axis is sliced to the rank's block (no communication; the plan
+/// allowed only that size or 1 there). Other operands are used as they are.
+fn local_operand(
     s: &mut Graph,
-    g: &Graph,
-    mm: Value,
-    val: &[cranelift_entity::SecondaryMap<Value, Option<Value>>],
-    n: usize,
-) -> Result<Value, TpError> {
-    let Op::MatMul { lhs, rhs } = g.ops[mm] else {
-        unreachable!("row-parallel values are matmuls");
+    (g, plan): (&Graph, &TpPlan),
+    op: &Op,
+    (v, a): (Value, Value),
+    x: Value,
+    r: u32,
+) -> Value {
+    let (sh, a_sh) = (plan.sharding[v.index()], plan.sharding[a.index()]);
+    let (Sharding::Split { axis }, Sharding::Replicated) = (sh, a_sh) else {
+        return x;
     };
-    let out = g.ty(mm).clone();
-    let rank = out.shape.rank();
-    let k = g.ty(lhs).shape.0[rank - 1];
-    let kr = k / REDUCE_CHUNKS as u64;
-    let f32_of = |s: &mut Graph, x: Value| -> Value {
-        let t = s.ty(x).clone();
-        if t.dtype == tessel_ir::DType::F32 {
-            x
-        } else {
-            s.push(
-                Op::Cast { arg: x },
-                tessel_ir::TensorType::new(tessel_ir::DType::F32, t.shape.0),
-            )
-        }
-    };
-    let per = REDUCE_CHUNKS as usize / n;
-    let mut leaves = Vec::with_capacity(REDUCE_CHUNKS as usize);
-    for m in val.iter().take(n) {
-        let (x, w) = (m[lhs].expect("computed"), m[rhs].expect("computed"));
-        // K range [start, start + kr) of `v` along its `axis`.
-        let range = |s: &mut Graph, v: Value, axis: usize, start: u64| -> Value {
-            let mut t = s.ty(v).clone();
-            t.shape.0[axis] = kr;
-            let axis = axis as u32;
+    let elementwise = matches!(
+        op,
+        Op::Unary { .. }
+            | Op::Binary { .. }
+            | Op::Select { .. }
+            | Op::Cast { .. }
+            | Op::Concat { .. }
+    );
+    let whole = g.ty(a).shape.0.get(axis as usize) == Some(&g.ty(v).shape.0[axis as usize]);
+    if elementwise && whole {
+        slice_block(s, x, axis, r, plan.tp)
+    } else {
+        x
+    }
+}
+
+/// `v` (in `s`) cut along `axis` into `count` equal contiguous ranges, in order.
+fn k_ranges(s: &mut Graph, v: Value, axis: u32, count: u32) -> Vec<Value> {
+    let mut t = s.ty(v).clone();
+    let len = t.shape.0[axis as usize] / count as u64;
+    t.shape.0[axis as usize] = len;
+    (0..count as u64)
+        .map(|c| {
             s.push(
                 Op::Slice {
                     arg: v,
                     axis,
-                    start,
+                    start: c * len,
                 },
-                t,
+                t.clone(),
             )
-        };
-        for c in 0..per {
-            let start = c as u64 * kr;
-            let xs = range(s, x, rank - 1, start);
-            let ws = range(s, w, rank - 2, start);
-            let (xf, wf) = (f32_of(s, xs), f32_of(s, ws));
-            let ft = tessel_ir::TensorType::new(tessel_ir::DType::F32, out.shape.0.clone());
-            leaves.push(s.push(Op::MatMul { lhs: xf, rhs: wf }, ft));
-        }
+        })
+        .collect()
+}
+
+/// `v` (in `s`) as f32: itself, or its widening cast (exact).
+fn widened(s: &mut Graph, v: Value) -> Value {
+    let t = s.ty(v).clone();
+    if t.dtype == DType::F32 {
+        v
+    } else {
+        s.push(Op::Cast { arg: v }, TensorType::new(DType::F32, t.shape.0))
     }
-    // The tree: pairwise sums, level by level, in range order.
+}
+
+/// One rank's part of a row-parallel matmul whose whole result has type `out`: its K
+/// ranges (`xs[c]` `[.., M, K / REDUCE_CHUNKS]` and `ws[c]` `[.., K / REDUCE_CHUNKS, N]`,
+/// `REDUCE_CHUNKS / tp` of them, in K order), each `f32(x_range) @ f32(w_range)` summed from
+/// 0, added along their subtree of the fixed tree ([`tree_sum`]) into one f32 tensor.
+fn subtree_sum(s: &mut Graph, out: &TensorType, xs: &[Value], ws: &[Value]) -> Value {
+    let leaves = xs
+        .iter()
+        .zip(ws)
+        .map(|(&x, &w)| {
+            let (xf, wf) = (widened(s, x), widened(s, w));
+            let ft = TensorType::new(DType::F32, out.shape.0.clone());
+            s.push(Op::MatMul { lhs: xf, rhs: wf }, ft)
+        })
+        .collect();
+    tree_sum(s, leaves)
+}
+
+/// `leaves` (f32, one type, a power of two of them) added pairwise, level by level, in
+/// order: `((l0 + l1) + (l2 + l3)) + ...`. The fixed tree of the deterministic reduction:
+/// a rank's subtree is one call over its ranges, the ranks' sums one call over the ranks.
+fn tree_sum(s: &mut Graph, mut leaves: Vec<Value>) -> Value {
     while leaves.len() > 1 {
         leaves = leaves
             .chunks(2)
@@ -768,7 +624,7 @@ fn row_parallel_sum(
                 let t = s.ty(p[0]).clone();
                 s.push(
                     Op::Binary {
-                        op: tessel_ir::graph::BinaryOp::Add,
+                        op: BinaryOp::Add,
                         lhs: p[0],
                         rhs: p[1],
                     },
@@ -777,10 +633,14 @@ fn row_parallel_sum(
             })
             .collect();
     }
-    let sum = leaves[0];
-    Ok(if out.dtype == tessel_ir::DType::F32 {
+    leaves[0]
+}
+
+/// The f32 `sum` rounded once to `ty`'s dtype (nothing to do for f32).
+fn round_to(s: &mut Graph, sum: Value, ty: &TensorType) -> Value {
+    if ty.dtype == DType::F32 {
         sum
     } else {
-        s.push(Op::Cast { arg: sum }, out)
-    })
+        s.push(Op::Cast { arg: sum }, ty.clone())
+    }
 }

@@ -1,0 +1,427 @@
+//! Tensor-parallel ranks on GPUs (issue 10): each rank's phases loaded on its GPU, its
+//! slots (step inputs, phase outputs, all-gathered tensors) allocated once, and the step run
+//! phase by phase with the all-gathers between — over NCCL with one thread and one GPU per
+//! rank, or, on a machine with fewer GPUs than ranks, every rank on one GPU one after
+//! another with the all-gathers as device copies ([`Transport::Loopback`]: the same
+//! kernels, to check their bits; not a measure of speed).
+
+use crate::device::{calls_over, ptx_of, target_of};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use tessel_cuda::nccl::{Communicator, UniqueId};
+use tessel_cuda::{Buffer, Gpu, KernelCall, Module, Timing};
+use tessel_ir::kernel::{BufferRole, Program};
+use tessel_ir::ranks::Rank;
+use tessel_ref::ranks::{assemble, shard};
+use tessel_ref::Tensor;
+
+/// How the all-gathers move data.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// NCCL, one GPU and one thread per rank.
+    Nccl,
+    /// Every rank on GPU 0, one after another; an all-gather is device copies.
+    Loopback,
+}
+
+impl Transport {
+    /// NCCL when there is a GPU per rank and `libnccl.so` loads, else loopback; with the
+    /// reason, for the user.
+    pub fn choose(tp: u32) -> (Transport, String) {
+        let gpus = Gpu::count();
+        if gpus < tp as usize {
+            return (
+                Transport::Loopback,
+                format!(
+                    "{tp} ranks on GPU 0 one after another, all-gathers as device copies ({gpus} GPU{} here; NCCL needs one per rank)",
+                    if gpus == 1 { "" } else { "s" }
+                ),
+            );
+        }
+        if !tessel_cuda::nccl::available() {
+            return (
+                Transport::Loopback,
+                format!("{tp} ranks on GPU 0 one after another: libnccl.so was not found (docs/tensor-parallel.md says how to provide it)"),
+            );
+        }
+        (
+            Transport::Nccl,
+            format!("NCCL over GPUs 0..{tp}, one thread per rank"),
+        )
+    }
+}
+
+/// One rank loaded on a GPU: a module per phase, every slot allocated.
+struct Loaded<'r> {
+    rank: &'r Rank<Program>,
+    modules: Vec<Module>,
+    storage: Vec<Buffer>,
+    /// Slot name → storage index.
+    slot: HashMap<String, usize>,
+    /// Per phase, program buffer index → storage index.
+    bound: Vec<Vec<usize>>,
+}
+
+impl<'r> Loaded<'r> {
+    /// Loads `rank` on `gpu` with its step inputs `inputs` (the rank's blocks, from
+    /// [`shard`]); every other slot is poisoned with 0xFF.
+    fn new(gpu: &Gpu, rank: &'r Rank<Program>, inputs: &[Tensor]) -> Result<Loaded<'r>> {
+        let mut storage = Vec::new();
+        let mut slot = HashMap::new();
+        for (i, t) in rank.inputs.iter().zip(inputs) {
+            slot.insert(i.name.clone(), storage.len());
+            storage.push(Buffer::from_bytes(gpu, &t.data)?);
+        }
+        let poisoned = |bytes: u64| -> Result<Buffer> {
+            let mut b = Buffer::alloc(gpu, (bytes as usize).max(1))?;
+            b.fill(0xFF)?;
+            Ok(b)
+        };
+        let mut modules = Vec::new();
+        let mut bound = Vec::new();
+        for (k, phase) in rank.phases.iter().enumerate() {
+            let p = &phase.body;
+            let module = Module::load(gpu, &ptx_of(p, &target_of(gpu.properties()))?)
+                .with_context(|| format!("loading rank {}'s phase {k}", rank.rank))?;
+            modules.push(module);
+            let mut map = Vec::with_capacity(p.buffers.len());
+            for (b, decl) in p.buffers.iter() {
+                let at = match decl.role {
+                    BufferRole::Input(i) | BufferRole::InOut(i) => {
+                        let name = &p.inputs[i as usize].0;
+                        *slot.get(name).with_context(|| {
+                            format!(
+                                "rank {} phase {k}: slot `{name}` is read before anything wrote it",
+                                rank.rank
+                            )
+                        })?
+                    }
+                    BufferRole::Output | BufferRole::Temp => {
+                        storage.push(poisoned(decl.ty.size_bytes())?);
+                        storage.len() - 1
+                    }
+                };
+                debug_assert_eq!(map.len(), b.as_u32() as usize);
+                map.push(at);
+            }
+            for (name, b) in &p.outputs {
+                slot.insert(name.clone(), map[b.as_u32() as usize]);
+            }
+            for e in &phase.exchanges {
+                let bytes = e.ty.size_bytes() * rank.tp as u64;
+                slot.insert(e.recv.clone(), storage.len());
+                storage.push(poisoned(bytes)?);
+            }
+            bound.push(map);
+        }
+        Ok(Loaded {
+            rank,
+            modules,
+            storage,
+            slot,
+            bound,
+        })
+    }
+
+    /// Phase `k`'s launches.
+    fn calls(&self, k: usize) -> Vec<KernelCall<'_>> {
+        let buffers: Vec<&Buffer> = self.bound[k].iter().map(|&i| &self.storage[i]).collect();
+        calls_over(&self.modules[k], &self.rank.phases[k].body, &buffers)
+    }
+
+    fn launch(&self, k: usize) -> Result<()> {
+        for c in self.calls(k) {
+            c.module
+                .launch(c.kernel, c.launch, &c.args)
+                .with_context(|| {
+                    format!("rank {} phase {k}: kernel `{}`", self.rank.rank, c.kernel)
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Storage indices of an exchange's send and receive slots.
+    fn exchange_slots(&self, send: &str, recv: &str) -> (usize, usize) {
+        (self.slot[send], self.slot[recv])
+    }
+
+    /// The rank's outputs, read back, in [`Rank::outputs`] order.
+    fn outputs(&self) -> Result<Vec<Tensor>> {
+        let last = self.rank.phases.len();
+        self.rank
+            .outputs
+            .iter()
+            .map(|o| {
+                let i = *self.slot.get(&o.slot).with_context(|| {
+                    format!(
+                        "rank {}: no slot `{}` after phase {last}",
+                        self.rank.rank, o.slot
+                    )
+                })?;
+                let ty = self.output_type(&o.slot);
+                Ok(Tensor {
+                    ty,
+                    data: self.storage[i].download()?,
+                })
+            })
+            .collect()
+    }
+
+    /// The type of slot `name` as an output or input of some phase.
+    fn output_type(&self, name: &str) -> tessel_ir::TensorType {
+        for p in self.rank.phases.iter().rev().map(|p| &p.body) {
+            if let Some((_, b)) = p.outputs.iter().chain(&p.inputs).find(|(n, _)| n == name) {
+                return p.buffers[*b].ty.clone();
+            }
+        }
+        let i = self.rank.inputs.iter().find(|i| i.name == name);
+        i.map(|i| i.ty.clone())
+            .expect("an output slot is a phase's or an input's")
+    }
+}
+
+/// One rank's whole step over NCCL: phases and all-gathers, stream ordered.
+fn step_nccl(l: &mut Loaded<'_>, comm: &Communicator) -> Result<()> {
+    for k in 0..l.rank.phases.len() {
+        l.launch(k)?;
+        for e in &l.rank.phases[k].exchanges {
+            let (s, r) = l.exchange_slots(&e.send, &e.recv);
+            let (send, recv) = two(&mut l.storage, s, r);
+            comm.all_gather(send, recv).with_context(|| {
+                format!("rank {} phase {k}: all-gather of `{}`", l.rank.rank, e.send)
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// `v[a]` shared and `v[b]` mutable (`a != b`).
+fn two(v: &mut [Buffer], a: usize, b: usize) -> (&Buffer, &mut Buffer) {
+    assert_ne!(a, b, "an all-gather's send and receive slots differ");
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&y[0], &mut x[b])
+    }
+}
+
+/// The step run on the ranks, on GPUs: each rank's inputs cut from `whole`, its outputs
+/// read back and assembled ([`assemble`]: the ranks must agree bit for bit on every whole
+/// output). With `timing = Some((rounds, reps))`, also the step's time per repetition on
+/// rank 0 after its first run (NCCL: every rank runs the repetitions; the collectives
+/// keep them in step).
+pub fn run(
+    ranks: &[Rank<Program>],
+    whole: &[Tensor],
+    transport: Transport,
+    timing: Option<(u32, u32)>,
+) -> Result<(Vec<Tensor>, Option<Timing>)> {
+    let tp = ranks.len();
+    let inputs: Vec<Vec<Tensor>> = ranks
+        .iter()
+        .map(|r| shard(r, whole))
+        .collect::<Result<_, _>>()?;
+    let (outputs, time) = match transport {
+        Transport::Nccl => {
+            let id = UniqueId::new()?;
+            let results: Vec<Result<(Vec<Tensor>, Option<Timing>)>> = std::thread::scope(|s| {
+                let handles: Vec<_> = ranks
+                    .iter()
+                    .zip(&inputs)
+                    .enumerate()
+                    .map(|(r, (rank, inputs))| {
+                        s.spawn(move || -> Result<(Vec<Tensor>, Option<Timing>)> {
+                            let gpu = Gpu::open(r)?;
+                            let comm = Communicator::join(&gpu, r, tp, id)?;
+                            let mut l = Loaded::new(&gpu, rank, inputs)?;
+                            step_nccl(&mut l, &comm)?;
+                            gpu.synchronize()?;
+                            let out = l.outputs()?;
+                            let time = match timing {
+                                Some((rounds, reps)) => {
+                                    Some(gpu.time_events_with(rounds, reps, || {
+                                        step_nccl(&mut l, &comm).map_err(|e| {
+                                            tessel_cuda::Error::InvalidArgument(format!("{e:#}"))
+                                        })
+                                    })?)
+                                }
+                                None => None,
+                            };
+                            Ok((out, time))
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| bail!("a rank's thread panicked"))
+                    })
+                    .collect()
+            });
+            let mut outputs = Vec::with_capacity(tp);
+            let mut time = None;
+            for (r, res) in results.into_iter().enumerate() {
+                let (o, t) = res.with_context(|| format!("rank {r}"))?;
+                if r == 0 {
+                    time = t;
+                }
+                outputs.push(o);
+            }
+            (outputs, time)
+        }
+        Transport::Loopback => {
+            let gpu = Gpu::open(0)?;
+            let mut loaded: Vec<Loaded<'_>> = ranks
+                .iter()
+                .zip(&inputs)
+                .map(|(r, i)| Loaded::new(&gpu, r, i))
+                .collect::<Result<_>>()?;
+            // One staging buffer per exchange: the stacked tensor, copied to every rank.
+            let mut stages: Vec<Buffer> = ranks[0]
+                .exchanges()
+                .map(|e| Buffer::alloc(&gpu, (e.ty.size_bytes() * tp as u64).max(1) as usize))
+                .collect::<Result<_, _>>()?;
+            step_loopback(&mut loaded, &mut stages)?;
+            gpu.synchronize()?;
+            let outputs = loaded.iter().map(|l| l.outputs()).collect::<Result<_>>()?;
+            let time = match timing {
+                Some((rounds, reps)) => Some(gpu.time_events_with(rounds, reps, || {
+                    step_loopback(&mut loaded, &mut stages)
+                        .map_err(|e| tessel_cuda::Error::InvalidArgument(format!("{e:#}")))
+                })?),
+                None => None,
+            };
+            (outputs, time)
+        }
+    };
+    Ok((assemble(ranks, &outputs)?, time))
+}
+
+/// Every rank's step on one GPU: phase by phase, the ranks one after another, each
+/// all-gather as copies through `stages` (one per exchange, in order).
+fn step_loopback(loaded: &mut [Loaded<'_>], stages: &mut [Buffer]) -> Result<()> {
+    let phases = loaded[0].rank.phases.len();
+    let mut e_index = 0;
+    for k in 0..phases {
+        for l in loaded.iter() {
+            l.launch(k)?;
+        }
+        for e in &loaded[0].rank.phases[k].exchanges {
+            let stage = &mut stages[e_index];
+            let bytes = e.ty.size_bytes() as usize;
+            for (q, l) in loaded.iter().enumerate() {
+                stage.copy_from_at(q * bytes, &l.storage[l.slot[&e.send]])?;
+            }
+            for l in loaded.iter_mut() {
+                let r = l.slot[&e.recv];
+                l.storage[r].copy_from(stage)?;
+            }
+            e_index += 1;
+        }
+    }
+    Ok(())
+}
+
+/// One all-gather of the step timed against NCCL's all-reduce of the same tensor.
+pub struct ReduceTiming {
+    /// The slot sent.
+    pub slot: String,
+    /// Bytes each rank sends.
+    pub bytes: u64,
+    /// `ncclAllGather` of them, µs (median, rank 0).
+    pub all_gather_us: f64,
+    /// `ncclAllReduce` (f32 sum, in place) of a tensor of the same bytes, µs (median, rank
+    /// 0): what a reduction with NCCL's own association would move.
+    pub all_reduce_us: f64,
+}
+
+/// Times every all-gather of `rank0`'s step over NCCL on `tp` GPUs (one thread each), and
+/// NCCL's all-reduce of the same bytes, each over `rounds` rounds of `reps`.
+pub fn time_reductions(rank0: &Rank<Program>, rounds: u32, reps: u32) -> Result<Vec<ReduceTiming>> {
+    let tp = rank0.tp as usize;
+    let sizes: Vec<(String, u64)> = rank0
+        .exchanges()
+        .map(|e| (e.send.clone(), e.ty.size_bytes()))
+        .collect();
+    let id = UniqueId::new()?;
+    let per_rank: Vec<Result<Vec<(f64, f64)>>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..tp)
+            .map(|r| {
+                let sizes = &sizes;
+                s.spawn(move || -> Result<Vec<(f64, f64)>> {
+                    let gpu = Gpu::open(r)?;
+                    let comm = Communicator::join(&gpu, r, tp, id)?;
+                    let mut out = Vec::new();
+                    for (_, bytes) in sizes {
+                        let b = (*bytes as usize).max(4);
+                        let send = Buffer::alloc(&gpu, b)?;
+                        let mut recv = Buffer::alloc(&gpu, b * tp)?;
+                        let mut sum = Buffer::alloc(&gpu, b)?;
+                        let g = gpu
+                            .time_events_with(rounds, reps, || comm.all_gather(&send, &mut recv))?;
+                        let a =
+                            gpu.time_events_with(rounds, reps, || comm.all_reduce_f32(&mut sum))?;
+                        out.push((g.median_us, a.median_us));
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a rank's thread panicked"))
+            })
+            .collect()
+    });
+    let mut first = None;
+    for (r, res) in per_rank.into_iter().enumerate() {
+        let t = res.with_context(|| format!("rank {r}"))?;
+        if r == 0 {
+            first = Some(t);
+        }
+    }
+    Ok(sizes
+        .into_iter()
+        .zip(first.unwrap_or_default())
+        .map(|((slot, bytes), (g, a))| ReduceTiming {
+            slot,
+            bytes,
+            all_gather_us: g,
+            all_reduce_us: a,
+        })
+        .collect())
+}
+
+/// Each kernel of rank `rank`'s phases timed alone on `gpu` (graph-captured, `rounds` rounds
+/// of 20 launches), after one run of its step with the all-gathers replaced by copies of
+/// its own tensors (only rank 0's block of a gathered slot holds data then: the times do
+/// not depend on the values). Returns (phase, kernel, time).
+pub fn time_kernels(
+    gpu: &Gpu,
+    rank: &Rank<Program>,
+    inputs: &[Tensor],
+    rounds: u32,
+) -> Result<Vec<(usize, String, Timing)>> {
+    let mine = shard(rank, inputs)?;
+    let mut loaded = [Loaded::new(gpu, rank, &mine)?];
+    let mut stages: Vec<Buffer> = rank
+        .exchanges()
+        .map(|e| Buffer::alloc(gpu, (e.ty.size_bytes() * rank.tp as u64).max(1) as usize))
+        .collect::<Result<_, _>>()?;
+    step_loopback(&mut loaded, &mut stages)?;
+    gpu.synchronize()?;
+    let l = &loaded[0];
+    let mut out = Vec::new();
+    for k in 0..rank.phases.len() {
+        for c in l.calls(k) {
+            let t = gpu.time_graph(std::slice::from_ref(&c), rounds, 20)?;
+            out.push((k, c.kernel.to_string(), t));
+        }
+    }
+    Ok(out)
+}
