@@ -312,3 +312,67 @@ fn ranks_run_apart_give_the_same_bits_at_every_world_size() {
         }
     }
 }
+
+/// What each rank of the MLP loads and sends at 2 ranks: x whole, its block of the gate
+/// weight's rows, the down weight as its 4 of 8 K-range slots (read in place by the
+/// ranges' GEMMs), one all-gather of the f32 partial between two phases.
+#[test]
+fn an_mlps_ranks_load_their_blocks_and_k_ranges() {
+    use tessel_ir::ranks::Block;
+    let g = graph(MLP, &[("T", 5)]);
+    let rs = tessel_passes::tp::ranks(&g, &plan(&g, 2).unwrap()).expect("partitions");
+    assert_eq!(rs.len(), 2);
+    for r in &rs {
+        let loads: Vec<(String, u32, Option<Block>, Vec<u64>)> = r
+            .inputs
+            .iter()
+            .map(|i| (i.name.clone(), i.param, i.block, i.ty.shape.0.clone()))
+            .collect();
+        let mut want = vec![
+            ("x".to_string(), 0, None, vec![5, 64]),
+            (
+                "wg".to_string(),
+                1,
+                Some(Block {
+                    axis: 0,
+                    index: r.rank,
+                    count: 2,
+                }),
+                vec![128, 64],
+            ),
+        ];
+        for c in 0..4 {
+            let index = r.rank * 4 + c;
+            let b = Block {
+                axis: 1,
+                index,
+                count: 8,
+            };
+            want.push((format!("wd:range{index}"), 2, Some(b), vec![64, 32]));
+        }
+        assert_eq!(loads, want, "rank {}", r.rank);
+        assert_eq!(r.phases.len(), 2, "the partial's phase and the sum's");
+        let ex: Vec<_> = r.exchanges().collect();
+        assert_eq!(ex.len(), 1);
+        assert_eq!(ex[0].ty.to_string(), "f32[5, 64]");
+        assert_eq!(r.outputs.len(), 1);
+        assert_eq!(
+            r.outputs[0].split, None,
+            "the MLP's output is whole on every rank"
+        );
+    }
+}
+
+/// A cache updated before a row-parallel matmul's all-gather and again after it would be
+/// written by two phases: refused with the reason, not split into two in-place writes.
+#[test]
+fn a_cache_updated_around_a_collective_is_refused() {
+    let src = "step s(x: bf16[T, 64], wa: bf16[128, 64], wb: bf16[64, 128], pos: i32[1], c: inout bf16[1, T, 64]) -> bf16[T, 64] {
+        let u = update(c, reshape(x, [1, T, 64]), at: pos, axis: 1);
+        let h = (x @ wa^T) @ wb^T;
+        reshape(update(u, reshape(h, [1, T, 64]), at: pos, axis: 1), [T, 64])
+    }";
+    let g = graph(src, &[("T", 4)]);
+    let e = tessel_passes::tp::ranks(&g, &plan(&g, 2).expect("plans")).unwrap_err();
+    assert!(e.to_string().contains("updated in two phases"), "{e}");
+}

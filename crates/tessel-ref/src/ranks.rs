@@ -209,3 +209,37 @@ pub fn run_ranks(ranks: &[Rank<Program>], whole: &[Tensor]) -> Result<Vec<Tensor
         .collect::<Result<_, _>>()?;
     assemble(ranks, &outputs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tessel_ir::DType;
+
+    /// Blocks along any axis, concatenated in order, give the tensor back; a block's bytes
+    /// are the elements whose index along the axis falls in it.
+    #[test]
+    fn blocks_concatenate_to_the_whole() {
+        let t = Tensor::random(TensorType::new(DType::Bf16, vec![4, 6, 8]), 7);
+        for axis in 0..3 {
+            for n in [1, 2] {
+                let parts: Vec<Tensor> = (0..n).map(|r| t.block(axis, r, n)).collect();
+                assert_eq!(Tensor::concat(axis, &parts), t, "axis {axis}, {n} blocks");
+            }
+        }
+        // Block 1 of 2 along axis 1 of a [2, 4] i32 tensor: columns 2 and 3 of each row.
+        let x = Tensor::from_i32(vec![2, 4], &[0, 1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(x.block(1, 1, 2).to_i32_vec(), vec![2, 3, 6, 7]);
+        assert_eq!(x.block(0, 1, 2).to_i32_vec(), vec![4, 5, 6, 7]);
+    }
+
+    /// The all-gather's layout: the ranks' tensors one after another, `[tp, ...]`.
+    #[test]
+    fn stack_puts_the_ranks_in_order_along_a_new_axis() {
+        let ty = TensorType::new(DType::I32, vec![2]);
+        let a = Tensor::from_i32(vec![2], &[1, 2]);
+        let b = Tensor::from_i32(vec![2], &[3, 4]);
+        let s = stack(&[&a, &b], &ty);
+        assert_eq!(s.ty.shape.0, vec![2, 2]);
+        assert_eq!(s.to_i32_vec(), vec![1, 2, 3, 4]);
+    }
+}

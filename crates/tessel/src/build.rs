@@ -150,6 +150,9 @@ pub fn build(
     stop_after: Option<&str>,
     out: &Path,
 ) -> Result<()> {
+    if let Some(n) = args.tp {
+        bail!("--tp {n}: `build` writes the step as written; `tessel explain --tp {n}` prints each rank's phases and kernels");
+    }
     let stop = match stop_after.map(str::trim) {
         Some(s) => match Stage::named(s) {
             Some(st) => Some((s, st)),

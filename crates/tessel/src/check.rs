@@ -41,6 +41,9 @@ pub fn check(
     cpu: bool,
     json_out: Option<&Path>,
 ) -> Result<bool> {
+    if let Some(n) = args.tp {
+        bail!("--tp {n}: `check` judges the step as written; `tessel tp-check` runs its tensor-parallel ranks at several world sizes and compares their bits");
+    }
     let mut files = files.to_vec();
     let every_example = files.is_empty();
     if every_example {

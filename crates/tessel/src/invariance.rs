@@ -24,6 +24,9 @@ pub fn invariance(
     weight_args: &WeightArgs,
     cpu: bool,
 ) -> Result<bool> {
+    if let Some(n) = args.tp {
+        bail!("--tp {n}: `invariance` checks the step as written; `tessel tp-check` checks its tensor-parallel ranks");
+    }
     // Each of these would compare nothing and PASS vacuously.
     if seeds == 0 {
         bail!("--seeds 0: at least one random input set is needed");

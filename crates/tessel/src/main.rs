@@ -68,10 +68,12 @@ pub struct CompileArgs {
     /// are used when there is one; without one, h200).
     #[arg(long, value_name = "NAME", value_parser = frontend::parse_target)]
     pub target: Option<String>,
-    /// Tensor parallelism over N ranks (1, 2, 4 or 8), simulated on this one device: the
-    /// step becomes one program that computes what N ranks would (their blocks of every
-    /// weight and cache, the deterministic reduction; docs/tensor-parallel.md), so its
-    /// outputs must have the same bits at every N. `explain` also prints the plan.
+    /// Tensor parallelism over N ranks (1, 2, 4 or 8; docs/tensor-parallel.md): the step is
+    /// split Megatron-style and each rank runs its blocks of every weight and cache, with
+    /// all-gathers between its phases and a reduction whose bits do not depend on N. `run`
+    /// and `bench` run the ranks (NCCL with a GPU per rank, else every rank on GPU 0 in
+    /// turn, or the CPU executor); `explain` prints the plan and rank 0's phases;
+    /// `tp-check` takes world sizes with --sizes; `check`, `invariance` and `build` refuse it.
     #[arg(long, value_name = "N")]
     pub tp: Option<u32>,
 }

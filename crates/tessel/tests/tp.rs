@@ -91,6 +91,29 @@ fn every_layer_splits_megatron_style_at_every_world_size() {
                     !t.contains("result out"),
                     "the layer output is replicated\n{t}"
                 );
+                // Rank 0's program: the o and down partials and the attention output's
+                // block all-gathered, in that order; the partials f32 and whole-shaped.
+                let gathers: Vec<&str> = t
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with("then all-gather"))
+                    .collect();
+                assert_eq!(gathers.len(), 3, "{model} {step} --tp {tp}\n{t}");
+                let partial = format!("f32[{rows}, {hidden}], {} bytes)", rows * hidden * 4);
+                let partials = gathers.iter().filter(|l| l.contains(":partial`")).count();
+                assert_eq!(partials, 2, "{gathers:?}");
+                assert!(gathers
+                    .iter()
+                    .filter(|l| l.contains(":partial`"))
+                    .all(|l| l.contains(&partial)));
+                // [T, heads · d / tp] in prefill, [B, T, heads · d / tp] in decode.
+                let block = format!(", {}], {} bytes)", qd / n, rows * qd / n * 2);
+                assert!(gathers
+                    .iter()
+                    .any(|l| l.contains(":block`") && l.contains(&block)));
+                assert!(
+                    line(&t, "rank 0 of").contains("in 4 phases, 3 all-gathers"),
+                    "{t}"
+                );
                 if step == "decode" {
                     for cache in ["k_cache", "v_cache"] {
                         let l = line(&t, &format!("input {cache}"));
@@ -142,6 +165,10 @@ fn run_with_tp_gives_the_same_outputs_at_every_world_size() {
             let o = tessel(&d, &args);
             let t = text(&o);
             assert!(o.status.success(), "--tp {n}: {t}");
+            // The ranks run, apart, with their all-gathers (not the one-graph simulation).
+            let ranks = format!("ranks: {n} on the executor one after another");
+            assert!(t.contains(&ranks), "--tp {n}: {t}");
+            assert!(t.contains(&format!("{n} ranks of ")), "--tp {n}: {t}");
             t.lines()
                 .filter(|l| l.contains("digest"))
                 .map(str::to_string)
@@ -154,6 +181,41 @@ fn run_with_tp_gives_the_same_outputs_at_every_world_size() {
     let o = tessel(&d, &["run", &file, "--cpu", "--dim", "T=9", "--tp", "3"]);
     assert!(
         !o.status.success() && text(&o).contains("1, 2, 4 or 8"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `tessel tp-check` on the executor: the small layers' ranks at 1 and 2 give every output
+/// bit-identical (prefill and decode, caches included); too few sizes, a world size the
+/// plan does not take, and `--tp` with `check` are refused with the reason.
+#[test]
+fn tp_check_compares_the_ranks_at_every_world_size() {
+    let file = root("tests/programs/layer_small.tsl");
+    let d = scratch("tp-check");
+    let dims = ["--dim", "B=3", "--dim", "T=2", "--dim", "S=24"];
+    let mut args = vec!["tp-check", &file, "--cpu", "--sizes", "1,2"];
+    args.extend(dims);
+    let o = tessel(&d, &args);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("tp-check: PASS"), "{t}");
+    // Three steps, one comparison each (--tp 2 against --tp 1), the decode's 4 outputs.
+    assert_eq!(t.matches("bit-identical").count(), 3, "{t}");
+    assert!(t.contains("4 outputs (80640 bytes) bit-identical"), "{t}");
+    for (sizes, want) in [("2", "at least two world sizes"), ("1,3", "1, 2, 4 or 8")] {
+        let mut args = vec!["tp-check", &file, "--cpu", "--sizes", sizes];
+        args.extend(dims);
+        let o = tessel(&d, &args);
+        assert!(
+            !o.status.success() && text(&o).contains(want),
+            "--sizes {sizes}: {}",
+            text(&o)
+        );
+    }
+    let o = tessel(&d, &["check", &file, "--cpu", "--tp", "2"]);
+    assert!(
+        !o.status.success() && text(&o).contains("tessel tp-check"),
         "{}",
         text(&o)
     );

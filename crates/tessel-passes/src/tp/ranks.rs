@@ -107,7 +107,7 @@ impl<'a> Layout<'a> {
                     if k != home[v.index()] {
                         return Err(err(
                             v,
-                            format!("{root} is updated in two phases (around a collective)"),
+                            format!("the inout tensor {root} is updated in two phases (before and after an all-gather)"),
                         ));
                     }
                 }
