@@ -17,6 +17,7 @@ pub mod gen;
 pub mod program;
 pub mod run;
 pub mod shrink;
+pub mod tp;
 
 use run::{run_case, run_case_schedules, Device, Outcome};
 use tessel_passes::Profile;

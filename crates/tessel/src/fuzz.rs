@@ -147,3 +147,33 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     );
     Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }
+
+/// `tessel fuzz --tp`: `count` random transformer blocks from seed `seed`
+/// (tessel-fuzz `tp::tp_program`), each run as ranks at 1, 2 and 4 on the CPU executor in
+/// exact and invariant by turns; false if any output differs between world sizes or a
+/// block fails to partition, compile or run.
+pub fn fuzz_tp(count: u64, seed: u64) -> Result<bool> {
+    use tessel_fuzz::tp::{tp_case, tp_program, TpOutcome};
+    if seed.checked_add(count).is_none() {
+        anyhow::bail!("--seed {seed} with --count {count}: the seeds would run past 2^64 - 1");
+    }
+    println!("tensor-parallel blocks on the CPU executor: ranks at 1, 2 and 4, bits compared");
+    let bar = ProgressBar::new(count);
+    let mut bad = 0;
+    for s in seed..seed + count {
+        let profile = [Profile::Exact, Profile::Invariant][(s % 2) as usize];
+        let (src, what) = tp_program(s);
+        let o = tp_case(&src, "fuzz", &[], profile, s, &[1, 2, 4]);
+        if o != TpOutcome::Same {
+            bad += 1;
+            bar.suspend(|| println!("seed {s} ({}, {what}): {o:?}\n{src}", profile.name()));
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    println!(
+        "{count} blocks, {} bit-identical at every world size, {bad} defects",
+        count - bad
+    );
+    Ok(bad == 0)
+}

@@ -285,6 +285,11 @@ enum Command {
         /// work. Reports how many programs got a fused attention kernel.
         #[arg(long)]
         attention: bool,
+        /// Tensor parallelism instead: random pre-norm transformer blocks, each run as ranks
+        /// at 1, 2 and 4 on the CPU executor; every output must be bit-identical across the
+        /// world sizes (exact and invariant by turns; docs/tensor-parallel.md).
+        #[arg(long, conflicts_with_all = ["attention", "large", "save"])]
+        tp: bool,
     },
 }
 
@@ -447,15 +452,22 @@ fn real_main() {
             save,
             large,
             attention,
-        } => fuzz::fuzz(&fuzz::FuzzArgs {
-            count,
-            seed,
-            profiles: fuzz_profiles(profile),
-            cpu,
-            save,
-            large,
-            attention,
-        }),
+            tp,
+        } => {
+            if tp {
+                fuzz::fuzz_tp(count, seed)
+            } else {
+                fuzz::fuzz(&fuzz::FuzzArgs {
+                    count,
+                    seed,
+                    profiles: fuzz_profiles(profile),
+                    cpu,
+                    save,
+                    large,
+                    attention,
+                })
+            }
+        }
     };
     match r {
         Ok(true) => {}
