@@ -1,5 +1,5 @@
 //! The tensor-parallel property on generated programs: every program the plan partitions
-//! gives the same bits at 1, 2 and 4 ranks (its ranks run apart on the executor), in
+//! gives the same bits at 1, 2 and 4 ranks, or 1 and 2 (its ranks run apart on the executor), in
 //! `exact` and `invariant` by turns. Attention blocks (projections split by heads, caches
 //! updated by heads, GQA) and ordinary programs.
 
@@ -12,14 +12,12 @@ fn sweep(config: &Config, seeds: std::ops::Range<u64>) -> (Vec<String>, usize, u
     for seed in seeds {
         let profile = [Profile::Exact, Profile::Invariant][(seed % 2) as usize];
         let p = generate(seed, config);
-        let o = tp_case(
-            &p.source_body(),
-            "fuzz",
-            &p.dim_bindings(),
-            profile,
-            seed,
-            &[1, 2, 4],
-        );
+        let (src, dims) = (p.source_body(), p.dim_bindings());
+        // At 1, 2 and 4 ranks where the plan splits the program 4 ways, else at 1 and 2.
+        let mut o = tp_case(&src, "fuzz", &dims, profile, seed, &[1, 2, 4]);
+        if let TpOutcome::Unplanned(_) = o {
+            o = tp_case(&src, "fuzz", &dims, profile, seed, &[1, 2]);
+        }
         planned += !matches!(o, TpOutcome::Rejected(_) | TpOutcome::Unplanned(_)) as usize;
         same += (o == TpOutcome::Same) as usize;
         if o.is_defect() {
@@ -44,11 +42,12 @@ fn generated_programs_give_the_same_bits_at_every_world_size() {
     eprintln!("attention: {planned1} planned, {same1} compared; ordinary: {planned2} planned, {same2} compared");
     let defects: Vec<String> = d1.into_iter().chain(d2).collect();
     assert!(defects.is_empty(), "{}", defects.join("\n\n"));
-    // The sweep compares something: programs split by the plan and run at 1, 2 and 4 (14
-    // of these 420; most generated programs have no weight the plan can split, and
-    // `generated_blocks_give_the_same_bits_at_every_world_size` covers the layers).
+    // The sweep compares something: programs split by the plan and run apart (28 of these
+    // 420; most generated programs have no weight the plan can split or heads the ranks
+    // do not divide; `generated_blocks_give_the_same_bits_at_every_world_size` covers
+    // whole blocks).
     assert!(
-        same1 + same2 >= 10,
+        same1 + same2 >= 20,
         "only {} programs were split",
         same1 + same2
     );

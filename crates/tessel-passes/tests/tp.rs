@@ -193,6 +193,15 @@ fn simulated_ranks_give_the_same_bits_at_every_world_size() {
     }
 }
 
+/// q's heads from a column-parallel projection, multiplied by a stored K that holds every
+/// head (replicated: each rank slices its heads), and the projection itself as the right
+/// operand of a matmul with a replicated left one (split by its columns).
+const STORED_K: &str = "step s(x: f32[T, 64], w: f32[128, 64], k: f32[4, 8, 32], a: f32[5, T]) -> (f32[4, T, 8], f32[5, 128]) {
+    let h = x @ w^T;
+    let q = permute(reshape(h, [T, 4, 32]), [1, 0, 2]);
+    (q @ permute(k, [0, 2, 1]), a @ h)
+}";
+
 /// Seeded whole inputs of `g` (by parameter position; positions near 131072).
 fn inputs_of(g: &tessel_ir::graph::Graph) -> Vec<tessel_ref::Tensor> {
     g.inputs
@@ -259,6 +268,9 @@ fn ranks_run_apart_give_the_same_bits_at_every_world_size() {
             load("tests/programs/layer_small.tsl", "qwen3_decode"),
             vec![1, 2],
         ),
+        // Heads from a projection against a stored K of all heads (each rank takes its
+        // heads of it); an activation split by columns on the right of a matmul.
+        ("stored_k", graph(STORED_K, &[("T", 6)]), vec![1, 2, 4]),
     ];
     for (name, g, sizes) in &cases {
         let whole = inputs_of(g);
@@ -375,4 +387,35 @@ fn a_cache_updated_around_a_collective_is_refused() {
     let g = graph(src, &[("T", 4)]);
     let e = tessel_passes::tp::ranks(&g, &plan(&g, 2).expect("plans")).unwrap_err();
     assert!(e.to_string().contains("updated in two phases"), "{e}");
+}
+
+/// The matmul rules beyond weights: a split batch dim against a replicated operand of the
+/// whole size there (sliced by each rank, no communication), and an activation split by
+/// columns on the right — both results split, nothing gathered but the step results.
+#[test]
+fn activation_matmuls_keep_their_operands_split() {
+    let g = graph(STORED_K, &[("T", 6)]);
+    let p = plan(&g, 2).expect("plans");
+    let of = |name: &str| {
+        let v = g.outputs.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        let v = v.or_else(|| g.inputs.iter().find(|(n, _)| n == name).map(|(_, v)| *v));
+        p.sharding[cranelift_entity::EntityRef::index(v.expect("named"))]
+    };
+    assert_eq!(of("k"), Sharding::Replicated);
+    assert_eq!(of("a"), Sharding::Replicated);
+    let outs: Vec<Sharding> = g
+        .outputs
+        .iter()
+        .map(|(_, v)| p.sharding[cranelift_entity::EntityRef::index(*v)])
+        .collect();
+    assert_eq!(
+        outs,
+        vec![Sharding::Split { axis: 0 }, Sharding::Split { axis: 1 }]
+    );
+    let gathers = p
+        .collectives
+        .iter()
+        .filter(|c| matches!(c, Collective::Gather { .. }))
+        .count();
+    assert_eq!((gathers, p.collectives.len()), (2, 2));
 }

@@ -570,3 +570,67 @@ fn every_command_that_takes_inputs_takes_weights() {
         );
     }
 }
+
+/// `--tp N` reads every rank's block of each weight from the one checkpoint: the gate
+/// weight's rows, the down weight's K ranges. Small integers make every sum exact, so the
+/// output is the exact product at 1, 2, 4 and 8 ranks (a block or range cut at the wrong
+/// offset changes it), and the same as without `--tp`.
+#[test]
+fn tensor_parallel_ranks_read_their_blocks_of_the_checkpoint() {
+    let d = scratch("weights-tp");
+    write(
+        &d,
+        "mlp.tsl",
+        "step s(
+            x: f32[3, 8],
+            wg: f32[16, 8] from \"mlp.gate.weight\",
+            wd: f32[8, 16] from \"mlp.down.weight\",
+        ) -> f32[3, 8] {
+            (x @ wg^T) @ wd^T
+        }\n",
+    );
+    let val = |i: usize, m: usize| ((i * 7 + m) % 5) as f32 - 2.0;
+    let x: Vec<f32> = (0..24).map(|i| val(i, 1)).collect();
+    let wg: Vec<f32> = (0..128).map(|i| val(i, 2)).collect();
+    let wd: Vec<f32> = (0..128).map(|i| val(i, 3)).collect();
+    checkpoint(
+        &d.join("ck.safetensors"),
+        &[
+            ("mlp.gate.weight", Dtype::F32, vec![16, 8], f32s(&wg)),
+            ("mlp.down.weight", Dtype::F32, vec![8, 16], f32s(&wd)),
+        ],
+    );
+    checkpoint(
+        &d.join("x.safetensors"),
+        &[("x", Dtype::F32, vec![3, 8], f32s(&x))],
+    );
+    let mut want = vec![0f32; 24];
+    for t in 0..3 {
+        let h: Vec<f32> = (0..16)
+            .map(|n| (0..8).map(|k| x[t * 8 + k] * wg[n * 8 + k]).sum())
+            .collect();
+        for e in 0..8 {
+            want[t * 8 + e] = (0..16).map(|n| h[n] * wd[e * 16 + n]).sum();
+        }
+    }
+    for tp in [None, Some("1"), Some("2"), Some("4"), Some("8")] {
+        let out = format!("out{}.safetensors", tp.unwrap_or("none"));
+        let mut args = vec![
+            "run",
+            "mlp.tsl",
+            "--cpu",
+            "--weights",
+            "ck.safetensors",
+            "--inputs",
+            "x.safetensors",
+            "-o",
+            &out,
+        ];
+        if let Some(n) = tp {
+            args.extend(["--tp", n]);
+        }
+        let o = tessel(&d, &args);
+        assert!(o.status.success(), "--tp {tp:?}: {}", text(&o));
+        assert_eq!(read_f32(&d.join(&out), "out"), want, "--tp {tp:?}");
+    }
+}

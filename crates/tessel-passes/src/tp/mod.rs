@@ -21,7 +21,11 @@
 //!   *row-parallel*: `w` split along K, the result a partial sum (o, down), completed by a
 //!   [`Collective::SumPartials`];
 //! - a matmul of two activations split along the same batch axis (the scores `q @ kᵀ` and
-//!   `p @ v`, GQA's broadcast K and V) stays split along it;
+//!   `p @ v`, GQA's broadcast K and V) stays split along it; so does one whose other
+//!   operand is replicated with size 1 there (broadcast) or the whole size (each rank
+//!   slices its block: a stored K of every head);
+//! - a matmul whose left operand is split by rows (M), or whose right one is split by
+//!   columns (N), with the other replicated, is split the same way;
 //! - elementwise ops take the split of their split operands (all the same axis); a
 //!   replicated operand is sliced locally by each rank (no communication), which needs its
 //!   size along that axis to be the result's or 1;
@@ -415,6 +419,14 @@ impl Propagation<'_> {
             }
             (Sharding::Replicated, Sharding::Replicated, None) => Ok(Sharding::Replicated),
             // Activations split along a batch axis (heads): the matmul runs per head.
+            // Rows of x (M) or columns of an activation on the right (N) split: each rank
+            // multiplies its block by the whole other operand.
+            (Sharding::Split { axis }, Sharding::Replicated, _) if axis == rank - 2 => {
+                Ok(Sharding::Split { axis })
+            }
+            (Sharding::Replicated, Sharding::Split { axis }, _) if axis == rank - 1 => {
+                Ok(Sharding::Split { axis })
+            }
             (a, b, _) => {
                 let batch = |s: Sharding, x: Value| match s {
                     Sharding::Split { axis } if axis + 2 < self.dims(x).len() as u32 => {
@@ -429,12 +441,13 @@ impl Propagation<'_> {
                 match (ba, bb) {
                     (Some(x), Some(y)) if x == y => Ok(Sharding::Split { axis: x }),
                     (Some(x), None) | (None, Some(x)) => {
-                        // The replicated operand broadcasts along the split dim (size 1).
+                        // The replicated operand broadcasts along the split dim (size 1), or
+                        // each rank takes its block of it (the result's size there).
                         let other = if ba.is_some() { rhs } else { lhs };
-                        if self.dims(other)[x as usize] != 1 {
+                        let d = self.dims(other)[x as usize];
+                        if d != 1 && d != self.dims(v)[x as usize] {
                             return Err(format!(
-                                "a matmul of an operand split along batch dim {x} and a replicated one of size {} there",
-                                self.dims(other)[x as usize]
+                                "a matmul of an operand split along batch dim {x} and a replicated one of size {d} there"
                             ));
                         }
                         Ok(Sharding::Split { axis: x })
@@ -536,9 +549,10 @@ fn slice_block(s: &mut Graph, x: Value, axis: u32, r: u32, tp: u32) -> Value {
 }
 
 /// Operand `x` (in `s`) of rank `r`'s copy of `op`, whose result is split as `sh`, where the
-/// original operand `a` is replicated: an elementwise op's replicated operand of the whole
-/// size along the split axis is sliced to the rank's block (no communication; the plan
-/// allowed only that size or 1 there). Other operands are used as they are.
+/// original operand `a` is replicated: an elementwise op's replicated operand, or a
+/// matmul's along a batch axis, of the whole size along the split axis is sliced to the
+/// rank's block (no communication; the plan allowed only that size or 1 there). Other
+/// operands are used as they are.
 fn local_operand(
     s: &mut Graph,
     (g, plan): (&Graph, &TpPlan),
@@ -551,16 +565,17 @@ fn local_operand(
     let (Sharding::Split { axis }, Sharding::Replicated) = (sh, a_sh) else {
         return x;
     };
-    let elementwise = matches!(
-        op,
+    let sliced = match op {
         Op::Unary { .. }
-            | Op::Binary { .. }
-            | Op::Select { .. }
-            | Op::Cast { .. }
-            | Op::Concat { .. }
-    );
+        | Op::Binary { .. }
+        | Op::Select { .. }
+        | Op::Cast { .. }
+        | Op::Concat { .. } => true,
+        Op::MatMul { .. } => axis as usize + 2 < g.ty(v).shape.rank(),
+        _ => false,
+    };
     let whole = g.ty(a).shape.0.get(axis as usize) == Some(&g.ty(v).shape.0[axis as usize]);
-    if elementwise && whole {
+    if sliced && whole {
         slice_block(s, x, axis, r, plan.tp)
     } else {
         x
