@@ -113,22 +113,35 @@ fn bench_ranks(
     let (transport, how) = Transport::choose(tp);
     let (_, t) = run(ranks, inputs, transport, Some((rounds, 5)))?;
     let t = t.expect("timed");
+    let note = if transport == Transport::Loopback {
+        " — the ranks run one after another: not a tensor-parallel time"
+    } else {
+        ""
+    };
     println!(
-        "ranks ({how}): the whole step, rank 0, launched one by one between events: {:.2} µs median (min {:.2}, max {:.2}; one set of buffers){}",
-        t.median_us,
-        t.min_us,
-        t.max_us,
-        if transport == Transport::Loopback {
-            " — the ranks run one after another: not a tensor-parallel time"
-        } else {
-            ""
-        }
+        "ranks ({how}): the whole step, rank 0, launched one by one between events: {:.2} µs median (min {:.2}, max {:.2}; one set of buffers){note}",
+        t.events.median_us, t.events.min_us, t.events.max_us,
     );
     let mut recs = vec![json!({
         "file": file, "step": step, "kernel": "ranks: whole step", "tp": tp,
-        "transport": format!("{transport:?}"), "median_us": t.median_us,
-        "min_us": t.min_us, "max_us": t.max_us,
+        "transport": format!("{transport:?}"), "timing": "events", "median_us": t.events.median_us,
+        "min_us": t.events.min_us, "max_us": t.events.max_us,
     })];
+    match &t.graph {
+        Some(Ok(g)) => {
+            println!(
+                "  the same captured as one CUDA graph and replayed: {:.2} µs median (min {:.2}, max {:.2})",
+                g.median_us, g.min_us, g.max_us
+            );
+            recs.push(json!({
+                "file": file, "step": step, "kernel": "ranks: whole step", "tp": tp,
+                "transport": format!("{transport:?}"), "timing": "graph",
+                "median_us": g.median_us, "min_us": g.min_us, "max_us": g.max_us,
+            }));
+        }
+        Some(Err(e)) => println!("  captured as a CUDA graph: failed ({e})"),
+        None => println!("  (not captured as a CUDA graph over several GPUs)"),
+    }
     let gpu = open_gpu().map_err(|why| anyhow::anyhow!("{why}"))?;
     let times = crate::ranks::time_kernels(&gpu, &ranks[0], inputs, rounds)?;
     let sum: f64 = times.iter().map(|(_, _, t)| t.median_us).sum();
@@ -332,8 +345,17 @@ pub fn bench(
             t.median_us, t.min_us, t.max_us
         );
         recs.push(json!({
-            "file": src.name, "step": step.name, "kernel": "whole step",
+            "file": src.name, "step": step.name, "kernel": "whole step", "timing": "events",
             "median_us": t.median_us, "min_us": t.min_us, "max_us": t.max_us,
+        }));
+        let g = gpu.time_graph(&all_calls[0], rounds, 5)?;
+        println!(
+            "  the same captured as one CUDA graph and replayed: {:.2} µs median (min {:.2}, max {:.2})",
+            g.median_us, g.min_us, g.max_us
+        );
+        recs.push(json!({
+            "file": src.name, "step": step.name, "kernel": "whole step", "timing": "graph",
+            "median_us": g.median_us, "min_us": g.min_us, "max_us": g.max_us,
         }));
     }
     if let Some(path) = json_out {

@@ -207,6 +207,34 @@ fn two(v: &mut [Buffer], a: usize, b: usize) -> (&Buffer, &mut Buffer) {
     }
 }
 
+/// The step's time on rank 0, per repetition.
+#[derive(Clone, Debug)]
+pub struct StepTimes {
+    /// Every launch and collective queued one by one between CUDA events.
+    pub events: Timing,
+    /// The same captured once as a CUDA graph and replayed (no host gaps between
+    /// launches); `None` where not tried (NCCL over several GPUs: a rank whose capture
+    /// failed would leave the others waiting in a collective), `Err` if capture failed.
+    pub graph: Option<std::result::Result<Timing, String>>,
+}
+
+/// Times `enqueue` (one step) on `gpu` between events, and captured as a graph when
+/// `graph` is true.
+fn time_step(
+    gpu: &Gpu,
+    (rounds, reps): (u32, u32),
+    graph: bool,
+    mut enqueue: impl FnMut() -> Result<()>,
+) -> Result<StepTimes> {
+    let mut queue = || enqueue().map_err(|e| tessel_cuda::Error::InvalidArgument(format!("{e:#}")));
+    let events = gpu.time_events_with(rounds, reps, &mut queue)?;
+    let graph = graph.then(|| {
+        gpu.time_graph_with(rounds, reps, &mut queue)
+            .map_err(|e| e.to_string())
+    });
+    Ok(StepTimes { events, graph })
+}
+
 /// The step run on the ranks, on GPUs: each rank's inputs cut from `whole`, its outputs
 /// read back and assembled ([`assemble`]: the ranks must agree bit for bit on every whole
 /// output). With `timing = Some((rounds, reps))`, also the step's time per repetition on
@@ -217,7 +245,7 @@ pub fn run(
     whole: &[Tensor],
     transport: Transport,
     timing: Option<(u32, u32)>,
-) -> Result<(Vec<Tensor>, Option<Timing>)> {
+) -> Result<(Vec<Tensor>, Option<StepTimes>)> {
     let tp = ranks.len();
     let inputs: Vec<Vec<Tensor>> = ranks
         .iter()
@@ -226,13 +254,13 @@ pub fn run(
     let (outputs, time) = match transport {
         Transport::Nccl => {
             let id = UniqueId::new()?;
-            let results: Vec<Result<(Vec<Tensor>, Option<Timing>)>> = std::thread::scope(|s| {
+            let results: Vec<Result<(Vec<Tensor>, Option<StepTimes>)>> = std::thread::scope(|s| {
                 let handles: Vec<_> = ranks
                     .iter()
                     .zip(&inputs)
                     .enumerate()
                     .map(|(r, (rank, inputs))| {
-                        s.spawn(move || -> Result<(Vec<Tensor>, Option<Timing>)> {
+                        s.spawn(move || -> Result<(Vec<Tensor>, Option<StepTimes>)> {
                             let gpu = Gpu::open(r)?;
                             let comm = Communicator::join(&gpu, r, tp, id)?;
                             let mut l = Loaded::new(&gpu, rank, inputs)?;
@@ -240,12 +268,8 @@ pub fn run(
                             gpu.synchronize()?;
                             let out = l.outputs()?;
                             let time = match timing {
-                                Some((rounds, reps)) => {
-                                    Some(gpu.time_events_with(rounds, reps, || {
-                                        step_nccl(&mut l, &comm).map_err(|e| {
-                                            tessel_cuda::Error::InvalidArgument(format!("{e:#}"))
-                                        })
-                                    })?)
+                                Some(t) => {
+                                    Some(time_step(&gpu, t, tp == 1, || step_nccl(&mut l, &comm))?)
                                 }
                                 None => None,
                             };
@@ -288,9 +312,8 @@ pub fn run(
             gpu.synchronize()?;
             let outputs = loaded.iter().map(|l| l.outputs()).collect::<Result<_>>()?;
             let time = match timing {
-                Some((rounds, reps)) => Some(gpu.time_events_with(rounds, reps, || {
+                Some(t) => Some(time_step(&gpu, t, true, || {
                     step_loopback(&mut loaded, &mut stages)
-                        .map_err(|e| tessel_cuda::Error::InvalidArgument(format!("{e:#}")))
                 })?),
                 None => None,
             };
