@@ -37,11 +37,8 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             print_kernels(c, ptxas.as_ref(), &target, "  ")?;
             continue;
         };
-        // The plan partitions the step as `check` made it (the scores a plain matmul).
-        let g = &step.checked;
-        let n = ranks.len() as u32;
-        let plan = tessel_passes::tp::plan(g, n)
-            .map_err(|e| anyhow::anyhow!("step `{}`: {e}", step.name))?;
+        let (g, n) = (&step.checked, ranks.len() as u32);
+        let plan = step.plan.as_ref().expect("made with the ranks");
         println!("step {}:", step.name);
         print!("{}", plan.describe(g));
         let r0 = &ranks[0];

@@ -103,6 +103,8 @@ pub struct Step {
     /// With `--tp N`: what each of the N ranks runs, its phases compiled (tessel-passes
     /// `tp::ranks`); `compiled` is then the one-device simulation of the same ranks.
     pub ranks: Option<Vec<tessel_ir::ranks::Rank<Compiled>>>,
+    /// With `--tp N`: the plan the ranks were made from.
+    pub plan: Option<tessel_passes::tp::TpPlan>,
 }
 
 impl Step {
@@ -318,8 +320,8 @@ fn compile_checked(
         ..opts.clone()
     };
     let what = || format!("compiling step `{name}` of {}", src.name);
-    let (graph, ranks) = match tp {
-        None => (std::borrow::Cow::Borrowed(&checked), None),
+    let (graph, ranks, plan) = match tp {
+        None => (std::borrow::Cow::Borrowed(&checked), None, None),
         Some(n) => {
             let g = &checked;
             let tp_error = |e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name);
@@ -334,7 +336,7 @@ fn compile_checked(
                         .with_context(|| format!("{}: rank {rank}", what()))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            (std::borrow::Cow::Owned(sim), Some(ranks))
+            (std::borrow::Cow::Owned(sim), Some(ranks), Some(plan))
         }
     };
     let compiled = compile(&graph, opts).with_context(what)?;
@@ -344,6 +346,7 @@ fn compile_checked(
         compiled,
         weights,
         ranks,
+        plan,
     })
 }
 

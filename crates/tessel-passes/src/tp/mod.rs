@@ -481,7 +481,7 @@ impl TpPlan {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "tensor-parallel plan over {} (Megatron-LM split; K of each row-parallel matmul in {REDUCE_CHUNKS} ranges summed along a fixed tree, one association at every world size; the kernels above simulate the ranks on one device, docs/tensor-parallel.md):",
+            "tensor-parallel plan over {} (Megatron-LM split; K of each row-parallel matmul in {REDUCE_CHUNKS} ranges summed along a fixed tree, one association at every world size; docs/tensor-parallel.md):",
             if self.tp == 1 { "1 rank".to_string() } else { format!("{} ranks", self.tp) }
         );
         for i in &self.inputs {
