@@ -51,6 +51,9 @@ impl Transport {
     }
 }
 
+/// What a rank that loaded says when another did not.
+const OTHER_FAILED: &str = "another rank failed to load";
+
 /// One rank loaded on a GPU: a module per phase, every slot allocated.
 struct Loaded<'r> {
     rank: &'r Rank<Program>,
@@ -254,16 +257,32 @@ pub fn run(
     let (outputs, time) = match transport {
         Transport::Nccl => {
             let id = UniqueId::new()?;
+            // Every rank opens its GPU and loads its phases before any joins the
+            // communicator: a rank that fails there tells the others, and none is left
+            // waiting in `ncclCommInitRank` for it.
+            let loaded = std::sync::Barrier::new(tp);
+            let failed = std::sync::atomic::AtomicBool::new(false);
             let results: Vec<Result<(Vec<Tensor>, Option<StepTimes>)>> = std::thread::scope(|s| {
                 let handles: Vec<_> = ranks
                     .iter()
                     .zip(&inputs)
                     .enumerate()
                     .map(|(r, (rank, inputs))| {
+                        let (loaded, failed) = (&loaded, &failed);
                         s.spawn(move || -> Result<(Vec<Tensor>, Option<StepTimes>)> {
-                            let gpu = Gpu::open(r)?;
+                            use std::sync::atomic::Ordering;
+                            let ready = Gpu::open(r)
+                                .map_err(anyhow::Error::from)
+                                .and_then(|gpu| Ok((Loaded::new(&gpu, rank, inputs)?, gpu)));
+                            if ready.is_err() {
+                                failed.store(true, Ordering::SeqCst);
+                            }
+                            loaded.wait();
+                            let (mut l, gpu) = ready?;
+                            if failed.load(Ordering::SeqCst) {
+                                bail!(OTHER_FAILED);
+                            }
                             let comm = Communicator::join(&gpu, r, tp, id)?;
-                            let mut l = Loaded::new(&gpu, rank, inputs)?;
                             step_nccl(&mut l, &comm)?;
                             gpu.synchronize()?;
                             let out = l.outputs()?;
@@ -285,16 +304,23 @@ pub fn run(
                     })
                     .collect()
             });
-            let mut outputs = Vec::with_capacity(tp);
-            let mut time = None;
+            // The first rank's own failure, rather than another's note that one failed.
+            let mut oks = Vec::with_capacity(tp);
+            let mut errors = Vec::new();
             for (r, res) in results.into_iter().enumerate() {
-                let (o, t) = res.with_context(|| format!("rank {r}"))?;
-                if r == 0 {
-                    time = t;
+                match res {
+                    Ok(x) => oks.push(x),
+                    Err(e) => errors.push(e.context(format!("rank {r}"))),
                 }
-                outputs.push(o);
             }
-            (outputs, time)
+            if !errors.is_empty() {
+                let own = errors
+                    .iter()
+                    .position(|e| !format!("{e:#}").contains(OTHER_FAILED));
+                return Err(errors.swap_remove(own.unwrap_or(0)));
+            }
+            let time = oks[0].1.clone();
+            (oks.into_iter().map(|(o, _)| o).collect::<Vec<_>>(), time)
         }
         Transport::Loopback => {
             let gpu = Gpu::open(0)?;
