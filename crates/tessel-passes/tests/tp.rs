@@ -271,6 +271,15 @@ fn ranks_run_apart_give_the_same_bits_at_every_world_size() {
         // Heads from a projection against a stored K of all heads (each rank takes its
         // heads of it); an activation split by columns on the right of a matmul.
         ("stored_k", graph(STORED_K, &[("T", 6)]), vec![1, 2, 4]),
+        // A step input returned as it is, read by nothing else: loaded all the same.
+        (
+            "pass_through",
+            graph(
+                "step s(x: f32[4, 8], w: f32[16, 8], y: f32[3]) -> (f32[4, 16], f32[3]) { (x @ w^T, y) }",
+                &[],
+            ),
+            vec![1, 2],
+        ),
     ];
     for (name, g, sizes) in &cases {
         let whole = inputs_of(g);

@@ -197,13 +197,16 @@ impl<'a> Layout<'a> {
                 continue;
             }
             let slot = match g.ops[*o] {
-                // Returned as it was given: the input's slot.
-                Op::Input { .. } => g
-                    .inputs
-                    .iter()
-                    .find(|(_, v)| v == o)
-                    .map(|(n, _)| n.clone())
-                    .expect("an input value is a parameter"),
+                // Returned as it was given: the input's slot (loaded, whether or not a
+                // phase reads it).
+                Op::Input { .. } => {
+                    b.get(0, *o);
+                    g.inputs
+                        .iter()
+                        .find(|(_, v)| v == o)
+                        .map(|(n, _)| n.clone())
+                        .expect("an input value is a parameter")
+                }
                 _ => {
                     let k = self.home[o.index()];
                     let y = b.get(k, *o);
