@@ -62,6 +62,39 @@ fn splits_the_plan_cannot_place_are_errors() {
             2,
             "K = 60, not a multiple of the 8 ranges",
         ),
+        // A weight, or a cache, read by something else too (found by a new user: those
+        // readers got a rank's block where they read the whole).
+        (
+            "step s(x: f32[T, 32], w: f32[64, 32]) -> f32[T, 64] {
+                let wt = w^T;
+                x @ wt + sum(sum(wt, axis: 1, keep: true), axis: 0, keep: true)
+            }",
+            vec![("T", 3)],
+            2,
+            "is also read by",
+        ),
+        (
+            "step s(x: f32[T, 64], wk: f32[64, 64], c: inout f32[1, 4, S, 16]) -> (f32[1, 1, 1, 1], f32[T, 64]) {
+                let old = sum(sum(sum(sum(c, axis: 1, keep: true), axis: 2, keep: true), axis: 3, keep: true), axis: 0, keep: true);
+                let k = x @ wk^T;
+                let c2 = update(c, reshape(permute(reshape(k, [T, 4, 16]), [1, 0, 2]), [1, 4, T, 16]), at: 0, axis: 2);
+                (old, k)
+            }",
+            vec![("T", 3), ("S", 8)],
+            2,
+            "is also read by",
+        ),
+        // A cache split along the dim its positions index.
+        (
+            "step s(x: f32[T, 64], w: f32[64, 64], p: i32[4], c: inout f32[4, S, 16]) -> f32[T, 64] {
+                let h = x @ w^T;
+                let c2 = update(c, permute(reshape(h, [T, 4, 16]), [1, 0, 2]), at: p, axis: 1);
+                h
+            }",
+            vec![("T", 3), ("S", 8)],
+            2,
+            "the one its positions index",
+        ),
         // The same with K = 64: planned.
         (
             "step s(x: bf16[T, 60], w: bf16[64, 60], v: bf16[60, 64]) -> bf16[T, 60] { (x @ w^T) @ v^T }",
@@ -271,6 +304,33 @@ fn ranks_run_apart_give_the_same_bits_at_every_world_size() {
         // Heads from a projection against a stored K of all heads (each rank takes its
         // heads of it); an activation split by columns on the right of a matmul.
         ("stored_k", graph(STORED_K, &[("T", 6)]), vec![1, 2, 4]),
+        // Found by a new user (wrong answers before the fixes): a parameter named like an
+        // unnamed result (the result's slot overwrote the parameter's); a cache written
+        // with rows split by heads and then with whole rows (each rank its block of them).
+        (
+            "param_named_out0",
+            graph(
+                "step s(x: f32[T, 32], w1: f32[64, 32], w2: f32[32, 64], out0: f32[T, 32]) -> (f32[T, 32], f32[T, 32]) {
+                    (x * 2.0, (x @ w1^T) @ w2^T + out0)
+                }",
+                &[("T", 3)],
+            ),
+            vec![1, 2, 4],
+        ),
+        (
+            "cache_split_then_whole_rows",
+            graph(
+                "step s(x: f32[T, 64], w: f32[64, 64], c: inout f32[1, 4, S, 16]) -> f32[T, 64] {
+                    let h = x @ w^T;
+                    let rows = reshape(permute(reshape(h, [T, 4, 16]), [1, 0, 2]), [1, 4, T, 16]);
+                    let whole = reshape(permute(reshape(x, [T, 4, 16]), [1, 0, 2]), [1, 4, T, 16]);
+                    let c2 = update(update(c, rows, at: 0, axis: 2), whole, at: T, axis: 2);
+                    h
+                }",
+                &[("T", 3), ("S", 8)],
+            ),
+            vec![1, 2, 4],
+        ),
         // A step input returned as it is, read by nothing else: loaded all the same.
         (
             "pass_through",

@@ -206,7 +206,7 @@ pub fn bench(
         let p = &step.compiled.program;
         let inputs = make_inputs(p, in_args, &step.weights)?;
         if let Some(ranks) = step.rank_programs() {
-            // What runs is the ranks, not the one-device simulation: time them.
+            // What runs is the ranks: time them.
             recs.extend(bench_ranks(&src.name, &step.name, &ranks, &inputs, rounds)?);
             continue;
         }

@@ -43,7 +43,7 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
         print!("{}", plan.describe(g));
         let r0 = &ranks[0];
         println!(
-            "rank 0 of {n} (every rank runs the same kernels on its own blocks): {} in {}, {} between them; the one-graph simulation of all the ranks (tessel-passes `tp::simulate`, docs/tensor-parallel.md) has {}",
+            "rank 0 of {n} (every rank runs the same kernels on its own blocks): {} in {}, {} between them; the step as written has {}",
             plural(r0.phases.iter().map(|p| p.body.program.kernels.len()).sum(), "kernel"),
             plural(r0.phases.len(), "phase"),
             plural(r0.exchanges().count(), "all-gather"),

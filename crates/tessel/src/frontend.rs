@@ -101,7 +101,8 @@ pub struct Step {
     /// Its parameters read from `--weights`, validated against their types.
     pub weights: StepWeights,
     /// With `--tp N`: what each of the N ranks runs, its phases compiled (tessel-passes
-    /// `tp::ranks`); `compiled` is then the one-device simulation of the same ranks.
+    /// `tp::ranks`); `compiled` is still the step as written (its inputs and outputs are
+    /// the ranks' whole ones).
     pub ranks: Option<Vec<tessel_ir::ranks::Rank<Compiled>>>,
     /// With `--tp N`: the plan the ranks were made from.
     pub plan: Option<tessel_passes::tp::TpPlan>,
@@ -303,9 +304,8 @@ pub fn compile_step(
     compile_checked(src, name, checked, bound, (profile, None), opts)
 }
 
-/// Compiles the checked step in `profile`; with `tp = Some(N)`, the program that simulates
-/// its N tensor-parallel ranks on one device (tessel-passes `tp::simulate`) instead, and
-/// the N ranks' own programs (`tp::ranks`, each phase compiled).
+/// Compiles the checked step in `profile`; with `tp = Some(N)`, also its tensor-parallel
+/// plan and the N ranks' programs (tessel-passes `tp::ranks`, each phase compiled).
 fn compile_checked(
     src: &Source,
     name: &str,
@@ -316,30 +316,32 @@ fn compile_checked(
 ) -> Result<Step> {
     let opts = &Options {
         profile,
-        tensor_parallel: tp.is_some(),
         ..opts.clone()
     };
     let what = || format!("compiling step `{name}` of {}", src.name);
-    let (graph, ranks, plan) = match tp {
-        None => (std::borrow::Cow::Borrowed(&checked), None, None),
+    let compiled = compile(&checked, opts).with_context(what)?;
+    let (ranks, plan) = match tp {
+        None => (None, None),
         Some(n) => {
-            let g = &checked;
             let tp_error = |e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name);
-            let plan = tessel_passes::tp::plan(g, n).map_err(tp_error)?;
-            let sim = tessel_passes::tp::simulate(g, &plan).map_err(tp_error)?;
-            let ranks = tessel_passes::tp::ranks(g, &plan)
+            let plan = tessel_passes::tp::plan(&checked, n).map_err(tp_error)?;
+            // No split-K in a rank: a GEMM's split would follow its shard's tile count.
+            let rank_opts = Options {
+                tensor_parallel: true,
+                ..opts.clone()
+            };
+            let ranks = tessel_passes::tp::ranks(&checked, &plan)
                 .map_err(tp_error)?
                 .into_iter()
                 .map(|r| {
                     let rank = r.rank;
-                    r.try_map(|p| compile(&p, opts))
+                    r.try_map(|p| compile(&p, &rank_opts))
                         .with_context(|| format!("{}: rank {rank}", what()))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            (std::borrow::Cow::Owned(sim), Some(ranks), Some(plan))
+            (Some(ranks), Some(plan))
         }
     };
-    let compiled = compile(&graph, opts).with_context(what)?;
     Ok(Step {
         name: name.to_string(),
         checked,

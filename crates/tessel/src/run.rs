@@ -93,6 +93,9 @@ pub fn run(
             println!("  wrote inputs to {}", path.display());
         }
         let rank_programs = step.rank_programs();
+        if step.plan.as_ref().is_some_and(|p| p.splits_nothing()) {
+            println!("  note: {}", tessel_passes::tp::NOTHING_SPLIT);
+        }
         let t0 = Instant::now();
         let (results, timed) = match (&gpu, &rank_programs) {
             (Ok(_), Some(ranks)) => {
@@ -127,8 +130,8 @@ pub fn run(
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let kernels = match &rank_programs {
             Some(r) => format!(
-                "{} ranks of {} in {} ({} each)",
-                r.len(),
+                "{}, each {} in {} with {}",
+                plural(r.len(), "rank"),
                 plural(
                     r[0].phases.iter().map(|ph| ph.body.kernels.len()).sum(),
                     "kernel"

@@ -70,7 +70,7 @@ pub fn tp_check(
         .collect::<Result<_>>()?;
     let mut ok = true;
     for (si, step) in at[0].1.iter().enumerate() {
-        let sim = &step.compiled.program;
+        let written = &step.compiled.program;
         println!(
             "{} step {} ({} profile, {}): outputs at --tp {:?} against --tp {}",
             src.name,
@@ -81,8 +81,8 @@ pub fn tp_check(
             sizes[0]
         );
         for seed in 0..seeds {
-            // The simulation's inputs are the step's, whole, in parameter order.
-            let inputs = make_inputs(sim, &input_args(seed), &step.weights)?;
+            // The step as written takes the whole inputs, in parameter order.
+            let inputs = make_inputs(written, &input_args(seed), &step.weights)?;
             let mut want: Option<Vec<Tensor>> = None;
             for (n, steps) in &at {
                 let rs = &steps[si].rank_programs().expect("compiled with --tp");
@@ -104,7 +104,7 @@ pub fn tp_check(
                     want = Some(got);
                     continue;
                 };
-                let differ: Vec<&str> = sim
+                let differ: Vec<&str> = written
                     .outputs
                     .iter()
                     .zip(got.iter().zip(want))

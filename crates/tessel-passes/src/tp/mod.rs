@@ -14,9 +14,10 @@
 //! along one axis (rank r holds the r-th of `tp` equal contiguous blocks), or a *partial
 //! sum* (a matmul whose K is split: every rank holds a sum over its part of K, and a
 //! collective completes the matmul). Propagation, in graph order:
-//! - a matmul `x @ wᵀ` of a replicated `x` and a weight input `w` (`[N, K]`, read
-//!   transposed, possibly under a widening cast) is *column-parallel*: `w` split along N,
-//!   the result split along its last axis (q, k, v, gate, up);
+//! - a 2-D matmul `x @ wᵀ` of a replicated `x` and a weight input `w` (`[N, K]` read
+//!   transposed, or `[K, N]` read as it is; possibly under a widening cast) is
+//!   *column-parallel*: `w` split along N, the result split along its last axis (q, k, v,
+//!   gate, up);
 //! - a matmul whose `x` is split along K (its last axis) and whose weight is an input is
 //!   *row-parallel*: `w` split along K, the result a partial sum (o, down), completed by a
 //!   [`Collective::SumPartials`];
@@ -35,13 +36,18 @@
 //!   slices, concats and reductions along other axes keep it;
 //! - an input used split is loaded split (each rank reads its block of the checkpoint
 //!   tensor); an input used replicated everywhere is loaded whole; a KV cache updated with
-//!   rows split along its heads is split along them;
+//!   rows split along its heads is split along them (whole rows written into a split cache
+//!   are sliced by each rank); a weight or cache split this way must have no other reader,
+//!   which would need it whole;
 //! - a partial sum is completed right after its matmul; a split step result is gathered
 //!   ([`Collective::Gather`]: a concatenation, exact).
 //!
 //! Anything else — a slice, concat or reduction along the split axis, two operands split
 //! along different axes, a split that is not contiguous blocks, a dim that `tp` does not
-//! divide — is a [`TpError`] naming the op and the dims, never a silent replication.
+//! divide, a weight or cache read elsewhere too, a cache split along the dim its positions
+//! index — is a [`TpError`] naming the op and the dims. A step where no rule applies (no
+//! 2-D matmul by a weight) is planned fully replicated, and [`TpPlan::describe`] and
+//! `tessel run --tp` say so ([`NOTHING_SPLIT`]).
 //!
 //! The deterministic reduction: a row-parallel matmul's K is cut into [`REDUCE_CHUNKS`]
 //! equal ranges whatever `tp` is, each summed from 0 into an f32 partial, and the partials
@@ -85,8 +91,14 @@ pub enum Collective {
     /// the fixed tree into one f32 tensor of the matmul's shape, the ranks all-gather those
     /// (`bytes` per rank sent), and every rank adds them in the tree's order and rounds.
     SumPartials { matmul: Value, bytes: u64 },
-    /// Gathers the split step result `value` (a concatenation; `bytes` per rank sent).
-    Gather { value: Value, axis: u32, bytes: u64 },
+    /// Gathers the split step result `value`, returned as `names` (a concatenation;
+    /// `bytes` per rank sent).
+    Gather {
+        value: Value,
+        names: Vec<String>,
+        axis: u32,
+        bytes: u64,
+    },
 }
 
 /// How one weight or input is loaded.
@@ -160,17 +172,29 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
             p.sh[v.index()] = Sharding::Replicated;
         }
     }
-    for (_, o) in &g.outputs {
-        // An updated cache stays split: each rank keeps its heads' rows for the next step.
-        let cache = matches!(g.ops[*o], Op::Update { .. });
-        if let (Sharding::Split { axis }, false) = (p.sh[o.index()], cache) {
-            let block = g.ty(*o).shape.numel() / tp as u64;
-            let bytes = block * g.ty(*o).dtype.size_bytes() * (tp as u64 - 1);
-            p.collectives.push(Collective::Gather {
-                value: *o,
-                axis,
-                bytes,
+    for (name, o) in &g.outputs {
+        // An updated cache stays split: each rank keeps its heads' rows for the next step;
+        // a split input returned as it is was cut from the whole the caller holds.
+        let kept = matches!(g.ops[*o], Op::Update { .. } | Op::Input { .. });
+        if let (Sharding::Split { axis }, false) = (p.sh[o.index()], kept) {
+            // One gather per value, however many results name it.
+            let known = p.collectives.iter_mut().find_map(|c| match c {
+                Collective::Gather { value, names, .. } if value == o => Some(names),
+                _ => None,
             });
+            match known {
+                Some(names) => names.push(name.clone()),
+                None => {
+                    let block = g.ty(*o).shape.numel() / tp as u64;
+                    let bytes = block * g.ty(*o).dtype.size_bytes() * (tp as u64 - 1);
+                    p.collectives.push(Collective::Gather {
+                        value: *o,
+                        names: vec![name.clone()],
+                        axis,
+                        bytes,
+                    });
+                }
+            }
         }
     }
     let inputs = g
@@ -222,15 +246,42 @@ impl Propagation<'_> {
         Ok(())
     }
 
-    /// Marks the input (or the chain of casts and permutes down to it) under `x` as loaded
-    /// split along `axis` of the input (`None`: not an input — refused by the caller).
-    /// Refused (`None`) also when a value of the chain has another reader: the input would
-    /// be needed whole elsewhere.
-    fn split_input(&mut self, x: Value, axis: u32, role: &'static str) -> Option<Value> {
+    /// Marks the input under `x` (`x` itself, or a chain of casts and permutes down to it),
+    /// which the op `by` reads, as loaded split along `axis` of `x`; returns the input.
+    ///
+    /// Refused (with the reason) when the chain has anything but casts and permutes down to
+    /// a step input, or when a value of it has another reader: that reader would see only
+    /// a rank's block of what it reads whole.
+    fn split_input(
+        &mut self,
+        x: Value,
+        by: Value,
+        axis: u32,
+        role: &'static str,
+    ) -> Result<Value, String> {
+        // A value of the chain returned as a step result is fine: a split result is
+        // gathered (or, an input, put back together from the ranks' blocks).
+        let shared = |p: &Self, y: Value, reader: Value| -> Option<String> {
+            let others: Vec<String> = p.users[y]
+                .iter()
+                .filter(|u| **u != reader)
+                .map(|u| u.to_string())
+                .collect();
+            (!others.is_empty()).then(|| format!("{y} is also read by {}", others.join(", ")))
+        };
+        let why = |what: String| {
+            format!(
+                "{what}: splitting it for the {role} would leave that reader only a rank's block (each rank would need all of it)"
+            )
+        };
+        if let Some(w) = shared(self, x, by) {
+            return Err(why(w));
+        }
         let mut chain = vec![x];
         let mut y = x;
         let mut axis_here = axis;
         loop {
+            let reader = y;
             match &self.g.ops[y] {
                 Op::Input { .. } => break,
                 Op::Cast { arg } => y = *arg,
@@ -238,10 +289,15 @@ impl Propagation<'_> {
                     axis_here = perm[axis_here as usize];
                     y = *arg;
                 }
-                _ => return None,
+                op => {
+                    return Err(format!(
+                        "{x} is computed by {} from its step input: only casts and permutes of a step input are loaded split",
+                        op_words(op)
+                    ))
+                }
             }
-            if self.users[y].len() != 1 {
-                return None;
+            if let Some(w) = shared(self, y, reader) {
+                return Err(why(w));
             }
             chain.push(y);
         }
@@ -255,7 +311,7 @@ impl Propagation<'_> {
             }
             self.sh[c.index()] = Sharding::Split { axis: a };
         }
-        Some(y)
+        Ok(y)
     }
 
     fn op_sharding(&mut self, v: Value, op: &Op) -> Result<Sharding, String> {
@@ -330,26 +386,40 @@ impl Propagation<'_> {
                 return Err("a fused attention op: partition before the `attention` pass".into())
             }
             Op::Update { dst, rows, axis, .. } => {
-                match self.of(*rows) {
-                    Sharding::Replicated => {}
-                    Sharding::Split { axis: a } if a == *axis => {
+                let split = match (self.of(*rows), self.of(*dst)) {
+                    (Sharding::Replicated, Sharding::Replicated) => None,
+                    // Rows split by heads: the cache is loaded split like them.
+                    (Sharding::Split { axis: a }, d) => {
+                        if d != (Sharding::Split { axis: a }) {
+                            self.divides(*dst, a)?;
+                            self.split_input(*dst, v, a, "KV cache, split by heads")
+                                .map_err(|e| {
+                                    format!("an update with rows split along dim {a}: {e}")
+                                })?;
+                        }
+                        Some(a)
+                    }
+                    // Whole rows into a split cache: each rank writes its block of them.
+                    (Sharding::Replicated, Sharding::Split { axis: a }) => Some(a),
+                    (Sharding::Partial, _) | (_, Sharding::Partial) => {
+                        unreachable!("partials are completed at once")
+                    }
+                };
+                match split {
+                    None => Sharding::Replicated,
+                    Some(a) if a == *axis => {
                         return Err(format!(
-                            "an update whose rows are split along dim {a}, the axis it writes at"
+                            "an update split along dim {a}, the axis it writes at"
                         ))
                     }
-                    Sharding::Split { axis: a } => {
-                        self.divides(*dst, a)?;
-                        if self.split_input(*dst, a, "KV cache, split by heads").is_none()
-                            && self.of(*dst) != (Sharding::Split { axis: a })
-                        {
-                            return Err(format!(
-                                "an update of {dst}, not split like its rows (dim {a})"
-                            ));
-                        }
+                    Some(0) => {
+                        return Err(
+                            "an update split along dim 0, the one its positions index (each rank would need its part of the positions)"
+                                .into(),
+                        )
                     }
-                    Sharding::Partial => unreachable!("partials are completed at once"),
+                    Some(a) => Sharding::Split { axis: a },
                 }
-                self.of(*rows)
             }
         })
     }
@@ -389,20 +459,22 @@ impl Propagation<'_> {
     fn matmul(&mut self, v: Value, lhs: Value, rhs: Value) -> Result<Sharding, String> {
         let rank = self.dims(v).len() as u32;
         let (sl, sr) = (self.of(lhs), self.of(rhs));
+        // A weight: a 2-D step input read in place (stored [N, K] and read transposed, as
+        // checkpoints store projections, or stored [K, N]) by a 2-D matmul.
         let weight = self.g.matmul_reads(v).and_then(|[_, b]| {
             let is_input = matches!(self.g.ops[b.stored], Op::Input { .. });
-            let t = b
+            let in_place = b
                 .perm
                 .as_deref()
-                .is_some_and(crate::schedule::swaps_last_two);
-            (is_input && t && self.dims(b.stored).len() == 2).then_some(b.stored)
+                .is_none_or(crate::schedule::swaps_last_two);
+            (is_input && in_place && self.dims(b.stored).len() == 2 && rank == 2)
+                .then_some(b.stored)
         });
         match (sl, sr, weight) {
-            // Column-parallel: x replicated, the weight [N, K] split along N.
+            // Column-parallel: x replicated, the weight split along N.
             (Sharding::Replicated, Sharding::Replicated, Some(_)) => {
                 self.divides(v, rank - 1)?;
-                self.split_input(rhs, rank - 1, "column-parallel weight (output columns)")
-                    .ok_or("a weight read through other ops than casts and permutes")?;
+                self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)")?;
                 Ok(Sharding::Split { axis: rank - 1 })
             }
             // Row-parallel: x split along K, the weight split along K.
@@ -413,8 +485,7 @@ impl Propagation<'_> {
                         "a row-parallel matmul with K = {k}, not a multiple of the {REDUCE_CHUNKS} ranges of the deterministic reduction"
                     ));
                 }
-                self.split_input(rhs, rank - 2, "row-parallel weight (input rows)")
-                    .ok_or("a weight read through other ops than casts and permutes")?;
+                self.split_input(rhs, v, rank - 2, "row-parallel weight (input rows)")?;
                 Ok(Sharding::Partial)
             }
             (Sharding::Replicated, Sharding::Replicated, None) => Ok(Sharding::Replicated),
@@ -428,14 +499,17 @@ impl Propagation<'_> {
                 Ok(Sharding::Split { axis })
             }
             (a, b, _) => {
-                let batch = |s: Sharding, x: Value| match s {
+                let batch = |s: Sharding, x: Value| {
+                    match s {
                     Sharding::Split { axis } if axis + 2 < self.dims(x).len() as u32 => {
                         Ok(Some(axis))
                     }
                     Sharding::Replicated => Ok(None),
-                    _ => Err(format!(
-                        "a matmul operand {x} split along dim {s:?}, not a batch dim"
+                    Sharding::Split { axis } => Err(format!(
+                        "a matmul operand {x} split along dim {axis}, which it contracts (K) or which is not a batch dim: its products would need a collective the plan does not place"
                     )),
+                    Sharding::Partial => unreachable!("partials are completed at once"),
+                }
                 };
                 let (ba, bb) = (batch(a, lhs)?, batch(b, rhs)?);
                 match (ba, bb) {
@@ -452,8 +526,10 @@ impl Propagation<'_> {
                         }
                         Ok(Sharding::Split { axis: x })
                     }
-                    _ => Err(format!(
-                        "a matmul whose operands are split along different dims ({ba:?}, {bb:?})"
+                    (a, b) => Err(format!(
+                        "a matmul whose operands are split along different dims ({}, {})",
+                        a.map_or("none".to_string(), |x| x.to_string()),
+                        b.map_or("none".to_string(), |x| x.to_string())
                     )),
                 }
             }
@@ -474,7 +550,15 @@ fn reshape_split(from: &[u64], to: &[u64], axis: u32) -> Option<u32> {
         .map(|k| k as u32)
 }
 
+/// What a plan that splits nothing means, in words.
+pub const NOTHING_SPLIT: &str = "nothing is split: every rank computes the whole step (the plan splits 2-D matmuls whose right operand is a weight, a step input read in place, and what follows from them)";
+
 impl TpPlan {
+    /// True when every value is replicated: each rank would compute the whole step.
+    pub fn splits_nothing(&self) -> bool {
+        self.sharding.iter().all(|x| *x == Sharding::Replicated) && self.collectives.is_empty()
+    }
+
     /// The plan in words, as `tessel explain --tp N` prints it: each input's shard, each
     /// collective with the bytes each rank sends.
     pub fn describe(&self, g: &Graph) -> String {
@@ -506,20 +590,23 @@ impl TpPlan {
                         g.ty(*matmul).shape.0
                     );
                 }
-                Collective::Gather { value, axis, bytes } => {
-                    let name = g
-                        .outputs
-                        .iter()
-                        .find(|(_, o)| o == value)
-                        .map(|(n, _)| n.as_str())
-                        .unwrap_or("?");
+                Collective::Gather {
+                    value,
+                    names,
+                    axis,
+                    bytes,
+                } => {
                     let _ = writeln!(
                         s,
-                        "  result {name} {:?}: gathered along dim {axis}, {bytes} bytes sent per rank",
+                        "  result {} {:?}: gathered along dim {axis}, {bytes} bytes sent per rank",
+                        names.join(" = "),
                         g.ty(*value).shape.0
                     );
                 }
             }
+        }
+        if self.splits_nothing() {
+            let _ = writeln!(s, "  {NOTHING_SPLIT}");
         }
         s
     }
@@ -549,9 +636,9 @@ fn slice_block(s: &mut Graph, x: Value, axis: u32, r: u32, tp: u32) -> Value {
 }
 
 /// Operand `x` (in `s`) of rank `r`'s copy of `op`, whose result is split as `sh`, where the
-/// original operand `a` is replicated: an elementwise op's replicated operand, or a
-/// matmul's along a batch axis, of the whole size along the split axis is sliced to the
-/// rank's block (no communication; the plan allowed only that size or 1 there). Other
+/// original operand `a` is replicated: an elementwise op's replicated operand, a matmul's
+/// along a batch axis, or an update's rows, of the whole size along the split axis is
+/// sliced to the rank's block (no communication; the plan allowed only that size or 1 there). Other
 /// operands are used as they are.
 fn local_operand(
     s: &mut Graph,
@@ -572,6 +659,8 @@ fn local_operand(
         | Op::Cast { .. }
         | Op::Concat { .. } => true,
         Op::MatMul { .. } => axis as usize + 2 < g.ty(v).shape.rank(),
+        // Whole rows written into a split cache: the rank's block of them.
+        Op::Update { rows, .. } => a == *rows,
         _ => false,
     };
     let whole = g.ty(a).shape.0.get(axis as usize) == Some(&g.ty(v).shape.0[axis as usize]);
@@ -657,5 +746,28 @@ fn round_to(s: &mut Graph, sum: Value, ty: &TensorType) -> Value {
         sum
     } else {
         s.push(Op::Cast { arg: sum }, ty.clone())
+    }
+}
+
+/// An op's kind in words, for messages.
+fn op_words(op: &Op) -> &'static str {
+    match op {
+        Op::Input { .. } => "an input",
+        Op::Const { .. } => "a constant",
+        Op::Iota { .. } => "an iota",
+        Op::Unary { .. } => "a unary op",
+        Op::Binary { .. } => "a binary op",
+        Op::Select { .. } => "a select",
+        Op::Cast { .. } => "a cast",
+        Op::Broadcast { .. } => "a broadcast",
+        Op::Reshape { .. } => "a reshape",
+        Op::Permute { .. } => "a permute",
+        Op::Slice { .. } => "a slice",
+        Op::Concat { .. } => "a concat",
+        Op::Reduce { .. } => "a reduction",
+        Op::Softmax { .. } => "a softmax",
+        Op::MatMul { .. } => "a matmul",
+        Op::Attention { .. } => "an attention",
+        Op::Update { .. } => "an update",
     }
 }

@@ -187,11 +187,15 @@ impl<'a> Layout<'a> {
                 Sharding::Split { axis } => Some(axis),
                 _ => None,
             };
+            // A result's slot is `out:NAME`, apart from the parameters' (a parameter may be
+            // named like an unnamed result: `out0`) — except an updated `inout` tensor,
+            // which is the step output of its parameter's name, in place.
+            let out_slot = format!("out:{name}");
             if let Some(&(_, _, axis)) = self.gathered.iter().find(|(n, _, _)| n == name) {
-                b.gather_output(name, *o, axis);
+                b.gather_output(&out_slot, *o, axis);
                 outputs.push(RankOutput {
                     name: name.clone(),
-                    slot: name.clone(),
+                    slot: out_slot,
                     split: None,
                 });
                 continue;
@@ -207,11 +211,17 @@ impl<'a> Layout<'a> {
                         .map(|(n, _)| n.clone())
                         .expect("an input value is a parameter")
                 }
-                _ => {
+                Op::Update { .. } => {
                     let k = self.home[o.index()];
                     let y = b.get(k, *o);
                     b.graphs[k].outputs.push((name.clone(), y));
                     name.clone()
+                }
+                _ => {
+                    let k = self.home[o.index()];
+                    let y = b.get(k, *o);
+                    b.graphs[k].outputs.push((out_slot.clone(), y));
+                    out_slot
                 }
             };
             outputs.push(RankOutput {
