@@ -7,6 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use tessel_ir::kernel::Program;
+use tessel_ir::ranks::Rank;
 use tessel_passes::tp::{plan, ranks, Sharding};
 use tessel_passes::{Options, Profile, Target};
 use tessel_ref::Tensor;
@@ -35,6 +37,10 @@ impl TpOutcome {
     }
 }
 
+/// Runs every rank of a step on a device (the CLI's GPU runtime) from the whole inputs and
+/// returns the whole outputs.
+pub type RunRanks<'a> = &'a dyn Fn(&[Rank<Program>], &[Tensor]) -> Result<Vec<Tensor>, String>;
+
 /// Runs step `step` of `source` with `dims` bound as ranks at each of `sizes` (the first
 /// the reference) in `profile` on the executor, on the seeded inputs [`crate::run`] uses
 /// (`Tensor::random` with seed `seed · 1000 + i` for input `i`), and compares the outputs.
@@ -46,8 +52,22 @@ pub fn tp_case(
     seed: u64,
     sizes: &[u32],
 ) -> TpOutcome {
+    tp_case_on(source, step, dims, profile, seed, sizes, None)
+}
+
+/// [`tp_case`], and with `device` the ranks run there too at every size: the device's
+/// outputs must be the same bits at every size, and in `exact` the executor's.
+pub fn tp_case_on(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    sizes: &[u32],
+    device: Option<RunRanks>,
+) -> TpOutcome {
     catch_unwind(AssertUnwindSafe(|| {
-        tp_inner(source, step, dims, profile, seed, sizes)
+        tp_inner(source, step, dims, profile, seed, sizes, device)
     }))
     .unwrap_or_else(|e| {
         let msg = e
@@ -66,6 +86,7 @@ fn tp_inner(
     profile: Profile,
     seed: u64,
     sizes: &[u32],
+    device: Option<RunRanks>,
 ) -> TpOutcome {
     let module = match tessel_syntax::parse(source) {
         Ok(m) => m,
@@ -104,7 +125,7 @@ fn tp_inner(
         verify: true,
         tensor_parallel: true,
     };
-    let mut first: Option<Vec<Tensor>> = None;
+    let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;
     for &n in sizes {
         let p = match plan(&g, n) {
             Ok(p) => p,
@@ -130,22 +151,49 @@ fn tp_inner(
             Ok(o) => o,
             Err(e) => return TpOutcome::Error(format!("--tp {n}: run: {e}")),
         };
+        let on_device = match device.map(|run| run(&compiled, &whole)) {
+            None => None,
+            Some(Ok(o)) => Some(o),
+            Some(Err(e)) => return TpOutcome::Error(format!("--tp {n}: device: {e}")),
+        };
+        let names: Vec<&str> = g.outputs.iter().map(|(n, _)| n.as_str()).collect();
+        let differ = |a: &[Tensor], b: &[Tensor]| -> Vec<&str> {
+            names
+                .iter()
+                .zip(a.iter().zip(b))
+                .filter(|(_, (x, y))| x.data != y.data)
+                .map(|(n, _)| *n)
+                .collect()
+        };
+        if let (Some(d), Profile::Exact) = (&on_device, profile) {
+            let bad = differ(d, &out);
+            if !bad.is_empty() {
+                return TpOutcome::Differ(format!(
+                    "--tp {n}: the device's {} differ from the executor's",
+                    bad.join(", ")
+                ));
+            }
+        }
         match &first {
-            None => first = Some(out),
-            Some(want) => {
-                let differ: Vec<&str> = g
-                    .outputs
-                    .iter()
-                    .zip(out.iter().zip(want))
-                    .filter(|(_, (a, b))| a.data != b.data)
-                    .map(|((name, _), _)| name.as_str())
-                    .collect();
-                if !differ.is_empty() {
+            None => first = Some((out, on_device)),
+            Some((want, want_device)) => {
+                let bad = differ(&out, want);
+                if !bad.is_empty() {
                     return TpOutcome::Differ(format!(
                         "--tp {n} against --tp {}: {} differ",
                         sizes[0],
-                        differ.join(", ")
+                        bad.join(", ")
                     ));
+                }
+                if let (Some(d), Some(w)) = (&on_device, want_device) {
+                    let bad = differ(d, w);
+                    if !bad.is_empty() {
+                        return TpOutcome::Differ(format!(
+                            "on the device, --tp {n} against --tp {}: {} differ",
+                            sizes[0],
+                            bad.join(", ")
+                        ));
+                    }
                 }
             }
         }
@@ -160,7 +208,9 @@ fn tp_inner(
 /// of a sum shows), T, the hidden size, heads (4 or 8 KV heads, groups of 1 or 2), the head
 /// dim, the MLP width; q/k/v biases (Qwen2), per-head RMSNorm of q and k (Qwen3), RoPE; the
 /// attention output and the residual stream as extra results (gathered and whole); a
-/// second MLP; a scale of a branch before its residual add.
+/// second MLP; a scale of a branch before its residual add; decode (K and V appended to
+/// `inout` caches split by heads, attention over them up to `len`); the down weight stored
+/// `[F, E]`; a parameter named like an unnamed result (`out`, `out0`).
 pub fn tp_program(seed: u64) -> (String, String) {
     let mut rng = tessel_ref::tensor::SplitMix64::new(seed ^ 0x007e_55e1_0000);
     let mut pick = |n: u64| rng.next_u64() % n;
@@ -179,6 +229,13 @@ pub fn tp_program(seed: u64) -> (String, String) {
     let out_mid = pick(4) == 0;
     let mlp2 = pick(4) == 0;
     let scaled = pick(3) == 0;
+    // Decode: K and V appended to `inout` caches of S rows at `len`, attention over them.
+    let decode = pick(3) == 0;
+    let s_len = t + [0, 3, 20][pick(3) as usize];
+    // The down weight stored [F, E] and read as it is; the post-norm weight named like an
+    // unnamed result (the parameter and the result must not be confused).
+    let wd_plain = pick(3) == 0;
+    let n2 = ["n2", "out", "out0"][pick(3) as usize];
     let (hq, hk) = (h * d, kv * d);
     let mut params = vec![
         format!("x: {dt}[{t}, {e}]"),
@@ -200,11 +257,22 @@ pub fn tp_program(seed: u64) -> (String, String) {
     }
     params.extend([
         format!("wo: {dt}[{e}, {hq}]"),
-        format!("n2: {dt}[{e}]"),
+        format!("{n2}: {dt}[{e}]"),
         format!("wg: {dt}[{f}, {e}]"),
         format!("wu: {dt}[{f}, {e}]"),
-        format!("wd: {dt}[{e}, {f}]"),
+        if wd_plain {
+            format!("wd: {dt}[{f}, {e}]")
+        } else {
+            format!("wd: {dt}[{e}, {f}]")
+        },
     ]);
+    if decode {
+        params.extend([
+            "len: i32[1]".to_string(),
+            format!("kc: inout {dt}[1, {kv}, {s_len}, {d}]"),
+            format!("vc: inout {dt}[1, {kv}, {s_len}, {d}]"),
+        ]);
+    }
     if mlp2 {
         params.extend([
             format!("wg2: {dt}[{f}, {e}]"),
@@ -252,11 +320,30 @@ pub fn tp_program(seed: u64) -> (String, String) {
     body.push(format!(
         "    let qh = permute(reshape({q}, [{t}, {kv}, {g}, {d}]), [1, 2, 0, 3]);"
     ));
-    body.push(format!("    let kh = permute({k}, [1, 0, 2])[:, None];"));
-    body.push("    let vh = permute(v, [1, 0, 2])[:, None];".into());
+    let mask = if decode {
+        body.push(format!(
+            "    let kc2 = update(kc, reshape(permute({k}, [1, 0, 2]), [1, {kv}, {t}, {d}]), at: len, axis: 2);"
+        ));
+        body.push(format!(
+            "    let vc2 = update(vc, reshape(permute(v, [1, 0, 2]), [1, {kv}, {t}, {d}]), at: len, axis: 2);"
+        ));
+        body.push(format!(
+            "    let kh = reshape(kc2, [{kv}, {s_len}, {d}])[:, None];"
+        ));
+        body.push(format!(
+            "    let vh = reshape(vc2, [{kv}, {s_len}, {d}])[:, None];"
+        ));
+        format!(
+            "iota({s_len})[None, None, None, :] <= len[:, None, None, None] + iota({t})[None, None, :, None]"
+        )
+    } else {
+        body.push(format!("    let kh = permute({k}, [1, 0, 2])[:, None];"));
+        body.push("    let vh = permute(v, [1, 0, 2])[:, None];".into());
+        format!("causal({t}, {t})")
+    };
     body.push(format!("    let sc = f32(qh @ kh^T) * {scale};"));
     body.push(format!(
-        "    let p = softmax(where(causal({t}, {t}), sc, -inf), axis: -1);"
+        "    let p = softmax(where({mask}, sc, -inf), axis: -1);"
     ));
     body.push(format!(
         "    let attn = reshape(permute({dt}(p) @ vh, [2, 0, 1, 3]), [{t}, {hq}]);"
@@ -267,8 +354,11 @@ pub fn tp_program(seed: u64) -> (String, String) {
         "attn @ wo^T"
     };
     body.push(format!("    let mid = x + {o};"));
-    body.push(format!("    let h2 = {};", norm("mid", "n2")));
-    body.push("    let out1 = mid + (silu(h2 @ wg^T) * (h2 @ wu^T)) @ wd^T;".into());
+    body.push(format!("    let h2 = {};", norm("mid", n2)));
+    let wd = if wd_plain { "wd" } else { "wd^T" };
+    body.push(format!(
+        "    let out1 = mid + (silu(h2 @ wg^T) * (h2 @ wu^T)) @ {wd};"
+    ));
     let last = if mlp2 {
         body.push("    let out = out1 + silu(out1 @ wg2^T) @ wd2^T;".into());
         "out"
@@ -297,7 +387,18 @@ pub fn tp_program(seed: u64) -> (String, String) {
         body.join("\n")
     );
     let what = format!(
-        "{dt} T={t} E={e} heads {h}/{kv} d={d} F={f}{}{}{}{}{}{}{}",
+        "{dt} T={t} E={e} heads {h}/{kv} d={d} F={f}{}{}{}{}{}{}{}{}{}{}",
+        if decode {
+            format!(" decode S={s_len}")
+        } else {
+            String::new()
+        },
+        if wd_plain { " wd[F,E]" } else { "" },
+        if n2 != "n2" {
+            format!(" param {n2}")
+        } else {
+            String::new()
+        },
         if bias { " bias" } else { "" },
         if qk_norm { " qk-norm" } else { "" },
         if rope { " rope" } else { "" },

@@ -150,20 +150,41 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
 
 /// `tessel fuzz --tp`: `count` random transformer blocks from seed `seed`
 /// (tessel-fuzz `tp::tp_program`), each run as ranks at 1, 2 and 4 on the CPU executor in
-/// exact and invariant by turns; false if any output differs between world sizes or a
-/// block fails to partition, compile or run.
-pub fn fuzz_tp(count: u64, seed: u64) -> Result<bool> {
-    use tessel_fuzz::tp::{tp_case, tp_program, TpOutcome};
+/// exact and invariant by turns — and, with a GPU (not `cpu`), on the GPU too (NCCL with a
+/// GPU per rank, else every rank on GPU 0 in turn): the same bits at every world size
+/// there, and in exact the executor's. False if any output differs or a block fails to
+/// partition, compile or run.
+pub fn fuzz_tp(count: u64, seed: u64, cpu: bool) -> Result<bool> {
+    use tessel_fuzz::tp::{tp_case_on, tp_program, TpOutcome};
     if seed.checked_add(count).is_none() {
         anyhow::bail!("--seed {seed} with --count {count}: the seeds would run past 2^64 - 1");
     }
-    println!("tensor-parallel blocks on the CPU executor: ranks at 1, 2 and 4, bits compared");
+    let gpu = device::gpu_unless(cpu);
+    match &gpu {
+        Ok(g) => println!(
+            "tensor-parallel blocks: ranks at 1, 2 and 4 on the CPU executor and on {} (GPU), bits compared",
+            g.properties().name
+        ),
+        Err(why) => println!(
+            "tensor-parallel blocks on the CPU executor ({why}): ranks at 1, 2 and 4, bits compared"
+        ),
+    }
+    let run_on_gpu = |ranks: &[tessel_ir::ranks::Rank<Program>], whole: &[Tensor]| {
+        let (t, _) = crate::ranks::Transport::choose(ranks.len() as u32);
+        crate::ranks::run(ranks, whole, t, None)
+            .map(|(o, _)| o)
+            .map_err(|e| format!("{e:#}"))
+    };
+    let device: Option<tessel_fuzz::tp::RunRanks> = match &gpu {
+        Ok(_) => Some(&run_on_gpu),
+        Err(_) => None,
+    };
     let bar = ProgressBar::new(count);
     let mut bad = 0;
     for s in seed..seed + count {
         let profile = [Profile::Exact, Profile::Invariant][(s % 2) as usize];
         let (src, what) = tp_program(s);
-        let o = tp_case(&src, "fuzz", &[], profile, s, &[1, 2, 4]);
+        let o = tp_case_on(&src, "fuzz", &[], profile, s, &[1, 2, 4], device);
         if o != TpOutcome::Same {
             bad += 1;
             bar.suspend(|| println!("seed {s} ({}, {what}): {o:?}\n{src}", profile.name()));

@@ -286,8 +286,9 @@ enum Command {
         #[arg(long)]
         attention: bool,
         /// Tensor parallelism instead: random pre-norm transformer blocks, each run as ranks
-        /// at 1, 2 and 4 on the CPU executor; every output must be bit-identical across the
-        /// world sizes (exact and invariant by turns; docs/tensor-parallel.md).
+        /// at 1, 2 and 4 on the CPU executor (and the GPU, without --cpu); every output must
+        /// be bit-identical across the world sizes, and in exact the GPU's the executor's
+        /// (exact and invariant by turns; docs/tensor-parallel.md).
         #[arg(long, conflicts_with_all = ["attention", "large", "save"])]
         tp: bool,
     },
@@ -455,7 +456,7 @@ fn real_main() {
             tp,
         } => {
             if tp {
-                fuzz::fuzz_tp(count, seed)
+                fuzz::fuzz_tp(count, seed, cpu)
             } else {
                 fuzz::fuzz(&fuzz::FuzzArgs {
                     count,
