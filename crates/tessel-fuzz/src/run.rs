@@ -143,17 +143,15 @@ fn run_traced(
     let r = catch_unwind(AssertUnwindSafe(|| {
         run_inner(source, step, dims, profile, seed, given, device, schedules)
     }));
-    match r {
-        Ok(o) => o,
-        Err(e) => {
-            let msg = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic without a message".into());
-            Outcome::Panic(msg)
-        }
-    }
+    r.unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
+}
+
+/// The message a caught panic carried.
+pub(crate) fn panic_message(e: &(dyn std::any::Any + Send)) -> String {
+    e.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -234,7 +232,7 @@ fn run_inner(
     }
 }
 
-fn first_message(d: &[tessel_syntax::Diagnostic]) -> String {
+pub(crate) fn first_message(d: &[tessel_syntax::Diagnostic]) -> String {
     d.first()
         .map(|x| format!("{}: {}", x.code, x.message))
         .unwrap_or_default()

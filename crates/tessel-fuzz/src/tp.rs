@@ -5,6 +5,7 @@
 //! does: heads split through odd reshapes, a bias or a table sliced per rank, caches
 //! updated by heads, reductions and concats beside the split axis.
 
+use crate::run::{first_message, panic_message};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tessel_ir::kernel::Program;
@@ -69,14 +70,7 @@ pub fn tp_case_on(
     catch_unwind(AssertUnwindSafe(|| {
         tp_inner(source, step, dims, profile, seed, sizes, device)
     }))
-    .unwrap_or_else(|e| {
-        let msg = e
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "a panic without a message".into());
-        TpOutcome::Error(format!("panic: {msg}"))
-    })
+    .unwrap_or_else(|e| TpOutcome::Error(format!("panic: {}", panic_message(e.as_ref()))))
 }
 
 fn tp_inner(
@@ -90,12 +84,12 @@ fn tp_inner(
 ) -> TpOutcome {
     let module = match tessel_syntax::parse(source) {
         Ok(m) => m,
-        Err(d) => return TpOutcome::Rejected(format!("{:?}", d.first().map(|x| &x.message))),
+        Err(d) => return TpOutcome::Rejected(first_message(&d)),
     };
     let dims: BTreeMap<String, u64> = dims.iter().cloned().collect();
     let g = match tessel_passes::check::run(&module, step, &dims) {
         Ok(g) => g,
-        Err(d) => return TpOutcome::Rejected(format!("{:?}", d.first().map(|x| &x.message))),
+        Err(d) => return TpOutcome::Rejected(first_message(&d)),
     };
     let largest = sizes.iter().copied().max().unwrap_or(1);
     match plan(&g, largest) {

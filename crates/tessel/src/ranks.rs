@@ -183,6 +183,67 @@ impl<'r> Loaded<'r> {
     }
 }
 
+/// Runs `work` on one thread per rank of `tp`, each with its GPU (ordinal = rank) and its
+/// member of one NCCL communicator; the results in rank order. Every rank opens its GPU and
+/// runs `prepare` (loading, allocating) before any joins the communicator: a rank that fails
+/// there tells the others, and none is left waiting in `ncclCommInitRank` for it. The
+/// error returned is the first failing rank's own.
+fn on_every_rank<P, T: Send>(
+    tp: usize,
+    prepare: impl Fn(usize, &Gpu) -> Result<P> + Sync,
+    work: impl Fn(usize, &Gpu, &Communicator, P) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let id = UniqueId::new()?;
+    let ready = std::sync::Barrier::new(tp);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..tp)
+            .map(|r| {
+                let (prepare, work, ready, failed) = (&prepare, &work, &ready, &failed);
+                s.spawn(move || -> Result<T> {
+                    let prepared = Gpu::open(r)
+                        .map_err(anyhow::Error::from)
+                        .and_then(|gpu| Ok((prepare(r, &gpu)?, gpu)));
+                    if prepared.is_err() {
+                        failed.store(true, Ordering::SeqCst);
+                    }
+                    ready.wait();
+                    let (p, gpu) = prepared?;
+                    if failed.load(Ordering::SeqCst) {
+                        bail!(OTHER_FAILED);
+                    }
+                    let comm = Communicator::join(&gpu, r, tp, id)?;
+                    work(r, &gpu, &comm, p)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a rank's thread panicked"))
+            })
+            .collect()
+    });
+    let mut oks = Vec::with_capacity(tp);
+    let mut errors = Vec::new();
+    for (r, res) in results.into_iter().enumerate() {
+        match res {
+            Ok(x) => oks.push(x),
+            Err(e) => errors.push(e.context(format!("rank {r}"))),
+        }
+    }
+    if errors.is_empty() {
+        return Ok(oks);
+    }
+    // The first rank's own failure, rather than another's note that one failed.
+    let own = errors
+        .iter()
+        .position(|e| !format!("{e:#}").contains(OTHER_FAILED));
+    Err(errors.swap_remove(own.unwrap_or(0)))
+}
+
 /// One rank's whole step over NCCL: phases and all-gathers, stream ordered.
 fn step_nccl(l: &mut Loaded<'_>, comm: &Communicator) -> Result<()> {
     for k in 0..l.rank.phases.len() {
@@ -256,71 +317,25 @@ pub fn run(
         .collect::<Result<_, _>>()?;
     let (outputs, time) = match transport {
         Transport::Nccl => {
-            let id = UniqueId::new()?;
-            // Every rank opens its GPU and loads its phases before any joins the
-            // communicator: a rank that fails there tells the others, and none is left
-            // waiting in `ncclCommInitRank` for it.
-            let loaded = std::sync::Barrier::new(tp);
-            let failed = std::sync::atomic::AtomicBool::new(false);
-            let results: Vec<Result<(Vec<Tensor>, Option<StepTimes>)>> = std::thread::scope(|s| {
-                let handles: Vec<_> = ranks
-                    .iter()
-                    .zip(&inputs)
-                    .enumerate()
-                    .map(|(r, (rank, inputs))| {
-                        let (loaded, failed) = (&loaded, &failed);
-                        s.spawn(move || -> Result<(Vec<Tensor>, Option<StepTimes>)> {
-                            use std::sync::atomic::Ordering;
-                            let ready = Gpu::open(r)
-                                .map_err(anyhow::Error::from)
-                                .and_then(|gpu| Ok((Loaded::new(&gpu, rank, inputs)?, gpu)));
-                            if ready.is_err() {
-                                failed.store(true, Ordering::SeqCst);
-                            }
-                            loaded.wait();
-                            let (mut l, gpu) = ready?;
-                            if failed.load(Ordering::SeqCst) {
-                                bail!(OTHER_FAILED);
-                            }
-                            let comm = Communicator::join(&gpu, r, tp, id)?;
-                            step_nccl(&mut l, &comm)?;
-                            gpu.synchronize()?;
-                            let out = l.outputs()?;
-                            let time = match timing {
-                                Some(t) => {
-                                    Some(time_step(&gpu, t, tp == 1, || step_nccl(&mut l, &comm))?)
-                                }
-                                None => None,
-                            };
-                            Ok((out, time))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| bail!("a rank's thread panicked"))
-                    })
-                    .collect()
-            });
-            // The first rank's own failure, rather than another's note that one failed.
-            let mut oks = Vec::with_capacity(tp);
-            let mut errors = Vec::new();
-            for (r, res) in results.into_iter().enumerate() {
-                match res {
-                    Ok(x) => oks.push(x),
-                    Err(e) => errors.push(e.context(format!("rank {r}"))),
-                }
-            }
-            if !errors.is_empty() {
-                let own = errors
-                    .iter()
-                    .position(|e| !format!("{e:#}").contains(OTHER_FAILED));
-                return Err(errors.swap_remove(own.unwrap_or(0)));
-            }
-            let time = oks[0].1.clone();
-            (oks.into_iter().map(|(o, _)| o).collect::<Vec<_>>(), time)
+            let results = on_every_rank(
+                tp,
+                |r, gpu| Loaded::new(gpu, &ranks[r], &inputs[r]),
+                |_, gpu, comm, mut l| {
+                    step_nccl(&mut l, comm)?;
+                    gpu.synchronize()?;
+                    let out = l.outputs()?;
+                    let time = match timing {
+                        Some(t) => Some(time_step(gpu, t, tp == 1, || step_nccl(&mut l, comm))?),
+                        None => None,
+                    };
+                    Ok((out, time))
+                },
+            )?;
+            let time = results[0].1.clone();
+            (
+                results.into_iter().map(|(o, _)| o).collect::<Vec<_>>(),
+                time,
+            )
         }
         Transport::Loopback => {
             let gpu = Gpu::open(0)?;
@@ -395,45 +410,33 @@ pub fn time_reductions(rank0: &Rank<Program>, rounds: u32, reps: u32) -> Result<
         .exchanges()
         .map(|e| (e.send.clone(), e.ty.size_bytes()))
         .collect();
-    let id = UniqueId::new()?;
-    let per_rank: Vec<Result<Vec<(f64, f64)>>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..tp)
-            .map(|r| {
-                let sizes = &sizes;
-                s.spawn(move || -> Result<Vec<(f64, f64)>> {
-                    let gpu = Gpu::open(r)?;
-                    let comm = Communicator::join(&gpu, r, tp, id)?;
-                    let mut out = Vec::new();
-                    for (_, bytes) in sizes {
-                        let b = (*bytes as usize).max(4);
-                        let send = Buffer::alloc(&gpu, b)?;
-                        let mut recv = Buffer::alloc(&gpu, b * tp)?;
-                        let mut sum = Buffer::alloc(&gpu, b)?;
-                        let g = gpu
-                            .time_events_with(rounds, reps, || comm.all_gather(&send, &mut recv))?;
-                        let a =
-                            gpu.time_events_with(rounds, reps, || comm.all_reduce_f32(&mut sum))?;
-                        out.push((g.median_us, a.median_us));
-                    }
-                    Ok(out)
+    let per_rank = on_every_rank(
+        tp,
+        |_, gpu| {
+            // A send, receive and reduce buffer per all-gather, allocated before any runs.
+            sizes
+                .iter()
+                .map(|(_, bytes)| {
+                    let b = (*bytes as usize).max(4);
+                    Ok((
+                        Buffer::alloc(gpu, b)?,
+                        Buffer::alloc(gpu, b * tp)?,
+                        Buffer::alloc(gpu, b)?,
+                    ))
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| bail!("a rank's thread panicked"))
-            })
-            .collect()
-    });
-    let mut first = None;
-    for (r, res) in per_rank.into_iter().enumerate() {
-        let t = res.with_context(|| format!("rank {r}"))?;
-        if r == 0 {
-            first = Some(t);
-        }
-    }
+                .collect::<Result<Vec<_>>>()
+        },
+        |_, gpu, comm, mut bufs| {
+            let mut out = Vec::new();
+            for (send, recv, sum) in bufs.iter_mut() {
+                let g = gpu.time_events_with(rounds, reps, || comm.all_gather(send, recv))?;
+                let a = gpu.time_events_with(rounds, reps, || comm.all_reduce_f32(sum))?;
+                out.push((g.median_us, a.median_us));
+            }
+            Ok(out)
+        },
+    )?;
+    let first = per_rank.into_iter().next();
     Ok(sizes
         .into_iter()
         .zip(first.unwrap_or_default())

@@ -554,6 +554,17 @@ fn reshape_split(from: &[u64], to: &[u64], axis: u32) -> Option<u32> {
 pub const NOTHING_SPLIT: &str = "nothing is split: every rank computes the whole step (the plan splits 2-D matmuls whose right operand is a weight, a step input read in place, and what follows from them)";
 
 impl TpPlan {
+    /// The row-parallel matmuls (each completed by a [`Collective::SumPartials`]).
+    pub fn row_parallel(&self) -> std::collections::HashSet<Value> {
+        self.collectives
+            .iter()
+            .filter_map(|c| match c {
+                Collective::SumPartials { matmul, .. } => Some(*matmul),
+                Collective::Gather { .. } => None,
+            })
+            .collect()
+    }
+
     /// True when every value is replicated: each rank would compute the whole step.
     pub fn splits_nothing(&self) -> bool {
         self.sharding.iter().all(|x| *x == Sharding::Replicated) && self.collectives.is_empty()

@@ -2,7 +2,7 @@
 //! all-gathers (tessel-ir [`tessel_ir::ranks`]).
 
 use super::{block, k_ranges, local_operand, round_to, subtree_sum, tree_sum};
-use super::{Collective, Sharding, TpError, TpPlan, REDUCE_CHUNKS};
+use super::{Sharding, TpError, TpPlan, REDUCE_CHUNKS};
 use cranelift_entity::EntityRef;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use tessel_ir::graph::{Graph, Op};
@@ -16,14 +16,14 @@ use tessel_ir::{Shape, TensorType, Value};
 /// and iotas alone by views and elementwise ops (a weight's transpose, RoPE's tables) is
 /// rebuilt in every phase that reads it (it fuses into its readers: nothing is carried); a
 /// value computed in an earlier phase is carried (an output of its phase, an input of the
-/// later one, slot `"vN:carry"`). A row-parallel matmul (a [`Collective::SumPartials`])
+/// later one, slot `"vN:carry"`). A row-parallel matmul (a [`super::Collective::SumPartials`])
 /// splits its phase: the rank's `8 / tp` K ranges — each weight range its own input slot
 /// `"{param}:range{i}"`, cut from the checkpoint when it is loaded, so that the range's
 /// GEMM reads it in place — summed along their subtree are the phase's output
 /// `"vN:partial"` (f32, the matmul's whole shape), all-gathered into `"vN:gathered"`
 /// (`[tp, ...]`) after it; the next phase adds the ranks' sums along the rest of the fixed
 /// tree and rounds once — the association of [`super::simulate`] and of every world size.
-/// A split step result (a [`Collective::Gather`]) is all-gathered after its phase and
+/// A split step result (a [`super::Collective::Gather`]) is all-gathered after its phase and
 /// concatenated in one more phase; an updated KV cache stays split (each rank keeps its
 /// heads, [`RankOutput::split`]).
 ///
@@ -83,14 +83,7 @@ impl<'a> Layout<'a> {
             value: Some(value),
             what,
         };
-        let row_parallel: HashSet<Value> = plan
-            .collectives
-            .iter()
-            .filter_map(|c| match c {
-                Collective::SumPartials { matmul, .. } => Some(*matmul),
-                Collective::Gather { .. } => None,
-            })
-            .collect();
+        let row_parallel = plan.row_parallel();
         let mut home = vec![0; g.ops.len()];
         let mut free = vec![false; g.ops.len()];
         for (v, op) in g.ops.iter() {

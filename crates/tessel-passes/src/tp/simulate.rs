@@ -2,7 +2,7 @@
 
 use super::REDUCE_CHUNKS;
 use super::{block, k_ranges, local_operand, round_to, slice_block, subtree_sum, tree_sum};
-use super::{Collective, Sharding, TpError, TpPlan};
+use super::{Sharding, TpError, TpPlan};
 use cranelift_entity::EntityRef;
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::Value;
@@ -36,14 +36,7 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
     // val[r][v]: rank r's value for v.
     let mut val: Vec<cranelift_entity::SecondaryMap<Value, Option<Value>>> =
         vec![Default::default(); n];
-    let row_parallel: std::collections::HashSet<Value> = plan
-        .collectives
-        .iter()
-        .filter_map(|c| match c {
-            Collective::SumPartials { matmul, .. } => Some(*matmul),
-            Collective::Gather { .. } => None,
-        })
-        .collect();
+    let row_parallel = plan.row_parallel();
     let tp = plan.tp;
     for (v, op) in g.ops.iter() {
         let sh = plan.sharding[v.index()];
