@@ -435,6 +435,40 @@ impl<'m> Checker<'m> {
         let result = self.eval_block(&mut env, &func.body);
         self.check_reads_before_updates();
         let values = self.conform(result?, func, &env.dims)?;
+        // A result that is a chain value an update consumed (`(c, update(c, ...))`) would
+        // be read after the update overwrote it.
+        let tail = func.body.tail;
+        let spans: Vec<tessel_syntax::Span> = match self.m.expr(tail) {
+            tessel_syntax::ast::Expr::Tuple(es) if es.len() == values.len() => {
+                es.iter().map(|e| self.m.span(*e)).collect()
+            }
+            _ => vec![self.m.span(tail); values.len()],
+        };
+        for (&v, &end) in values.iter().zip(&spans) {
+            let stale = self.inplace.links.get(&v).cloned();
+            if let Some(inplace::Link {
+                param,
+                updated: Some((_, at)),
+            }) = stale
+            {
+                self.error(
+                    Diagnostic::error(
+                        codes::STALE_READ,
+                        format!("a result is `{param}` as it was before its update, which overwrote it in place"),
+                    )
+                    .with_label(end, "returned after the update")
+                    .with_secondary(at, format!("`{param}` is updated in place here"))
+                    .with_note(format!(
+                        "`update` writes into `{param}`'s buffer: the value before it no \
+                         longer exists (keeping it would need a copy of the tensor)"
+                    ))
+                    .with_help(format!(
+                        "return the value `update` returned (the step returns `{param}`'s final value as `{param}` already), or a copy made before the update"
+                    )),
+                );
+                return Err(Reported);
+            }
+        }
         let names = output_names(self.m, func, values.len());
         // An `inout` parameter's final value is returned under its own name, after the
         // declared results; a declared result that would be named like one gets a `_`.
