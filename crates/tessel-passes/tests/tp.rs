@@ -62,17 +62,8 @@ fn splits_the_plan_cannot_place_are_errors() {
             2,
             "K = 60, not a multiple of the 8 ranges",
         ),
-        // A weight, or a cache, read by something else too (found by a new user: those
-        // readers got a rank's block where they read the whole).
-        (
-            "step s(x: f32[T, 32], w: f32[64, 32]) -> f32[T, 64] {
-                let wt = w^T;
-                x @ wt + sum(sum(wt, axis: 1, keep: true), axis: 0, keep: true)
-            }",
-            vec![("T", 3)],
-            2,
-            "is also read by",
-        ),
+        // A cache read by something else too (found by a new user: that reader got a
+        // rank's block where it read the whole).
         (
             "step s(x: f32[T, 64], wk: f32[64, 64], c: inout f32[1, 4, S, 16]) -> (f32[1, 1, 1, 1], f32[T, 64]) {
                 let old = sum(sum(sum(sum(c, axis: 1, keep: true), axis: 2, keep: true), axis: 3, keep: true), axis: 0, keep: true);
@@ -317,6 +308,18 @@ fn ranks_run_apart_give_the_same_bits_at_every_world_size() {
             ),
             vec![1, 2, 4],
         ),
+        // An update returned under an unnamed result's name (`out1`) that a parameter also
+        // has: the update's slot overwrote the parameter (second trial).
+        (
+            "update_named_like_a_param",
+            graph(
+                "step s(x: f32[T, 32], w1: f32[64, 32], w2: f32[32, 64], out1: f32[T, 32], c: inout f32[T, 32]) -> (f32[T, 32], f32[T, 32]) {
+                    ((x @ w1^T) @ w2^T + out1, update(c, x, at: 0, axis: 1))
+                }",
+                &[("T", 3)],
+            ),
+            vec![1, 2, 4],
+        ),
         (
             "cache_split_then_whole_rows",
             graph(
@@ -487,4 +490,58 @@ fn activation_matmuls_keep_their_operands_split() {
         .filter(|c| matches!(c, Collective::Gather { .. }))
         .count();
     assert_eq!((gathers, p.collectives.len()), (2, 2));
+}
+
+/// A weight that something else reads too (found by new users: `sum(wᵀ)` beside `x @ wᵀ`,
+/// `x @ xᵀ`, `w @ w`) is not split under its other readers: that matmul runs whole on
+/// every rank, and the plan says why in a note; the ranks then give the same bits at
+/// every world size.
+#[test]
+fn a_weight_read_elsewhere_is_not_split() {
+    for (src, dims) in [
+        (
+            "step s(x: f32[T, 32], w: f32[64, 32]) -> f32[T, 64] {
+                let wt = w^T;
+                x @ wt + sum(sum(wt, axis: 1, keep: true), axis: 0, keep: true)
+            }",
+            vec![("T", 3)],
+        ),
+        (
+            "step s(x: f32[T, 32]) -> f32[T, T] { x @ x^T }",
+            vec![("T", 8)],
+        ),
+        ("step s(w: f32[16, 16]) -> f32[16, 16] { w @ w }", vec![]),
+    ] {
+        let g = graph(src, &dims);
+        for tp in [2, 4] {
+            let p = plan(&g, tp).unwrap_or_else(|e| panic!("{src}: {e}"));
+            assert!(
+                p.notes.len() == 1 && p.notes[0].contains("is also read by"),
+                "{src}: {:?}",
+                p.notes
+            );
+            assert!(p.splits_nothing(), "{src}");
+        }
+        let whole = inputs_of(&g);
+        let opts = tessel_passes::Options {
+            verify: true,
+            tensor_parallel: true,
+            ..Default::default()
+        };
+        let outs: Vec<Vec<tessel_ref::Tensor>> = [1, 2, 4]
+            .iter()
+            .map(|&n| {
+                let rs: Vec<_> = tessel_passes::tp::ranks(&g, &plan(&g, n).unwrap())
+                    .unwrap()
+                    .into_iter()
+                    .map(|r| {
+                        r.try_map(|p| tessel_passes::compile(&p, &opts).map(|c| c.program))
+                            .unwrap()
+                    })
+                    .collect();
+                tessel_ref::ranks::run_ranks(&rs, &whole).unwrap()
+            })
+            .collect();
+        assert!(outs.iter().all(|o| *o == outs[0]), "{src}");
+    }
 }

@@ -93,8 +93,13 @@ pub fn run(
             println!("  wrote inputs to {}", path.display());
         }
         let rank_programs = step.rank_programs();
-        if step.plan.as_ref().is_some_and(|p| p.splits_nothing()) {
-            println!("  note: {}", tessel_passes::tp::NOTHING_SPLIT);
+        if let Some(plan) = &step.plan {
+            for n in &plan.notes {
+                println!("  note: {n}");
+            }
+            if plan.splits_nothing() {
+                println!("  note: {}", tessel_passes::tp::NOTHING_SPLIT);
+            }
         }
         let t0 = Instant::now();
         let (results, timed) = match (&gpu, &rank_programs) {

@@ -29,6 +29,11 @@ pub fn tp_check(
     if sizes.len() < 2 {
         bail!("--sizes needs at least two world sizes: the first is the reference the others are compared with");
     }
+    for (i, n) in sizes.iter().enumerate() {
+        if sizes[..i].contains(n) {
+            bail!("--sizes lists {n} twice: each world size is compared with the first once");
+        }
+    }
     if args.tp.is_some() {
         bail!("--tp with tp-check: the world sizes are --sizes");
     }

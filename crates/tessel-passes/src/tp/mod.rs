@@ -121,6 +121,9 @@ pub struct TpPlan {
     pub inputs: Vec<InputShard>,
     /// The collectives, in the order they run.
     pub collectives: Vec<Collective>,
+    /// What the plan chose not to split, and why (a weight also read elsewhere, a width
+    /// the ranks do not divide: that matmul runs whole on every rank).
+    pub notes: Vec<String>,
 }
 
 /// Why a step cannot be partitioned at `tp` ranks: what, and the graph value of the op
@@ -159,6 +162,7 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
         sh: vec![Sharding::Replicated; g.ops.len()],
         role: vec![None; g.ops.len()],
         collectives: Vec::new(),
+        notes: Vec::new(),
     };
     for (v, op) in g.ops.iter() {
         let s = p.op_sharding(v, op).map_err(|w| err(v, w))?;
@@ -212,6 +216,7 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
         sharding: p.sh,
         inputs,
         collectives: p.collectives,
+        notes: p.notes,
     })
 }
 
@@ -222,11 +227,20 @@ struct Propagation<'a> {
     sh: Vec<Sharding>,
     role: Vec<Option<&'static str>>,
     collectives: Vec<Collective>,
+    notes: Vec<String>,
 }
 
 impl Propagation<'_> {
     fn of(&self, v: Value) -> Sharding {
         self.sh[v.index()]
+    }
+
+    /// `v` for messages: a step input by its parameter's name.
+    fn named(&self, v: Value) -> String {
+        match self.g.inputs.iter().find(|(_, x)| *x == v) {
+            Some((name, _)) => format!("`{name}` ({v})"),
+            None => v.to_string(),
+        }
     }
 
     fn dims(&self, v: Value) -> &[u64] {
@@ -252,6 +266,18 @@ impl Propagation<'_> {
     /// Refused (with the reason) when the chain has anything but casts and permutes down to
     /// a step input, or when a value of it has another reader: that reader would see only
     /// a rank's block of what it reads whole.
+    /// The step input under `x` through casts and permutes, if `x` is 2-D and one is.
+    fn input_under(&self, x: Value) -> Option<Value> {
+        let mut y = x;
+        loop {
+            match &self.g.ops[y] {
+                Op::Input { .. } => return (self.dims(y).len() == 2).then_some(y),
+                Op::Cast { arg } | Op::Permute { arg, .. } => y = *arg,
+                _ => return None,
+            }
+        }
+    }
+
     fn split_input(
         &mut self,
         x: Value,
@@ -262,12 +288,18 @@ impl Propagation<'_> {
         // A value of the chain returned as a step result is fine: a split result is
         // gathered (or, an input, put back together from the ranks' blocks).
         let shared = |p: &Self, y: Value, reader: Value| -> Option<String> {
-            let others: Vec<String> = p.users[y]
-                .iter()
-                .filter(|u| **u != reader)
-                .map(|u| u.to_string())
-                .collect();
-            (!others.is_empty()).then(|| format!("{y} is also read by {}", others.join(", ")))
+            // The reader once; any other use, the reader's second operand included.
+            let mut others: Vec<String> = Vec::new();
+            let mut seen = false;
+            for &u in &p.users[y] {
+                if u == reader && !seen {
+                    seen = true;
+                } else {
+                    others.push(u.to_string());
+                }
+            }
+            (!others.is_empty())
+                .then(|| format!("{} is also read by {}", p.named(y), others.join(", ")))
         };
         let why = |what: String| {
             format!(
@@ -291,7 +323,8 @@ impl Propagation<'_> {
                 }
                 op => {
                     return Err(format!(
-                        "{x} is computed by {} from its step input: only casts and permutes of a step input are loaded split",
+                        "{} is computed by {} from its step input: only casts and permutes of a step input are loaded split",
+                        self.named(x),
                         op_words(op)
                     ))
                 }
@@ -459,23 +492,28 @@ impl Propagation<'_> {
     fn matmul(&mut self, v: Value, lhs: Value, rhs: Value) -> Result<Sharding, String> {
         let rank = self.dims(v).len() as u32;
         let (sl, sr) = (self.of(lhs), self.of(rhs));
-        // A weight: a 2-D step input read in place (stored [N, K] and read transposed, as
-        // checkpoints store projections, or stored [K, N]) by a 2-D matmul.
-        let weight = self.g.matmul_reads(v).and_then(|[_, b]| {
-            let is_input = matches!(self.g.ops[b.stored], Op::Input { .. });
-            let in_place = b
-                .perm
-                .as_deref()
-                .is_none_or(crate::schedule::swaps_last_two);
-            (is_input && in_place && self.dims(b.stored).len() == 2 && rank == 2)
-                .then_some(b.stored)
-        });
+        // A weight: a 2-D step input under casts and permutes (stored [N, K] and read
+        // transposed, as checkpoints store projections, or stored [K, N]), the right
+        // operand of a 2-D matmul.
+        let weight = (rank == 2).then(|| self.input_under(rhs)).flatten();
         match (sl, sr, weight) {
-            // Column-parallel: x replicated, the weight split along N.
-            (Sharding::Replicated, Sharding::Replicated, Some(_)) => {
-                self.divides(v, rank - 1)?;
-                self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)")?;
-                Ok(Sharding::Split { axis: rank - 1 })
+            // Column-parallel: x replicated, the weight split along N — or, where the weight
+            // cannot be split (N not divisible, another reader), the matmul computed whole
+            // on every rank, with a note saying why.
+            (Sharding::Replicated, Sharding::Replicated, Some(w)) => {
+                let split = self.divides(v, rank - 1).and_then(|()| {
+                    self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)")
+                });
+                match split {
+                    Ok(_) => Ok(Sharding::Split { axis: rank - 1 }),
+                    Err(why) => {
+                        self.notes.push(format!(
+                            "{v} (a matmul by the weight {}) is computed whole on every rank: {why}",
+                            self.named(w)
+                        ));
+                        Ok(Sharding::Replicated)
+                    }
+                }
             }
             // Row-parallel: x split along K, the weight split along K.
             (Sharding::Split { axis }, Sharding::Replicated, Some(_)) if axis == rank - 1 => {
@@ -615,6 +653,9 @@ impl TpPlan {
                     );
                 }
             }
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "  note: {n}");
         }
         if self.splits_nothing() {
             let _ = writeln!(s, "  {NOTHING_SPLIT}");

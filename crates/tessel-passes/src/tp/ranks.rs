@@ -181,8 +181,8 @@ impl<'a> Layout<'a> {
                 _ => None,
             };
             // A result's slot is `out:NAME`, apart from the parameters' (a parameter may be
-            // named like an unnamed result: `out0`) — except an updated `inout` tensor,
-            // which is the step output of its parameter's name, in place.
+            // named like an unnamed result: `out0`) — except an updated `inout` tensor
+            // returned under its parameter's name, which is that parameter's slot.
             let out_slot = format!("out:{name}");
             if let Some(&(_, _, axis)) = self.gathered.iter().find(|(n, _, _)| n == name) {
                 b.gather_output(&out_slot, *o, axis);
@@ -204,7 +204,14 @@ impl<'a> Layout<'a> {
                         .map(|(n, _)| n.clone())
                         .expect("an input value is a parameter")
                 }
-                Op::Update { .. } => {
+                // The end of an `inout` chain under its parameter's own name: that name is the
+                // slot, the buffer updated in place. Returned under another name as well, it
+                // takes an `out:` slot like any result.
+                Op::Update { .. }
+                    if g.inputs
+                        .iter()
+                        .any(|(n, v)| n == name && *v == g.storage_root(*o)) =>
+                {
                     let k = self.home[o.index()];
                     let y = b.get(k, *o);
                     b.graphs[k].outputs.push((name.clone(), y));
