@@ -120,6 +120,7 @@ fn tp_inner(
         tensor_parallel: true,
     };
     let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;
+    let mut shape: Option<(Vec<Sharding>, usize)> = None;
     for &n in sizes {
         let p = match plan(&g, n) {
             Ok(p) => p,
@@ -129,6 +130,18 @@ fn tp_inner(
                 ))
             }
         };
+        // The plan's structure must not depend on the world size (or its sums'
+        // association would not either).
+        match &shape {
+            None => shape = Some((p.sharding.clone(), p.collectives.len())),
+            Some((sh, c)) if *sh != p.sharding || *c != p.collectives.len() => {
+                return TpOutcome::Error(format!(
+                    "--tp {n}: the plan splits other values than at --tp {}",
+                    sizes[0]
+                ))
+            }
+            Some(_) => {}
+        }
         let rs = match ranks(&g, &p) {
             Ok(r) => r,
             Err(e) => return TpOutcome::Error(format!("--tp {n}: ranks: {e}")),

@@ -121,8 +121,8 @@ pub struct TpPlan {
     pub inputs: Vec<InputShard>,
     /// The collectives, in the order they run.
     pub collectives: Vec<Collective>,
-    /// What the plan chose not to split, and why (a weight also read elsewhere, a width
-    /// the ranks do not divide: that matmul runs whole on every rank).
+    /// What the plan chose not to split, and why (a weight also read elsewhere: that matmul
+    /// runs whole on every rank — the same choice at every world size).
     pub notes: Vec<String>,
 }
 
@@ -498,12 +498,14 @@ impl Propagation<'_> {
         let weight = (rank == 2).then(|| self.input_under(rhs)).flatten();
         match (sl, sr, weight) {
             // Column-parallel: x replicated, the weight split along N — or, where the weight
-            // cannot be split (N not divisible, another reader), the matmul computed whole
-            // on every rank, with a note saying why.
+            // cannot be split because something else reads it, the matmul computed whole on
+            // every rank, with a note saying why. (An N the ranks do not divide is an error,
+            // not a replication: the plan's structure must not depend on the world size, or
+            // neither would its sums' association.)
             (Sharding::Replicated, Sharding::Replicated, Some(w)) => {
-                let split = self.divides(v, rank - 1).and_then(|()| {
-                    self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)")
-                });
+                self.divides(v, rank - 1)?;
+                let split =
+                    self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)");
                 match split {
                     Ok(_) => Ok(Sharding::Split { axis: rank - 1 }),
                     Err(why) => {
