@@ -59,6 +59,8 @@ struct Loaded<'r> {
     rank: &'r Rank<Program>,
     modules: Vec<Module>,
     storage: Vec<Buffer>,
+    /// The type of what each storage buffer holds.
+    types: Vec<tessel_ir::TensorType>,
     /// Slot name → storage index.
     slot: HashMap<String, usize>,
     /// Per phase, program buffer index → storage index.
@@ -70,10 +72,12 @@ impl<'r> Loaded<'r> {
     /// [`shard`]); every other slot is poisoned with 0xFF.
     fn new(gpu: &Gpu, rank: &'r Rank<Program>, inputs: &[Tensor]) -> Result<Loaded<'r>> {
         let mut storage = Vec::new();
+        let mut types = Vec::new();
         let mut slot = HashMap::new();
         for (i, t) in rank.inputs.iter().zip(inputs) {
             slot.insert(i.name.clone(), storage.len());
             storage.push(Buffer::from_bytes(gpu, &t.data)?);
+            types.push(i.ty.clone());
         }
         let poisoned = |bytes: u64| -> Result<Buffer> {
             let mut b = Buffer::alloc(gpu, (bytes as usize).max(1))?;
@@ -101,6 +105,7 @@ impl<'r> Loaded<'r> {
                     }
                     BufferRole::Output | BufferRole::Temp => {
                         storage.push(poisoned(decl.ty.size_bytes())?);
+                        types.push(decl.ty.clone());
                         storage.len() - 1
                     }
                 };
@@ -111,9 +116,11 @@ impl<'r> Loaded<'r> {
                 slot.insert(name.clone(), map[b.as_u32() as usize]);
             }
             for e in &phase.exchanges {
-                let bytes = e.ty.size_bytes() * rank.tp as u64;
+                let mut stacked = e.ty.clone();
+                stacked.shape.0.insert(0, rank.tp as u64);
                 slot.insert(e.recv.clone(), storage.len());
-                storage.push(poisoned(bytes)?);
+                storage.push(poisoned(stacked.size_bytes())?);
+                types.push(stacked);
             }
             bound.push(map);
         }
@@ -121,6 +128,7 @@ impl<'r> Loaded<'r> {
             rank,
             modules,
             storage,
+            types,
             slot,
             bound,
         })
@@ -161,25 +169,12 @@ impl<'r> Loaded<'r> {
                         self.rank.rank, o.slot
                     )
                 })?;
-                let ty = self.output_type(&o.slot);
                 Ok(Tensor {
-                    ty,
+                    ty: self.types[i].clone(),
                     data: self.storage[i].download()?,
                 })
             })
             .collect()
-    }
-
-    /// The type of slot `name` as an output or input of some phase.
-    fn output_type(&self, name: &str) -> tessel_ir::TensorType {
-        for p in self.rank.phases.iter().rev().map(|p| &p.body) {
-            if let Some((_, b)) = p.outputs.iter().chain(&p.inputs).find(|(n, _)| n == name) {
-                return p.buffers[*b].ty.clone();
-            }
-        }
-        let i = self.rank.inputs.iter().find(|i| i.name == name);
-        i.map(|i| i.ty.clone())
-            .expect("an output slot is a phase's or an input's")
     }
 }
 

@@ -85,12 +85,16 @@ pub fn tp_check(
             sizes,
             sizes[0]
         );
+        // Each size's rank programs, taken once for every seed.
+        let programs: Vec<(u32, Vec<_>)> = at
+            .iter()
+            .map(|(n, steps)| (*n, steps[si].rank_programs().expect("compiled with --tp")))
+            .collect();
         for seed in 0..seeds {
             // The step as written takes the whole inputs, in parameter order.
             let inputs = make_inputs(written, &input_args(seed), &step.weights)?;
             let mut want: Option<Vec<Tensor>> = None;
-            for (n, steps) in &at {
-                let rs = &steps[si].rank_programs().expect("compiled with --tp");
+            for (n, rs) in &programs {
                 let (got, how) = match &gpu {
                     Some(_) => {
                         let (t, how) = Transport::choose(*n);
