@@ -4,14 +4,14 @@
 # same weights and inputs through Qwen3DecoderLayer / Qwen2DecoderLayer, eager and SDPA),
 # then `tessel bench` of the layer beside tests/gpu/bench_torch.py's HF layer timings.
 # Usage: scripts/gpu-layers.sh BIN OUTDIR [checks|bench|all] [MODELS...]
-#   MODELS: qwen3_14b qwen2_5_14b qwen3_32b (default: all three). CASES (prefill) and
+#   MODELS: qwen3_14b qwen2_5_14b qwen3_32b llama3_8b (default: all four). CASES (prefill) and
 #   PROFILE (fast) as environment variables.
 set -uo pipefail
 BIN=${1:-target/release/tessel}
 OUT=${2:-out/gpu-layers}
 MODE=${3:-all}
 shift 3 2>/dev/null || shift $#
-MODELS=${*:-qwen3_14b qwen2_5_14b qwen3_32b}
+MODELS=${*:-qwen3_14b qwen2_5_14b qwen3_32b llama3_8b}
 PROFILE=${PROFILE:-fast}
 export CASES=${CASES:-prefill}
 mkdir -p "$OUT"
@@ -27,7 +27,8 @@ for m in $MODELS; do
   fi
   if [ "$MODE" = all ] || [ "$MODE" = bench ]; then
     echo "== $m: bench"
-    "$BIN" bench examples/$m/layer.tsl --step prefill --profile "$PROFILE" --dim T=2048 --rounds 11 \
+    batch=(); [ "$m" = llama3_8b ] && batch=(--dim B=1)   # the batched form: x [B, T, H]
+    "$BIN" bench examples/$m/layer.tsl --step prefill --profile "$PROFILE" --dim T=2048 "${batch[@]}" --rounds 11 \
       > "$OUT/bench_$m.log" 2>&1 || failed+=("bench-$m")
     grep -E "step|total|µs" "$OUT/bench_$m.log" | tail -n 20
     python3 tests/gpu/bench_torch.py --config examples/$m/config.json --cases copy,prefill \

@@ -83,9 +83,11 @@ def layer_spec(config):
     "kv_heads", "head_dim", "qkv_bias", "qk_norm"}. Raises ValueError on an unknown
     architecture or missing field."""
     arch = config.get("architecture") or (config.get("architectures") or [None])[0]
-    if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM"):
-        raise ValueError(f"unsupported architecture {arch!r} (Qwen2ForCausalLM or Qwen3ForCausalLM)")
-    qwen3 = arch == "Qwen3ForCausalLM"
+    if arch not in ("Qwen2ForCausalLM", "Qwen3ForCausalLM", "LlamaForCausalLM"):
+        raise ValueError(f"unsupported architecture {arch!r} "
+                         "(Qwen2ForCausalLM, Qwen3ForCausalLM or LlamaForCausalLM)")
+    # Qwen2 has q/k/v biases; Qwen3 and Llama have them only with attention_bias.
+    qwen3 = arch in ("Qwen3ForCausalLM", "LlamaForCausalLM")
     try:
         heads = int(config["num_attention_heads"])
         spec = {
@@ -98,7 +100,7 @@ def layer_spec(config):
         raise ValueError(f"config lacks {e.args[0]!r}") from None
     spec["head_dim"] = int(config.get("head_dim") or spec["hidden"] // heads)
     spec["qkv_bias"] = bool(config.get("qkv_bias", config.get("attention_bias", False) if qwen3 else True))
-    spec["qk_norm"] = bool(config.get("qk_norm", qwen3))
+    spec["qk_norm"] = bool(config.get("qk_norm", arch == "Qwen3ForCausalLM"))
     return spec
 
 

@@ -24,6 +24,7 @@ Files and tensor names (every bf16 tensor is stored as BF16):
   prefill, T tokens at positions offset .. offset+T-1, causal attention among themselves:
     inputs.safetensors   x    bf16[T, H]    hidden states ~ N(0, 1), seeded
                          pos  i32[T]        offset + arange(T)
+                                            (--batched: x [1, T, H], pos [1, T])
     hf_*.safetensors     attn bf16[T, nq*d] attention output, the input of o_proj
                          out  bf16[T, H]    the layer's output (residual stream)
     tessel.safetensors   attn, out          (or out0, out1: tessel's names for an unnamed
@@ -43,8 +44,9 @@ Files and tensor names (every bf16 tensor is stored as BF16):
                          buffers: rows L_b .. L_b+T-1 are compared with k_new / v_new, every
                          other row must be unchanged, bit for bit) or k_new, v_new.
 
-What Hugging Face runs (transformers.models.qwen3.modeling_qwen3 / qwen2.modeling_qwen2,
-chosen by the config's architecture): Qwen3DecoderLayer / Qwen2DecoderLayer(config, N) with
+What Hugging Face runs (transformers.models.qwen3.modeling_qwen3 / qwen2.modeling_qwen2 /
+llama.modeling_llama, chosen by the config's architecture): Qwen3DecoderLayer /
+Qwen2DecoderLayer / LlamaDecoderLayer(config, N) with
 the checkpoint's model.layers.N.* loaded strictly (a missing or extra tensor is an error), in
 bf16 on --device, in eval mode under no_grad; position embeddings from Qwen3RotaryEmbedding /
 Qwen2RotaryEmbedding (inv_freq computed on the CPU, as from_pretrained does) for
@@ -394,6 +396,9 @@ def hf_modules(config):
     if arch == "Qwen2ForCausalLM":
         from transformers.models.qwen2 import configuration_qwen2 as c, modeling_qwen2 as m
         return c.Qwen2Config, m.Qwen2DecoderLayer, m.Qwen2RotaryEmbedding
+    if arch == "LlamaForCausalLM":
+        from transformers.models.llama import configuration_llama as c, modeling_llama as m
+        return c.LlamaConfig, m.LlamaDecoderLayer, m.LlamaRotaryEmbedding
     raise ValueError(f"unsupported architecture {arch!r}")
 
 
@@ -551,11 +556,16 @@ def cmd_inputs(args):
     if args.mode == "prefill":
         x = normal_bf16(rng_for(args.seed, "x"), (args.T, H))
         pos = (args.offset + np.arange(args.T)).astype(np.int32)
-        inputs = [("x", "BF16", x), ("pos", "I32", pos)]
+        # --batched: the step takes a batch of one sequence, x [1, T, H] and pos [1, T]
+        # (examples/llama3_8b/layer.tsl); HF's outputs keep [T, ..], compare reads tessel's
+        # [1, T, ..] as those.
+        lead = (1,) if args.batched else ()
+        inputs = [("x", "BF16", x.reshape(lead + x.shape)), ("pos", "I32", pos.reshape(lead + pos.shape))]
         for impl in IMPLS:
             attn, out = hf.prefill(x, pos, impl)
             results[impl] = {"attn": attn, "out": out}
         meta["offset"] = args.offset
+        meta["batched"] = args.batched
     else:
         B, T, S = args.batch, args.T, args.capacity
         lens = decode_lengths(B, T, S, args.seed, args.lens)
@@ -611,6 +621,8 @@ def main(argv=None):
     p.add_argument("--mode", choices=("prefill", "decode"), required=True)
     p.add_argument("--T", type=int, required=True, help="tokens per sequence in this step")
     p.add_argument("--offset", type=int, default=0, help="prefill: position of the first token")
+    p.add_argument("--batched", action="store_true",
+                   help="prefill: inputs of one sequence as a batch, x [1, T, H] and pos [1, T]")
     p.add_argument("--batch", type=int, default=1, help="decode: sequences B")
     p.add_argument("--capacity", type=int, default=4096, help="decode: cache rows S")
     p.add_argument("--lens", type=parse_lens, help="decode: L_b for each sequence (default: seeded)")

@@ -8,7 +8,8 @@
 #      128, 1000, 2049, S - T: the edges), cache capacity S = 4096;
 #   each of 2-3: hf_layer.py inputs -> tessel run -> hf_layer.py compare.
 # Usage: tests/gpu/run_hf_checks.sh TESSEL_BIN OUT [MODEL]
-#   MODEL: qwen3_14b (default), qwen2_5_14b or qwen3_32b (examples/MODEL/{layer.tsl,config.json}).
+#   MODEL: qwen3_14b (default), qwen2_5_14b, qwen3_32b or llama3_8b
+#   (examples/MODEL/{layer.tsl,config.json}).
 #   Environment: TESSEL_ARGS (extra `tessel run` arguments, e.g. "--profile fast"), SEED (1),
 #   LAYER (1), CAPACITY (4096), PREFILL_T (2048), PREFILL_OFFSET (0: the first token's position), LENS_B8 (the batch-8 lengths), TSL and CONFIG (other files than the model's),
 #   DEVICE (cuda; cpu only checks the plumbing), PYTHON (python3), CASES ("prefill decode":
@@ -36,7 +37,17 @@ export PYTHONUNBUFFERED=1
 failed=()
 
 # The dims of layer.tsl's steps. Decode: B sequences, T new tokens each, S cache rows.
-prefill_dims() { echo "--dim T=$1"; }
+# A layer written in the batched form (examples/llama3_8b: x [B, T, H] in prefill too) runs
+# its prefill as a batch of one sequence (BATCHED_PREFILL=1; the default for llama3_8b).
+case $MODEL in llama3_8b) BATCHED_PREFILL=${BATCHED_PREFILL:-1} ;; esac
+BATCHED_PREFILL=${BATCHED_PREFILL:-0}
+PREFILL_HF_ARGS=()
+if [ "$BATCHED_PREFILL" = 1 ]; then
+  prefill_dims() { echo "--dim B=1 --dim T=$1"; }
+  PREFILL_HF_ARGS=(--batched)
+else
+  prefill_dims() { echo "--dim T=$1"; }
+fi
 decode_dims() { echo "--dim B=$1 --dim T=$2 --dim S=$3"; }
 
 step() { # step NAME CMD...: runs CMD with its output in OUT/NAME.log; a failure is recorded
@@ -79,7 +90,7 @@ step hf-layer-selftest "$PY" "$HERE/hf_layer_selftest.py" --device "$DEVICE"
 
 CASES=${CASES:-prefill decode}
 OFFSET=${PREFILL_OFFSET:-0}
-[[ " $CASES " == *" prefill "* ]] && case_run "prefill_T${PREFILL_T}_at$OFFSET" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset "$OFFSET"
+[[ " $CASES " == *" prefill "* ]] && case_run "prefill_T${PREFILL_T}_at$OFFSET" prefill "$(prefill_dims "$PREFILL_T")" --mode prefill --T "$PREFILL_T" --offset "$OFFSET" "${PREFILL_HF_ARGS[@]}"
 for N in 1 8; do
   [[ " $CASES " == *" decode "* ]] || break
   # batch 1: a seeded length; batch 8: the edges (empty, one row, around tile sizes, full).

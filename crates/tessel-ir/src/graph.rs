@@ -365,6 +365,29 @@ impl Graph {
         }
     }
 
+    /// How `out`, the output of the group of matmul `mm` (`[.., N]`), lays out the
+    /// matmul's rows, or `None` if it holds them in neither form:
+    /// - [`MatmulLayout::Rows`]: `[.., N]` with leading dims of the same product as the
+    ///   matmul's — the same elements in the same row-major order (the matmul's own shape,
+    ///   or `[B, T, N]` for the `[B·T, N]` GEMM of batched activations);
+    /// - [`MatmulLayout::Heads`]: `[.., N / d, d]` with `d < N`, leading dims of the same
+    ///   product — a row epilogue (`fuse` rule 8), each row of `d` one head.
+    pub fn matmul_layout(&self, mm: Value, out: Value) -> Option<MatmulLayout> {
+        let (m, o) = (&self.types.get(mm)?.shape.0, &self.types.get(out)?.shape.0);
+        let (&n, &last) = (m.last()?, o.last()?);
+        let rows = m[..m.len() - 1].iter().product::<u64>();
+        let lead = |k: usize| {
+            o.get(..o.len().checked_sub(k)?)
+                .map(|l| l.iter().product::<u64>())
+        };
+        if last == n && lead(1) == Some(rows) {
+            return Some(MatmulLayout::Rows);
+        }
+        let heads = o.len().checked_sub(2).map(|i| o[i])?;
+        (last < n && heads * last == n && lead(2) == Some(rows))
+            .then_some(MatmulLayout::Heads { d: last })
+    }
+
     /// The dtype the kernels of the matmul `mm` read its operands in: the 16-bit dtype
     /// under widening casts ([`Graph::matmul_reads`]), else the matmul's own.
     pub fn matmul_read_dtype(&self, mm: Value) -> Option<DType> {
@@ -476,6 +499,12 @@ pub struct Fusion {
     /// The group that writes each materialised value; none for step inputs and for values
     /// computed inside a kernel.
     pub writer: SecondaryMap<Value, PackedOption<Group>>,
+    /// A value stored in another value's buffer, written by no group: a chain of
+    /// [`Op::Reshape`]s over that value, which is materialised (a row-major reshape of a
+    /// row-major tensor is the same bytes, numpy's no-copy reshape). `fuse` makes one where
+    /// a GEMM reads a reshape of a tensor (`x [B, T, K]` as its `[B·T, K]` left operand);
+    /// never a step output, which has a buffer of its own (verifier rule `fusion.alias`).
+    pub alias: SecondaryMap<Value, PackedOption<Value>>,
 }
 
 impl Fusion {
@@ -489,10 +518,21 @@ impl Fusion {
         g
     }
 
-    /// True if `v` lives in memory: a step input or some group's output.
+    /// True if `v` lives in memory: a step input, some group's output, or an alias of one.
     pub fn is_materialized(&self, graph: &Graph, v: Value) -> bool {
-        matches!(graph.ops[v], Op::Input { .. }) || self.writer[v].is_some()
+        matches!(graph.ops[v], Op::Input { .. })
+            || self.writer[v].is_some()
+            || self.alias[v].is_some()
     }
+}
+
+/// How a matmul group's output holds the matmul's `[.., N]` rows ([`Graph::matmul_layout`]).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum MatmulLayout {
+    /// `[.., N]`, the rows in order (leading dims may differ, their product may not).
+    Rows,
+    /// `[.., N / d, d]`: a row epilogue's heads of `d`.
+    Heads { d: u64 },
 }
 
 /// The tile configuration of one kernel: plain data, printed in the IR and explained by

@@ -9,9 +9,13 @@
 //! 0. A matmul's operands are materialised — a transposed operand through its
 //!    permute, so a `[N, K]` weight is read in place, and widening casts of 16-bit
 //!    operands (`f32(x) @ f32(w)^T`, [`Graph::matmul_reads`]) through the cast, so the
-//!    kernel reads `x` and `w` as they are, never an f32 copy — and the matmul's kernel
-//!    writes the tip of its epilogue: following single-use elementwise ops of the same shape whose
-//!    other operands need no reduction or matmul (scale, bias, residual, activation, cast).
+//!    kernel reads `x` and `w` as they are, never an f32 copy; an operand that is a
+//!    reshape of a tensor (the `[B·T, K]` view of batched activations `x [B, T, K]`) is
+//!    read in that tensor's buffer, a [`Fusion::alias`], never a copy — and the matmul's
+//!    kernel writes the tip of its epilogue: following single-use elementwise ops of the same shape whose
+//!    other operands need no reduction or matmul (scale, bias, residual, activation, cast),
+//!    through reshapes that keep its rows (`[B·T, N]` as `[B, T, N]`); a reshape at the
+//!    end of the chain is left to its readers (it is the same bytes).
 //!
 //!    An [`Op::Attention`] is materialised and its kernel computes its logits' cone and
 //!    their matmul (`q @ kᵀ`) itself: the tensors under the views of q, k and v are
@@ -65,7 +69,7 @@
 use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
-use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, UnaryOp};
+use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, MatmulLayout, Op, UnaryOp};
 use tessel_ir::Value;
 
 /// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
@@ -105,18 +109,33 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     // need no reduction or matmul (scale, bias, residual, activation, cast fold into the
     // GEMM's store).
     let mut tips: Vec<(Value, Value)> = Vec::new();
+    let mut aliases: Vec<(Value, Value)> = Vec::new();
     for (v, op) in g.ops.iter() {
         if let Op::MatMul { .. } = op {
             if claimed.contains(v) {
                 continue;
             }
             for read in g.matmul_reads(v).expect("a matmul") {
-                if !matches!(g.ops[read.stored], Op::Input { .. }) {
-                    mat.insert(read.stored);
+                // A reshape of a tensor (`x [B, T, K]` read as `[B·T, K]`) is read in the
+                // tensor's buffer: an alias, no copy (`Fusion::alias`).
+                let base = reshape_base(g, read.stored);
+                if base != read.stored {
+                    aliases.push((read.stored, base));
+                }
+                if !matches!(g.ops[base], Op::Input { .. }) {
+                    mat.insert(base);
                 }
             }
             let mut tip = v;
             while let [u] = users[tip][..] {
+                // A reshape that keeps the rows (`[B·T, N]` as `[B, T, N]`) is the same
+                // elements in the same order: the epilogue goes on past it.
+                let same_rows = matches!(g.ops[u], Op::Reshape { .. })
+                    && g.ty(u).shape.last() == g.ty(tip).shape.last();
+                if same_rows && !mat.contains(tip) {
+                    tip = u;
+                    continue;
+                }
                 let elementwise = matches!(
                     g.ops[u],
                     Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. }
@@ -127,13 +146,21 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
                     .filter(|&&a| a != tip)
                     .all(|&a| !needs_contraction(g, a, &mat));
                 if !elementwise
-                    || g.ty(u).shape != g.ty(v).shape
+                    || g.ty(u).shape != g.ty(tip).shape
                     || !others_plain
                     || mat.contains(tip)
                 {
                     break;
                 }
                 tip = u;
+            }
+            // The epilogue ends where its elementwise ops do: a reshape after them (the next
+            // GEMM's `[B·T, N]` view of them) is read in place, not written as a copy.
+            while let Op::Reshape { arg } = g.ops[tip] {
+                if mat.contains(tip) {
+                    break;
+                }
+                tip = arg;
             }
             mat.insert(tip);
             tips.push((v, tip));
@@ -299,7 +326,23 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     for gd in groups {
         fusion.new_group(gd);
     }
+    // A GEMM operand that is a reshape of a tensor is read in that tensor's buffer, unless
+    // something materialised it anyway (a step output has a buffer of its own).
+    for (v, base) in aliases {
+        if !mat.contains(v) {
+            fusion.alias[v] = base.into();
+        }
+    }
     fusion
+}
+
+/// The value under the chain of reshapes ending at `x` (`x` itself if it is no reshape).
+fn reshape_base(g: &Graph, x: Value) -> Value {
+    let mut v = x;
+    while let Op::Reshape { arg } = g.ops[v] {
+        v = arg;
+    }
+    v
 }
 
 /// Rule 7: the tensor under the view that attention `a` reads q through, when the
@@ -397,8 +440,10 @@ fn row_epilogue_of(
     };
     let (ts, rs) = (&g.ty(tip).shape.0, &g.ty(r).shape.0);
     let d = *rs.last()?;
+    // d < N: a reshape to `[.., 1, N]` keeps the rows as they are (rule 0 goes on past it).
     let split_last = matches!(g.ops[r], Op::Reshape { .. })
         && !mat.contains(r)
+        && d < ts[ts.len() - 1]
         && rs.len() == ts.len() + 1
         && rs[..ts.len() - 1] == ts[..ts.len() - 1]
         && rs[ts.len() - 1] * d == ts[ts.len() - 1];
@@ -818,7 +863,10 @@ pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
 pub fn row_epilogue_rows(g: &Graph, data: &GroupData) -> Option<u64> {
     let (&mm, &out) = (data.reductions.first()?, data.outputs.first()?);
     let is_matmul = data.kind == GroupKind::Matmul && matches!(g.ops[mm], Op::MatMul { .. });
-    (is_matmul && g.ty(out).shape != g.ty(mm).shape).then(|| g.ty(out).shape.last())
+    match g.matmul_layout(mm, out) {
+        Some(MatmulLayout::Heads { d }) if is_matmul => Some(d),
+        _ => None,
+    }
 }
 
 /// The ops that read each value.

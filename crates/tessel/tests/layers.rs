@@ -29,11 +29,15 @@ fn ok(dir: &std::path::Path, args: &[&str]) -> String {
 #[test]
 fn every_model_layer_compiles_with_one_fused_attention() {
     let d = scratch("layers-explain");
-    for model in ["qwen3_14b", "qwen2_5_14b", "qwen3_32b"] {
+    for model in ["qwen3_14b", "qwen2_5_14b", "qwen3_32b", "llama3_8b"] {
         let file = root(&format!("examples/{model}/layer.tsl"));
         for profile in ["exact", "invariant", "fast"] {
             let common = ["--profile", profile, "--target", "h200"];
             let mut prefill = vec!["explain", &file, "--step", "prefill", "--dim", "T=7"];
+            if model == "llama3_8b" {
+                // The batched form: x [B, T, 4096].
+                prefill.extend(["--dim", "B=1"]);
+            }
             prefill.extend(common);
             let t = ok(&d, &prefill);
             let want = usize::from(profile != "exact");
@@ -54,6 +58,61 @@ fn every_model_layer_compiles_with_one_fused_attention() {
                 "{model} {profile}\n{t}"
             );
             assert_eq!(t.matches(", Update)").count(), 2, "{model} {profile}\n{t}");
+        }
+    }
+}
+
+/// The batched form (examples/llama3_8b/layer.tsl: `x [B, T, 4096] @ w^T`): every
+/// projection is one GEMM over the B·T rows that reads its 2-D weight in place — seven
+/// matmul groups over B·T rows, none batched — and no kernel writes a copy of a weight (a
+/// tensor with a weight's [N, K] in its last two dims). In `exact` the unfused attention
+/// adds its own batched matmuls over the heads; split-K adds a second kernel to a group.
+#[test]
+fn the_batched_llama_layer_reads_each_weight_once() {
+    let d = scratch("layers-batched");
+    let file = root("examples/llama3_8b/layer.tsl");
+    for profile in ["exact", "invariant", "fast"] {
+        for (step, dims, rows) in [
+            ("prefill", vec!["B=2", "T=33"], 66),
+            ("decode", vec!["B=8", "T=1", "S=4096"], 8),
+        ] {
+            let mut args = vec!["explain", &file, "--step", step, "--profile", profile];
+            for dm in &dims {
+                args.extend(["--dim", dm]);
+            }
+            args.extend(["--target", "h200"]);
+            let t = ok(&d, &args);
+            // Each kernel's group and reason: `kernel NAME (group gN, Matmul) ...`, then
+            // its `why:` line.
+            let mut projections = std::collections::BTreeSet::new();
+            let mut group = None;
+            for line in t.lines() {
+                let line = line.trim_start();
+                if let Some(rest) = line.strip_prefix("kernel ") {
+                    group = rest
+                        .split_once("(group ")
+                        .and_then(|(_, g)| g.split_once(", Matmul)"))
+                        .map(|(g, _)| g.to_string());
+                } else if let (Some(g), Some(why)) = (&group, line.strip_prefix("why: ")) {
+                    let over_rows = why.contains(&format!("M = {rows}, "))
+                        || why.contains(&format!("M = {rows} ≤ 16"));
+                    if over_rows {
+                        assert!(why.contains("batch 1") || !why.contains("batch "), "{why}");
+                        projections.insert(g.clone());
+                    }
+                }
+            }
+            assert_eq!(
+                projections.len(),
+                7,
+                "{step} {profile}: {projections:?}\n{t}"
+            );
+            for w in ["4096, 4096]", "1024, 4096]", "14336, 4096]", "4096, 14336]"] {
+                assert!(
+                    !t.contains(w),
+                    "{step} {profile}: a kernel writes a weight's shape {w}\n{t}"
+                );
+            }
         }
     }
 }
@@ -84,17 +143,47 @@ fn small_layers_pass_check_in_every_profile() {
             }
         }
     }
-    // Decode: the outputs include both caches, their untouched rows judged bit for bit.
-    for (b, t, s) in [("2", "1", "1"), ("3", "1", "600"), ("2", "8", "40")] {
+    // The batched Llama prefill: two sequences, at positions with tails and near RoPE's
+    // largest angles.
+    for (b, t, offset) in [("1", "1", "0"), ("2", "7", "131000"), ("3", "5", "0")] {
         for profile in ["exact", "invariant", "fast"] {
-            let dims = [format!("B={b}"), format!("T={t}"), format!("S={s}")];
-            let mut args = vec!["check", &file, "--step", "qwen3_decode", "--cpu"];
-            args.extend(["--profile", profile]);
-            for dm in &dims {
-                args.extend(["--dim", dm.as_str()]);
-            }
+            let (bd, td, fill) = (
+                format!("B={b}"),
+                format!("T={t}"),
+                format!("pos=iota:{offset}"),
+            );
+            let args = [
+                "check",
+                &file,
+                "--step",
+                "llama",
+                "--cpu",
+                "--profile",
+                profile,
+                "--dim",
+                &bd,
+                "--dim",
+                &td,
+                "--fill",
+                &fill,
+            ];
             let out = ok(&d, &args);
-            assert_eq!(out.matches(": PASS — ").count(), 4, "{args:?}: {out}");
+            assert_eq!(out.matches(": PASS — ").count(), 2, "{args:?}: {out}");
+        }
+    }
+    // Decode: the outputs include both caches, their untouched rows judged bit for bit.
+    for step in ["qwen3_decode", "llama_decode"] {
+        for (b, t, s) in [("2", "1", "1"), ("3", "1", "600"), ("2", "8", "40")] {
+            for profile in ["exact", "invariant", "fast"] {
+                let dims = [format!("B={b}"), format!("T={t}"), format!("S={s}")];
+                let mut args = vec!["check", &file, "--step", step, "--cpu"];
+                args.extend(["--profile", profile]);
+                for dm in &dims {
+                    args.extend(["--dim", dm.as_str()]);
+                }
+                let out = ok(&d, &args);
+                assert_eq!(out.matches(": PASS — ").count(), 4, "{args:?}: {out}");
+            }
         }
     }
 }

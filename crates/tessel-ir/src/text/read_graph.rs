@@ -18,7 +18,7 @@ use std::collections::HashMap;
 /// Values and groups are numbered in definition order; references may come before the
 /// definition. [`Graph::inputs`] is the explicit `input "x" = v0` list when there is one,
 /// otherwise the named `input` ops sorted by index. [`Fusion::writer`] is derived from the
-/// groups' outputs, then overridden by the `writer` lines.
+/// groups' outputs, then overridden by the `writer` lines; [`Fusion::alias`] is the `alias` lines.
 pub fn read_graph(text: &str) -> Result<(Graph, Fusion, Schedules), ReadError> {
     let mut c = Cursor::new(text)?;
     c.keyword("graph")?;
@@ -60,11 +60,12 @@ struct GraphReader {
     groups: Vec<RawGroup>,
     group_names: HashMap<u32, Group>,
     writers: Vec<(Ref, Option<Ref>)>,
+    aliases: Vec<(Ref, Ref)>,
 }
 
 impl GraphReader {
     fn item(&mut self, c: &mut Cursor) -> Result<(), ReadError> {
-        let (w, pos) = c.word("a value, group, `output`, `input`, `writer` or `}`")?;
+        let (w, pos) = c.word("a value, group, `output`, `input`, `writer`, `alias` or `}`")?;
         if let Some(n) = super::lexer::entity_number(&w, "v") {
             let v = Value::from_u32(self.ops.len() as u32);
             if self.value_names.insert(n, v).is_some() {
@@ -125,6 +126,12 @@ impl GraphReader {
                     };
                     self.writers.push((v, g));
                 }
+                "alias" => {
+                    let v = c.entity("v", "a value")?;
+                    c.punct('=')?;
+                    let base = c.entity("v", "a value")?;
+                    self.aliases.push((v, base));
+                }
                 "schedule" => {
                     return Err(pos.error(
                         "a schedule needs its group: write it on the group's line (`g0 = ... tile ...`)",
@@ -132,7 +139,7 @@ impl GraphReader {
                 }
                 _ => {
                     return Err(pos.error(format!(
-                        "expected a value, group, `output`, `input`, `writer` or `}}`, found `{w}`"
+                        "expected a value, group, `output`, `input`, `writer`, `alias` or `}}`, found `{w}`"
                     )))
                 }
             }
@@ -193,6 +200,10 @@ impl GraphReader {
                 Some(r) => PackedOption::from(self.group(*r)?),
                 None => PackedOption::default(),
             };
+        }
+        for (v, base) in &self.aliases {
+            let v = self.value(*v)?;
+            fusion.alias[v] = self.value(*base)?.into();
         }
         Ok((g, fusion, schedules))
     }

@@ -67,6 +67,11 @@ pub fn write_graph(g: &Graph, fusion: Option<&Fusion>, schedules: Option<&Schedu
                 }
             }
         }
+        for (v, base) in f.alias.iter() {
+            if let Some(base) = base.expand() {
+                let _ = writeln!(out, "  alias {v} = {base}");
+            }
+        }
     }
     if let Some(s) = schedules {
         let ngroups = fusion.map_or(0, |f| f.groups.len());

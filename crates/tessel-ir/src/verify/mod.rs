@@ -48,10 +48,14 @@
 //!   one shape.
 //! - `fusion.writer`: each group output has that group as its writer, and each writer
 //!   entry names an existing group that lists the value among its outputs.
+//! - `fusion.alias`: an alias is a chain of reshapes over its base, which is materialised
+//!   and no alias itself; no group writes an alias and no step output is one.
 //! - `fusion.reductions`: a row-reduction group has at least one reduction; each is a
 //!   `reduce` over the last axis of a value whose last dim is the outputs' row length. An
 //!   elementwise group has none. A matmul group lists its one matmul, then, only when its
 //!   output is the matmul's `[.., N]` as `[.., N / d, d]` (a row epilogue), reductions.
+//!   A matmul group's output holds the matmul's rows `[.., N]` in order (leading dims of
+//!   the same product) or, a row epilogue, as `[.., N / d, d]` (`Graph::matmul_layout`).
 //! - `fusion.materialized`: every step output is materialised (a step input or a group's
 //!   output).
 //! - `fusion.update`: an update group writes exactly one update and lists only `reduce`s

@@ -5,7 +5,9 @@
 use super::graph::exists;
 use super::Errors;
 use crate::entities::{Group, Value};
-use crate::graph::{Fusion, Graph, GroupKind, MmaEpilogue, Op, Schedules, TileConfig};
+use crate::graph::{
+    Fusion, Graph, GroupKind, MatmulLayout, MmaEpilogue, Op, Schedules, TileConfig,
+};
 use crate::kernel::MmaShape;
 use crate::types::DType;
 use cranelift_entity::EntityRef;
@@ -63,21 +65,19 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         "a matmul group must list exactly one matmul, then only the reductions of its row epilogue",
                     );
                 } else if let Some((o, s)) = shape {
-                    let m = &g.ty(data.reductions[0]).shape;
-                    // A row epilogue writes the matmul's rows [.., N] as [.., N / d, d].
-                    let r = m.rank();
-                    let rows = s.rank() == r + 1
-                        && s.0[..r - 1] == m.0[..r - 1]
-                        && s.0[r - 1] * s.last() == m.last()
-                        && data.outputs.len() == 1;
-                    if m != s && !rows {
+                    let mm = data.reductions[0];
+                    let m = &g.ty(mm).shape;
+                    // The matmul's rows [.., N] in order, or a row epilogue's [.., N / d, d].
+                    let layout = g.matmul_layout(mm, o);
+                    let heads = matches!(layout, Some(MatmulLayout::Heads { .. }));
+                    if layout.is_none() || (heads && data.outputs.len() != 1) {
                         e.push(
                             "fusion.outputs",
                             loc.clone(),
-                            format!("output {o} is {s}, the matmul gives {m} (a row epilogue writes it as [.., N / d, d])"),
+                            format!("output {o} is {s}, the matmul gives {m} (its rows are written as [.., N], or by a row epilogue as [.., N / d, d])"),
                         );
                     }
-                    if m == s && data.reductions.len() > 1 {
+                    if layout == Some(MatmulLayout::Rows) && data.reductions.len() > 1 {
                         e.push(
                             "fusion.reductions",
                             loc.clone(),
@@ -213,6 +213,34 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     format!("the writer is {grp}, which does not list {v} among its outputs"),
                 );
             }
+        }
+    }
+    for (v, base) in f.alias.iter() {
+        let Some(base) = base.expand() else { continue };
+        let mut under = v;
+        while exists(g, under) && under != base {
+            match g.ops[under] {
+                Op::Reshape { arg } if arg < under => under = arg,
+                _ => break,
+            }
+        }
+        let problem = if !exists(g, v) || !exists(g, base) {
+            Some("names a value that does not exist".to_string())
+        } else if under != base || v == base {
+            Some(format!("{v} is not a chain of reshapes over {base}"))
+        } else if f.alias[base].is_some() || !f.is_materialized(g, base) {
+            Some(format!(
+                "its base {base} is not materialised in a buffer of its own"
+            ))
+        } else if f.writer[v].is_some() {
+            Some("a group writes it".to_string())
+        } else if g.outputs.iter().any(|(_, o)| *o == v) {
+            Some("it is a step output, which has a buffer of its own".to_string())
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            e.push("fusion.alias", v.to_string(), p);
         }
     }
     update_order(g, f, e);
@@ -380,7 +408,7 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         let rows = kind == GroupKind::Matmul
                             && exists(g, mm)
                             && exists(g, out)
-                            && g.ty(out).shape != g.ty(mm).shape;
+                            && matches!(g.matmul_layout(mm, out), Some(MatmulLayout::Heads { .. }));
                         if rows {
                             row_epilogue_checks(g, &sched.tile, out, grp, e);
                         }

@@ -326,6 +326,9 @@ impl<'m> Checker<'m> {
                 .with_help("a weight stored [N, K] is used as `x @ w^T`"),
             ));
         }
+        if sy.len() == 2 && sx.len() > 2 {
+            return self.folded_matmul(span, x, y, (m, k, n));
+        }
         let batch = self.broadcast_shapes(
             "the batch dims of `@`",
             span,
@@ -342,5 +345,55 @@ impl<'m> Checker<'m> {
             TensorType::new(dt, with([m, n])),
             span,
         )
+    }
+
+    /// `x [.., M, K] @ w [K, N]` with a 2-D right operand (a weight, PyTorch's `x @ w.T` on
+    /// batched activations): one GEMM over the `rows = prod(..) · M` rows of `x`, reading
+    /// `w` once — `reshape(x, [rows, K]) @ w`, reshaped back to `[.., M, N]` — instead of
+    /// broadcasting `w` to every batch entry (a copy of the weight per entry, and a
+    /// batched GEMM that tensor parallelism cannot split). Row `i` of the result is the
+    /// product of row `i` of `x` whatever the batch, so the profiles' per-row promises
+    /// hold as for a 2-D `x`. A widening cast of a 16-bit `x` stays on top of the reshape
+    /// (`f32(reshape(x)) @ f32(w)^T`), so the GEMM still reads the 16-bit tensor
+    /// ([`tessel_ir::graph::Graph::matmul_reads`]); `fuse` reads the reshape in `x`'s
+    /// buffer (an alias), and folds the reshape back into the GEMM's epilogue.
+    fn folded_matmul(
+        &mut self,
+        span: Span,
+        x: Value,
+        w: Value,
+        (m, k, n): (u64, u64, u64),
+    ) -> R<Value> {
+        let xs = self.shape(x);
+        let dt = self.graph.ty(x).dtype;
+        let rows = xs[..xs.len() - 1].iter().product::<u64>();
+        let flat = match self.graph.ops[x] {
+            Op::Cast { arg } => {
+                let adt = self.graph.ty(arg).dtype;
+                let r = self.push(
+                    Op::Reshape { arg },
+                    TensorType::new(adt, vec![rows, k]),
+                    span,
+                )?;
+                self.push(
+                    Op::Cast { arg: r },
+                    TensorType::new(dt, vec![rows, k]),
+                    span,
+                )?
+            }
+            _ => self.push(
+                Op::Reshape { arg: x },
+                TensorType::new(dt, vec![rows, k]),
+                span,
+            )?,
+        };
+        let mm = self.push(
+            Op::MatMul { lhs: flat, rhs: w },
+            TensorType::new(dt, vec![rows, n]),
+            span,
+        )?;
+        let mut out = xs[..xs.len() - 2].to_vec();
+        out.extend([m, n]);
+        self.push(Op::Reshape { arg: mm }, TensorType::new(dt, out), span)
     }
 }

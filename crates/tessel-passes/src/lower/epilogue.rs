@@ -98,14 +98,32 @@ impl Gen<'_> {
         let vals: Vec<Operand> = accs.iter().map(|&a| self.round(a.into(), dt)).collect();
         self.lane_value.insert(mm, vals);
         self.open();
-        let vals = self.value(out, idx, accs.len() as u32)?;
-        self.store(out, idx, &vals)?;
+        let (rows, col) = idx.split_at(idx.len() - 1);
+        let mut idx = self.output_rows(out, mm, rows, 1);
+        idx.extend(col);
+        let vals = self.value(out, &idx, accs.len() as u32)?;
+        self.store(out, &idx, &vals)?;
         // The scope only limits what is remembered: its statements run in place.
         for s in self.close() {
             self.b.push(s);
         }
         self.lane_value.remove(&mm);
         Ok(())
+    }
+
+    /// The leading index of the group's output `out` (all but its last `tail` dims) at the
+    /// matmul `mm`'s row `rows` (its batch index and row): `rows` itself where the two
+    /// agree, else the same flat row in `out`'s leading dims (the `[B·T, N]` GEMM of
+    /// batched activations writing `[B, T, N]`; [`tessel_ir::graph::Graph::matmul_layout`]).
+    fn output_rows(&mut self, out: Value, mm: Value, rows: &[Ix], tail: usize) -> Vec<Ix> {
+        let m = self.g.ty(mm).shape.0.clone();
+        let o = self.g.ty(out).shape.0.clone();
+        let (m, o) = (&m[..m.len() - 1], &o[..o.len() - tail]);
+        if m == o {
+            return rows.to_vec();
+        }
+        let flat = self.flatten(rows, &tessel_ir::Shape(m.to_vec()));
+        self.unflatten(flat, &tessel_ir::Shape(o.to_vec()))
     }
 
     /// The tile's epilogue through shared memory: every warp writes its f32 accumulators
@@ -287,8 +305,10 @@ impl Gen<'_> {
         let col_in = self.umin_c(gc, n.max(1) - 1);
         let head = self.idiv_c(col_in, d);
         let within = self.irem_c(gc, d);
-        let mut idx = lead.to_vec();
-        idx.extend([row_in, head, within]);
+        let mut rows = lead.to_vec();
+        rows.push(row_in);
+        let mut idx = self.output_rows(out, mm, &rows, 2);
+        idx.extend([head, within]);
         self.staged = Some(super::StagedTile {
             mm,
             base,

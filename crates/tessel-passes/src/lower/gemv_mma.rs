@@ -3,6 +3,7 @@
 //! memory with 16-byte loads.
 
 use super::{Gen, Ix, LowerError};
+use tessel_ir::graph::MatmulLayout;
 use tessel_ir::kernel::{ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{DType, Reg, Value};
 
@@ -260,7 +261,7 @@ impl Gen<'_> {
         self.open();
         // D element q of lane (g, t): token g + 8(q / 2) → output row, weight row
         // 2t + (q mod 2) → output column; columns 2t, 2t + 1 side by side.
-        let pairs = n % 2 == 0 && self.g.ty(out).shape == self.g.ty(mm).shape;
+        let pairs = n % 2 == 0 && self.g.matmul_layout(mm, out) == Some(MatmulLayout::Rows);
         let t2 = self.imul_c(t, 2);
         let col = self.iadd(n0, t2);
         for h in 0..2usize {

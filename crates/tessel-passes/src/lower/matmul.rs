@@ -185,9 +185,9 @@ impl Gen<'_> {
         threads: u32,
     ) -> Result<u32, LowerError> {
         let shape = self.g.ty(mm).shape.clone();
-        if self.g.ty(out).shape != shape {
+        if self.g.matmul_layout(mm, out) != Some(tessel_ir::graph::MatmulLayout::Rows) {
             return Err(LowerError::Unsupported {
-                what: "a split-K epilogue whose output shape differs from the matmul's".into(),
+                what: "a split-K epilogue that is a row epilogue".into(),
                 value: out,
             });
         }

@@ -16,7 +16,7 @@ use super::ring::{Operand2d, Ring};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
-use tessel_ir::graph::{MmaEpilogue, TileConfig};
+use tessel_ir::graph::{MatmulLayout, MmaEpilogue, TileConfig};
 use tessel_ir::kernel::{MmaShape, Op, Operand, RegType, Special, Stmt};
 use tessel_ir::{Reg, Value};
 
@@ -245,7 +245,7 @@ impl Gen<'_> {
                 wn0,
             };
             let edges = (&lead[..], m0, n0, m, n);
-            if self.g.ty(out).shape == self.g.ty(mm).shape {
+            if self.g.matmul_layout(mm, out) == Some(MatmulLayout::Rows) {
                 self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
             } else {
                 let group = (out, mm, row_reductions);

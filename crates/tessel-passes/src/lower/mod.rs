@@ -140,6 +140,12 @@ pub fn run_with_buffers(
             });
             buf_of.insert(o, b);
         }
+        // An alias lives in its base's buffer (an input's, or an earlier group's output).
+        for (v, base) in fusion.alias.iter() {
+            if let Some(&b) = base.expand().and_then(|base| buf_of.get(&base)) {
+                buf_of.entry(v).or_insert(b);
+            }
+        }
         let sched = schedules[grp].as_ref().ok_or(LowerError::NoSchedule(grp))?;
         let name = format!("{}_{}", sanitize(&g.name), grp.as_u32());
         let split = sched.tile.split_k();

@@ -278,7 +278,7 @@ pub(super) fn choose(
     } else {
         ""
     };
-    let out_shape_is_mm = g.ty(out).shape == g.ty(mm).shape;
+    let out_shape_is_mm = g.matmul_layout(mm, out) == Some(tessel_ir::graph::MatmulLayout::Rows);
     let mut why_not = String::new();
     match mma(&s, s.read, out_shape_is_mm, (None, split_k_ok), t, profile) {
         Ok((tile, why)) => {
