@@ -204,8 +204,11 @@ pub fn bench(
     note_unused(in_args, &step_params(&src, &names));
     for step in steps {
         let p = &step.compiled.program;
+        let ranks = step.rank_programs();
+        let place = crate::memory::Place::Gpu(&gpu);
+        crate::memory::ensure_fits(&step.name, p, ranks.as_deref(), &place, &args.dims)?;
         let inputs = make_inputs(p, in_args, &step.weights)?;
-        if let Some(ranks) = step.rank_programs() {
+        if let Some(ranks) = ranks {
             // What runs is the ranks: time them.
             recs.extend(bench_ranks(&src.name, &step.name, &ranks, &inputs, rounds)?);
             continue;

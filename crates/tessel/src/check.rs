@@ -39,6 +39,7 @@ pub fn check(
     args: &CompileArgs,
     in_args: &InputArgs,
     cpu: bool,
+    fail_on_skip: bool,
     json_out: Option<&Path>,
 ) -> Result<bool> {
     if let Some(n) = args.tp {
@@ -86,6 +87,9 @@ pub fn check(
     let opts = options(&target);
     let mut ok = true;
     let mut records = Vec::new();
+    // Steps given a verdict (PASS or FAIL), and those skipped, by why.
+    let mut judged = 0;
+    let mut skips = Skips::default();
     // A file or step that fails to compile or run is a failure of the check, reported, and
     // the remaining ones are still checked, each step on its own.
     for (f, src) in sources {
@@ -113,6 +117,7 @@ pub fn check(
                 records.push(json!({
                     "file": f.display().to_string(), "skipped": true, "library": true,
                 }));
+                skips.libraries += 1;
             } else {
                 println!("{}: FAIL: it has no `step` to check", f.display());
                 ok = false;
@@ -138,22 +143,30 @@ pub fn check(
                                 "file": f.display().to_string(), "step": u.step,
                                 "skipped": true, "needs_dims": u.dims,
                             }));
+                            skips.needs_dims += 1;
                             continue;
                         }
                     }
                     println!("{} step {name}: FAIL: {e:#}", f.display());
                     ok = false;
+                    judged += 1;
                     continue;
                 }
             };
             match check_step(&src.name, &step, in_args, gpu.as_ref().ok()) {
                 Ok(r) => {
                     ok &= r.1;
+                    match r.0.first().and_then(|rec| rec["skip_reason"].as_str()) {
+                        Some("multiply_adds") => skips.too_slow += 1,
+                        Some(_) => skips.too_large += 1,
+                        None => judged += 1,
+                    }
                     records.extend(r.0);
                 }
                 Err(e) => {
                     println!("{} step {}: FAIL: {e:#}", src.name, step.name);
                     ok = false;
+                    judged += 1;
                 }
             }
         }
@@ -162,17 +175,78 @@ pub fn check(
         crate::paths::write_file("--json", path, serde_json::to_string_pretty(&records)?)?;
         println!("wrote {}", path.display());
     }
-    let skipped = records
-        .iter()
-        .filter(|r| r["skipped"] == json!(true))
-        .count();
-    let verdict = if ok { "PASS" } else { "FAIL" };
+    let skipped = skips.total();
+    let refused = fail_on_skip && skipped > 0;
+    let verdict = match (ok && !refused, judged) {
+        (false, _) => "FAIL",
+        (true, 0) => "nothing judged",
+        (true, _) => "PASS",
+    };
+    let mut line = format!("check: {verdict}: {} judged", plural(judged, "step"));
     if skipped > 0 {
-        println!("check: {verdict} ({skipped} step(s) skipped, not checked)");
-    } else {
-        println!("check: {verdict}");
+        line += &format!(", {skipped} skipped ({})", skips.why());
     }
-    Ok(ok)
+    if skips.libraries > 0 {
+        line += &format!(
+            "; {} of fns alone, checked where imported",
+            plural(skips.libraries, "library file")
+        );
+    }
+    if refused {
+        line += "; --fail-on-skip makes a skipped step a failure";
+    } else if skipped > 0 {
+        line += "; --fail-on-skip makes a skip fail";
+    }
+    println!("{line}");
+    Ok(ok && !refused)
+}
+
+/// How many steps `check` skipped, by why.
+#[derive(Default)]
+struct Skips {
+    /// Over the default list, steps with dims the command line does not bind.
+    needs_dims: usize,
+    /// Too many multiply-adds for the CPU references.
+    too_slow: usize,
+    /// Too large for the memory the CPU references have.
+    too_large: usize,
+    /// Files of `fn`s and `const`s alone (not steps; not counted in [`Skips::total`]).
+    libraries: usize,
+}
+
+impl Skips {
+    fn total(&self) -> usize {
+        self.needs_dims + self.too_slow + self.too_large
+    }
+
+    /// "11 need --dim, 2 too slow for the CPU references".
+    fn why(&self) -> String {
+        let mut why = Vec::new();
+        if self.needs_dims > 0 {
+            why.push(format!(
+                "{} {} --dim",
+                self.needs_dims,
+                if self.needs_dims == 1 {
+                    "needs"
+                } else {
+                    "need"
+                }
+            ));
+        }
+        if self.too_slow > 0 {
+            why.push(format!(
+                "{} too many multiply-adds for the CPU references",
+                self.too_slow
+            ));
+        }
+        if self.too_large > 0 {
+            why.push(format!(
+                "{} too large for the memory of the CPU references",
+                self.too_large
+            ));
+        }
+        why.join(", ")
+    }
 }
 
 fn check_step(
@@ -193,13 +267,16 @@ fn check_step(
             MAX_REFERENCE_FMAS / 1_000_000_000
         );
         return Ok((
-            vec![json!({"file": file, "step": step.name, "skipped": true, "fmas": fmas})],
+            vec![
+                json!({"file": file, "step": step.name, "skipped": true, "skip_reason": "multiply_adds", "fmas": fmas}),
+            ],
             true,
         ));
     }
     // The references hold every live value as bounds (32 bytes an element) beside the
     // executor's buffers: a step that cannot fit is skipped with the numbers, not killed.
-    if let (Some(need), Some(have)) = (reference_bytes(step), available_bytes()) {
+    if let (Some(need), Some(have)) = (reference_bytes(step), crate::memory::available_host_bytes())
+    {
         if need > have {
             println!(
                 "{file} step {}: SKIPPED — the CPU references need about {:.1} GB, {:.1} GB of memory is available; check it at smaller dims",
@@ -209,7 +286,7 @@ fn check_step(
             );
             return Ok((
                 vec![
-                    json!({"file": file, "step": step.name, "skipped": true, "bytes_needed": need}),
+                    json!({"file": file, "step": step.name, "skipped": true, "skip_reason": "memory", "bytes_needed": need}),
                 ],
                 true,
             ));
@@ -297,23 +374,8 @@ fn reference_bytes(step: &Step) -> Option<u64> {
     let g = &step.checked;
     let largest = g.ops.keys().map(|v| g.ty(v).shape.numel()).max()?;
     let inputs: u64 = g.inputs.iter().map(|(_, v)| g.ty(*v).shape.numel()).sum();
-    let buffers: u64 = step
-        .compiled
-        .program
-        .buffers
-        .values()
-        .map(|b| b.ty.size_bytes())
-        .sum();
+    let buffers = crate::memory::buffer_bytes(&step.compiled.program);
     Some(buffers + 32 * (3 * largest + inputs))
-}
-
-/// The memory available for new allocations (Linux `/proc/meminfo`, `MemAvailable`), if
-/// known.
-fn available_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
 }
 
 /// Multiply-adds beyond which the CPU references (executor and oracle) are not run: about

@@ -7,7 +7,7 @@
 use crate::device;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use tessel_fuzz::{fuzz as run_fuzz, gen::Config, Options};
 use tessel_ir::kernel::Program;
 use tessel_passes::Profile;
@@ -153,8 +153,11 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
 /// exact and invariant by turns — and, with a GPU (not `cpu`), on the GPU too (NCCL with a
 /// GPU per rank, else every rank on GPU 0 in turn): the same bits at every world size
 /// there, and in exact the executor's. False if any output differs or a block fails to
-/// partition, compile or run.
-pub fn fuzz_tp(count: u64, seed: u64, cpu: bool) -> Result<bool> {
+/// partition, compile or run. With `save`, each failing block is written there as a
+/// tensor-parallel regression file (tessel-fuzz `corpus::tp_regression_source`, replayed
+/// by the regression test as ranks at the same world sizes).
+pub fn fuzz_tp(count: u64, seed: u64, cpu: bool, save: Option<&Path>) -> Result<bool> {
+    use tessel_fuzz::corpus::tp_regression_source;
     use tessel_fuzz::tp::{tp_case_on, tp_program, TpOutcome};
     if seed.checked_add(count).is_none() {
         anyhow::bail!("--seed {seed} with --count {count}: the seeds would run past 2^64 - 1");
@@ -181,13 +184,19 @@ pub fn fuzz_tp(count: u64, seed: u64, cpu: bool) -> Result<bool> {
     };
     let bar = ProgressBar::new(count);
     let mut bad = 0;
+    let mut saved_all = true;
+    const SIZES: [u32; 3] = [1, 2, 4];
     for s in seed..seed + count {
         let profile = [Profile::Exact, Profile::Invariant][(s % 2) as usize];
         let (src, what) = tp_program(s);
-        let o = tp_case_on(&src, "fuzz", &[], profile, s, &[1, 2, 4], device);
+        let o = tp_case_on(&src, "fuzz", &[], profile, s, &SIZES, device);
         if o != TpOutcome::Same {
             bad += 1;
             bar.suspend(|| println!("seed {s} ({}, {what}): {o:?}\n{src}", profile.name()));
+            if let Some(dir) = save {
+                let file = tp_regression_source(&src, s, profile, &SIZES, &o);
+                bar.suspend(|| saved_all &= save_finding(dir, s, tp_kind(&o), &file));
+            }
         }
         bar.inc(1);
     }
@@ -196,5 +205,34 @@ pub fn fuzz_tp(count: u64, seed: u64, cpu: bool) -> Result<bool> {
         "{count} blocks, {} bit-identical at every world size, {bad} defects",
         count - bad
     );
-    Ok(bad == 0)
+    Ok(bad == 0 && saved_all)
+}
+
+/// A word for a tensor-parallel outcome, for the saved file's name.
+fn tp_kind(o: &tessel_fuzz::tp::TpOutcome) -> &'static str {
+    use tessel_fuzz::tp::TpOutcome;
+    match o {
+        TpOutcome::Differ(_) => "wrong_answer",
+        TpOutcome::Error(_) => "error",
+        TpOutcome::Rejected(_) => "rejected",
+        TpOutcome::Unplanned(_) => "unplanned",
+        TpOutcome::Replicated => "replicated",
+        TpOutcome::Same => "pass",
+    }
+}
+
+/// Writes a finding's regression file `src` to `dir` as `fuzz_tp_SEED_KIND.tsl`, saying
+/// where; false (with the error printed) when it cannot be written.
+fn save_finding(dir: &Path, seed: u64, kind: &str, src: &str) -> bool {
+    let path = dir.join(format!("fuzz_tp_{seed}_{kind}.tsl"));
+    match crate::paths::write_file("--save", &path, src) {
+        Ok(()) => {
+            println!("saved {}", path.display());
+            true
+        }
+        Err(e) => {
+            println!("error: {e:#}");
+            false
+        }
+    }
 }

@@ -104,12 +104,12 @@ pub fn make_inputs(p: &Program, args: &InputArgs, weights: &StepWeights) -> Resu
         Some(path) => Some(read_file(path)?),
         None => None,
     };
-    let st = match &file {
-        Some(bytes) => Some(
+    let st = match (&file, &args.inputs) {
+        (Some(bytes), Some(path)) => Some(
             SafeTensors::deserialize(bytes)
-                .with_context(|| "the --inputs file is not a valid safetensors file")?,
+                .map_err(|e| anyhow!("--inputs {}", crate::weights::corrupt(path, bytes, e)))?,
         ),
-        None => None,
+        _ => None,
     };
     let fills: HashMap<&str, i64> = args.fills.iter().map(|(n, s)| (n.as_str(), *s)).collect();
     if let (Some(s), Some(path)) = (&st, &args.inputs) {
@@ -175,11 +175,21 @@ pub fn make_inputs(p: &Program, args: &InputArgs, weights: &StepWeights) -> Resu
         } else if let Some(t) = st.as_ref().and_then(|s| s.tensor(name).ok()) {
             let shape: Vec<u64> = t.shape().iter().map(|&d| d as u64).collect();
             if t.dtype() != st_dtype(ty.dtype) || shape != ty.shape.0 {
+                let why = match (t.dtype() != st_dtype(ty.dtype), shape != ty.shape.0) {
+                    (true, true) => "the dtypes and the shapes differ",
+                    (true, false) => "the dtypes differ; nothing is converted",
+                    _ => "the shapes differ",
+                };
                 bail!(
-                    "input `{name}`: step `{}` expects {ty}, the file has {:?}{:?}",
-                    p.name,
+                    "--inputs {}: tensor `{name}` is {:?}{}, but step `{}` takes input \
+                     `{name}` as {ty} ({why})",
+                    args.inputs
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new("?"))
+                        .display(),
                     t.dtype(),
-                    shape
+                    tessel_ir::Shape(shape),
+                    p.name,
                 );
             }
             let mut data = reserve(name, &ty)?;

@@ -15,8 +15,8 @@
 //!
 //! One module per subcommand (`build`, `run`, `check`, `explain`, `bench`, `invariance`,
 //! `fuzz`); beside them `frontend` (source to compiled steps, diagnostics rendered),
-//! `device` (the GPU), `cpu` (the kernel-IR executor), `inputs`, `weights` (checkpoints),
-//! `paths` and `words`.
+//! `device` (the GPU), `cpu` (the kernel-IR executor), `memory` (whether a step fits),
+//! `inputs`, `weights` (checkpoints), `paths` and `words`.
 //! Questions about the IR are answered by the crates that own it (`tessel_passes::Compiled`).
 
 mod bench;
@@ -29,6 +29,7 @@ mod frontend;
 mod fuzz;
 mod inputs;
 mod invariance;
+mod memory;
 mod paths;
 mod ranks;
 mod run;
@@ -183,6 +184,11 @@ enum Command {
         /// Skip the GPU even if present.
         #[arg(long)]
         cpu: bool,
+        /// Fail (exit 1) when any step is skipped: one needing dims the command line does
+        /// not give (over the default list of examples), or too large for the CPU
+        /// references. Without it a skip is counted and said, and does not fail.
+        #[arg(long, visible_alias = "no-skip")]
+        fail_on_skip: bool,
         /// Also write the results as JSON (the directory is created if missing and must be
         /// writable, checked first).
         #[arg(long, value_name = "FILE")]
@@ -274,7 +280,9 @@ enum Command {
         #[arg(long)]
         cpu: bool,
         /// Write each shrunk failure to this directory as a regression program (created if
-        /// missing; tests/programs/regressions/ is where the tests read them).
+        /// missing; tests/programs/regressions/ is where the tests read them). With --tp,
+        /// each failing block as it was generated, with a `// tp: 1 2 4` line that makes
+        /// the regression test replay it as ranks.
         #[arg(long, value_name = "DIR")]
         save: Option<PathBuf>,
         /// Larger programs: more operations, bigger tensors and matmuls (slower).
@@ -289,7 +297,7 @@ enum Command {
         /// at 1, 2 and 4 on the CPU executor (and the GPU, without --cpu); every output must
         /// be bit-identical across the world sizes, and in exact the GPU's the executor's
         /// (exact and invariant by turns; docs/tensor-parallel.md).
-        #[arg(long, conflicts_with_all = ["attention", "large", "save"])]
+        #[arg(long, conflicts_with_all = ["attention", "large"])]
         tp: bool,
     },
 }
@@ -418,8 +426,16 @@ fn real_main() {
             compile,
             inputs,
             cpu,
+            fail_on_skip,
             json,
-        } => check::check(&files, &compile, &inputs, cpu, json.as_deref()),
+        } => check::check(
+            &files,
+            &compile,
+            &inputs,
+            cpu,
+            fail_on_skip,
+            json.as_deref(),
+        ),
         Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
         Command::Invariance {
             file,
@@ -456,7 +472,7 @@ fn real_main() {
             tp,
         } => {
             if tp {
-                fuzz::fuzz_tp(count, seed, cpu)
+                fuzz::fuzz_tp(count, seed, cpu, save.as_deref())
             } else {
                 fuzz::fuzz(&fuzz::FuzzArgs {
                     count,

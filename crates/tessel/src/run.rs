@@ -5,6 +5,7 @@ use crate::cpu::execute;
 use crate::device;
 use crate::frontend::{compile_steps, load, options, step_params, target_for};
 use crate::inputs::{make_inputs, note_unused, write_outputs};
+use crate::memory::{ensure_fits, Place};
 use crate::weights::Weights;
 use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
@@ -80,6 +81,12 @@ pub fn run(
                 w.file.display()
             );
         }
+        let rank_programs = step.rank_programs();
+        let place = match &gpu {
+            Ok(g) => Place::Gpu(g),
+            Err(_) => Place::Executor,
+        };
+        ensure_fits(&step.name, p, rank_programs.as_deref(), &place, &args.dims)?;
         let inputs = make_inputs(p, in_args, &step.weights)?;
         if let Some(path) = &outs.save_inputs {
             let path = per_step(path, &step.name, several);
@@ -92,7 +99,6 @@ pub fn run(
             write_outputs(&path, &named)?;
             println!("  wrote inputs to {}", path.display());
         }
-        let rank_programs = step.rank_programs();
         if let Some(plan) = &step.plan {
             for n in &plan.notes {
                 println!("  note: {n}");

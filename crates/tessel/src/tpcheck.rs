@@ -90,6 +90,13 @@ pub fn tp_check(
             .iter()
             .map(|(n, steps)| (*n, steps[si].rank_programs().expect("compiled with --tp")))
             .collect();
+        let place = match &gpu {
+            Some(g) => crate::memory::Place::Gpu(g),
+            None => crate::memory::Place::Executor,
+        };
+        for (_, rs) in &programs {
+            crate::memory::ensure_fits(&step.name, written, Some(rs), &place, &args.dims)?;
+        }
         for seed in 0..seeds {
             // The step as written takes the whole inputs, in parameter order.
             let inputs = make_inputs(written, &input_args(seed), &step.weights)?;

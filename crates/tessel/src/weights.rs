@@ -507,7 +507,7 @@ impl Mapped {
         // once and then read), never memory unsafety beyond what the OS makes of it.
         let mmap = unsafe { Mmap::map(&file) }.map_err(|e| format!("cannot map {shown}: {e}"))?;
         let (n, metadata): (usize, Metadata) =
-            SafeTensors::read_metadata(&mmap).map_err(|e| corrupt(&shown, len, e))?;
+            SafeTensors::read_metadata(&mmap).map_err(|e| corrupt(path, &mmap, e))?;
         let tensors = metadata
             .tensors()
             .into_iter()
@@ -521,8 +521,16 @@ impl Mapped {
     }
 }
 
-/// The message for a file safetensors rejects.
-fn corrupt(shown: &std::path::Display<'_>, len: u64, e: SafeTensorError) -> String {
+/// The message for safetensors file `path`, whose bytes are `bytes`, that safetensors
+/// rejects with `e`: the file, and where the header's entries are at fault, the tensor and
+/// what is wrong with it (safetensors' own message names neither for a size that does not
+/// match the shape: "invalid shape, data type, or offset for tensor").
+pub fn corrupt(path: &Path, bytes: &[u8], e: SafeTensorError) -> String {
+    let shown = path.display();
+    let len = bytes.len();
+    if let Some(why) = header_fault(bytes) {
+        return format!("{shown} is truncated or corrupt: {why}");
+    }
     let why = match e {
         SafeTensorError::MetadataIncompleteBuffer => format!(
             "the header's tensors do not end where the file does ({len} bytes): truncated, or \
@@ -534,4 +542,107 @@ fn corrupt(shown: &std::path::Display<'_>, len: u64, e: SafeTensorError) -> Stri
         other => other.to_string(),
     };
     format!("{shown} is truncated or corrupt: {why}")
+}
+
+/// What is wrong with the first faulty tensor entry of a safetensors header, checked as
+/// safetensors checks it (`Metadata::validate`: entries in offset order, each one's bytes
+/// starting where the previous one's end, shape × dtype size equal to its byte count, the
+/// last ending where the file does), or `None` when the header cannot be read far enough to
+/// tell, or no entry is at fault.
+fn header_fault(bytes: &[u8]) -> Option<String> {
+    let n = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let end = usize::try_from(n).ok()?.checked_add(8)?;
+    let header: serde_json::Value = serde_json::from_slice(bytes.get(8..end)?).ok()?;
+    let data = (bytes.len() - end) as u64;
+    // (name, dtype, shape, offsets), in offset order.
+    type Entry<'h> = (&'h str, &'h str, Vec<u64>, (u64, u64));
+    let mut entries: Vec<Entry> = Vec::new();
+    for (name, info) in header.as_object()? {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = info.get("dtype").and_then(|d| d.as_str());
+        let shape: Option<Vec<u64>> = info
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .and_then(|a| a.iter().map(|d| d.as_u64()).collect());
+        let offsets: Option<Vec<u64>> = info
+            .get("data_offsets")
+            .and_then(|s| s.as_array())
+            .and_then(|a| a.iter().map(|d| d.as_u64()).collect());
+        let (Some(dtype), Some(shape), Some(offsets)) = (dtype, shape, offsets) else {
+            return Some(format!(
+                "tensor `{name}`: its header entry needs a \"dtype\" string, a \"shape\" of \
+                 sizes and two \"data_offsets\", and has {info}"
+            ));
+        };
+        let [s, e] = offsets[..] else {
+            return Some(format!(
+                "tensor `{name}`: \"data_offsets\" must be [start, end], the header has {offsets:?}"
+            ));
+        };
+        entries.push((name, dtype, shape, (s, e)));
+    }
+    entries.sort_by_key(|(name, _, _, (s, e))| (*s, *e, *name));
+    let mut at = 0u64;
+    let mut previous: Option<&str> = None;
+    for (name, dtype, shape, (s, e)) in &entries {
+        let Some(bits) = dtype_bits(dtype) else {
+            return Some(format!(
+                "tensor `{name}`: unknown dtype \"{dtype}\" (safetensors dtypes are spelled \
+                 F32, BF16, F16, I32, BOOL, ...)"
+            ));
+        };
+        if s != &at {
+            let after = match previous {
+                Some(p) => format!("where the previous tensor `{p}` ends, byte {at}"),
+                None => "at byte 0 of the data".to_string(),
+            };
+            return Some(format!(
+                "tensor `{name}`: its data_offsets [{s}, {e}] start at byte {s}, not {after} \
+                 (tensors are stored back to back)"
+            ));
+        }
+        if e < s {
+            return Some(format!(
+                "tensor `{name}`: its data_offsets [{s}, {e}] end before they start"
+            ));
+        }
+        let size = shape
+            .iter()
+            .try_fold(bits, |acc, &d| acc.checked_mul(d))
+            .map(|b| b.div_ceil(8));
+        let shown = tessel_ir::Shape(shape.clone());
+        match size {
+            None => {
+                return Some(format!(
+                    "tensor `{name}`: shape {shown} of {dtype} overflows 64 bits of bytes"
+                ))
+            }
+            Some(size) if size != e - s => {
+                return Some(format!(
+                    "tensor `{name}`: {dtype}{shown} is {size} bytes, but its data_offsets \
+                     [{s}, {e}] hold {}",
+                    e - s
+                ))
+            }
+            Some(_) => {}
+        }
+        if *e > data {
+            return Some(format!(
+                "tensor `{name}`: its data_offsets [{s}, {e}] run past the end of the data \
+                 ({data} bytes after the header): the file is truncated"
+            ));
+        }
+        at = *e;
+        previous = Some(name);
+    }
+    None
+}
+
+/// Bits per element of a safetensors dtype name, as the safetensors crate reads it.
+fn dtype_bits(name: &str) -> Option<u64> {
+    serde_json::from_value::<Dtype>(serde_json::Value::from(name))
+        .ok()
+        .map(|d| d.bitsize() as u64)
 }

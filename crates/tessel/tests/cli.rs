@@ -241,6 +241,245 @@ fn invariance_pairs_tensors_by_name_when_the_intermediates_change_with_the_size(
     assert!(t.contains("invariance: PASS"), "{t}");
 }
 
+/// Issue 17: at B = 1 the identity broadcast of `f32(iota(16))[None, :]` is left out, so
+/// every graph value after it (and every `t<N>` intermediate) is numbered one lower than at
+/// B = 4; pairing intermediates by name compared `a` with `b` and reported a FAIL where
+/// every output was bit-identical. Paired by what they compute, both are compared, and pass.
+#[test]
+fn invariance_pairs_intermediates_by_what_they_compute() {
+    let d = scratch("invariance-keys");
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../../tests/programs/regressions/invariance_pairs_intermediates_by_what_they_compute.tsl",
+    );
+    let o = tessel(
+        &d,
+        &[
+            "invariance",
+            &file.display().to_string(),
+            "--cpu",
+            "--batch-dim",
+            "B",
+            "--sizes",
+            "1,4",
+            "--profile",
+            "invariant",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("invariance: PASS") && !t.contains("FAIL"), "{t}");
+    // Both intermediates (the normalised `a` and the product `b`) have a partner at B = 1.
+    assert!(t.contains("intermediates t11, t12 compared"), "{t}");
+    assert!(!t.contains("no partner"), "{t}");
+}
+
+/// A step far larger than any machine's memory is refused before anything is allocated,
+/// with the estimate, the largest tensors and the dims given; before, `run` allocated until
+/// the allocator aborted the process ("memory allocation of 8000000000 bytes failed").
+#[test]
+fn a_step_too_large_for_memory_is_refused_before_it_allocates() {
+    let d = scratch("too-large");
+    // 16 inputs of 16 GB each: 544 GB on the executor (the inputs, the buffers holding them
+    // and the output, and the output read back).
+    let params: Vec<String> = (0..16).map(|i| format!("x{i}: f32[T, 4]")).collect();
+    let sum: Vec<String> = (0..16).map(|i| format!("x{i}")).collect();
+    write(
+        &d,
+        "big.tsl",
+        &format!(
+            "step big({}) -> f32[T, 4] {{ {} }}\n",
+            params.join(", "),
+            sum.join(" + ")
+        ),
+    );
+    for cmd in [
+        vec!["run", "big.tsl", "--cpu", "--dim", "T=1000000000"],
+        vec![
+            "invariance",
+            "big.tsl",
+            "--cpu",
+            "--dim",
+            "T=1000000000",
+            "--batch-dim",
+            "T",
+            "--sizes",
+            "1,1000000000",
+        ],
+    ] {
+        let o = tessel(&d, &cmd);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {t}");
+        assert!(
+            t.contains("error: step `big` does not fit in memory: it needs about 544.0 GB on the CPU executor")
+                && t.contains("f32[1000000000, 4] (16.0 GB)")
+                && t.contains("given --dim T=1000000000"),
+            "{cmd:?}: {t}"
+        );
+        assert!(
+            !t.contains("panicked") && !t.contains("memory allocation"),
+            "{cmd:?}: {t}"
+        );
+    }
+}
+
+/// Issue 17: "invalid shape, data type, or offset for tensor" named neither the file nor
+/// the tensor. Every header fault of an `--inputs` file or a `--weights` checkpoint names
+/// both, and what is wrong.
+#[test]
+fn a_corrupt_safetensors_file_is_named_with_its_tensor() {
+    let d = scratch("corrupt-st");
+    let file = |name: &str, header: &str, data: usize| {
+        let mut b = (header.len() as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(header.as_bytes());
+        b.extend(std::iter::repeat_n(0u8, data));
+        std::fs::write(d.join(name), b).unwrap();
+    };
+    file(
+        "size.safetensors",
+        r#"{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[2,3],"data_offsets":[4,24]}}"#,
+        24,
+    );
+    file(
+        "gap.safetensors",
+        r#"{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"x":{"dtype":"F32","shape":[2,3],"data_offsets":[8,32]}}"#,
+        32,
+    );
+    file(
+        "dtype.safetensors",
+        r#"{"x":{"dtype":"F99","shape":[2,3],"data_offsets":[0,24]}}"#,
+        24,
+    );
+    file(
+        "short.safetensors",
+        r#"{"x":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]}}"#,
+        20,
+    );
+    file(
+        "shape.safetensors",
+        r#"{"x":{"dtype":"F32","shape":[3,2],"data_offsets":[0,24]}}"#,
+        24,
+    );
+    write(
+        &d,
+        "s.tsl",
+        "step s(x: f32[2, 3]) -> f32[2, 3] { x * 2.0 }\n",
+    );
+    write(
+        &d,
+        "w.tsl",
+        "step s(x: f32[2, 3] from \"x\") -> f32[2, 3] { x * 2.0 }\n",
+    );
+    let cases = [
+        (
+            "size.safetensors",
+            "size.safetensors is truncated or corrupt: tensor `x`: F32[2, 3] is 24 bytes, but its data_offsets [4, 24] hold 20",
+        ),
+        (
+            "gap.safetensors",
+            "gap.safetensors is truncated or corrupt: tensor `x`: its data_offsets [8, 32] start at byte 8, not where the previous tensor `y` ends, byte 4",
+        ),
+        (
+            "dtype.safetensors",
+            "dtype.safetensors is truncated or corrupt: tensor `x`: unknown dtype \"F99\"",
+        ),
+        (
+            "short.safetensors",
+            "short.safetensors is truncated or corrupt: tensor `x`: its data_offsets [0, 24] run past the end of the data (20 bytes after the header)",
+        ),
+    ];
+    for (f, want) in cases {
+        for (prog, opt) in [("s.tsl", "--inputs"), ("w.tsl", "--weights")] {
+            let o = tessel(&d, &["run", prog, "--cpu", opt, f]);
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{opt} {f}: {t}");
+            assert!(t.contains(want), "{opt} {f}: want {want}\n---\n{t}");
+            assert!(!t.contains("invalid shape, data type"), "{opt} {f}: {t}");
+        }
+    }
+    // A valid file whose tensor is not what the step takes: the file, the tensor, both types.
+    let t = text(&tessel(
+        &d,
+        &["run", "s.tsl", "--cpu", "--inputs", "shape.safetensors"],
+    ));
+    assert!(
+        t.contains("--inputs shape.safetensors: tensor `x` is F32[3, 2], but step `s` takes input `x` as f32[2, 3] (the shapes differ)"),
+        "{t}"
+    );
+}
+
+/// Issue 17: `check` printed PASS and exited 0 when most steps were skipped. It counts the
+/// steps judged and skipped (and why), and `--fail-on-skip` (alias `--no-skip`) makes a
+/// skip fail.
+#[test]
+fn check_counts_skipped_steps_and_can_fail_on_them() {
+    let d = scratch("check-skips");
+    write(
+        &d,
+        "examples/a.tsl",
+        "step fixed(x: f32[4]) -> f32[4] { x * 2.0 }\n\
+         step free(x: f32[N]) -> f32[N] { x + 1.0 }\n",
+    );
+    write(
+        &d,
+        "examples/b.tsl",
+        "step rows(x: f32[T, 8]) -> f32[T, 8] { -x }\n",
+    );
+    let o = tessel(&d, &["check", "--cpu"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("check: PASS: 1 step judged, 2 skipped (2 need --dim); --fail-on-skip makes a skip fail"),
+        "{t}"
+    );
+    for flag in ["--fail-on-skip", "--no-skip"] {
+        let o = tessel(&d, &["check", "--cpu", flag]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {t}");
+        assert!(
+            t.contains("check: FAIL: 1 step judged, 2 skipped (2 need --dim); --fail-on-skip makes a skipped step a failure"),
+            "{flag}: {t}"
+        );
+    }
+    // Nothing skipped: nothing to fail on.
+    let o = tessel(
+        &d,
+        &[
+            "check",
+            "--cpu",
+            "--fail-on-skip",
+            "--dim",
+            "N=3",
+            "--dim",
+            "T=2",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("check: PASS: 3 steps judged\n"), "{t}");
+}
+
+/// `fuzz --tp --save` is accepted (it was refused, so a tensor-parallel failure could not
+/// be kept); a run without a defect saves nothing. What a failure saves, and its replay, is
+/// tested in tessel-fuzz's `corpus` tests.
+#[test]
+fn fuzz_tp_takes_save() {
+    let d = scratch("fuzz-tp-save");
+    let o = tessel(
+        &d,
+        &["fuzz", "--tp", "--count", "1", "--cpu", "--save", "kept"],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("1 blocks, 1 bit-identical at every world size, 0 defects"),
+        "{t}"
+    );
+    let kept: Vec<_> = std::fs::read_dir(d.join("kept"))
+        .map(|r| r.collect())
+        .unwrap_or_default();
+    assert!(kept.is_empty(), "{t}");
+}
+
 /// Writes a safetensors file holding f32 tensors `names` of shape [2].
 fn safetensors_with(path: &Path, names: &[&str]) {
     let data = vec![0u8; 8];

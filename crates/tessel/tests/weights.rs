@@ -522,7 +522,7 @@ fn corrupt_checkpoints_are_errors_naming_the_file() {
     let cases: &[(&str, &str)] = &[
         (
             "truncated.safetensors",
-            "truncated.safetensors is truncated or corrupt: the header's tensors do not end where the file does",
+            "truncated.safetensors is truncated or corrupt: tensor `model.norm.weight`: its data_offsets [48, 60] run past the end of the data (55 bytes after the header): the file is truncated",
         ),
         ("tiny.safetensors", "tiny.safetensors is not a safetensors file: 5 bytes"),
         ("badjson.safetensors", "badjson.safetensors is truncated or corrupt: invalid JSON in header"),
