@@ -948,6 +948,10 @@ mod tests {
         let d = report("torch.frobnicate(x)");
         assert_eq!(d.help, None);
         assert!(report("torch.bfloat16").help.unwrap().contains("`bf16`"));
+        // A reduction of everything has no one-call spelling: the row's example instead.
+        let d = report("x.sum()");
+        assert_eq!(d.help, None);
+        assert!(d.notes[0].contains("`sum(x, axis: -1)`"), "{:?}", d.notes);
     }
 
     /// Every row's example becomes the row's spelling through the lexer's diagnostic, so

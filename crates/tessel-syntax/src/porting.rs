@@ -156,7 +156,10 @@ fn with_axis(f: &str, args: &[Arg<'_>], axis_first: bool) -> Option<String> {
             }
         }
     }
-    (positional >= 1).then(|| format!("{f}({})", out.join(", ")))
+    // A reduction over everything (`x.sum()`) has no one-call spelling: tessel reduces one
+    // named axis at a time.
+    let has_axis = !axis_first || out.iter().any(|a| a.starts_with("axis: "));
+    (positional >= 1 && has_axis).then(|| format!("{f}({})", out.join(", ")))
 }
 
 /// The items of a shape given as separate arguments (`view(4, 4)`) or as one tuple or list
@@ -432,8 +435,9 @@ pub const HINTS: &[Hint] = &[
         "concat(a, b, axis: -1)",
         None,
         |a| {
+            // PyTorch takes one list of tensors; tessel takes them as arguments.
             let p = pos(a);
-            let tensors = dims(&p[..1.min(p.len())]);
+            let tensors = dims(&p[..p.len().min(1)]);
             let axis = named(a, "dim")
                 .or(named(a, "axis"))
                 .or(p.get(1).copied())

@@ -333,6 +333,7 @@ impl<'m> Checker<'m> {
         // divisor is zero, infinite or NaN (either way: ±inf, ±0 or NaN).
         let inv = f64::from(1.0f32 / c32 as f32);
         let exact_reciprocal = inv * c32 == 1.0 || c32 == 0.0 || !c32.is_finite();
+        let plain_division = same_in_dtype && exact_reciprocal;
         let f32_op = |me: &mut Self, x: Val, xspan: Span, op: IrBinary, k: f64| -> R<Value> {
             let x = me.tensor(x, xspan)?;
             let x = me.cast(x, DType::F32, xspan)?;
@@ -346,9 +347,13 @@ impl<'m> Checker<'m> {
             IrBinary::Add | IrBinary::Sub | IrBinary::Mul if !same_in_dtype => {
                 Ok(Some(f32_op(self, Val::T(tensor), tspan, op, c32)?))
             }
-            IrBinary::Div if !weak_first && !(same_in_dtype && exact_reciprocal) => Ok(Some(
-                f32_op(self, Val::T(tensor), tspan, IrBinary::Mul, inv)?,
-            )),
+            IrBinary::Div if !(weak_first || plain_division) => Ok(Some(f32_op(
+                self,
+                Val::T(tensor),
+                tspan,
+                IrBinary::Mul,
+                inv,
+            )?)),
             IrBinary::Div if weak_first && c32 != 1.0 => {
                 // `c / x`: the reciprocal in the tensor's dtype, then `r * c` as above.
                 let one = (Val::Weak(Lit::Float(1.0)), wspan);
