@@ -492,6 +492,58 @@ fn semantics() {
             vec![vec![1.0, 0.0, 3.0, 1e-6f32 as f64]],
             vec![(bf16(&[4]), vec![1.0, bf16_1e6, 3.0, 2.0 * bf16_1e6])],
         ),
+        // A literal in `+ - * /` is PyTorch's f32 opmath value, the result rounded once:
+        // a leaky ReLU's `a * 0.01` on bf16 is bf16(f32(a) · f32(0.01)); with bf16(0.01) =
+        // 0.010009765625 the first two would be -0.040771484375 and -0.04296875.
+        case(
+            "step s(a: bf16[T]) -> bf16[T] { where(a < 0.0, a * 0.01, a) }",
+            vec![vec![-4.0625, -4.28125, 2.0, -1.0]],
+            vec![(
+                bf16(&[4]),
+                vec![-0.04052734375, -0.042724609375, 2.0, -0.010009765625],
+            )],
+        ),
+        // Beyond f16's range in f32, as PyTorch keeps it: 0.5 · 70000 = 35000 → 35008.
+        case(
+            "step s(a: f16[T]) -> f16[T] { a * 70000.0 }",
+            vec![vec![0.5, 0.25, -0.5, 0.0]],
+            vec![(
+                TensorType::new(DType::F16, vec![4]),
+                vec![35008.0, 17504.0, -35008.0, 0.0],
+            )],
+        ),
+        // A divisor is a product with its f32 reciprocal (PyTorch's div_true_kernel_cuda):
+        // 1.0009765625 · f32(1/3) = 0.3336588740348816, where the division gives
+        // 0.3336588442325592.
+        case(
+            "step s(a: f32[T]) -> f32[T] { a / 3.0 }",
+            vec![vec![1.0009765625, 3.0, -6.0, 0.0]],
+            vec![(
+                f32t(&[4]),
+                vec![
+                    0.3336588740348816,
+                    (3.0f32 * (1.0f32 / 3.0)) as f64,
+                    (-6.0f32 * (1.0f32 / 3.0)) as f64,
+                    0.0,
+                ],
+            )],
+        ),
+        // A dividend is the reciprocal times the number (torch/_tensor.py `__rdiv__`):
+        // f32(1 / 1.0048828125) · 3 = 2.9854226112365723, the division 2.9854228496551514.
+        case(
+            "step s(a: f32[T]) -> f32[T] { 3.0 / a }",
+            vec![vec![1.0048828125, 1.0, -4.0, 0.5]],
+            vec![(f32t(&[4]), vec![2.9854226112365723, 3.0, -0.75, 6.0])],
+        ),
+        // A comparison reads the literal in the tensor's dtype: bf16(0.01) == bf16(0.01).
+        case(
+            "step s(a: bf16[T]) -> bool[T] { a == 0.01 }",
+            vec![vec![0.010009765625, 0.0, 1.0, -0.010009765625]],
+            vec![(
+                TensorType::new(DType::Bool, vec![4]),
+                vec![1.0, 0.0, 0.0, 0.0],
+            )],
+        ),
         // fn with `...`, named arguments and a tuple result: (a·b, b) summed, (t + h + 1)·d.
         case(
             "fn f(x: f32[..., D], y: f32[D]) -> (f32[..., D], f32[D]) { (x * y, y) }
@@ -531,19 +583,35 @@ fn semantics() {
     }
 }
 
-#[test]
-fn literals_round_to_their_dtype() {
-    let g = build("step s(a: bf16[T]) -> bf16[T] { a + 1e-6 }", "s", 2);
-    let consts: Vec<f64> = g
-        .ops
-        .values()
-        .filter_map(|op| match op {
-            Op::Const { value } => Some(*value),
+fn consts(g: &Graph) -> Vec<(DType, f64)> {
+    g.ops
+        .iter()
+        .filter_map(|(v, op)| match op {
+            Op::Const { value } => Some((g.ty(v).dtype, *value)),
             _ => None,
         })
-        .collect();
-    // The bf16 nearest 1e-6: 2^-20 · (1 + 3/128) = 9.98377799987793e-7.
-    assert_eq!(consts, [9.98377799987793e-7]);
+        .collect()
+}
+
+#[test]
+fn literals_round_to_their_dtype() {
+    // In a comparison a literal takes the tensor's dtype, as PyTorch's compare kernels
+    // read it: the bf16 nearest 1e-6, 2^-20 · (1 + 3/128) = 9.98377799987793e-7.
+    let g = build("step s(a: bf16[T]) -> bool[T] { a < 1e-6 }", "s", 2);
+    assert_eq!(consts(&g), [(DType::Bf16, 9.98377799987793e-7)]);
+    // In `+ - * /` it is PyTorch's f32 opmath value: the sum is computed in f32 and
+    // rounded once to bf16.
+    let g = build("step s(a: bf16[T]) -> bf16[T] { a + 1e-6 }", "s", 2);
+    assert_eq!(consts(&g), [(DType::F32, 1e-6f32 as f64)]);
+    assert_eq!(count(&g, |op| matches!(op, Op::Cast { .. })), 2);
+    // A literal exact in bf16 keeps the plain bf16 operation: the same bits.
+    let g = build("step s(a: bf16[T]) -> bf16[T] { a * 0.125 + 3.0 }", "s", 2);
+    assert_eq!(count(&g, |op| matches!(op, Op::Cast { .. })), 0);
+    // A divisor is a product with its f32 reciprocal, unless that is exact.
+    let g = build("step s(a: f32[T]) -> f32[T] { a / 3.0 }", "s", 2);
+    assert_eq!(consts(&g), [(DType::F32, (1.0f32 / 3.0f32) as f64)]);
+    let g = build("step s(a: f32[T]) -> f32[T] { a / 128.0 }", "s", 2);
+    assert_eq!(consts(&g), [(DType::F32, 128.0)]);
     let g = build("step s(a: f32[T]) -> f32[T] { a + 0.1 }", "s", 2);
     assert!(g
         .ops

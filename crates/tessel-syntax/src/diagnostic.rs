@@ -35,6 +35,9 @@ pub mod codes {
     pub const UNTERMINATED_STRING: &str = "E0004";
     /// A `\` in a string literal (strings have no escapes).
     pub const STRING_ESCAPE: &str = "E0005";
+    /// A `//` comment after an operand whose text reads as an operand: Python's floor
+    /// division, which in tessel would drop the rest of the line.
+    pub const FLOOR_DIVISION_COMMENT: &str = "E0006";
     /// A token the grammar does not allow at this point.
     pub const UNEXPECTED_TOKEN: &str = "E0101";
     /// The file ended in the middle of an item.

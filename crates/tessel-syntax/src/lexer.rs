@@ -17,6 +17,7 @@ use logos::{Lexer, Logos};
 
 use crate::ast::DType;
 use crate::diagnostic::{codes, Diagnostic};
+use crate::porting;
 use crate::span::Span;
 
 /// What went wrong while lexing; the span is added by [`lex`].
@@ -32,6 +33,9 @@ pub enum LexErrorKind {
     UnterminatedString,
     /// A `\` in a string literal: strings have no escape sequences.
     StringEscape,
+    /// A `//` comment after an operand on its line whose text reads as an operand, as
+    /// Python's floor division `x // 2.0` would: the rest of the line is silently dropped.
+    FloorDivision,
     /// Fallback required by logos; never produced by this grammar of tokens.
     #[default]
     Other,
@@ -110,6 +114,34 @@ impl LexError {
             )
             .with_label(self.span, "this string contains `\\`")
             .with_note("a tensor name or an import path is written as it is: `\"lib/norms.tsl\"`"),
+            LexErrorKind::FloorDivision => {
+                let slashes = Span::new(self.span.start, (self.span.start + 2).min(self.span.end));
+                let text = source.get(self.span.start + 2..self.span.end).unwrap_or("");
+                let operand = comment_operand(text).unwrap_or(text.trim());
+                let lead = text.len() - text.trim_start().len();
+                let at = self.span.start + 2 + lead;
+                let operand_span = Span::new(at, at + operand.len());
+                Diagnostic::error(
+                    codes::FLOOR_DIVISION_COMMENT,
+                    "`//` starts a comment in tessel, not a floor division",
+                )
+                .with_label(
+                    slashes,
+                    "everything from here to the end of the line is ignored",
+                )
+                .with_secondary(
+                    operand_span,
+                    format!("`{operand}` reads as the right operand of Python's `//`"),
+                )
+                .with_help(
+                    "floor division is `floor_divide(a, b)`; to keep this as a comment, \
+                     put it on its own line or after the `;`",
+                )
+                .with_note(
+                    "the next line continues the expression, so `let y = x // 2.0` then \
+                     `* 3.0;` would compute `x * 3.0`",
+                )
+            }
             LexErrorKind::Other => {
                 Diagnostic::error(codes::UNKNOWN_CHAR, format!("invalid input `{text}`"))
                     .with_label(self.span, "not part of any token")
@@ -119,8 +151,10 @@ impl LexError {
 }
 
 /// The diagnostic for a `.` that follows an expression and starts a name, as in PyTorch's
-/// `x.sum(-1)`, `w.T` or `x.shape`: tessel has no methods or attributes, so the help spells
-/// the tessel form. `None` when the `.` is not in such a place.
+/// `x.sum(-1)`, `w.T`, `x.shape` or `torch.matmul(x, w)`: tessel has no methods, attributes
+/// or modules, so the help spells the tessel form from [`porting::HINTS`] with the user's
+/// own arguments. A name with no row there gets no spelling, only the rule. `None` when the
+/// `.` is not in such a place.
 fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
     let is_ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
     let before = source.get(..dot.start)?;
@@ -135,14 +169,43 @@ fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
         return None;
     }
     // The receiver when it is a plain name; `x` stands for anything longer.
+    let recv_start = before.rfind(|c: char| !is_ident(c)).map_or(0, |i| i + 1);
     let recv = if is_ident(prev) {
-        let start = before.rfind(|c: char| !is_ident(c)).map_or(0, |i| i + 1);
         before
-            .get(start..)
+            .get(recv_start..)
             .filter(|r| !r.starts_with(|c: char| c.is_ascii_digit()))
     } else {
         None
     };
+    // The whole dotted path `torch.nn.functional.softmax`, when it names a module's item.
+    if let Some(r) = recv {
+        let mut end = dot.end + name_len;
+        while let Some(rest) = source.get(end..).and_then(|t| t.strip_prefix('.')) {
+            let n = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+            if n == 0 || !rest.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+                break;
+            }
+            end += 1 + n;
+        }
+        let path = source.get(recv_start..end)?;
+        let module = porting::split_module(path)
+            .or_else(|| porting::MODULES.contains(&r).then_some((r, name)));
+        if let Some((module, item)) = module {
+            let end = if porting::split_module(path).is_some() {
+                end
+            } else {
+                dot.end + name_len
+            };
+            let rest = source.get(end..).unwrap_or("");
+            return Some(qualified(
+                Span::new(recv_start, end),
+                source.get(recv_start..end)?,
+                module,
+                item,
+                rest,
+            ));
+        }
+    }
     let (recv, stand_in) = match recv {
         Some(r) => (r, false),
         None => ("x", true),
@@ -150,17 +213,33 @@ fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
     let span = Span::new(dot.start, dot.end + name_len);
     let rest = after.get(name_len..).unwrap_or("");
     let d = if let Some(args) = rest.strip_prefix('(') {
-        let call = method_as_call(recv, name, call_args(args));
-        Diagnostic::error(
+        let mut all = vec![porting::Arg {
+            name: None,
+            value: recv,
+        }];
+        // The label covers the whole call, so a `.` in its arguments (`torch.bfloat16`) is
+        // part of this report.
+        let mut label = span;
+        match call_args(args) {
+            Some((args, close)) => {
+                all.extend(args.into_iter().map(porting::Arg::parse));
+                label = Span::new(dot.start, span.end + 1 + close + 1);
+            }
+            None => all.clear(),
+        }
+        let d = Diagnostic::error(
             codes::UNKNOWN_CHAR,
             format!("tessel has no method calls: `.{name}(...)`"),
         )
-        .with_label(span, "a method call")
-        .with_help(format!("call the function with the tensor first: `{call}`"))
-    } else if name == "T" {
-        Diagnostic::error(codes::UNKNOWN_CHAR, "tessel has no attributes: `.T`")
-            .with_label(span, "an attribute")
-            .with_help(format!("the transpose of the last two axes is `{recv}^T`"))
+        .with_label(label, "a method call");
+        with_spelling(d, name, &all)
+    } else if name == "T" || name == "mT" {
+        Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no attributes: `.{name}`"),
+        )
+        .with_label(span, "an attribute")
+        .with_help(format!("the transpose of the last two axes is `{recv}^T`"))
     } else {
         let d = Diagnostic::error(
             codes::UNKNOWN_CHAR,
@@ -171,7 +250,6 @@ fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
             "shape" | "dtype" | "ndim" => d.with_note(
                 "a tensor's dtype and shape are in its declared type, e.g. `bf16[T, 5120]`",
             ),
-            "mT" => d.with_help(format!("the transpose of the last two axes is `{recv}^T`")),
             _ => d.with_note("functions take the tensor as their first argument: `exp(x)`"),
         }
     };
@@ -182,9 +260,76 @@ fn method_or_attribute(source: &str, dot: Span) -> Option<Diagnostic> {
     })
 }
 
+/// The diagnostic for `module.item` (`torch.matmul(x, w)`, `F.softmax(x, dim=-1)`,
+/// `torch.bfloat16`): `path` at `span` is the whole dotted name, `rest` the source after it.
+fn qualified(span: Span, path: &str, module: &str, item: &str, rest: &str) -> Diagnostic {
+    let library = if module.starts_with("np") || module == "numpy" {
+        "NumPy"
+    } else {
+        "PyTorch"
+    };
+    if let Some(args) = rest.strip_prefix('(') {
+        let (args, label) = match call_args(args) {
+            Some((args, close)) => (
+                args.into_iter().map(porting::Arg::parse).collect(),
+                Span::new(span.start, span.end + 1 + close + 1),
+            ),
+            None => (Vec::new(), span),
+        };
+        let d = Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no modules: `{path}` is {library}'s"),
+        )
+        .with_label(label, format!("a {library} function"));
+        with_spelling(d, item, &args)
+    } else if let Some(dt) = porting::dtype_name(path) {
+        Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no modules: `{path}` is {library}'s"),
+        )
+        .with_label(span, format!("a {library} dtype"))
+        .with_help(format!(
+            "the dtype is `{dt}`; a cast is the dtype called as a function: `{dt}(x)`"
+        ))
+    } else {
+        Diagnostic::error(
+            codes::UNKNOWN_CHAR,
+            format!("tessel has no modules: `{path}` is {library}'s"),
+        )
+        .with_label(span, format!("a {library} name"))
+        .with_note("tessel's builtins are plain names: `exp(x)`, `softmax(x, axis: -1)`")
+    }
+}
+
+/// `d` with the tessel spelling of the call `name(args)` (`args[0]` the tensor) as its help,
+/// or, when the hint table has none, the rule and where the table is.
+fn with_spelling(d: Diagnostic, name: &str, args: &[porting::Arg<'_>]) -> Diagnostic {
+    match porting::suggest(name, args) {
+        Some((spelling, note)) => {
+            let d = d.with_help(format!("write `{spelling}`"));
+            match note {
+                Some(n) => d.with_note(n),
+                None => d,
+            }
+        }
+        None if porting::HINTS.iter().any(|h| h.names.contains(&name)) => d.with_note(format!(
+            "`{name}` is written as in docs/language.md, \"Porting from PyTorch\", e.g. `{}`",
+            porting::HINTS
+                .iter()
+                .find(|h| h.names.contains(&name))
+                .map_or("", |h| h.tessel)
+        )),
+        None => d.with_note(format!(
+            "tessel has no `{name}`; functions take the tensor as their first argument (`exp(x)`), \
+             and docs/language.md, \"Porting from PyTorch\", lists the PyTorch calls tessel spells differently"
+        )),
+    }
+}
+
 /// The arguments of a call that starts right after its `(` in `text`, split at top-level
-/// commas and trimmed; `None` when the `)` is not on the same line or the list is long.
-fn call_args(text: &str) -> Option<Vec<&str>> {
+/// commas and trimmed, and the offset of its `)` in `text`; `None` when the `)` is not on
+/// the same line or the list is long.
+fn call_args(text: &str) -> Option<(Vec<&str>, usize)> {
     let mut depth = 0usize;
     let mut args = Vec::new();
     let mut start = 0;
@@ -196,7 +341,7 @@ fn call_args(text: &str) -> Option<Vec<&str>> {
                 if !last.is_empty() || !args.is_empty() {
                     args.push(last);
                 }
-                return Some(args);
+                return Some((args, i));
             }
             ')' | ']' => depth = depth.saturating_sub(1),
             ',' if depth == 0 => {
@@ -210,50 +355,70 @@ fn call_args(text: &str) -> Option<Vec<&str>> {
     None
 }
 
-/// PyTorch's `x.NAME(args)` as a tessel call: reductions take their dim as `axis:`, dtype
-/// methods are casts, `name=value` is `name: value` with PyTorch's names mapped
-/// (`dim` is `axis`, `keepdim` is `keep`).
-fn method_as_call(recv: &str, name: &str, args: Option<Vec<&str>>) -> String {
-    let cast = match name {
-        "float" => Some("f32"),
-        "half" => Some("f16"),
-        "bfloat16" => Some("bf16"),
-        "int" => Some("i32"),
-        "bool" => Some("bool"),
-        _ => None,
-    };
-    if let Some(dt) = cast {
-        return format!("{dt}({recv})");
+/// Longest comment text [`reads_as_operand`] looks at: the floor divisions it catches are
+/// short, and the check parses the text.
+const MAX_OPERAND_COMMENT: usize = 200;
+
+/// A `// line` comment, just matched: skipped, unless it follows an operand on its line
+/// and its text reads as an operand (`x // 2.0`, `n // k`, `a // (b + c)`), which is
+/// Python's floor division and would make tessel drop the rest of the line silently
+/// ([`LexErrorKind::FloorDivision`]). Comments on their own line, after `;`, `,`, `{` or
+/// an operator, and prose or shapes after an operand (`// cast, then weight`, `// [T, D]`)
+/// stay comments.
+fn line_comment<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<(), LexErrorKind> {
+    let start = lex.span().start;
+    let source = lex.source();
+    let line = source[..start].rfind('\n').map_or(0, |i| i + 1);
+    let before = source[line..start].trim_end();
+    let after_operand =
+        before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == ')' || c == ']');
+    if after_operand && reads_as_operand(&lex.slice()[2..]) {
+        Err(LexErrorKind::FloorDivision)
+    } else {
+        Ok(())
     }
-    let Some(args) = args else {
-        return format!("{name}({recv}, ...)");
-    };
-    let reduction = matches!(name, "sum" | "mean" | "max" | "min" | "softmax");
-    let mut out = vec![recv.to_string()];
-    for (i, a) in args.iter().enumerate() {
-        let named = a
-            .split_once('=')
-            .filter(|(k, v)| !v.starts_with('=') && !k.ends_with(['!', '<', '>', '=']));
-        out.push(match named {
-            Some((k, v)) => {
-                let (k, v) = (k.trim(), v.trim());
-                let k = match k {
-                    "dim" => "axis",
-                    "keepdim" => "keep",
-                    other => other,
-                };
-                let v = match v {
-                    "True" => "true",
-                    "False" => "false",
-                    other => other,
-                };
-                format!("{k}: {v}")
+}
+
+/// Whether a line comment's `text` starts with an expression a floor division could take
+/// as its right operand: a number, a name, a parenthesised or negated expression, ending
+/// at the end of the text or at `;`, `,` or a closing bracket. Prose (`Hugging Face
+/// order`), lists (`[T, D]`, a shape) and text with a `:` or `=` are not operands.
+pub(crate) fn reads_as_operand(text: &str) -> bool {
+    comment_operand(text).is_some()
+}
+
+/// The operand a line comment's `text` starts with, per [`reads_as_operand`].
+fn comment_operand(text: &str) -> Option<&str> {
+    let text = text.trim();
+    if text.len() > MAX_OPERAND_COMMENT
+        || text.contains("//")
+        || !text
+            .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '(' || c == '-')
+    {
+        return None;
+    }
+    // The operand ends where an enclosing expression would go on: the first `;` or `,` or
+    // closing bracket outside brackets.
+    let mut depth = 0usize;
+    let mut end = text.len();
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' | '}' if depth == 0 => {
+                end = i;
+                break;
             }
-            None if reduction && i == 0 => format!("axis: {a}"),
-            None => a.to_string(),
-        });
+            ')' | ']' => depth -= 1,
+            ';' | ',' if depth == 0 => {
+                end = i;
+                break;
+            }
+            _ => {}
+        }
     }
-    format!("{name}({})", out.join(", "))
+    let operand = text[..end].trim();
+    (!operand.is_empty() && crate::parse(&format!("const OPERAND = {operand};")).is_ok())
+        .then_some(operand)
 }
 
 /// Scans past a (nesting) block comment whose `/*` was just matched.
@@ -344,7 +509,7 @@ fn float<'src>(lex: &mut Lexer<'src, Token<'src>>) -> Result<f64, LexErrorKind> 
 #[derive(Logos, Clone, Copy, Debug, PartialEq)]
 #[logos(error(LexErrorKind, LexErrorKind::from_lexer))]
 #[logos(skip r"[ \t\r\n\f]+")]
-#[logos(skip("//[^\n]*", allow_greedy = true))]
+#[logos(skip("//[^\n]*", callback = line_comment, allow_greedy = true))]
 #[logos(skip("/\\*", callback = block_comment))]
 // Anything that starts with a digit and continues like a number or a word, but is
 // not an integer or float literal (those win on equal length by priority).
@@ -570,6 +735,24 @@ impl fmt::Display for Token<'_> {
     }
 }
 
+/// The diagnostics of `errors` (from one [`lex`] of `source`), in order. A `.` inside a
+/// dotted name already reported whole (`torch.nn.functional.softmax`: one report for the
+/// path, not one per `.`) is left out.
+pub fn diagnostics(errors: &[LexError], source: &str) -> Vec<Diagnostic> {
+    let mut out: Vec<Diagnostic> = Vec::new();
+    for e in errors {
+        let covered = e.kind == LexErrorKind::UnknownChar(Some('.'))
+            && out.last().is_some_and(|d| {
+                let p = d.primary_span();
+                p.start <= e.span.start && e.span.end <= p.end
+            });
+        if !covered {
+            out.push(e.to_diagnostic(source));
+        }
+    }
+    out
+}
+
 /// A token with its byte span, as lalrpop consumes it.
 pub type SpannedToken<'src> = (usize, Token<'src>, usize);
 
@@ -678,7 +861,7 @@ mod tests {
     #[test]
     fn comments() {
         assert_eq!(
-            kinds("a /* b /* c */ d */ e // f\ng"),
+            kinds("a /* b /* c */ d */ e // f g\ng"),
             vec![Token::Ident("a"), Token::Ident("e"), Token::Ident("g")]
         );
         let (_, errs) = lex("a /* b /* c */");
@@ -701,8 +884,9 @@ mod tests {
     fn pytorch_methods_become_calls() {
         let hint = |src: &str| {
             let (_, errs) = lex(src);
-            assert_eq!(errs.len(), 1, "{src}: {errs:?}");
-            errs[0].to_diagnostic(src).help.unwrap_or_default()
+            let ds = diagnostics(&errs, src);
+            assert_eq!(ds.len(), 1, "{src}: {ds:?}");
+            ds[0].help.clone().unwrap_or_default()
         };
         assert!(hint("x.sum(-1)").contains("`sum(x, axis: -1)`"));
         assert!(hint("x.mean(dim=0, keepdim=True)").contains("`mean(x, axis: 0, keep: true)`"));
@@ -712,6 +896,114 @@ mod tests {
         // Not after an expression, or not before a name: the plain message.
         assert!(hint("a + .5").contains("digits on both sides"));
         assert!(hint("x. 5").contains("digits on both sides"));
+    }
+
+    /// The issue's cases: module functions are functions of their first argument, and every
+    /// method gets the spelling tessel has (or none), never a function that does not exist.
+    #[test]
+    fn pytorch_calls_get_the_tessel_spelling() {
+        let report = |src: &str| {
+            let (_, errs) = lex(src);
+            let ds = diagnostics(&errs, src);
+            assert_eq!(ds.len(), 1, "{src}: {ds:?}");
+            ds.into_iter().next().unwrap()
+        };
+        let help = |src: &str| report(src).help.unwrap_or_default();
+        assert_eq!(help("torch.matmul(x, w)"), "write `x @ w`");
+        assert_eq!(help("F.softmax(x, dim=-1)"), "write `softmax(x, axis: -1)`");
+        assert_eq!(
+            help("torch.nn.functional.softmax(s, dim=-1)"),
+            "write `softmax(s, axis: -1)`"
+        );
+        assert_eq!(help("nn.functional.silu(h)"), "write `silu(h)`");
+        assert_eq!(help("np.exp(a)"), "write `exp(a)`");
+        assert_eq!(help("x.view(4, 4)"), "write `reshape(x, [4, 4])`");
+        assert_eq!(help("x.view((4, 4))"), "write `reshape(x, [4, 4])`");
+        assert_eq!(help("x.unsqueeze(1)"), "write `x[:, None]`");
+        assert_eq!(help("x.unsqueeze(-1)"), "write `x[..., None]`");
+        assert_eq!(help("x.t()"), "write `x^T`");
+        assert_eq!(help("s.masked_fill(m, -inf)"), "write `where(m, -inf, s)`");
+        assert_eq!(help("x.clamp(-1.0, 1.0)"), "write `min(max(x, -1.0), 1.0)`");
+        assert_eq!(help("x.clamp(min=0.0)"), "write `max(x, 0.0)`");
+        assert_eq!(help("x.to(torch.bfloat16)"), "write `bf16(x)`");
+        assert_eq!(help("x.to(dtype=torch.float32)"), "write `f32(x)`");
+        assert_eq!(
+            help("torch.cat([a, b], dim=-1)"),
+            "write `concat(a, b, axis: -1)`"
+        );
+        let d = report("torch.matmul(x, w)");
+        assert_eq!(
+            d.message,
+            "tessel has no modules: `torch.matmul` is PyTorch's"
+        );
+        assert_eq!(d.primary_span(), Span::new(0, 18));
+        // A name with no row: the rule, no made-up function.
+        let d = report("x.frobnicate(2)");
+        assert_eq!(d.help, None);
+        assert!(
+            d.notes[0].contains("tessel has no `frobnicate`"),
+            "{:?}",
+            d.notes
+        );
+        let d = report("torch.frobnicate(x)");
+        assert_eq!(d.help, None);
+        assert!(report("torch.bfloat16").help.unwrap().contains("`bf16`"));
+        // A reduction of everything has no one-call spelling: the row's example instead.
+        let d = report("x.sum()");
+        assert_eq!(d.help, None);
+        assert!(d.notes[0].contains("`sum(x, axis: -1)`"), "{:?}", d.notes);
+    }
+
+    /// Every row's example becomes the row's spelling through the lexer's diagnostic, so
+    /// the table (printed in docs/language.md) says what users see.
+    #[test]
+    fn every_hint_row_renders_its_example() {
+        for row in porting::HINTS {
+            let (_, errs) = lex(row.example);
+            let ds = diagnostics(&errs, row.example);
+            assert_eq!(ds.len(), 1, "{}: {ds:?}", row.example);
+            assert_eq!(
+                ds[0].help.as_deref(),
+                Some(format!("write `{}`", row.tessel).as_str()),
+                "{}",
+                row.example
+            );
+        }
+    }
+
+    #[test]
+    fn floor_division_is_an_error() {
+        let kinds = |src: &str| {
+            let (_, errs) = lex(src);
+            errs.into_iter().map(|e| e.kind).collect::<Vec<_>>()
+        };
+        for src in [
+            "let y = x // 2.0\n * 3.0;",
+            "let q = n // k;",
+            "let q = a[0] // (b + c)",
+            "f(x // 2, y)",
+            "let z = x // -1",
+        ] {
+            assert_eq!(kinds(src), vec![LexErrorKind::FloorDivision], "{src}");
+        }
+        for src in [
+            "w * bf16(xf * rsqrt(var + EPS))   // Hugging Face order: cast, then weight",
+            "x: bf16[T], // the input",
+            "// 2.0 on its own line\nx",
+            "let y = x; // 2.0",
+            "let q = x @ w^T  // [T, 5120]",
+            "x + // 2\n y",
+            "x // note: not a division",
+            "x // + bias",
+            "x // a // b",
+        ] {
+            assert_eq!(kinds(src), vec![], "{src}");
+        }
+        let src = "let y = x // 2.0\n";
+        let (_, errs) = lex(src);
+        let d = errs[0].to_diagnostic(src);
+        assert_eq!(d.code, codes::FLOOR_DIVISION_COMMENT);
+        assert!(d.help.unwrap().contains("floor_divide(a, b)"));
     }
 
     #[test]

@@ -12,6 +12,9 @@
 //! - [`load`]: a file and the files it imports (`import "lib.tsl";`), read and
 //!   parsed into one [`source_map::SourceMap`] and one [`ast::Module`].
 //!
+//! - [`porting`]: the PyTorch spellings tessel answers with its own (`x.view(4, 4)` is
+//!   `reshape(x, [4, 4])`), for the diagnostics.
+//!
 //! Entry points: [`load()`] for a program on disk, [`parse`] for one text.
 //! Nothing here type-checks or resolves names; builtins are plain identifiers.
 //! The language is described in `docs/language.md`.
@@ -21,6 +24,7 @@ pub mod diagnostic;
 pub mod lexer;
 pub mod load;
 mod parser;
+pub mod porting;
 pub mod printer;
 pub mod source_map;
 pub mod span;

@@ -255,9 +255,9 @@ pub fn parse_items(
 ) -> Result<Vec<Item>, Vec<Diagnostic>> {
     let (tokens, lex_errors) = lex(source);
     if !lex_errors.is_empty() {
-        return Err(lex_errors
-            .iter()
-            .map(|e| e.to_diagnostic(source).shifted(base))
+        return Err(crate::lexer::diagnostics(&lex_errors, source)
+            .into_iter()
+            .map(|d| d.shifted(base))
             .collect());
     }
     let mut builder = Builder {

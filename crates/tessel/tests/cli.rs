@@ -1216,3 +1216,66 @@ fn run_writes_an_inout_cache_updated_in_place() {
     assert!(o.status.success(), "{}", text(&o));
     check("past.safetensors", &[(0, 15)]);
 }
+
+/// An error is reported as the step's it is in, and `--step a` checks only step `a` and
+/// the fns it calls: a broken step `b` (or a fn no built step calls) does not stop it, as
+/// PyTorch raises a NameError only when the function runs and `cargo build --bin a`
+/// leaves `b` alone. Without `--step`, every step is built and `b`'s error is `b`'s.
+#[test]
+fn an_error_belongs_to_its_step_and_step_selects_what_is_checked() {
+    let d = scratch("step_errors");
+    write(
+        &d,
+        "two.tsl",
+        "fn twice(x: f32[4]) -> f32[4] { x + x }\n\
+         fn unused(x: f32[4]) -> f32[4] { nothing(x) }\n\
+         step a(x: f32[4]) -> f32[4] { twice(exp(x)) }\n\
+         step b(x: f32[4]) -> f32[4] { foo(x) }\n",
+    );
+    let o = tessel(&d, &["build", "two.tsl", "--step", "a", "-o", "out_a"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = tessel(&d, &["build", "two.tsl", "--step", "b", "-o", "out_b"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("unknown function `foo`"), "{t}");
+    assert!(t.contains("1 error in step `b`"), "{t}");
+    assert!(!t.contains("nothing"), "{t}");
+    let o = tessel(&d, &["build", "two.tsl", "-o", "out_all"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("1 error in step `b`"), "{t}");
+    assert!(!t.contains("in step `a`"), "{t}");
+    // An error in a fn a step calls is that step's.
+    write(
+        &d,
+        "called.tsl",
+        "fn helper(x: f32[4]) -> f32[4] { bar(x) }\n\
+         step a(x: f32[4]) -> f32[4] { helper(x) }\n\
+         step b(x: f32[4]) -> f32[4] { exp(x) }\n",
+    );
+    let o = tessel(&d, &["build", "called.tsl", "--step", "b", "-o", "out_c"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = tessel(&d, &["build", "called.tsl", "--step", "a", "-o", "out_d"]);
+    let t = text(&o);
+    assert!(
+        t.contains("unknown function `bar`") && t.contains("1 error in step `a`"),
+        "{t}"
+    );
+}
+
+/// A Python floor division is an error naming the spelling, not a comment that silently
+/// drops the rest of the line.
+#[test]
+fn floor_division_is_not_a_silent_comment() {
+    let d = scratch("floor_division");
+    write(
+        &d,
+        "fd.tsl",
+        "step s(x: f32[4]) -> f32[4] {\n    let y = x // 2.0\n        * 3.0;\n    y\n}\n",
+    );
+    let o = tessel(&d, &["build", "fd.tsl", "-o", "out"]);
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("E0006"), "{t}");
+    assert!(t.contains("floor_divide(a, b)"), "{t}");
+}

@@ -250,6 +250,29 @@ impl Checker<'_> {
                     "`{name}(a, b)` is elementwise; `{name}(x, axis: k)` reduces"
                 ));
             }
+            // PyTorch passes `dim` (and `keepdim`) by position: `softmax(x, -1)`.
+            let takes_axis = allowed.iter().any(|(a, _)| *a == "axis");
+            let axis_given = named.iter().any(|(n, _)| n.name.node == "axis");
+            if let (Some(m @ 1), true, false) = (max, takes_axis, axis_given) {
+                if n > m {
+                    let mut spelled: Vec<String> = vec!["x".into()];
+                    let names = ["axis", "keep"]
+                        .into_iter()
+                        .filter(|k| allowed.iter().any(|(a, _)| a == k));
+                    for (k, (v, _)) in names.zip(&pos[m..]) {
+                        let v = match v {
+                            Val::Weak(Lit::Int(i)) => i.to_string(),
+                            Val::Weak(Lit::Bool(b)) => b.to_string(),
+                            _ => "...".into(),
+                        };
+                        spelled.push(format!("{k}: {v}"));
+                    }
+                    d = d.with_help(format!(
+                        "the axis is a named argument: `{name}({})` (PyTorch's positional `dim`)",
+                        spelled.join(", ")
+                    ));
+                }
+            }
             return Err(self.error(d));
         }
         let mut ok = true;

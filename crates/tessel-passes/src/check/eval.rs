@@ -273,6 +273,9 @@ impl<'m> Checker<'m> {
             ));
         }
         let desc = format!("`{}`", op.symbol());
+        if let Some(v) = self.scalar_arith(ir, &desc, span, &a, &b)? {
+            return Ok(Val::T(v));
+        }
         Ok(Val::T(self.elementwise(ir, &desc, span, a, b)?))
     }
 

@@ -7,7 +7,7 @@ use tessel_ir::{DType, TensorType, Value};
 use tessel_syntax::{Diagnostic, Span};
 
 use super::eval::{fmt_shape, Arg};
-use super::lit::Lit;
+use super::lit::{round_to, Lit};
 use super::{codes, dtype_rank, Checker, Val, R};
 
 impl<'m> Checker<'m> {
@@ -273,6 +273,102 @@ impl<'m> Checker<'m> {
             TensorType::new(rdt, shape),
             span,
         )
+    }
+
+    /// `a op b` for `+ - * /` where one operand is a weak number (a literal or `const`) and
+    /// the other a float tensor, computed as PyTorch computes a Python number with a CUDA
+    /// tensor; `None` where that gives the same bits as [`Self::elementwise`] (the number is
+    /// exact in the tensor's dtype, and a divisor is a power of two, zero, infinite or NaN),
+    /// so those programs keep their graph.
+    ///
+    /// PyTorch reads the Python number as the op's f32 "opmath" value, not the tensor's
+    /// dtype, and rounds the f32 result once: `ufunc_add_CUDA` (torchgen/dest/ufunc.py:
+    /// `iter.scalar_value<opmath_t>`, `sub` is `add` with `alpha = -1`) and `mul_kernel_cuda`
+    /// (aten/src/ATen/native/cuda/BinaryMulKernel.cu, `opmath_symmetric_gpu_kernel_with_scalars`,
+    /// which reads `iter.original_scalar_value<opmath_t>`); a CPU scalar is never cast to
+    /// the common dtype on CUDA (TensorIterator.cpp casts inputs only when the common device
+    /// is the CPU). So `x * 0.01` on bf16 is `bf16(f32(x) * f32(0.01))`, not a product with
+    /// `bf16(0.01) = 0.010009765625`. A scalar divisor is a product with its f32 reciprocal
+    /// (`div_true_kernel_cuda`, BinaryDivTrueKernel.cu: `inv_b = opmath_t(1.0) /
+    /// iter.scalar_value<opmath_t>(2)`, then `MulFunctor<opmath_t>`), in every float dtype;
+    /// a scalar dividend is `reciprocal(x) * c` (torch/_tensor.py `__rdiv__`), the reciprocal
+    /// rounded to the tensor's dtype. Comparisons, `min`/`max` and `where` keep the number in
+    /// the tensor's dtype, as PyTorch does (`compare_kernel_impl` in CompareKernels.cu reads
+    /// `iter.scalar_value<scalar_t>`; `clamp_scalar_kernel_impl` in TensorCompare.cu takes
+    /// `min.to<scalar_t>()`; `where` casts its scalar to the result dtype).
+    pub(crate) fn scalar_arith(
+        &mut self,
+        op: IrBinary,
+        what: &str,
+        span: Span,
+        a: &Arg,
+        b: &Arg,
+    ) -> R<Option<Value>> {
+        let (weak, wspan, tensor, tspan, weak_first) = match (&a.0, &b.0) {
+            (Val::Weak(l), Val::T(t)) => (*l, a.1, *t, b.1, true),
+            (Val::T(t), Val::Weak(l)) => (*l, b.1, *t, a.1, false),
+            _ => return Ok(None),
+        };
+        let dt = self.join(&[&a.0, &b.0]);
+        if !dt.is_float() || matches!(weak, Lit::Bool(_)) {
+            return Ok(None);
+        }
+        let c = weak.as_f64();
+        let c32 = round_to(c, DType::F32);
+        if c.is_finite() && c32.is_infinite() {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::LITERAL_RANGE,
+                    format!("{} does not fit f32", weak.describe()),
+                )
+                .with_label(wspan, format!("an f32 value beside this {dt} tensor"))
+                .with_note(format!(
+                    "{c:?} rounds to infinity in f32; a number in `+ - * /` is PyTorch's f32 \
+                     \"opmath\" value, whatever the tensor's dtype"
+                )),
+            ));
+        }
+        let same_in_dtype = round_to(c, dt) == c32;
+        // `x / c` is `x * (1 / c)`: the same bits when the reciprocal is exact, or the
+        // divisor is zero, infinite or NaN (either way: ±inf, ±0 or NaN).
+        let inv = f64::from(1.0f32 / c32 as f32);
+        let exact_reciprocal = inv * c32 == 1.0 || c32 == 0.0 || !c32.is_finite();
+        let plain_division = same_in_dtype && exact_reciprocal;
+        let f32_op = |me: &mut Self, x: Val, xspan: Span, op: IrBinary, k: f64| -> R<Value> {
+            let x = me.tensor(x, xspan)?;
+            let x = me.cast(x, DType::F32, xspan)?;
+            let k = (Val::Weak(Lit::Float(k)), wspan);
+            let x = (Val::T(x), xspan);
+            let (l, r) = if weak_first { (k, x) } else { (x, k) };
+            let y = me.elementwise(op, what, span, l, r)?;
+            me.cast(y, dt, span)
+        };
+        match op {
+            IrBinary::Add | IrBinary::Sub | IrBinary::Mul if !same_in_dtype => {
+                Ok(Some(f32_op(self, Val::T(tensor), tspan, op, c32)?))
+            }
+            IrBinary::Div if !(weak_first || plain_division) => Ok(Some(f32_op(
+                self,
+                Val::T(tensor),
+                tspan,
+                IrBinary::Mul,
+                inv,
+            )?)),
+            IrBinary::Div if weak_first && c32 != 1.0 => {
+                // `c / x`: the reciprocal in the tensor's dtype, then `r * c` as above.
+                let one = (Val::Weak(Lit::Float(1.0)), wspan);
+                let r =
+                    self.elementwise(IrBinary::Div, what, span, one, (Val::T(tensor), tspan))?;
+                let r = self.cast(r, dt, span)?;
+                let r = (Val::T(r), span);
+                let k = (Val::Weak(weak), wspan);
+                match self.scalar_arith(IrBinary::Mul, what, span, &r, &k)? {
+                    Some(v) => Ok(Some(v)),
+                    None => Ok(Some(self.elementwise(IrBinary::Mul, what, span, r, k)?)),
+                }
+            }
+            _ => Ok(None),
+        }
     }
 
     /// `a @ b`: `[.., M, K] @ [.., K, N] -> [.., M, N]` over the last two axes, leading dims

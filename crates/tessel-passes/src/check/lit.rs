@@ -49,7 +49,8 @@ impl Lit {
         }
     }
 
-    fn as_f64(self) -> f64 {
+    /// The value as a number (a bool is 0 or 1).
+    pub(crate) fn as_f64(self) -> f64 {
         match self {
             Lit::Bool(b) => f64::from(u8::from(b)),
             Lit::Int(i) => i as f64,

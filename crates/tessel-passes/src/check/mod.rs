@@ -30,8 +30,8 @@
 //!
 //! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
 //! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, is retired). Name errors
-//! are collected over the whole module first (every `fn`, `step` and `const`, used or not);
-//! if there are none, the step is checked, collecting independent errors and stopping at the
+//! are collected first, over the module's items and consts and over the step and the `fn`s
+//! it calls (another step's errors are its own, reported when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
 //! first error of each chain (a value whose operand failed is not diagnosed again). The pass
 //! never panics on any AST, and its work is bounded: [`MAX_CALL_DEPTH`] nested calls,
 //! [`MAX_EXPANSION`] graph nodes and inlined calls per step.
@@ -223,6 +223,12 @@ pub(crate) const BUILTINS: &[&str] = &[
 /// mask reads `where(m, s, -inf)` and the infinity takes the dtype of `s`.
 pub(crate) const CONSTANTS: &[(&str, f64)] = &[("inf", f64::INFINITY)];
 
+/// The builtin function names (the casts `bf16 f16 f32 i32 bool` are dtype keywords, not
+/// among them), for the front end's porting hints and their test.
+pub fn builtin_names() -> &'static [&'static str] {
+    BUILTINS
+}
+
 /// The step names of `m`, in source order.
 pub fn steps(m: &ast::Module) -> Vec<String> {
     m.funcs()
@@ -238,7 +244,7 @@ pub fn run(
     step: &str,
     dims: &BTreeMap<String, u64>,
 ) -> Result<Graph, Vec<Diagnostic>> {
-    let diags = names::check_module(m);
+    let diags = names::check_module(m, Some(step));
     if !diags.is_empty() {
         return Err(diags);
     }

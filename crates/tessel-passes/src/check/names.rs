@@ -1,6 +1,10 @@
-//! The module-wide name pass: duplicate items and parameters, `fn`s that shadow builtins,
-//! unknown names and functions, calls to steps, and consts that name later consts. It runs
-//! over every item, used or not, before any step is built.
+//! The name pass: duplicate items and parameters, `fn`s that shadow builtins, unknown names
+//! and functions, calls to steps, and consts that name later consts. It runs before a step
+//! is built, over every item of the module (duplicates, shadowed builtins), every `const`
+//! (module-level code, as Python runs it on import), and the bodies of the step being built
+//! and the `fn`s it calls, directly or not: an error in another step or in a `fn` no
+//! checked step calls is that step's, reported when it is built (as PyTorch raises a
+//! `NameError` only when the function runs, and `cargo build --bin a` leaves `b` alone).
 
 use std::collections::{HashMap, HashSet};
 
@@ -11,8 +15,9 @@ use tessel_syntax::{Diagnostic, Span};
 
 use super::{codes, BUILTINS, CONSTANTS};
 
-/// Every name error of `m`.
-pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
+/// Every name error of `m` that building step `step` meets (every body's when `step` is
+/// `None` or names no step).
+pub(super) fn check_module(m: &Module, step: Option<&str>) -> Vec<Diagnostic> {
     let mut diags = Vec::new();
     let mut items: HashMap<&str, Span> = HashMap::new();
     for item in &m.items {
@@ -81,10 +86,53 @@ pub(super) fn check_module(m: &Module) -> Vec<Diagnostic> {
     }
 
     let consts: Vec<&str> = all_consts.iter().copied().collect();
+    let used = step.and_then(|s| reachable(m, &fns, s));
     for f in m.funcs() {
-        check_func(m, f, &fns, &consts, &mut diags);
+        if used
+            .as_ref()
+            .is_none_or(|u| u.contains(f.name.node.as_str()))
+        {
+            check_func(m, f, &fns, &consts, &mut diags);
+        }
     }
     diags
+}
+
+/// The names of step `step` and of every `fn` it calls, directly or through other fns;
+/// `None` when `m` has no step of that name.
+fn reachable<'m>(
+    m: &'m Module,
+    fns: &HashMap<&str, &'m Func>,
+    step: &str,
+) -> Option<HashSet<&'m str>> {
+    let root = m
+        .funcs()
+        .find(|f| f.kind == FuncKind::Step && f.name.node == step)?;
+    let mut seen: HashSet<&str> = HashSet::from([root.name.node.as_str()]);
+    let mut todo = vec![root];
+    while let Some(f) = todo.pop() {
+        let mut stack: Vec<ExprId> = f
+            .body
+            .stmts
+            .iter()
+            .map(|Stmt::Let { value, .. }| *value)
+            .collect();
+        stack.push(f.body.tail);
+        while let Some(id) = stack.pop() {
+            let e = m.expr(id);
+            if let Expr::Call(c) = e {
+                if let Callee::Name(n) = &c.callee {
+                    if let Some(g) = fns.get(n.node.as_str()) {
+                        if seen.insert(g.name.node.as_str()) {
+                            todo.push(g);
+                        }
+                    }
+                }
+            }
+            stack.extend(children(e));
+        }
+    }
+    Some(seen)
 }
 
 fn check_func(
