@@ -219,7 +219,7 @@ impl Skips {
         self.needs_dims + self.too_slow + self.too_large
     }
 
-    /// "11 need --dim, 2 too slow for the CPU references".
+    /// "11 need --dim, 2 too many multiply-adds for the CPU references".
     fn why(&self) -> String {
         let mut why = Vec::new();
         if self.needs_dims > 0 {
