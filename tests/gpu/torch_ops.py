@@ -96,6 +96,11 @@ def cases(torch):
         ("scale_bf16", X, lambda t: {"out": t["x"] * 0.01}, 0),
         ("leaky_relu_bf16", X, lambda t: {"out": F.leaky_relu(t["x"], 0.01)}, 0),
         ("add_literal_bf16", X, lambda t: {"out": t["x"] + 0.1}, 0),
+        # f32 division by a number: torch multiplies by its f32 reciprocal; `c / x` is
+        # reciprocal(x) * c.
+        ("div_literal_f32", XF, lambda t: {"out": t["x"] / 3.0}, 0),
+        ("rdiv_literal_f32", XF, lambda t: {"out": 3.0 / t["x"]}, 0),
+        ("div_literal_bf16", X, lambda t: {"out": t["x"] / 3.0}, 0),
         # Batched activations against a 2-D weight (one GEMM over B·T rows).
         ("linear_batched", {"x": (bf, [3, 5, 64], "positive"), "w": (bf, [96, 64], "positive")},
          lambda t: {"out": t["x"] @ t["w"].T}, 4),

@@ -36,6 +36,21 @@ pub enum UnaryOp {
     Sigmoid,
     /// `x · sigmoid(x)`.
     Silu,
+    /// The error function (`torch.erf`), float dtypes.
+    Erf,
+    /// `torch.nn.functional.gelu`, erf form: `x·0.5·(1 + erf(x·√½))`, computed in f32 in
+    /// that order (PyTorch's `ActivationGeluKernel.cu`) and rounded once to the dtype.
+    Gelu,
+    /// `gelu(x, approximate='tanh')`: `0.5·x·(1 + tanh(β·(x + κ·(x·x)·x)))`, β = √2·(2/√π)·½
+    /// and κ = 0.044715 as f32, every product and sum rounded in f32, then once to the dtype.
+    GeluTanh,
+    /// Round to an integral value toward -inf, +inf, nearest (ties to even, `torch.round`)
+    /// and zero: exact (IEEE 754 roundToIntegral; ±0, ±inf and NaN are themselves). On
+    /// `i32` each is the identity, as torch returns a copy for integer tensors.
+    Floor,
+    Ceil,
+    Round,
+    Trunc,
 }
 
 /// Elementwise ops of two operands of the same dtype and shape. Comparisons give `bool`.
@@ -45,7 +60,9 @@ pub enum BinaryOp {
     Sub,
     Mul,
     Div,
-    /// Remainder with the sign of the dividend (C `fmod` / truncating `%` on i32).
+    /// Remainder with the sign of the dividend, `a - trunc(a/b)·b` (`torch.fmod`; C `fmod`
+    /// on floats, exact; truncating `%` on i32, with `x rem 0 = x`). The language's `%` is
+    /// `torch.remainder`, which `check` builds from this op.
     Rem,
     Min,
     Max,

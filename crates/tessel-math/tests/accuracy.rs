@@ -420,3 +420,111 @@ fn silu_accuracy() {
     assert_eq!(s(f32::MAX), f32::MAX);
     assert_eq!(s(-f32::MAX).to_bits(), (-0.0f32).to_bits());
 }
+
+/// erf over 10M+ samples (uniform on [-5, 5], log-uniform tiny to large, random bit
+/// patterns), plus every f32 within 4096 ulp of the branch point 1 and of the tail's end
+/// 3.92, and the tail where erf rounds to ±1. libm's f64 erf is the reference.
+#[test]
+fn erf_accuracy() {
+    let erf = |x: f32| tm::erf(&mut Native, x);
+    unary("erf", 12, erf, libm::erf, -5.0, 5.0, 1.0);
+    let mut w = Worst::new("erf near 1, 3.92, tails");
+    let mut run = |x: f32| w.add(&[x], erf(x), libm::erf(x as f64));
+    for c in [1.0f32, 3.92, 3.919_206] {
+        for d in -4096i32..=4096 {
+            let x = f32::from_bits((c.to_bits() as i32 + d) as u32);
+            run(x);
+            run(-x);
+        }
+    }
+    let mut rng = Rng(13);
+    for _ in 0..1_000_000 {
+        run({
+            let v = rng.uniform(2.5, 10.0);
+            rng.sign(v)
+        });
+    }
+    for _ in 0..1_000_000 {
+        run({
+            let v = rng.log_uniform(-149.0, -20.0);
+            rng.sign(v)
+        });
+    }
+    w.check(1.0);
+    assert_eq!(erf(0.0).to_bits(), 0);
+    assert_eq!(erf(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(erf(f32::INFINITY), 1.0);
+    assert_eq!(erf(f32::NEG_INFINITY), -1.0);
+    assert_eq!(erf(3.92), 1.0);
+    assert!(erf(f32::NAN).is_nan());
+    let d = f32::from_bits(1);
+    // erf(x) ≈ 1.128·x: the smallest denormal gives itself (1.128·2^-149 rounds to 2^-149).
+    assert_eq!(erf(d), d);
+    // Odd, bit for bit.
+    let mut rng = Rng(14);
+    for _ in 0..100_000 {
+        let x = rng.any_bits();
+        assert_eq!(erf(-x).to_bits(), (-erf(x)).to_bits(), "{x:e}");
+    }
+}
+
+/// fmod is exact: the bits of Rust's `%` (C's `fmodf`) on random pairs of bit patterns,
+/// pairs of every exponent gap (up to f32::MAX against the smallest denormal, 276
+/// binades), zeros, infinities and NaNs.
+#[test]
+fn fmod_is_exact() {
+    let fmod = |a: f32, b: f32| tm::fmod(&mut Native, a, b);
+    let check = |a: f32, b: f32| {
+        let (got, want) = (fmod(a, b), a % b);
+        assert!(
+            got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+            "fmod({a:e}, {b:e}) = {got:e} ({:#010x}), want {want:e} ({:#010x})",
+            got.to_bits(),
+            want.to_bits()
+        );
+    };
+    let mut rng = Rng(15);
+    for _ in 0..3_000_000 {
+        check(rng.any_bits(), rng.any_bits());
+    }
+    for _ in 0..1_000_000 {
+        // Every exponent gap: a random significand in every binade pair.
+        let a = {
+            let v = rng.log_uniform(-149.0, 128.0);
+            rng.sign(v)
+        };
+        let b = {
+            let v = rng.log_uniform(-149.0, 128.0);
+            rng.sign(v)
+        };
+        check(a, b);
+        check(b, a);
+    }
+    for _ in 0..1_000_000 {
+        // Small quotients (the common case) and near-integer ones.
+        let b = {
+            let v = rng.log_uniform(-10.0, 10.0);
+            rng.sign(v)
+        };
+        let q = (rng.next_u32() % 1000) as f32 - 500.0;
+        let a = q * b;
+        check(a, b);
+        check(f32::from_bits(a.to_bits().wrapping_add(1)), b);
+        check(f32::from_bits(a.to_bits().wrapping_sub(1)), b);
+        check(rng.uniform(-100.0, 100.0), b);
+    }
+    let edges = edge_values();
+    for &a in &edges {
+        for &b in &edges {
+            check(a, b);
+        }
+    }
+    check(f32::MAX, f32::from_bits(1));
+    check(f32::MAX, f32::from_bits(3));
+    check(-f32::MAX, f32::from_bits(0x007f_ffff));
+    check(f32::from_bits(0x7f7f_fffe), 3.0);
+    assert_eq!(fmod(-0.0, 1.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(fmod(-4.0, 2.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(fmod(5.5, f32::INFINITY), 5.5);
+    assert!(fmod(1.0, 0.0).is_nan() && fmod(f32::INFINITY, 1.0).is_nan());
+}

@@ -143,3 +143,13 @@ fn exhaustive_others() {
         0.51,
     );
 }
+
+#[test]
+#[ignore]
+fn exhaustive_erf() {
+    report(
+        "erf",
+        sweep(0, ALL, |x| tm::erf(&mut Native, x), libm::erf),
+        1.0,
+    );
+}

@@ -335,6 +335,13 @@ fn recorded_programs_match_native() {
         |x| tm::silu(&mut Native, x[0]),
         &s,
     );
+    check(
+        "erf",
+        1,
+        |o, a| tm::erf(o, a[0]),
+        |x| tm::erf(&mut Native, x[0]),
+        &s,
+    );
     let pairs: Vec<Vec<f32>> = s
         .iter()
         .flat_map(|x| [0.5f32, -3.0, 0.015625, 2.0, f32::INFINITY].map(|y| vec![x[0], y]))
@@ -345,6 +352,13 @@ fn recorded_programs_match_native() {
         2,
         |o, a| tm::pow(o, a[0], a[1]),
         |x| tm::pow(&mut Native, x[0], x[1]),
+        &pairs,
+    );
+    check(
+        "fmod",
+        2,
+        |o, a| tm::fmod(o, a[0], a[1]),
+        |x| tm::fmod(&mut Native, x[0], x[1]),
         &pairs,
     );
 }

@@ -118,6 +118,20 @@ pub(crate) fn sigmoid(x: f64) -> f64 {
     }
 }
 
+/// GELU, erf form, exact: `x/2·(1 + erf(x/√2))` (`torch.nn.functional.gelu`); NaN at -inf,
+/// as the kernel's `x·0.5·(1 + erf(..))` gives (-inf·0) and PyTorch returns.
+pub(crate) fn gelu(x: f64) -> f64 {
+    x * 0.5 * (1.0 + libm::erf(x * std::f64::consts::FRAC_1_SQRT_2))
+}
+
+/// GELU, tanh form, exact in its constants as the kernel rounds them to f32 (β =
+/// √2·(2/√π)·½ and κ = 0.044715 are f32 constants in the formula torch evaluates).
+pub(crate) fn gelu_tanh(x: f64) -> f64 {
+    let beta = (std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5) as f32 as f64;
+    let kappa = 0.044715f32 as f64;
+    0.5 * x * (1.0 + (beta * (x + kappa * x * x * x)).tanh())
+}
+
 fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
     let int = dtype == DType::I32;
     match op {
@@ -135,6 +149,14 @@ fn unary(op: UnaryOp, dtype: DType, x: f64) -> f64 {
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => sigmoid(x),
         UnaryOp::Silu => x * sigmoid(x),
+        // libm's erf (a port of FreeBSD's msun, under 1 f64 ulp).
+        UnaryOp::Erf => libm::erf(x),
+        UnaryOp::Gelu => gelu(x),
+        UnaryOp::GeluTanh => gelu_tanh(x),
+        UnaryOp::Floor => x.floor(),
+        UnaryOp::Ceil => x.ceil(),
+        UnaryOp::Round => x.round_ties_even(),
+        UnaryOp::Trunc => x.trunc(),
     }
 }
 

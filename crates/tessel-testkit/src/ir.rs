@@ -18,7 +18,7 @@ pub fn t(d: DType, s: &[u64]) -> TensorType {
     TensorType::new(d, s.to_vec())
 }
 
-pub const ALL_UNARY: [UnaryOp; 12] = [
+pub const ALL_UNARY: [UnaryOp; 19] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Not,
@@ -31,6 +31,13 @@ pub const ALL_UNARY: [UnaryOp; 12] = [
     UnaryOp::Tanh,
     UnaryOp::Sigmoid,
     UnaryOp::Silu,
+    UnaryOp::Erf,
+    UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Trunc,
 ];
 
 pub const ALL_BINARY: [BinaryOp; 16] = [
@@ -324,6 +331,9 @@ pub fn all_kernel_ops() -> Vec<KOp> {
             FMin,
             FMax,
             FRint,
+            FFloor,
+            FCeil,
+            FTrunc,
             IAdd,
             ISub,
             IMulLo,
@@ -382,6 +392,8 @@ pub fn all_kernel_ops() -> Vec<KOp> {
         MathFn::Tanh,
         MathFn::Sigmoid,
         MathFn::Silu,
+        MathFn::Erf,
+        MathFn::Fmod,
     ] {
         ops.push(KOp::Math(m));
     }

@@ -16,6 +16,8 @@ impl Gen {
             (5, Gen::compare),
             (5, Gen::select),
             (3, Gen::min_max),
+            (3, Gen::divmod),
+            (2, Gen::clamp),
             (2, Gen::pow),
             (7, Gen::cast),
             (12, Gen::reduce),
@@ -49,14 +51,36 @@ impl Gen {
         let name = self.fresh_let(0);
         let template = match t.dtype {
             DType::Bool => "!{0}".to_string(),
-            DType::I32 => self.pick(&["-{0}", "abs({0})"]).to_string(),
+            DType::I32 => self
+                .pick(&["-{0}", "abs({0})", "relu({0})", "floor({0})"])
+                .to_string(),
             _ => {
                 let f = self.pick(&[
-                    "exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "silu", "abs",
-                    "-", "log_abs", "sqrt_abs",
+                    "exp",
+                    "log",
+                    "sqrt",
+                    "rsqrt",
+                    "sin",
+                    "cos",
+                    "tanh",
+                    "sigmoid",
+                    "silu",
+                    "abs",
+                    "-",
+                    "log_abs",
+                    "sqrt_abs",
+                    "erf",
+                    "gelu",
+                    "gelu_tanh",
+                    "relu",
+                    "floor",
+                    "ceil",
+                    "round",
+                    "trunc",
                 ]);
                 match f {
                     "-" => "-{0}".into(),
+                    "gelu_tanh" => "gelu({0}, approximate: true)".into(),
                     // Domains where the math functions give numbers, not NaN.
                     "log_abs" => "log(abs({0}) + 1.0)".into(),
                     "sqrt_abs" => "sqrt(abs({0}))".into(),
@@ -72,20 +96,12 @@ impl Gen {
         if t.dtype == DType::Bool {
             return None;
         }
-        let ops: &[&str] = if t.dtype == DType::I32 {
-            &["+", "-", "*", "/", "%"]
-        } else {
-            &["+", "-", "*", "/"]
-        };
-        let op = self.pick(ops);
+        let op = self.pick(&["+", "-", "*", "/", "%"]);
         let name = self.fresh_let(0);
         if self.chance(0.3) {
-            let float = t.dtype.is_float() || (op != "%" && self.chance(0.3));
+            let float = t.dtype.is_float() || self.chance(0.3);
             let (lit, cat) = self.literal(float);
             let dt = with_literal(t.dtype, cat);
-            if op == "%" && dt != DType::I32 {
-                return None;
-            }
             let template = if self.chance(0.5) {
                 format!("{{0}} {op} {lit}")
             } else {
@@ -93,10 +109,7 @@ impl Gen {
             };
             return one(vec![name], Ty::new(dt, t.shape), template, vec![x]);
         }
-        let int_only = op == "%";
-        let (y, u) = self.partner(&t.shape, |d| {
-            d != DType::Bool && (!int_only || d == DType::I32)
-        });
+        let (y, u) = self.partner(&t.shape, |d| d != DType::Bool);
         let shape = broadcast(&t.shape, &u.shape)?;
         let dt = promote(t.dtype, u.dtype);
         let template = format!("{{0}} {op} {{1}}");
@@ -161,7 +174,7 @@ impl Gen {
         if t.dtype == DType::Bool {
             return None;
         }
-        let f = self.pick(&["min", "max"]);
+        let f = self.pick(&["min", "max", "maximum", "minimum"]);
         let (y, u) = self.partner(&t.shape, |d| d != DType::Bool);
         let shape = broadcast(&t.shape, &u.shape)?;
         let name = self.fresh_let(0);
@@ -169,6 +182,58 @@ impl Gen {
             vec![name],
             Ty::new(promote(t.dtype, u.dtype), shape),
             format!("{f}({{0}}, {{1}})"),
+            vec![x, y],
+        )
+    }
+
+    /// `floor_divide`, `remainder`, `fmod` of two numbers (broadcast, promoted).
+    fn divmod(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.dtype == DType::Bool {
+            return None;
+        }
+        let f = self.pick(&["floor_divide", "remainder", "fmod"]);
+        let (y, u) = self.partner(&t.shape, |d| d != DType::Bool);
+        let shape = broadcast(&t.shape, &u.shape)?;
+        let name = self.fresh_let(0);
+        let ops = if self.chance(0.5) {
+            vec![x, y]
+        } else {
+            vec![y, x]
+        };
+        one(
+            vec![name],
+            Ty::new(promote(t.dtype, u.dtype), shape),
+            format!("{f}({{0}}, {{1}})"),
+            ops,
+        )
+    }
+
+    /// `clamp(x, lo, hi)` with literal bounds (either may be left out, or `lo > hi`), or a
+    /// tensor lower bound.
+    fn clamp(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.dtype == DType::Bool {
+            return None;
+        }
+        let name = self.fresh_let(0);
+        if self.chance(0.6) {
+            let float = t.dtype.is_float();
+            let (lo, _) = self.literal(float);
+            let (hi, _) = self.literal(float);
+            let template = match self.below(3) {
+                0 => format!("clamp({{0}}, {lo}, {hi})"),
+                1 => format!("clamp({{0}}, min: {lo})"),
+                _ => format!("clamp({{0}}, max: {hi})"),
+            };
+            return one(vec![name], t, template, vec![x]);
+        }
+        let (y, u) = self.partner(&t.shape, |d| d != DType::Bool);
+        let shape = broadcast(&t.shape, &u.shape)?;
+        one(
+            vec![name],
+            Ty::new(promote(t.dtype, u.dtype), shape),
+            "clamp({0}, {1}, 1)".into(),
             vec![x, y],
         )
     }

@@ -63,7 +63,7 @@ pub enum Special {
     LaneId,
 }
 
-/// Math-library functions, placeholders until `expand-math` (f32 in, f32 out; `Pow` takes
+/// Math-library functions, placeholders until `expand-math` (f32 in, f32 out; `Pow` and `Fmod` take
 /// two operands). Their algorithms and error bounds: `tessel-math`.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum MathFn {
@@ -79,6 +79,10 @@ pub enum MathFn {
     Tanh,
     Sigmoid,
     Silu,
+    /// The error function (tessel_math::erf, within 1 ulp).
+    Erf,
+    /// `fmod(a, b)`, two operands, exact (tessel_math::fmod).
+    Fmod,
 }
 
 /// One instruction: `dst = op(args)`. Operand and result types are fixed per op: each
@@ -104,6 +108,11 @@ pub enum Op {
     FMax,
     /// `f32 -> f32`: round to the nearest integral value, ties to even.
     FRint,
+    /// `f32 -> f32`: round to an integral value toward -inf, +inf and zero (PTX ISA
+    /// "cvt": `cvt.rmi`, `cvt.rpi`, `cvt.rzi.f32.f32`); exact, ±0, ±inf and NaN kept.
+    FFloor,
+    FCeil,
+    FTrunc,
     /// `f32, f32 -> pred`.
     FCmp(FCmp),
     /// `u32, u32 -> u32`, wrapping.
@@ -271,7 +280,9 @@ impl Op {
             Op::Mov => s(&[T], T),
             Op::FAdd | Op::FSub | Op::FMul | Op::FDiv | Op::FMin | Op::FMax => s(&[F, F], F),
             Op::FFma => s(&[F, F, F], F),
-            Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint => s(&[F], F),
+            Op::FSqrt | Op::FNeg | Op::FAbs | Op::FRint | Op::FFloor | Op::FCeil | Op::FTrunc => {
+                s(&[F], F)
+            }
             Op::FCmp(_) => s(&[F, F], P),
             Op::IAdd | Op::ISub | Op::IMulLo | Op::UMulHi | Op::And | Op::Or | Op::Xor => {
                 s(&[U, U], U)
@@ -295,7 +306,7 @@ impl Op {
             Op::Special(_) | Op::SharedAddr(_) => s(&[], U),
             Op::Param(_) => s(&[], SigType::Param),
             Op::ShflBfly => s(&[T32, U], T32),
-            Op::Math(MathFn::Pow) => s(&[F, F], F),
+            Op::Math(MathFn::Pow | MathFn::Fmod) => s(&[F, F], F),
             Op::Math(_) => s(&[F], F),
             Op::CvtRnaTf32F32 => s(&[F], U),
         }

@@ -113,10 +113,17 @@ pub(crate) fn unary_name(op: UnaryOp) -> &'static str {
         UnaryOp::Tanh => "tanh",
         UnaryOp::Sigmoid => "sigmoid",
         UnaryOp::Silu => "silu",
+        UnaryOp::Erf => "erf",
+        UnaryOp::Gelu => "gelu",
+        UnaryOp::GeluTanh => "gelu_tanh",
+        UnaryOp::Floor => "floor",
+        UnaryOp::Ceil => "ceil",
+        UnaryOp::Round => "round",
+        UnaryOp::Trunc => "trunc",
     }
 }
 
-pub(crate) const UNARY_OPS: [UnaryOp; 12] = [
+pub(crate) const UNARY_OPS: [UnaryOp; 19] = [
     UnaryOp::Neg,
     UnaryOp::Abs,
     UnaryOp::Not,
@@ -129,6 +136,13 @@ pub(crate) const UNARY_OPS: [UnaryOp; 12] = [
     UnaryOp::Tanh,
     UnaryOp::Sigmoid,
     UnaryOp::Silu,
+    UnaryOp::Erf,
+    UnaryOp::Gelu,
+    UnaryOp::GeluTanh,
+    UnaryOp::Floor,
+    UnaryOp::Ceil,
+    UnaryOp::Round,
+    UnaryOp::Trunc,
 ];
 
 pub(crate) fn binary_name(op: BinaryOp) -> &'static str {
@@ -289,10 +303,12 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
         MathFn::Tanh => "tanh",
         MathFn::Sigmoid => "sigmoid",
         MathFn::Silu => "silu",
+        MathFn::Erf => "erf",
+        MathFn::Fmod => "fmod",
     }
 }
 
-pub(crate) const MATH_FNS: [MathFn; 10] = [
+pub(crate) const MATH_FNS: [MathFn; 12] = [
     MathFn::Sin,
     MathFn::Cos,
     MathFn::Exp,
@@ -303,6 +319,8 @@ pub(crate) const MATH_FNS: [MathFn; 10] = [
     MathFn::Tanh,
     MathFn::Sigmoid,
     MathFn::Silu,
+    MathFn::Erf,
+    MathFn::Fmod,
 ];
 
 /// The mnemonic of a kernel op without an attribute (`Special`, `Param` and `SharedAddr`
@@ -321,6 +339,9 @@ pub(crate) fn kop_simple_name(op: KOp) -> Option<&'static str> {
         KOp::FMin => "fmin",
         KOp::FMax => "fmax",
         KOp::FRint => "frint",
+        KOp::FFloor => "ffloor",
+        KOp::FCeil => "fceil",
+        KOp::FTrunc => "ftrunc",
         KOp::IAdd => "iadd",
         KOp::ISub => "isub",
         KOp::IMulLo => "imul.lo",
@@ -362,7 +383,7 @@ pub(crate) fn kop_simple_name(op: KOp) -> Option<&'static str> {
 }
 
 /// Every kernel op without an attribute, for the reader's table.
-pub(crate) const KOPS_SIMPLE: [KOp; 43] = [
+pub(crate) const KOPS_SIMPLE: [KOp; 46] = [
     KOp::Mov,
     KOp::FAdd,
     KOp::FSub,
@@ -375,6 +396,9 @@ pub(crate) const KOPS_SIMPLE: [KOp; 43] = [
     KOp::FMin,
     KOp::FMax,
     KOp::FRint,
+    KOp::FFloor,
+    KOp::FCeil,
+    KOp::FTrunc,
     KOp::IAdd,
     KOp::ISub,
     KOp::IMulLo,

@@ -32,6 +32,7 @@ impl Checker<'_> {
             "tanh" => Some(IrUnary::Tanh),
             "sigmoid" => Some(IrUnary::Sigmoid),
             "silu" => Some(IrUnary::Silu),
+            "erf" => Some(IrUnary::Erf),
             "abs" => Some(IrUnary::Abs),
             _ => None,
         };
@@ -62,6 +63,9 @@ impl Checker<'_> {
                 ));
             }
             return Ok(Val::T(self.push(Op::Unary { op, arg: x }, ty, span)?));
+        }
+        if super::elementwise::NAMES.contains(&name) {
+            return self.torch_elementwise(name, span, pos, named);
         }
         match name {
             "pow" => {

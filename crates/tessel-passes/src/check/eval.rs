@@ -260,17 +260,9 @@ impl<'m> Checker<'m> {
             BinaryOp::Div => IrBinary::Div,
             BinaryOp::Rem | BinaryOp::MatMul => IrBinary::Rem,
         };
-        if ir == IrBinary::Rem && self.join(&[&a.0, &b.0]).is_float() {
-            // fmod is exact in IEEE arithmetic but needs a long division in the kernels,
-            // which the math library does not have yet: refuse here, not in `lower`.
-            return Err(self.error(
-                Diagnostic::error(
-                    codes::FLOAT_REM_UNSUPPORTED,
-                    "`%` on float tensors is not supported yet",
-                )
-                .with_label(span, "a float remainder")
-                .with_help("`%` works on i32 (convert with `i32(x)`); `x - d * f32(i32(x / d))` is a truncated remainder with the rounding of its steps"),
-            ));
+        if ir == IrBinary::Rem {
+            // `%` is `torch.remainder` (the divisor's sign), as in Python and PyTorch.
+            return Ok(Val::T(self.remainder("`%`", span, a, b)?));
         }
         let desc = format!("`{}`", op.symbol());
         if let Some(v) = self.scalar_arith(ir, &desc, span, &a, &b)? {

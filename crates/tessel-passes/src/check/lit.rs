@@ -161,7 +161,15 @@ pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
                 Sub => x - y,
                 Mul => x * y,
                 Div => x / y,
-                _ => x % y,
+                // `%` is torch.remainder: fmod, then the divisor's sign.
+                _ => {
+                    let r = x % y;
+                    if r != 0.0 && (r < 0.0) != (y < 0.0) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }
             }))
         }
         _ => {
@@ -174,7 +182,14 @@ pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
                 Sub => x.checked_sub(y),
                 Mul => x.checked_mul(y),
                 Div => x.checked_div(y),
-                _ => x.checked_rem(y),
+                // `%` is torch.remainder: the divisor's sign.
+                _ => x.checked_rem(y).map(|r| {
+                    if r != 0 && (r < 0) != (y < 0) {
+                        r + y
+                    } else {
+                        r
+                    }
+                }),
             };
             r.map(Lit::Int)
                 .ok_or_else(|| format!("{x} {} {y} overflows a 64-bit integer", op.symbol()))
@@ -186,19 +201,23 @@ pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
 mod tests {
     use super::*;
 
-    /// The folding documented in docs/language.md: C integer division, IEEE floats.
+    /// The folding documented in docs/language.md: C integer division, `%` with the
+    /// divisor's sign (torch.remainder), IEEE floats.
     #[test]
     fn folding_follows_the_run_time_operators() {
         use BinaryOp::*;
         let (i, f) = (Lit::Int, Lit::Float);
         assert_eq!(fold_binary(Div, i(-7), i(2)), Ok(i(-3)));
-        assert_eq!(fold_binary(Rem, i(-7), i(2)), Ok(i(-1)));
+        assert_eq!(fold_binary(Rem, i(-7), i(2)), Ok(i(1)));
+        assert_eq!(fold_binary(Rem, i(7), i(-2)), Ok(i(-1)));
+        assert_eq!(fold_binary(Rem, i(-6), i(2)), Ok(i(0)));
         assert!(fold_binary(Div, i(1), i(0)).is_err());
         assert!(fold_binary(Rem, i(1), i(0)).is_err());
         assert_eq!(fold_binary(Div, f(1.0), f(0.0)), Ok(f(f64::INFINITY)));
         assert_eq!(fold_binary(Div, f(-1.0), i(0)), Ok(f(f64::NEG_INFINITY)));
         assert!(matches!(fold_binary(Div, f(0.0), f(0.0)), Ok(Lit::Float(x)) if x.is_nan()));
-        assert_eq!(fold_binary(Rem, f(-7.5), f(2.0)), Ok(f(-1.5)));
+        assert_eq!(fold_binary(Rem, f(-7.5), f(2.0)), Ok(f(0.5)));
+        assert_eq!(fold_binary(Rem, f(7.5), f(-2.0)), Ok(f(-0.5)));
     }
 
     #[test]

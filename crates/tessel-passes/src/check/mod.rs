@@ -25,13 +25,15 @@
 //! and `lower` read in place.
 //!
 //! What it does not do: decompose composites (`mean`, `softmax` stay whole for `decompose`),
-//! fuse, or pick schedules. Indexing by a tensor (gather, E0291) and `%` on floats (E0292)
-//! are diagnosed as not supported yet.
+//! fuse, or pick schedules. Indexing by a tensor (gather, E0291) is diagnosed as not
+//! supported yet. The PyTorch-named elementwise builtins (`gelu`, `clamp`, `remainder`, ...)
+//! are composites built here (`elementwise.rs`); `%` is `torch.remainder`.
 //!
 //! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
-//! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, is retired). Name errors
-//! are collected first, over the module's items and consts and over the step and the `fn`s
-//! it calls (another step's errors are its own, reported when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
+//! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, and E0292, once float
+//! `%`'s, are retired). Name errors are collected first, over the module's items and consts
+//! and over the step and the `fn`s it calls (another step's errors are its own, reported
+//! when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
 //! first error of each chain (a value whose operand failed is not diagnosed again). The pass
 //! never panics on any AST, and its work is bounded: [`MAX_CALL_DEPTH`] nested calls,
 //! [`MAX_EXPANSION`] graph nodes and inlined calls per step.
@@ -55,6 +57,7 @@
 
 mod builtins;
 mod calls;
+mod elementwise;
 mod eval;
 mod graph_ops;
 mod index;
@@ -127,7 +130,8 @@ pub mod codes {
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// `x[idx]` with a tensor `idx`: gather is not supported yet.
     pub const GATHER_UNSUPPORTED: &str = "E0291";
-    /// `a % b` on float tensors: the kernels have no exact fmod yet.
+    /// Code E0292 was "`%` on float tensors is not supported yet"; the kernels have an
+    /// exact fmod now and the code is retired.
     pub const FLOAT_REM_UNSUPPORTED: &str = "E0292";
     /// An argument's dtype differs from the parameter's.
     pub const DTYPE_MISMATCH: &str = "E0301";
@@ -147,6 +151,10 @@ pub mod codes {
     pub const NOT_A_TENSOR: &str = "E0308";
     /// An index or count that is not an integer.
     pub const INTEGER_REQUIRED: &str = "E0309";
+    /// `clamp` with neither a lower nor an upper bound.
+    pub const CLAMP_BOUNDS: &str = "E0310";
+    /// `gelu`'s `approximate:` is not `true` or `false`.
+    pub const GELU_APPROXIMATE: &str = "E0311";
     /// Shapes that do not broadcast.
     pub const BROADCAST: &str = "E0401";
     /// A `fn` argument whose shape does not fit the parameter's.
@@ -200,6 +208,19 @@ pub(crate) const BUILTINS: &[&str] = &[
     "tanh",
     "sigmoid",
     "silu",
+    "erf",
+    "gelu",
+    "relu",
+    "clamp",
+    "maximum",
+    "minimum",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "floor_divide",
+    "remainder",
+    "fmod",
     "abs",
     "pow",
     "min",

@@ -118,6 +118,48 @@ impl Gen<'_> {
             (UnaryOp::Tanh, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Tanh), &[x]),
             (UnaryOp::Sigmoid, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Sigmoid), &[x]),
             (UnaryOp::Silu, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Silu), &[x]),
+            (UnaryOp::Erf, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Erf), &[x]),
+            (UnaryOp::Gelu, RegType::F32) => {
+                // x·0.5·(1 + erf(x·kAlpha)), ActivationGeluKernel.cu's order.
+                let h = self.b.op(RegType::F32, Op::FMul, &[x, Operand::f32(0.5)]);
+                let a = self.b.op(
+                    RegType::F32,
+                    Op::FMul,
+                    &[x, Operand::f32(std::f64::consts::FRAC_1_SQRT_2 as f32)],
+                );
+                let e = self.b.op(RegType::F32, f(MathFn::Erf), &[a.into()]);
+                let s = self
+                    .b
+                    .op(RegType::F32, Op::FAdd, &[Operand::f32(1.0), e.into()]);
+                self.b.op(RegType::F32, Op::FMul, &[h.into(), s.into()])
+            }
+            (UnaryOp::GeluTanh, RegType::F32) => {
+                // 0.5·x·(1 + tanh(kBeta·(x + kKappa·x³))), x³ = (x·x)·x.
+                let beta = std::f64::consts::SQRT_2 * std::f64::consts::FRAC_2_SQRT_PI * 0.5;
+                let x2 = self.b.op(RegType::F32, Op::FMul, &[x, x]);
+                let x3 = self.b.op(RegType::F32, Op::FMul, &[x2.into(), x]);
+                let k = self
+                    .b
+                    .op(RegType::F32, Op::FMul, &[Operand::f32(0.044715), x3.into()]);
+                let s = self.b.op(RegType::F32, Op::FAdd, &[x, k.into()]);
+                let i = self.b.op(
+                    RegType::F32,
+                    Op::FMul,
+                    &[Operand::f32(beta as f32), s.into()],
+                );
+                let t = self.b.op(RegType::F32, f(MathFn::Tanh), &[i.into()]);
+                let t1 = self
+                    .b
+                    .op(RegType::F32, Op::FAdd, &[Operand::f32(1.0), t.into()]);
+                let h = self.b.op(RegType::F32, Op::FMul, &[Operand::f32(0.5), x]);
+                self.b.op(RegType::F32, Op::FMul, &[h.into(), t1.into()])
+            }
+            // Exact: a 16-bit value's integral neighbour is a 16-bit value, so the rounding
+            // after it changes nothing.
+            (UnaryOp::Floor, RegType::F32) => self.b.op(RegType::F32, Op::FFloor, &[x]),
+            (UnaryOp::Ceil, RegType::F32) => self.b.op(RegType::F32, Op::FCeil, &[x]),
+            (UnaryOp::Round, RegType::F32) => self.b.op(RegType::F32, Op::FRint, &[x]),
+            (UnaryOp::Trunc, RegType::F32) => self.b.op(RegType::F32, Op::FTrunc, &[x]),
             _ => {
                 return Err(LowerError::Unsupported {
                     what: format!("{op:?} on {dt}"),
@@ -149,6 +191,7 @@ impl Gen<'_> {
             (Min, RegType::F32) => self.b.op(cls, Op::FMin, &[a, b]),
             (Max, RegType::F32) => self.b.op(cls, Op::FMax, &[a, b]),
             (Pow, RegType::F32) => self.b.op(cls, Op::Math(MathFn::Pow), &[a, b]),
+            (Rem, RegType::F32) => self.b.op(cls, Op::Math(MathFn::Fmod), &[a, b]),
             (Add, RegType::U32) => self.b.op(cls, Op::IAdd, &[a, b]),
             (Sub, RegType::U32) => self.b.op(cls, Op::ISub, &[a, b]),
             (Mul, RegType::U32) => self.b.op(cls, Op::IMulLo, &[a, b]),

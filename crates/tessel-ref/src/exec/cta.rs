@@ -513,6 +513,18 @@ impl<'a> Cta<'a> {
                 map1(t, s(0), nm::frint);
                 Out::R32
             }
+            Op::FFloor => {
+                map1(t, s(0), nm::ffloor);
+                Out::R32
+            }
+            Op::FCeil => {
+                map1(t, s(0), nm::fceil);
+                Out::R32
+            }
+            Op::FTrunc => {
+                map1(t, s(0), nm::ftrunc);
+                Out::R32
+            }
             Op::FCmp(c) => {
                 let (x, y) = (s(0), s(1));
                 match c {

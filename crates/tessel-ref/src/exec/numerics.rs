@@ -134,6 +134,22 @@ pub fn frint(a: u32) -> u32 {
     canon(rint(f(a)))
 }
 
+/// PTX `cvt.rmi.f32.f32`, `cvt.rpi.f32.f32`, `cvt.rzi.f32.f32`: the integral value toward
+/// -inf, +inf and zero (IEEE 754 roundToIntegralTowardNegative/Positive/Zero: exact; ±0,
+/// ±inf kept, `ceil(-0.5) = -0`).
+#[inline(always)]
+pub fn ffloor(a: u32) -> u32 {
+    canon(f(a).floor())
+}
+#[inline(always)]
+pub fn fceil(a: u32) -> u32 {
+    canon(f(a).ceil())
+}
+#[inline(always)]
+pub fn ftrunc(a: u32) -> u32 {
+    canon(f(a).trunc())
+}
+
 /// f32 bits → bf16 bits, round to nearest even; NaN gives `0x7fff` (PTX `cvt.rn.bf16x2.f32`
 /// returns the canonical bf16 NaN).
 ///

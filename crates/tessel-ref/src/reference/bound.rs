@@ -357,7 +357,55 @@ pub fn unary(op: UnaryOp, dt: DType, a: &Bound) -> Bound {
             }
             finish(dt, silu(a.r), s, MATH_ULPS, false)
         }
+        UnaryOp::Erf => finish(
+            dt,
+            libm::erf(a.r),
+            over(a, libm::erf, &[]),
+            MATH_ULPS,
+            false,
+        ),
+        UnaryOp::Gelu | UnaryOp::GeluTanh => gelu_bound(op, dt, a),
+        // Monotone and exact (roundToIntegral; a 16-bit value's integral neighbour is a
+        // 16-bit value).
+        UnaryOp::Floor => finish(dt, a.r.floor(), over(a, f64::floor, &[]), 0.0, false),
+        UnaryOp::Ceil => finish(dt, a.r.ceil(), over(a, f64::ceil, &[]), 0.0, false),
+        UnaryOp::Round => finish(
+            dt,
+            a.r.round_ties_even(),
+            over(a, f64::round_ties_even, &[]),
+            0.0,
+            false,
+        ),
+        UnaryOp::Trunc => finish(dt, a.r.trunc(), over(a, f64::trunc, &[]), 0.0, false),
     }
+}
+
+/// Where GELU turns (its minimum), gelu'(x) = 0: -0.7517915247 for the erf form and
+/// -0.7524614044 for the tanh form with its f32 constants (mpmath `findroot`).
+const GELU_MIN_AT: f64 = -0.751_791_524_693_564_5;
+const GELU_TANH_MIN_AT: f64 = -0.752_461_404_408_722_6;
+
+/// GELU on a range: the exact function at the ends and the turn, widened by what the
+/// kernel's f32 sequence may add. Its factor `1 + erf(..)` (or `1 + tanh(..)`) is formed
+/// with an absolute error of at most 8·2^-24 (the rounded argument moves erf or tanh by
+/// under 2^-23 — their slopes times the argument are below 0.5 — plus the function's 2 ulps
+/// and the addition's rounding), and `x/2` times it then errs by `|x|/2 · 8·2^-24`; the
+/// final products add 2 f32 roundings (relative 2^-23, taken twice). Near -inf the factor
+/// cancels to almost nothing, which is why the error term is absolute in the factor.
+fn gelu_bound(op: UnaryOp, dt: DType, a: &Bound) -> Bound {
+    let (f, turn): (fn(f64) -> f64, f64) = if op == UnaryOp::Gelu {
+        (crate::oracle::gelu, GELU_MIN_AT)
+    } else {
+        (crate::oracle::gelu_tanh, GELU_TANH_MIN_AT)
+    };
+    let mut s = over(a, f, &[turn]);
+    if s.any {
+        let xmax = a.lo.abs().max(a.hi.abs());
+        let abs_err = 0.5 * xmax * 8.0 * U32;
+        s.lo = s.lo - abs_err - 4.0 * U32 * s.lo.abs();
+        s.hi = s.hi + abs_err + 4.0 * U32 * s.hi.abs();
+    }
+    finish(dt, f(a.r), s, 0.0, false)
 }
 
 /// Wraps an integer result to i32, as the kernels' 32-bit arithmetic does.
