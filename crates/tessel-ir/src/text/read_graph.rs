@@ -346,6 +346,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             threads: num("threads")?,
             vector: num("vector")?,
         },
+        "scan" => TileConfig::Scan {
+            threads: num("threads")?,
+            chunk: num("chunk")?,
+        },
         "gemv_mma" => TileConfig::GemvMma {
             warps: num("warps")?,
             unroll: num("unroll")?,
@@ -513,6 +517,33 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
             c.punct(',')?;
             c.keyword("axis")?;
             Op::Softmax {
+                arg: a,
+                axis: c.u32("an axis")?,
+            }
+        }
+        "topk.values" | "topk.indices" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            let axis = c.u32("an axis")?;
+            let largest = if c.eat_punct(',') {
+                c.keyword("smallest")?;
+                false
+            } else {
+                true
+            };
+            Op::TopK {
+                arg: a,
+                axis,
+                largest,
+                indices: m == "topk.indices",
+            }
+        }
+        "cumsum" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Cumsum {
                 arg: a,
                 axis: c.u32("an axis")?,
             }
