@@ -452,10 +452,11 @@ pub(crate) fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
         ReduceOp::Max => xs.fold(f64::NEG_INFINITY, max_nan),
         ReduceOp::Min => xs.fold(f64::INFINITY, min_nan),
         ReduceOp::ArgMax | ReduceOp::ArgMin => {
-            let row: Vec<f64> = xs.collect();
-            topk_order(&row, op == ReduceOp::ArgMax)
-                .first()
-                .map_or(0.0, |&j| j as f64)
+            // NaN is the extreme of both (torch's `greater_or_nan` / `less_or_nan`):
+            // argmin(x) is argmax(-x), NaN staying NaN.
+            let sign = if op == ReduceOp::ArgMax { 1.0 } else { -1.0 };
+            let row: Vec<f64> = xs.map(|x| sign * x).collect();
+            topk_order(&row, true).first().map_or(0.0, |&j| j as f64)
         }
         ReduceOp::LogSumExp => {
             let row: Vec<f64> = xs.collect();

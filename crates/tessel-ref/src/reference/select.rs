@@ -35,8 +35,21 @@ fn point_row(row: &[Bound]) -> bool {
 /// The i32 index bound of `argmax` (`largest`) or `argmin` of one lane: the reference is the
 /// first extreme of the reference values; allowed is every index whose bound may hold the
 /// extreme — some element's allowed set reaches above (below) every certain lower (upper)
-/// end, a NaN-possible element always (NaN counts as the extreme).
+/// end, a NaN-possible element always (NaN counts as the extreme of both, as torch's
+/// `argmin` takes the first NaN too: `argmin(x)` is `argmax(-x)` with NaN kept NaN).
 pub(super) fn arg_extreme(row: &[Bound], largest: bool) -> Bound {
+    if !largest {
+        let neg: Vec<Bound> = row
+            .iter()
+            .map(|b| Bound {
+                r: -b.r,
+                lo: -b.hi,
+                hi: -b.lo,
+                nan: b.nan,
+            })
+            .collect();
+        return arg_extreme(&neg, true);
+    }
     let refs: Vec<f64> = row.iter().map(|b| b.r).collect();
     let r = topk_order(&refs, largest)
         .first()
@@ -44,7 +57,7 @@ pub(super) fn arg_extreme(row: &[Bound], largest: bool) -> Bound {
     if point_row(row) {
         return Bound::point(r);
     }
-    let ranks = rank_ranges(row, largest);
+    let ranks = rank_ranges(row, true);
     index_hull(r, &ranks, 0)
 }
 
@@ -244,4 +257,59 @@ pub(super) fn cumsum(dt: DType, row: &[Bound]) -> Vec<Bound> {
         out.push(from_f32_range(dt, r.value(), l, h, nan));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(r: f64, lo: f64, hi: f64) -> Bound {
+        Bound {
+            r,
+            lo,
+            hi,
+            nan: false,
+        }
+    }
+
+    /// Two values within rounding of each other: either index is allowed, whichever the
+    /// reference picks; a value surely below both is not.
+    #[test]
+    fn near_ties_allow_either_index() {
+        let row = [
+            range(1.0, 0.99, 1.01),
+            range(0.0, -0.1, 0.1),
+            range(1.0, 0.995, 1.005),
+        ];
+        let b = arg_extreme(&row, true);
+        assert_eq!(b.r, 0.0);
+        assert!(b.allows(0.0) && b.allows(2.0));
+        let exact = [Bound::point(1.0), Bound::point(3.0), Bound::point(3.0)];
+        assert!(arg_extreme(&exact, true).is_point());
+        assert_eq!(arg_extreme(&exact, true).r, 1.0);
+        // argmin: index 1 surely; a possible NaN elsewhere is allowed too (NaN is the
+        // extreme of both).
+        let mut row = row;
+        row[2].nan = true;
+        let b = arg_extreme(&row, false);
+        assert_eq!(b.r, 1.0);
+        assert!(b.allows(1.0) && b.allows(2.0) && !b.allows(0.0));
+    }
+
+    /// The t-th best value lies between the t-th best least and greatest ends.
+    #[test]
+    fn topk_values_are_order_statistics() {
+        let row = [
+            range(1.0, 0.9, 1.1),
+            range(2.0, 1.0, 3.0),
+            range(0.0, -1.0, 0.5),
+        ];
+        let v = topk(&row, 3, true, false);
+        assert_eq!((v[0].lo, v[0].hi), (1.0, 3.0));
+        assert_eq!((v[1].lo, v[1].hi), (0.9, 1.1));
+        assert_eq!((v[2].lo, v[2].hi), (-1.0, 0.5));
+        let i = topk(&row, 3, true, true);
+        assert!(i[0].allows(0.0) && i[0].allows(1.0) && !i[0].allows(2.0));
+        assert!(i[2].is_point() && i[2].r == 2.0);
+    }
 }
