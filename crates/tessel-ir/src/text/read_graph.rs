@@ -266,9 +266,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split"],
         "update" => &["threads", "vector"],
+        "scan" => &["threads", "chunk"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention` or `update`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention`, `update` or `scan`)"
         )))
         }
     };
