@@ -359,7 +359,14 @@ fn the_fuzzer_generates_every_op_along_an_axis() {
     let mut seen = BTreeMap::new();
     for seed in 0..300 {
         let src = tessel_fuzz::gen::generate(seed, &cfg).source(&[]);
-        for op in ["argmax(", "argmin(", "topk(", "cumsum(", "logsumexp(", "largest: false"] {
+        for op in [
+            "argmax(",
+            "argmin(",
+            "topk(",
+            "cumsum(",
+            "logsumexp(",
+            "largest: false",
+        ] {
             if src.contains(op) {
                 *seen.entry(op).or_insert(0) += 1;
             }

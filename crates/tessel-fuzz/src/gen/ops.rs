@@ -289,7 +289,11 @@ impl Gen {
                 } else {
                     shape.remove(axis);
                 }
-                let dt = if f == "logsumexp" { t.dtype } else { DType::I32 };
+                let dt = if f == "logsumexp" {
+                    t.dtype
+                } else {
+                    DType::I32
+                };
                 let keep_text = if keep { ", keep: true" } else { "" };
                 let name = self.fresh_let(0);
                 one(
