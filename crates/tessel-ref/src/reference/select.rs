@@ -139,11 +139,8 @@ pub(super) fn topk(row: &[Bound], k: usize, largest: bool, indices: bool) -> Vec
     }
     (0..k)
         .map(|t| {
-            let (a, b) = if largest {
-                (los[t], his[t])
-            } else {
-                (los[t], his[t])
-            };
+            // The t-th best of the least ends and of the greatest (sorted best first).
+            let (a, b) = (los[t], his[t]);
             let nan = a == NAN_KEY || b == NAN_KEY;
             let (lo, hi) = match (a, b) {
                 (NAN_KEY, NAN_KEY) => (f64::INFINITY, f64::NEG_INFINITY),
