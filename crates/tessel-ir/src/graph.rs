@@ -86,6 +86,24 @@ pub enum ReduceOp {
     /// Composite: the sum divided by the axis length (f32 `div.rn`); `decompose` rewrites it
     /// into [`ReduceOp::Sum`] and a [`BinaryOp::Div`].
     Mean,
+    /// Composite, `torch.argmax(x, dim)`: the i32 index along the axis of the first
+    /// (lowest-index) maximum, a NaN counting as larger than every number (the first NaN's
+    /// index when the row holds one) and -0 equal to +0 (torch compares with `>` and `==`:
+    /// `aten/src/ATen/native/SharedReduceOps.h`, `ArgMaxOps` / `greater_or_nan`). The result
+    /// is i32 whatever the operand's dtype (not bool). `decompose` rewrites it into a
+    /// [`ReduceOp::Max`] and a [`ReduceOp::Min`] of the candidate indices.
+    ArgMax,
+    /// Composite, `torch.argmin`: as [`ReduceOp::ArgMax`] with the minimum (NaN still
+    /// counts as the extreme: the first NaN's index).
+    ArgMin,
+    /// Composite, `torch.logsumexp(x, dim)` on float dtypes, in f32:
+    /// `m + log(Σ exp(x - m))` with `m = max(x)`, except that a row whose max is ±inf gives
+    /// `m` itself (every element -inf → -inf, an element +inf → +inf, as torch's
+    /// `logsumexp` masks an infinite max: `aten/src/ATen/native/ReduceOps.cpp`,
+    /// `logsumexp_out_impl`); NaN anywhere gives NaN. The result has the operand's dtype
+    /// (16-bit results rounded once from f32). `decompose` rewrites it into reductions
+    /// and elementwise ops.
+    LogSumExp,
 }
 
 /// The definition of a value. The result type is in [`Graph::types`].
@@ -157,6 +175,35 @@ pub enum Op {
     /// Operands joined along `axis`; all other dims equal.
     Concat {
         args: Vec<Value>,
+        axis: u32,
+    },
+    /// Composite, `torch.topk(x, k, dim, largest, sorted=True)`: the `k` largest
+    /// (`largest`) or smallest elements along `axis` (`k` = the result's size there,
+    /// `1 <= k <=` the operand's), sorted best first, and ties — equal values, -0 and +0
+    /// included — taken in index order (the lower index first). NaN counts as larger than
+    /// every number (first for `largest`, last otherwise), as torch's sort orders it.
+    /// `indices` picks the result: the values (operand's dtype, not bool) or their i32
+    /// indices along the axis; the two ops of one `topk` call share their arguments, and
+    /// `decompose` rewrites both into the same k rounds of a row maximum and a row minimum
+    /// of candidate indices (each round excludes what the rounds before it took by the
+    /// order `(value, index)`, so it needs no mask), which its common-subexpression merge
+    /// shares between them.
+    TopK {
+        arg: Value,
+        axis: u32,
+        largest: bool,
+        indices: bool,
+    },
+    /// `result[.., i, ..] = Σ_{j <= i} arg[.., j, ..]` along `axis`, `torch.cumsum`: f32 and
+    /// i32 (wrapping) operands accumulate in their own dtype; a bf16/f16 operand accumulates
+    /// in f32 and each output element is the running f32 sum rounded once. The order of the
+    /// additions is fixed by the axis length alone ([`CUMSUM_CHUNK`]): the axis is cut into
+    /// chunks of that many elements; each chunk's total is summed sequentially from -0; the
+    /// exclusive prefix of the chunk totals is summed sequentially from -0; each output is
+    /// that prefix plus its chunk's elements up to it, added sequentially. `decompose`
+    /// permutes another axis last.
+    Cumsum {
+        arg: Value,
         axis: u32,
     },
     /// Composite: `exp(x - max(x)) / sum(exp(x - max(x)))` along `axis` (float dtypes; the
@@ -231,6 +278,8 @@ impl Op {
             | Op::Permute { arg, .. }
             | Op::Reduce { arg, .. }
             | Op::Slice { arg, .. }
+            | Op::TopK { arg, .. }
+            | Op::Cumsum { arg, .. }
             | Op::Softmax { arg, .. } => vec![*arg],
             Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![*lhs, *rhs],
             Op::Attention { logits, v, bound } => {
@@ -259,6 +308,8 @@ impl Op {
             | Op::Permute { arg, .. }
             | Op::Reduce { arg, .. }
             | Op::Slice { arg, .. }
+            | Op::TopK { arg, .. }
+            | Op::Cumsum { arg, .. }
             | Op::Softmax { arg, .. } => vec![arg],
             Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![lhs, rhs],
             Op::Attention { logits, v, bound } => {
@@ -284,12 +335,19 @@ impl Op {
             self,
             Op::Reduce { .. }
                 | Op::Softmax { .. }
+                | Op::TopK { .. }
+                | Op::Cumsum { .. }
                 | Op::MatMul { .. }
                 | Op::Attention { .. }
                 | Op::Update { .. }
         )
     }
 }
+
+/// The chunk length of [`Op::Cumsum`]'s fixed order for rows up to 262144 elements
+/// ([`cumsum_chunk`] for longer ones): the axis is summed in chunks of this many elements
+/// (the last one shorter), whatever the kernel's launch configuration.
+pub const CUMSUM_CHUNK: u64 = 32;
 
 /// A step in graph form.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -491,6 +549,11 @@ pub enum GroupKind {
     /// cone and storing it at its position in the buffer `dst` lives in, skipping positions
     /// outside the axis. Its iteration domain is `rows`' shape, not its output's.
     Update,
+    /// One [`Op::Cumsum`] (listed in [`GroupData::reductions`]) over the last axis of its
+    /// operand, whose elementwise cone the kernel computes; the one output is the cumsum
+    /// or the cast that rounds it (its only use), written element by element as the
+    /// running sum reaches it.
+    Scan,
 }
 
 /// One fusion group: the values it writes to memory and, for a row reduction, the
@@ -505,7 +568,8 @@ pub struct GroupData {
     pub outputs: Vec<Value>,
     /// [`Op::Reduce`] values over the last axis computed per row, in order, for a
     /// [`GroupKind::RowReduction`]; the one [`Op::MatMul`] for a [`GroupKind::Matmul`];
-    /// empty for [`GroupKind::Elementwise`] and [`GroupKind::Update`].
+    /// the one [`Op::Cumsum`] for a [`GroupKind::Scan`]; empty for
+    /// [`GroupKind::Elementwise`] and [`GroupKind::Update`].
     pub reductions: Vec<Value>,
 }
 
@@ -663,7 +727,24 @@ pub enum TileConfig {
     /// in `dst`'s buffer when it lies inside the axis. `vector` > 1 only when the axis is not
     /// the last (a row's last dim is then contiguous in `dst` as in `rows`).
     Update { threads: u32, vector: u32 },
+    /// A cumsum ([`GroupKind::Scan`]): one CTA of `threads` threads per row, in the order
+    /// of [`Op::Cumsum`] (a function of the row length alone, never of `threads`): thread
+    /// t sums chunks t, t + threads, ... of `chunk` elements sequentially into shared
+    /// memory; thread 0 turns the chunk totals into their exclusive prefix sequentially;
+    /// then each thread runs through its chunks again from its chunk's prefix, storing each
+    /// running sum. `chunk` is [`cumsum_chunk`] of the row length.
+    Scan { threads: u32, chunk: u32 },
 }
+
+/// The chunk length of [`Op::Cumsum`]'s order for a row of `n`: [`CUMSUM_CHUNK`] (32)
+/// elements, or more for rows of more than 8192 chunks (`32 · ceil(n / 262144)`), so that
+/// a row's chunk totals fit 32 KiB of shared memory. A function of `n` alone.
+pub fn cumsum_chunk(n: u64) -> u64 {
+    CUMSUM_CHUNK * n.div_ceil(CUMSUM_CHUNK * MAX_SCAN_CHUNKS).max(1)
+}
+
+/// Most chunks of one cumsum row ([`cumsum_chunk`]).
+pub const MAX_SCAN_CHUNKS: u64 = 8192;
 
 /// How a tensor-core tile's f32 accumulators reach memory (the epilogue runs per element
 /// either way).
@@ -713,6 +794,7 @@ impl TileConfig {
             TileConfig::GemvMma { warps, .. } => 32 * warps,
             TileConfig::Attention { warps, .. } => 32 * warps,
             TileConfig::Update { threads, .. } => threads,
+            TileConfig::Scan { threads, .. } => threads,
         }
     }
 
@@ -795,6 +877,9 @@ impl fmt::Display for TileConfig {
             ),
             TileConfig::Update { threads, vector } => {
                 write!(f, "update {{ threads: {threads}, vector: {vector} }}")
+            }
+            TileConfig::Scan { threads, chunk } => {
+                write!(f, "scan {{ threads: {threads}, chunk: {chunk} }}")
             }
         }
     }

@@ -58,6 +58,11 @@
 //! every kernel reading the updated tensor after it (rule `fusion.update`). Rule 5 only
 //! moves a computation earlier, into a group that runs before it would have.
 //!
+//! 9. (Applied after rule 6.) An [`Op::Cumsum`] is the one output of a group of its own
+//!    kind, [`GroupKind::Scan`] — or, when its only use is a cast (the rounding of a
+//!    16-bit cumsum's f32 running sum), that cast is, and the cumsum lives only in the
+//!    kernel. The operand's elementwise cone is computed inside; reductions in it are
+//!    materialised by their own kernels first.
 //! 7. The tensor an attention reads q through ([`q_prologue`]: RoPE and QK-norm of the
 //!    query heads) is not materialised when the attention is its only reader, its cone
 //!    has no matmul, its reductions run over its rows of the head dim and the view keeps
@@ -215,6 +220,25 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
         }
     }
 
+    // Rule 9: a cumsum is a scan kernel of its own, writing the cumsum or the cast that
+    // rounds it; its operand's cone is computed inside, except its reductions.
+    let mut scans: std::collections::HashMap<Value, Value> = Default::default();
+    for (v, op) in g.ops.iter() {
+        if let Op::Cumsum { arg, .. } = op {
+            let tip = match users[v][..] {
+                [u] if !mat.contains(v) && matches!(g.ops[u], Op::Cast { .. }) => u,
+                _ => v,
+            };
+            mat.insert(tip);
+            if !mat.contains(*arg) {
+                for r in cone_reductions(g, *arg, &mat) {
+                    mat.insert(r);
+                }
+            }
+            scans.insert(tip, v);
+        }
+    }
+
     // Rule 4 needs every reduction of a group to run over the group's own rows: the
     // kernel computes one value per row of each reduction, so a reduction reached at any
     // other row (through a permute, a slice, a broadcast...) or over rows of another shape
@@ -261,7 +285,9 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             continue;
         }
         let matmuls = cone_matmuls(g, v, &mat);
-        let (kind, reductions) = if let Op::Update { rows, .. } = op {
+        let (kind, reductions) = if let Some(&c) = scans.get(&v) {
+            (GroupKind::Scan, vec![c])
+        } else if let Op::Update { rows, .. } = op {
             let reductions = if mat.contains(*rows) {
                 vec![]
             } else {
@@ -536,6 +562,8 @@ fn column_free_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> bool
             | Op::Iota { .. }
             | Op::MatMul { .. }
             | Op::Attention { .. }
+            | Op::TopK { .. }
+            | Op::Cumsum { .. }
             | Op::Update { .. } => {}
             Op::Unary { .. }
             | Op::Binary { .. }
@@ -707,6 +735,8 @@ fn walk_rows(g: &Graph, out: Value, mat: &EntitySet<Value>) -> (Vec<(Value, Vec<
             | Op::Iota { .. }
             | Op::MatMul { .. }
             | Op::Attention { .. }
+            | Op::TopK { .. }
+            | Op::Cumsum { .. }
             | Op::Update { .. } => {}
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
                 for a in op.args() {

@@ -192,6 +192,29 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
             }
             Ok(())
         }
+        Op::TopK { arg, axis, .. } => {
+            let s = src(arg);
+            let ax = *axis as usize;
+            let ok = ax < s.len()
+                && s.len() == shape.len()
+                && (0..s.len()).all(|d| d == ax || s[d] == shape[d])
+                && shape[ax] >= 1
+                && shape[ax] <= s[ax];
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!("topk on axis {ax} of {} to {}", g.ty(*arg).shape, ty.shape),
+                ));
+            }
+            Ok(())
+        }
+        Op::Cumsum { arg, axis } => {
+            same_shape(*arg)?;
+            if *axis as usize >= shape.len() {
+                return Err(malformed(v, format!("cumsum on axis {axis} of {ty}")));
+            }
+            Ok(())
+        }
         Op::Slice { arg, axis, start } => {
             let s = src(arg);
             let ax = *axis as usize;

@@ -273,6 +273,49 @@ fn eval_op(
             }
             out
         }
+        Op::TopK {
+            arg,
+            axis,
+            largest,
+            indices,
+        } => {
+            let a = layout::operand(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
+            let k = shape[*axis as usize] as usize;
+            let mut out = vec![0.0; n];
+            let mut row = Vec::with_capacity(len);
+            for o in 0..outer {
+                for i in 0..inner {
+                    row.clear();
+                    row.extend((0..len).map(|r| a[(o * len + r) * inner + i]));
+                    for (t, j) in topk_order(&row, *largest).into_iter().take(k).enumerate() {
+                        out[(o * k + t) * inner + i] = if *indices { j as f64 } else { row[j] };
+                    }
+                }
+            }
+            out
+        }
+        Op::Cumsum { arg, axis } => {
+            let a = layout::operand(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(shape, *axis as usize);
+            let mut out = vec![0.0; n];
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |r: usize| (o * len + r) * inner + i;
+                    let mut s = Neumaier::default();
+                    for r in 0..len {
+                        s.add(a[at(r)]);
+                        out[at(r)] = if ty.dtype == DType::I32 {
+                            // Wrapping, as the kernels add i32 (torch would give int64).
+                            s.value() as i64 as i32 as f64
+                        } else {
+                            s.value()
+                        };
+                    }
+                }
+            }
+            out
+        }
         Op::Slice { arg, axis, start } => layout::slice(
             layout::operand(vals, *arg, v)?,
             src(arg),
@@ -430,5 +473,83 @@ pub(crate) fn reduce(op: ReduceOp, xs: impl Iterator<Item = f64>) -> f64 {
         }
         ReduceOp::Max => xs.fold(f64::NEG_INFINITY, max_nan),
         ReduceOp::Min => xs.fold(f64::INFINITY, min_nan),
+        ReduceOp::ArgMax | ReduceOp::ArgMin => {
+            // NaN is the extreme of both (torch's `greater_or_nan` / `less_or_nan`):
+            // argmin(x) is argmax(-x), NaN staying NaN.
+            let sign = if op == ReduceOp::ArgMax { 1.0 } else { -1.0 };
+            let row: Vec<f64> = xs.map(|x| sign * x).collect();
+            topk_order(&row, true).first().map_or(0.0, |&j| j as f64)
+        }
+        ReduceOp::LogSumExp => {
+            let row: Vec<f64> = xs.collect();
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, max_nan);
+            if m.is_infinite() || m.is_nan() {
+                // torch: an infinite max is replaced by 0, so the result is log(Σ exp(x)):
+                // -inf for a row of -inf, +inf with a +inf; NaN with a NaN.
+                m
+            } else {
+                let mut s = Neumaier::default();
+                for &x in &row {
+                    s.add((x - m).exp());
+                }
+                m + s.value().ln()
+            }
+        }
+    }
+}
+
+/// The indices of `row` in topk's order (`torch.topk(sorted=True)`, `torch.argmax`): by
+/// value, largest first when `largest` (smallest first otherwise), NaN above every number
+/// (first when `largest`, last otherwise), -0 equal to +0, ties in index order.
+pub(crate) fn topk_order(row: &[f64], largest: bool) -> Vec<usize> {
+    use std::cmp::Ordering;
+    let key = |x: f64| (x.is_nan(), if x.is_nan() { 0.0 } else { x });
+    let mut idx: Vec<usize> = (0..row.len()).collect();
+    // A stable sort keeps equal keys in index order.
+    idx.sort_by(|&a, &b| {
+        let (ka, kb) = (key(row[a]), key(row[b]));
+        let c =
+            ka.0.cmp(&kb.0)
+                .then(ka.1.partial_cmp(&kb.1).unwrap_or(Ordering::Equal));
+        if largest {
+            c.reverse()
+        } else {
+            c
+        }
+    });
+    idx
+}
+
+/// Neumaier's running compensated sum, for prefix sums: [`Neumaier::value`] after each
+/// term is the prefix's sum to within a few f64 ulps of its magnitude.
+#[derive(Default)]
+pub(crate) struct Neumaier {
+    s: f64,
+    c: f64,
+    started: bool,
+}
+
+impl Neumaier {
+    pub(crate) fn add(&mut self, x: f64) {
+        if !self.started {
+            // -0 is the identity: a prefix of -0s is -0.
+            self.s = -0.0;
+            self.started = true;
+        }
+        let t = self.s + x;
+        if self.s.abs() >= x.abs() {
+            self.c += (self.s - t) + x;
+        } else {
+            self.c += (x - t) + self.s;
+        }
+        self.s = t;
+    }
+
+    pub(crate) fn value(&self) -> f64 {
+        if self.s.is_finite() && self.c != 0.0 && self.c.is_finite() {
+            self.s + self.c
+        } else {
+            self.s
+        }
     }
 }

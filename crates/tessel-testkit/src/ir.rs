@@ -267,10 +267,42 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         },
         t(Bf16, &[4, 6, 8]),
     );
+    for op in [ReduceOp::ArgMax, ReduceOp::ArgMin] {
+        g.push(
+            Op::Reduce {
+                op,
+                arg: xf,
+                axis: 1,
+            },
+            t(I32, &[4, 1]),
+        );
+    }
+    g.push(
+        Op::Reduce {
+            op: ReduceOp::LogSumExp,
+            arg: xf,
+            axis: 1,
+        },
+        t(F32, &[4, 1]),
+    );
+    for (largest, indices) in [(true, false), (false, true)] {
+        let dt = if indices { I32 } else { F32 };
+        g.push(
+            Op::TopK {
+                arg: xf,
+                axis: 1,
+                largest,
+                indices,
+            },
+            t(dt, &[4, 3]),
+        );
+    }
+    let cs = g.push(Op::Cumsum { arg: xf, axis: 1 }, t(F32, &[4, 8]));
     g.outputs.push(("out".into(), out));
     g.outputs.push(("probs".into(), sm));
     g.outputs.push(("out again".into(), out));
     g.outputs.push(("cache".into(), upd));
+    g.outputs.push(("running".into(), cs));
 
     let mut f = Fusion::default();
     let g0 = f.new_group(GroupData {
@@ -288,7 +320,19 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         outputs: vec![upd],
         reductions: vec![],
     });
+    let g3 = f.new_group(GroupData {
+        kind: GroupKind::Scan,
+        outputs: vec![cs],
+        reductions: vec![cs],
+    });
     let mut s = Schedules::new();
+    s[g3] = Some(Schedule {
+        tile: TileConfig::Scan {
+            threads: 32,
+            chunk: 32,
+        },
+        why: "rows of 8: one chunk".into(),
+    });
     s[g2] = Some(Schedule {
         tile: TileConfig::Update {
             threads: 32,

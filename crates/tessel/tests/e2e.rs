@@ -256,6 +256,35 @@ fn widened_matmul_ptx_assembles() {
     }
 }
 
+/// The ops along an axis (tests/programs/select_scan.tsl: argmax/argmin, topk, logsumexp and
+/// the cumsum scan kernel) assemble with ptxas for sm_90 in every profile, without spills or
+/// approximate instructions, at a row length that is no multiple of a chunk or vector.
+#[test]
+fn select_scan_ptx_assembles() {
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
+    let path = root().join("tests/programs/select_scan.tsl");
+    for (t, d) in [(3, 3), (2, 37)] {
+        for &profile in &tessel_passes::Profile::ALL {
+            for step in compile_file_with(&path, &[("T", t), ("D", d)], profile) {
+                let what = format!("{} T={t} D={d} {}", step.name, profile.name());
+                let text = ptx(&step.program);
+                assert!(
+                    !text.contains(".approx") && !text.contains(".ftz"),
+                    "{what}"
+                );
+                if let Some(ptxas) = &ptxas {
+                    let report = ptxas
+                        .assemble(&text, "sm_90")
+                        .unwrap_or_else(|e| panic!("{what}: ptxas rejected the PTX: {e}"));
+                    for kr in report.kernels() {
+                        assert!(!kr.spills(), "{what}: {} spills", kr.name);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Runs every step of `path` at `dims` on the executor and compares with the oracle.
 /// Returns (step, output, dtype, rel-RMS).
 fn semantics(path: &Path, dims: &[(&str, u64)], seed: u64) -> Vec<(String, String, DType, f64)> {

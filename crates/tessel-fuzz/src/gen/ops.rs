@@ -23,6 +23,7 @@ impl Gen {
             (12, Gen::reduce),
             (5, Gen::softmax),
             (5, Gen::masked_softmax),
+            (6, Gen::along_axis),
             (2, Gen::causal),
             (6, Gen::slice),
             (3, Gen::index_select),
@@ -301,6 +302,73 @@ impl Gen {
             format!("{f}({{0}}, axis: {a}{keep_text})"),
             vec![x],
         )
+    }
+
+    /// An op along an axis that selects or scans: `argmax`/`argmin` (i32, `keep` sometimes),
+    /// `logsumexp` (floats), `cumsum`, or `topk` of k = 1 to 3 (a tuple of the values and
+    /// the i32 indices, largest or smallest, the axis given or the last by default).
+    fn along_axis(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.rank() == 0 || t.dtype == DType::Bool {
+            return None;
+        }
+        let axis = self.below(t.rank() as u64) as usize;
+        let a = self.axis_text(axis, t.rank());
+        let f = if t.dtype.is_float() {
+            self.pick(&["argmax", "argmin", "logsumexp", "cumsum", "topk"])
+        } else {
+            self.pick(&["argmax", "argmin", "cumsum", "topk"])
+        };
+        match f {
+            "cumsum" => {
+                let name = self.fresh_let(0);
+                one(vec![name], t, format!("cumsum({{0}}, axis: {a})"), vec![x])
+            }
+            "topk" => {
+                let len = t.shape[axis].value(&self.p.dims);
+                let k = len.min(1 + self.below(3));
+                let mut shape = t.shape.clone();
+                shape[axis] = Dim::Lit(k);
+                let axis_text = if axis + 1 == t.rank() && self.chance(0.5) {
+                    String::new()
+                } else {
+                    format!(", axis: {a}")
+                };
+                let order = if self.chance(0.3) {
+                    ", largest: false"
+                } else {
+                    ""
+                };
+                Some(Let {
+                    names: vec![self.fresh_let(0), self.fresh_let(1)],
+                    tys: vec![Ty::new(t.dtype, shape.clone()), Ty::new(DType::I32, shape)],
+                    template: format!("topk({{0}}, {k}{axis_text}{order})"),
+                    operands: vec![x],
+                })
+            }
+            _ => {
+                let keep = self.chance(0.4);
+                let mut shape = t.shape.clone();
+                if keep {
+                    shape[axis] = Dim::Lit(1);
+                } else {
+                    shape.remove(axis);
+                }
+                let dt = if f == "logsumexp" {
+                    t.dtype
+                } else {
+                    DType::I32
+                };
+                let keep_text = if keep { ", keep: true" } else { "" };
+                let name = self.fresh_let(0);
+                one(
+                    vec![name],
+                    Ty::new(dt, shape),
+                    format!("{f}({{0}}, axis: {a}{keep_text})"),
+                    vec![x],
+                )
+            }
+        }
     }
 
     fn softmax(&mut self) -> Option<Let> {

@@ -191,11 +191,21 @@ pub(crate) fn reduce_name(op: ReduceOp) -> &'static str {
         ReduceOp::Max => "max",
         ReduceOp::Min => "min",
         ReduceOp::Mean => "mean",
+        ReduceOp::ArgMax => "argmax",
+        ReduceOp::ArgMin => "argmin",
+        ReduceOp::LogSumExp => "logsumexp",
     }
 }
 
-pub(crate) const REDUCE_OPS: [ReduceOp; 4] =
-    [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min, ReduceOp::Mean];
+pub(crate) const REDUCE_OPS: [ReduceOp; 7] = [
+    ReduceOp::Sum,
+    ReduceOp::Max,
+    ReduceOp::Min,
+    ReduceOp::Mean,
+    ReduceOp::ArgMax,
+    ReduceOp::ArgMin,
+    ReduceOp::LogSumExp,
+];
 
 pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
     match k {
@@ -204,15 +214,17 @@ pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
         GroupKind::Matmul => "matmul",
         GroupKind::Attention => "attention",
         GroupKind::Update => "update",
+        GroupKind::Scan => "scan",
     }
 }
 
-pub(crate) const GROUP_KINDS: [GroupKind; 5] = [
+pub(crate) const GROUP_KINDS: [GroupKind; 6] = [
     GroupKind::Elementwise,
     GroupKind::RowReduction,
     GroupKind::Matmul,
     GroupKind::Attention,
     GroupKind::Update,
+    GroupKind::Scan,
 ];
 
 pub(crate) fn reg_type_from_name(s: &str) -> Option<RegType> {

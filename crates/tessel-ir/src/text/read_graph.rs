@@ -277,9 +277,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split"],
         "update" => &["threads", "vector"],
+        "scan" => &["threads", "chunk"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention` or `update`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention`, `update` or `scan`)"
         )))
         }
     };
@@ -356,6 +357,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "update" => TileConfig::Update {
             threads: num("threads")?,
             vector: num("vector")?,
+        },
+        "scan" => TileConfig::Scan {
+            threads: num("threads")?,
+            chunk: num("chunk")?,
         },
         "gemv_mma" => TileConfig::GemvMma {
             warps: num("warps")?,
@@ -524,6 +529,33 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
             c.punct(',')?;
             c.keyword("axis")?;
             Op::Softmax {
+                arg: a,
+                axis: c.u32("an axis")?,
+            }
+        }
+        "topk.values" | "topk.indices" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            let axis = c.u32("an axis")?;
+            let largest = if c.eat_punct(',') {
+                c.keyword("smallest")?;
+                false
+            } else {
+                true
+            };
+            Op::TopK {
+                arg: a,
+                axis,
+                largest,
+                indices: m == "topk.indices",
+            }
+        }
+        "cumsum" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Cumsum {
                 arg: a,
                 axis: c.u32("an axis")?,
             }

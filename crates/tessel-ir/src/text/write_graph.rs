@@ -153,6 +153,17 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
         Op::Slice { arg, axis, start } => format!("slice {arg}, axis {axis}, start {start}"),
         Op::Concat { args, axis } => format!("concat [{}], axis {axis}", list(args)),
         Op::Softmax { arg, axis } => format!("softmax {arg}, axis {axis}"),
+        Op::TopK {
+            arg,
+            axis,
+            largest,
+            indices,
+        } => {
+            let part = if *indices { "indices" } else { "values" };
+            let order = if *largest { "" } else { ", smallest" };
+            format!("topk.{part} {arg}, axis {axis}{order}")
+        }
+        Op::Cumsum { arg, axis } => format!("cumsum {arg}, axis {axis}"),
         Op::MatMul { lhs, rhs } => format!("matmul {lhs}, {rhs}"),
         Op::Attention {
             logits,

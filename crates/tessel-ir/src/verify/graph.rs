@@ -373,16 +373,27 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
         }
         Op::Reduce { op, arg, axis } => {
             let a = at(arg);
-            if !same_dtype(a) {
+            let index = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+            if index && rt.dtype != DType::I32 {
+                err(
+                    "graph.reduce",
+                    format!("an index reduction gives i32, not {}", rt.dtype),
+                );
+            } else if !index && !same_dtype(a) {
                 err(
                     "graph.reduce",
                     format!("operand {arg} is {a}, the result {rt}"),
                 );
             }
-            if *op == ReduceOp::Mean && !a.dtype.is_float() {
+            let float_only = matches!(op, ReduceOp::Mean | ReduceOp::LogSumExp);
+            if (float_only && !a.dtype.is_float()) || (index && a.dtype == DType::Bool) {
                 err(
                     "graph.reduce",
-                    format!("mean is not defined on {}", a.dtype),
+                    format!(
+                        "{} is not defined on {}",
+                        crate::text::reduce_name(*op),
+                        a.dtype
+                    ),
                 );
             }
             let ax = *axis as usize;
@@ -516,6 +527,50 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 err(
                     "graph.update",
                     format!("positions {pos} are {p}, not i32 with one entry per index of {dst}'s first dim"),
+                );
+            }
+        }
+        Op::TopK {
+            arg, axis, indices, ..
+        } => {
+            let a = at(arg);
+            let ax = *axis as usize;
+            let want = if *indices { DType::I32 } else { a.dtype };
+            if rt.dtype != want || a.dtype == DType::Bool {
+                err(
+                    "graph.topk",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if ax >= a.shape.rank() || a.shape.rank() != rt.shape.rank() {
+                err(
+                    "graph.topk",
+                    format!("axis {axis} is out of range or ranks differ: {a} and {rt}"),
+                );
+            } else {
+                let k = rt.shape.0[ax];
+                let off_axis =
+                    (0..a.shape.rank()).any(|i| i != ax && a.shape.0[i] != rt.shape.0[i]);
+                if k < 1 || k > a.shape.0[ax] || off_axis {
+                    err(
+                        "graph.topk",
+                        format!("{rt} is not k of {a} along axis {axis} (1 <= k <= its length)"),
+                    );
+                }
+            }
+        }
+        Op::Cumsum { arg, axis } => {
+            let a = at(arg);
+            if a != rt || a.dtype == DType::Bool {
+                err(
+                    "graph.cumsum",
+                    format!("operand {arg} is {a}, the result {rt}"),
+                );
+            }
+            if *axis as usize >= a.shape.rank() {
+                err(
+                    "graph.cumsum",
+                    format!("axis {axis} is out of range for {a}"),
                 );
             }
         }

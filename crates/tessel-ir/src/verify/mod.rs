@@ -27,7 +27,12 @@
 //! - `graph.permute`: `perm` is a permutation of `0..rank`, `result.shape[i] =
 //!   arg.shape[perm[i]]`, same dtype.
 //! - `graph.reduce`: the axis is in range, the result keeps it with size 1 and every other
-//!   dim; same dtype; `mean` on float dtypes.
+//!   dim; same dtype, but i32 for `argmax`/`argmin` (not on `bool`); `mean` and
+//!   `logsumexp` on float dtypes.
+//! - `graph.topk`: the operand is not `bool`; the result has its rank and dims but along
+//!   the axis, where `1 <= k <= ` its length; the result is the operand's dtype (values) or
+//!   i32 (indices).
+//! - `graph.cumsum`: same type as the operand, not `bool`; the axis in range.
 //! - `graph.slice`: the axis is in range, `start + result.shape[axis] <= arg.shape[axis]`,
 //!   other dims equal, same dtype.
 //! - `graph.concat`: at least one operand, the axis is below the rank, every operand has
@@ -63,6 +68,8 @@
 //!   every update is written by an update group, which comes after every group whose
 //!   kernel reads the update's `dst` (it overwrites it in place) and before every group
 //!   that reads the update.
+//! - `fusion.scan`: a scan group lists exactly one `cumsum`, over its operand's last axis,
+//!   and writes that cumsum or its cast (and nothing else).
 //!
 //! # Schedules (when given)
 //! - `schedule.missing`: every group has a schedule (checked when the fusion is given).
@@ -82,6 +89,8 @@
 //! - `schedule.update`: an update tile's `vector` divides the rows' last dim, and is 1 when
 //!   the update writes along the last axis (the position offset breaks the vector's
 //!   alignment there); 8 when the group computes its rows' reductions.
+//! - `schedule.scan`: a scan tile's threads are whole warps and its `chunk` is the one the
+//!   cumsum's order fixes for its row length (`graph::cumsum_chunk`).
 //!
 //! # Kernel IR ([`verify_kernel`])
 //! - `kernel.name`: the name is a PTX identifier (`[a-zA-Z][a-zA-Z0-9_$]*` or

@@ -133,6 +133,30 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     );
                 }
             }
+            GroupKind::Scan => {
+                let scan = match data.reductions[..] {
+                    [c] if exists(g, c) => match g.ops[c] {
+                        Op::Cumsum { arg, axis } => {
+                            let last =
+                                exists(g, arg) && axis as usize + 1 == g.ty(arg).shape.rank();
+                            let out_ok = data.outputs.len() == 1
+                                && (data.outputs[0] == c
+                                    || (exists(g, data.outputs[0])
+                                        && g.ops[data.outputs[0]] == Op::Cast { arg: c }));
+                            last && out_ok
+                        }
+                        _ => false,
+                    },
+                    _ => false,
+                };
+                if !scan {
+                    e.push(
+                        "fusion.scan",
+                        loc.clone(),
+                        "a scan group lists one cumsum over the last axis and writes it or its cast alone",
+                    );
+                }
+            }
             GroupKind::Elementwise => {
                 if !data.reductions.is_empty() {
                     e.push(
@@ -385,6 +409,7 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         | TileConfig::GemvMma { .. } => GroupKind::Matmul,
                         TileConfig::Attention { .. } => GroupKind::Attention,
                         TileConfig::Update { .. } => GroupKind::Update,
+                        TileConfig::Scan { .. } => GroupKind::Scan,
                     };
                     if kind != data.kind {
                         e.push(
@@ -587,6 +612,33 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                     e.push("schedule.tile", loc.clone(), "attention pack is 0");
                 }
                 (32 * warps as u64, 1)
+            }
+            TileConfig::Scan { threads, chunk } => {
+                let group = fusion.and_then(|f| f.groups.get(grp));
+                let row = group
+                    .and_then(|d| d.reductions.first())
+                    .filter(|&&c| exists(g, c))
+                    .map(|&c| g.ty(c).shape.last());
+                if let Some(n) = row {
+                    if chunk as u64 != crate::graph::cumsum_chunk(n) {
+                        e.push(
+                            "schedule.scan",
+                            loc.clone(),
+                            format!(
+                                "chunk {chunk} for a row of {n}: the order fixes {}",
+                                crate::graph::cumsum_chunk(n)
+                            ),
+                        );
+                    }
+                }
+                if threads % 32 != 0 {
+                    e.push(
+                        "schedule.scan",
+                        loc.clone(),
+                        format!("{threads} threads is not whole warps"),
+                    );
+                }
+                (threads as u64, 1)
             }
             TileConfig::GemvMma { warps, unroll, .. } => {
                 if unroll == 0 || unroll > 8 {

@@ -94,7 +94,11 @@ impl Checker<'_> {
                     b,
                 )?))
             }
-            "sum" | "mean" | "min" | "max" => self.reduce(name, span, pos, named),
+            "sum" | "mean" | "min" | "max" | "argmax" | "argmin" | "logsumexp" => {
+                self.reduce(name, span, pos, named)
+            }
+            "topk" => self.topk(span, pos, named),
+            "cumsum" => self.cumsum(span, pos, named),
             "softmax" => {
                 self.check_args(name, span, &pos, named, 1, Some(1), &[("axis", true)])?;
                 let (v, vspan) = first(pos)?;
@@ -395,7 +399,9 @@ impl Checker<'_> {
         )
     }
 
-    /// `sum/mean/max/min(x, axis: k, keep: bool = false)`.
+    /// `sum/mean/max/min/argmax/argmin/logsumexp(x, axis: k, keep: bool = false)`;
+    /// `argmax`/`argmin` give i32 and are not defined on bool (E0320), `mean` and
+    /// `logsumexp` need a float.
     fn reduce(&mut self, name: &str, span: Span, pos: Vec<Arg>, named: Named) -> R<Val> {
         self.check_args(
             name,
@@ -413,10 +419,17 @@ impl Checker<'_> {
             "sum" => ReduceOp::Sum,
             "mean" => ReduceOp::Mean,
             "max" => ReduceOp::Max,
+            "argmax" => ReduceOp::ArgMax,
+            "argmin" => ReduceOp::ArgMin,
+            "logsumexp" => ReduceOp::LogSumExp,
             _ => ReduceOp::Min,
         };
-        if op == ReduceOp::Mean && !ty.dtype.is_float() {
+        if matches!(op, ReduceOp::Mean | ReduceOp::LogSumExp) && !ty.dtype.is_float() {
             return Err(self.float_required(name, vspan, &ty));
+        }
+        let index = matches!(op, ReduceOp::ArgMax | ReduceOp::ArgMin);
+        if index && ty.dtype == DType::Bool {
+            return Err(self.unordered_bool(name, vspan, &ty));
         }
         if ty.dtype == DType::Bool {
             return Err(self.error(
@@ -447,13 +460,14 @@ impl Checker<'_> {
         if let Some(d) = kept.get_mut(axis) {
             *d = 1;
         }
+        let rdt = if index { DType::I32 } else { ty.dtype };
         let r = self.push(
             Op::Reduce {
                 op,
                 arg: x,
                 axis: axis as u32,
             },
-            TensorType::new(ty.dtype, kept.clone()),
+            TensorType::new(rdt, kept.clone()),
             span,
         )?;
         if keep {
@@ -627,7 +641,7 @@ impl Checker<'_> {
     }
 }
 
-fn first(pos: Vec<Arg>) -> R<Arg> {
+pub(super) fn first(pos: Vec<Arg>) -> R<Arg> {
     pos.into_iter().next().ok_or(Reported)
 }
 

@@ -65,6 +65,7 @@ mod inplace;
 mod layout;
 mod lit;
 mod names;
+mod scan;
 mod signature;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -155,6 +156,9 @@ pub mod codes {
     pub const CLAMP_BOUNDS: &str = "E0310";
     /// `gelu`'s `approximate:` is not `true` or `false`.
     pub const GELU_APPROXIMATE: &str = "E0311";
+    /// `argmax`, `argmin` or `topk` of a bool tensor (torch defines no order on bool for
+    /// them either).
+    pub const ORDER_ON_BOOL: &str = "E0320";
     /// Shapes that do not broadcast.
     pub const BROADCAST: &str = "E0401";
     /// A `fn` argument whose shape does not fit the parameter's.
@@ -178,6 +182,8 @@ pub mod codes {
     /// `update` rows that do not fit the tensor along the axis, or positions that are not
     /// one i32 per index of its first dim.
     pub const UPDATE_SHAPE: &str = "E0411";
+    /// `topk`'s `k` outside `1 ..= ` the length of the axis.
+    pub const TOPK_K: &str = "E0430";
 }
 
 /// Deepest chain of nested `fn` calls that is inlined; deeper is a diagnostic (it also
@@ -228,6 +234,11 @@ pub(crate) const BUILTINS: &[&str] = &[
     "sum",
     "mean",
     "softmax",
+    "argmax",
+    "argmin",
+    "topk",
+    "cumsum",
+    "logsumexp",
     "where",
     "iota",
     "causal",

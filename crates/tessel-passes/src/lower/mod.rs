@@ -26,7 +26,7 @@
 //! stores), `numerics` (dtype arithmetic) serve every schedule. One file per schedule:
 //! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`, `attention` (its
 //! main loop; `attention_parts`: tile copies, key bounds, flash-decoding's merge kernel),
-//! `update` (an in-place update, over its rows only); the pieces the
+//! `update` (an in-place update, over its rows only), `scan` (a cumsum); the pieces the
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
 //! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
@@ -44,6 +44,7 @@ mod mma;
 mod numerics;
 mod ring;
 mod rows;
+mod scan;
 mod simt;
 mod update;
 mod values;
@@ -545,6 +546,18 @@ fn lower_group(
                 format!(
                     "{tile}; {}",
                     crate::schedule::reduction_order(tile, rows.last())
+                ),
+            )
+        }
+        (GroupKind::Scan, &TileConfig::Scan { threads, chunk }) => {
+            let c = data.reductions[0];
+            let ctas = gen.scan(out, c, threads, chunk)?;
+            (
+                threads,
+                [ctas, 1, 1],
+                format!(
+                    "{tile}; {}",
+                    crate::schedule::scan_order(chunk as u64, g.ty(c).shape.last())
                 ),
             )
         }

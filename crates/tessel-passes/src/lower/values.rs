@@ -212,6 +212,8 @@ impl Gen<'_> {
             }
             GOp::Reduce { .. }
             | GOp::Softmax { .. }
+            | GOp::TopK { .. }
+            | GOp::Cumsum { .. }
             | GOp::MatMul { .. }
             | GOp::Attention { .. } => Err(LowerError::Unsupported {
                 what: "a reduction outside a row-reduction kernel (fuse should have grouped it)"

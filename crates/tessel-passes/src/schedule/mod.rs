@@ -30,7 +30,9 @@ pub use matmul::{
 };
 
 use crate::target::{Profile, Target};
-use tessel_ir::graph::{Fusion, Graph, GroupKind, Op, Schedule, Schedules, TileConfig};
+use tessel_ir::graph::{
+    cumsum_chunk, Fusion, Graph, GroupKind, Op, Schedule, Schedules, TileConfig,
+};
 use tessel_ir::Group;
 
 /// Runs the pass. `split_k`: whether a matmul may cut its K into ranges when its tiles
@@ -85,6 +87,7 @@ fn choose(
             attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), fill, t)
         }
         GroupKind::Update => update(g, out, !data.reductions.is_empty(), max_v_bytes),
+        GroupKind::Scan => scan(g, data.reductions[0]),
         GroupKind::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
@@ -119,6 +122,27 @@ fn choose(
                 ),
             }
         }
+    }
+}
+
+/// A cumsum `c`: one CTA per row, a thread per chunk of the row up to 256 (whole warps);
+/// the chunk is the order's ([`cumsum_chunk`]), so the threads change only who computes
+/// which chunk, never a bit of the result.
+fn scan(g: &Graph, c: tessel_ir::Value) -> Schedule {
+    let ty = g.ty(c);
+    let n = ty.shape.last();
+    let rows = ty.shape.numel() / n.max(1);
+    let chunk = cumsum_chunk(n);
+    let chunks = n.div_ceil(chunk);
+    let threads = (chunks.div_ceil(32) * 32).clamp(32, 256) as u32;
+    Schedule {
+        tile: TileConfig::Scan {
+            threads,
+            chunk: chunk as u32,
+        },
+        why: format!(
+            "cumsum over {rows} rows of {n}: one CTA per row, {chunks} chunks of {chunk} (the order's, fixed by the row length), {threads} threads (a thread per chunk, whole warps, at most 256)"
+        ),
     }
 }
 
@@ -241,6 +265,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             s
         }
         TileConfig::Elementwise { .. } | TileConfig::Update { .. } => "no reduction".to_string(),
+        TileConfig::Scan { chunk, .. } => scan_order(chunk as u64, row_len),
         TileConfig::Attention { block_n, split, .. } => attention::order(block_n, split),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
@@ -264,6 +289,15 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             o
         }
     }
+}
+
+/// A cumsum's order (design §5) for a row of `n` in chunks of `chunk`, the same whatever
+/// the threads: it is [`tessel_ir::graph::Op::Cumsum`]'s.
+pub fn scan_order(chunk: u64, n: u64) -> String {
+    let chunks = n.div_ceil(chunk.max(1));
+    format!(
+        "cumsum of a row of {n}: {chunks} chunks of {chunk} elements; each chunk's total summed left to right from -0 (0 for i32); the exclusive prefix of the chunk totals summed left to right from -0; output i = its chunk's prefix + the chunk's elements up to i, left to right (a function of the row length only)"
+    )
 }
 
 /// The second phase of a split-K matmul, in words (empty without split-K).

@@ -414,6 +414,18 @@ impl Propagation<'_> {
                 }
                 s => s,
             },
+            Op::TopK { arg, axis, .. } => match self.of(*arg) {
+                Sharding::Split { axis: a } if a == *axis => {
+                    return Err(format!("a topk along dim {a}, the partitioned one"))
+                }
+                s => s,
+            },
+            Op::Cumsum { arg, axis } => match self.of(*arg) {
+                Sharding::Split { axis: a } if a == *axis => {
+                    return Err(format!("a cumsum along dim {a}, the partitioned one"))
+                }
+                s => s,
+            },
             Op::MatMul { lhs, rhs } => self.matmul(v, *lhs, *rhs)?,
             Op::Attention { .. } => {
                 return Err("a fused attention op: partition before the `attention` pass".into())
@@ -820,6 +832,8 @@ fn op_words(op: &Op) -> &'static str {
         Op::Concat { .. } => "a concat",
         Op::Reduce { .. } => "a reduction",
         Op::Softmax { .. } => "a softmax",
+        Op::TopK { .. } => "a topk",
+        Op::Cumsum { .. } => "a cumsum",
         Op::MatMul { .. } => "a matmul",
         Op::Attention { .. } => "an attention",
         Op::Update { .. } => "an update",

@@ -28,6 +28,7 @@
 //! error there shows in the f64 oracle's rel-RMS, which `check` reports beside it.
 
 pub mod bound;
+mod select;
 
 pub use bound::Bound;
 
@@ -258,6 +259,48 @@ fn eval_op(
             }
             out
         }
+        Op::TopK {
+            arg,
+            axis,
+            largest,
+            indices,
+        } => {
+            let a = layout::operand(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(src(arg), *axis as usize);
+            let k = shape[*axis as usize] as usize;
+            let mut out = vec![Bound::point(0.0); n];
+            let mut row = Vec::with_capacity(len);
+            for o in 0..outer {
+                for i in 0..inner {
+                    row.clear();
+                    row.extend((0..len).map(|r| a[(o * len + r) * inner + i]));
+                    for (t, b) in select::topk(&row, k, *largest, *indices)
+                        .into_iter()
+                        .enumerate()
+                    {
+                        out[(o * k + t) * inner + i] = b;
+                    }
+                }
+            }
+            out
+        }
+        Op::Cumsum { arg, axis } => {
+            let a = layout::operand(vals, *arg, v)?;
+            let (outer, len, inner) = layout::lanes(shape, *axis as usize);
+            let mut out = vec![Bound::point(0.0); n];
+            let mut row = Vec::with_capacity(len);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |r: usize| (o * len + r) * inner + i;
+                    row.clear();
+                    row.extend((0..len).map(|r| a[at(r)]));
+                    for (r, b) in select::cumsum(dt, &row).into_iter().enumerate() {
+                        out[at(r)] = b;
+                    }
+                }
+            }
+            out
+        }
         Op::Softmax { arg, axis } => {
             let a = layout::operand(vals, *arg, v)?;
             let (outer, len, inner) = layout::lanes(shape, *axis as usize);
@@ -372,9 +415,11 @@ fn nan_only() -> Bound {
 /// One reduction of `row` (all of one lane of the reduced axis) to dtype `dt`, computed as
 /// the kernels do: 16-bit operands widened to f32, accumulated in f32 (any order), the
 /// mean's quotient in f32, the result rounded to `dt`.
-fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
+pub(super) fn reduce_row(op: ReduceOp, dt: DType, row: &[Bound]) -> Bound {
     let r_exact = reduce(op, row.iter().map(|b| b.r));
     match op {
+        ReduceOp::ArgMax | ReduceOp::ArgMin => select::arg_extreme(row, op == ReduceOp::ArgMax),
+        ReduceOp::LogSumExp => select::logsumexp(dt, row),
         ReduceOp::Max | ReduceOp::Min => {
             let r = r_exact;
             let pick: fn(f64, f64) -> f64 = if op == ReduceOp::Max { upper } else { lower };
