@@ -260,6 +260,16 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         },
         t(Bf16, &[4, 6, 8]),
     );
+    // Rows of `y` read at run-time positions (an embedding lookup's form).
+    let ids = g.push(Op::Iota { axis: 0 }, t(I32, &[3, 8]));
+    g.push(
+        Op::Gather {
+            arg: y,
+            index: ids,
+            axis: 0,
+        },
+        t(F32, &[3, 8]),
+    );
     g.outputs.push(("out".into(), out));
     g.outputs.push(("probs".into(), sm));
     g.outputs.push(("out again".into(), out));
