@@ -264,6 +264,33 @@ pub enum Op {
         pos: Value,
         axis: u32,
     },
+    /// Indexing by a tensor, `numpy.take_along_axis` without its broadcast (`check` makes
+    /// the shapes explicit): `arg [d0, .., A, .., dn]` (any dtype), `index` i32
+    /// `[d0, .., R, .., dn]` — `arg`'s shape but along `axis`, where it has any length R —
+    /// and the result, of `arg`'s dtype and `index`'s shape, is
+    /// `result[i] = arg[i with i_axis := clamp(index[i])]`. An index is taken as Python
+    /// takes one (`-1` is the last position) and then clamped into the axis:
+    /// `j = index[i] + A` where `index[i] < 0`, then `min(max(j, 0), A - 1)`
+    /// ([`gather_position`]), so every index reads inside `arg` — torch raises on an
+    /// index out of `[-A, A)`, tessel clamps. `A < 2^31`. The embedding lookup
+    /// `emb[ids]` is a gather along axis 0 of `emb` with the ids broadcast along the rows.
+    /// No gradient yet (a scatter-add, a later issue).
+    Gather {
+        arg: Value,
+        index: Value,
+        axis: u32,
+    },
+}
+
+/// The position an [`Op::Gather`] reads along an axis of length `len` (≥ 1) for an i32
+/// `index`: negative indices count from the end as in Python, then the result is clamped
+/// to `0 ..= len - 1` — an index past either end reads the nearest end, never outside the
+/// tensor. The one definition the references follow; the kernels compute the same with
+/// i32 compares and selects (`lower`).
+pub fn gather_position(index: i64, len: u64) -> u64 {
+    let n = len.max(1) as i64;
+    let j = if index < 0 { index + n } else { index };
+    j.clamp(0, n - 1) as u64
 }
 
 impl Op {
@@ -293,6 +320,7 @@ impl Op {
                 on_false,
             } => vec![*cond, *on_true, *on_false],
             Op::Update { dst, rows, pos, .. } => vec![*dst, *rows, *pos],
+            Op::Gather { arg, index, .. } => vec![*arg, *index],
             Op::Concat { args, .. } => args.clone(),
         }
     }
@@ -323,13 +351,14 @@ impl Op {
                 on_false,
             } => vec![cond, on_true, on_false],
             Op::Update { dst, rows, pos, .. } => vec![dst, rows, pos],
+            Op::Gather { arg, index, .. } => vec![arg, index],
             Op::Concat { args, .. } => args.iter_mut().collect(),
         }
     }
 
     /// True for ops that compute each output element from operand elements at related
-    /// indices only (not reductions, softmax, matmul, attention, or an update, whose element
-    /// depends on a position read at run time).
+    /// indices only (not reductions, softmax, matmul, attention, or an update or a gather,
+    /// whose element depends on a position read at run time).
     pub fn is_elementwise_like(&self) -> bool {
         !matches!(
             self,
@@ -340,6 +369,7 @@ impl Op {
                 | Op::MatMul { .. }
                 | Op::Attention { .. }
                 | Op::Update { .. }
+                | Op::Gather { .. }
         )
     }
 }

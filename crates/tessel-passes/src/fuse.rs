@@ -69,6 +69,15 @@
 //!    those rows intact: the attention kernel computes it in its prologue, and the cone's
 //!    reductions are listed after the attention in the group's reductions.
 //!
+//! Gathers ([`Op::Gather`]: `emb[ids]`, `take_along_axis`) need no rule of their own: a
+//! gather is computed inside the kernel that reads it, as a load at a computed address —
+//! its index at the reader's own index, its operand at the gathered position — so the
+//! rows are never copied first, and an elementwise cone of the table is computed at the
+//! gathered elements only. Rule 4's walk reaches the operand at a position known only at
+//! run time ([`Ix::Other`] along the axis): a reduction under it is materialised by its
+//! own kernel, and so is a matmul (rule 0 stops its epilogue at the gather, which reads
+//! the product at other rows than its own).
+//!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
 use crate::target::{Profile, Target};
@@ -588,6 +597,14 @@ fn column_free_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> bool
                 let (sr, sa) = (&g.ty(x).shape.0, &g.ty(*arg).shape.0);
                 stack.push((*arg, reshape_deps(&idx, sr, sa)));
             }
+            // The index is read at the group's own index; the operand at a position read at
+            // run time along the axis, which may be anything: the column, say.
+            Op::Gather { arg, index, axis } => {
+                stack.push((*index, idx.clone()));
+                let mut ai = idx.clone();
+                ai[*axis as usize] = Dep::Col;
+                stack.push((*arg, ai));
+            }
             Op::Permute { arg, perm } => {
                 let mut ai = vec![Dep::Col; idx.len()];
                 for (i, &p) in perm.iter().enumerate() {
@@ -769,6 +786,14 @@ fn walk_rows(g: &Graph, out: Value, mat: &EntitySet<Value>) -> (Vec<(Value, Vec<
                 if *start != 0 {
                     ai[*axis as usize] = Ix::Other;
                 }
+                stack.push((*arg, ai));
+            }
+            // A gathered read lands at a row known only at run time: a reduction under the
+            // gathered operand is never at the group's own row (`Other` along the axis).
+            Op::Gather { arg, index, axis } => {
+                stack.push((*index, idx.clone()));
+                let mut ai = idx.clone();
+                ai[*axis as usize] = Ix::Other;
                 stack.push((*arg, ai));
             }
             Op::Concat { args, axis } => {

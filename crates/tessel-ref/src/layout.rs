@@ -279,6 +279,25 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
             }
             Ok(())
         }
+        Op::Gather { arg, index, axis } => {
+            let (a, i) = (g.ty(*arg), g.ty(*index));
+            let ax = *axis as usize;
+            let n = shape.len();
+            let ok = a.dtype == ty.dtype
+                && i.dtype == tessel_ir::DType::I32
+                && i.shape == ty.shape
+                && ax < n
+                && a.shape.rank() == n
+                && (0..n).all(|d| d == ax || a.shape.0[d] == shape[d])
+                && a.shape.0[ax] <= i32::MAX as u64;
+            if !ok {
+                return Err(malformed(
+                    v,
+                    format!("gather of {a} at {i} along axis {axis} to {ty}"),
+                ));
+            }
+            Ok(())
+        }
         Op::Concat { args, axis } => {
             let ax = *axis as usize;
             if ax >= shape.len() {
@@ -411,4 +430,23 @@ pub fn update<T: Copy>(
         out[flat as usize] = x;
     }
     out
+}
+
+/// `src` (of shape `from`) read along `axis` at the positions `pos` (of shape `to`: `from`
+/// but along `axis`), each already a position inside the axis
+/// ([`tessel_ir::graph::gather_position`]): `out[i] = src[i with i_axis := pos[i]]` (the
+/// semantics of `Op::Gather`).
+pub fn gather<T: Copy>(src: &[T], from: &[u64], to: &[u64], pos: &[u64], axis: usize) -> Vec<T> {
+    let sstr = Shape(from.to_vec()).strides();
+    let mut idx = vec![0u64; to.len()];
+    pos.iter()
+        .enumerate()
+        .map(|(j, &p)| {
+            unravel(j as u64, to, &mut idx);
+            let flat: u64 = (0..to.len())
+                .map(|d| if d == axis { p } else { idx[d] } * sstr[d])
+                .sum();
+            src[flat as usize]
+        })
+        .collect()
 }

@@ -26,7 +26,7 @@
 
 use crate::layout;
 use crate::tensor::Tensor;
-use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp, UnaryOp};
 use tessel_ir::{DType, Value};
 
 /// A value of the oracle: `shape.numel()` row-major elements in f64.
@@ -195,6 +195,20 @@ fn eval_op(
                 layout::operand(vals, *rows, v)?,
                 src(rows),
                 &p,
+                *axis as usize,
+            )
+        }
+        Op::Gather { arg, index, axis } => {
+            let len = src(arg)[*axis as usize];
+            let pos: Vec<u64> = layout::operand(vals, *index, v)?
+                .iter()
+                .map(|&i| gather_position(i as i64, len))
+                .collect();
+            layout::gather(
+                layout::operand(vals, *arg, v)?,
+                src(arg),
+                shape,
+                &pos,
                 *axis as usize,
             )
         }

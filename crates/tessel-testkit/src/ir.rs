@@ -298,6 +298,16 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         );
     }
     let cs = g.push(Op::Cumsum { arg: xf, axis: 1 }, t(F32, &[4, 8]));
+    // Rows of `y` read at run-time positions (an embedding lookup's form).
+    let ids = g.push(Op::Iota { axis: 0 }, t(I32, &[3, 8]));
+    g.push(
+        Op::Gather {
+            arg: y,
+            index: ids,
+            axis: 0,
+        },
+        t(F32, &[3, 8]),
+    );
     g.outputs.push(("out".into(), out));
     g.outputs.push(("probs".into(), sm));
     g.outputs.push(("out again".into(), out));

@@ -27,6 +27,8 @@ impl Gen {
             (2, Gen::causal),
             (6, Gen::slice),
             (3, Gen::index_select),
+            (3, Gen::index_by_tensor),
+            (3, Gen::take_along),
             (2, Gen::new_axis),
             (6, Gen::reshape),
             (5, Gen::transpose),
@@ -561,6 +563,99 @@ impl Gen {
             Ty::new(t.dtype, shape),
             format!("{{0}}{idx}"),
             vec![x],
+        )
+    }
+
+    /// An i32 index tensor of `shape`: an existing i32 value of that shape (computed ones
+    /// too: casts of floats, sums), else a fresh parameter — seeded inputs are uniform in
+    /// -8..=8, so along short axes many are negative or out of range (clamped) — sometimes
+    /// moved further (`{1} * 3 - 4`).
+    fn index_tensor(&mut self, shape: &[Dim]) -> (String, String) {
+        let cands: Vec<String> = self
+            .names()
+            .into_iter()
+            .filter(|n| {
+                let t = self.ty(n);
+                t.dtype == DType::I32 && t.shape == shape
+            })
+            .collect();
+        let name = if !cands.is_empty() && self.chance(0.5) {
+            self.pick(&cands)
+        } else {
+            self.fresh_param(Ty::new(DType::I32, shape.to_vec()))
+        };
+        let text = self
+            .pick(&["{1}", "{1}", "{1}", "{1} * 3 - 4", "{1} + 9", "-{1}"])
+            .to_string();
+        (name, text)
+    }
+
+    /// `x[:, .., idx]`: NumPy's integer-array indexing along one axis (an embedding lookup
+    /// when `x` is a table and the axis the first), indices of rank 0 to 2.
+    fn index_by_tensor(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.rank() == 0 {
+            return None;
+        }
+        let axis = self.below(t.rank() as u64) as usize;
+        let irank = self.below(3) as usize;
+        let ishape: Vec<Dim> = (0..irank).map(|_| self.sym()).collect();
+        let (i, itext) = self.index_tensor(&ishape);
+        let item = if itext == "{1}" {
+            itext
+        } else {
+            format!("({itext})")
+        };
+        let idx = self.index_text(axis, t.rank(), &item);
+        let mut shape = t.shape[..axis].to_vec();
+        shape.extend(ishape);
+        shape.extend(t.shape[axis + 1..].iter().cloned());
+        let name = self.fresh_let(0);
+        one(
+            vec![name],
+            Ty::new(t.dtype, shape),
+            format!("{{0}}{idx}"),
+            vec![x, i],
+        )
+    }
+
+    /// `take_along_axis(x, idx, axis: k)` with indices of `x`'s rank, broadcast against it
+    /// off the axis (some of their dims 1), or `gather(x, idx, axis: k)` with indices
+    /// matching `x` off the axis.
+    fn take_along(&mut self) -> Option<Let> {
+        let (x, t) = self.operand();
+        if t.rank() == 0 {
+            return None;
+        }
+        let axis = self.below(t.rank() as u64) as usize;
+        let torch = self.chance(0.3);
+        let mut ishape = t.shape.clone();
+        ishape[axis] = if self.chance(0.3) {
+            Dim::Lit(1)
+        } else {
+            self.sym()
+        };
+        if !torch {
+            for (d, s) in ishape.iter_mut().enumerate() {
+                if d != axis && self.chance(0.2) {
+                    *s = Dim::Lit(1);
+                }
+            }
+        }
+        let (i, itext) = self.index_tensor(&ishape);
+        let (mut off_x, mut off_i) = (t.shape.clone(), ishape.clone());
+        off_x[axis] = Dim::Lit(1);
+        off_i[axis] = Dim::Lit(1);
+        let mut shape = broadcast(&off_x, &off_i)?;
+        shape[axis] = ishape[axis].clone();
+        let f = if torch { "gather" } else { "take_along_axis" };
+        let ax = self.axis_text(axis, t.rank());
+        let name = self.fresh_let(0);
+        one(
+            vec![name],
+            Ty::new(t.dtype, shape),
+            format!("{f}({{0}}, {itext}, axis: {ax})"),
+            vec![x, i],
         )
     }
 

@@ -524,6 +524,18 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 axis: c.u32("an axis")?,
             }
         }
+        "gather" => {
+            let a = arg(c, &mut refs)?;
+            c.punct(',')?;
+            let index = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("axis")?;
+            Op::Gather {
+                arg: a,
+                index,
+                axis: c.u32("an axis")?,
+            }
+        }
         "softmax" => {
             let a = arg(c, &mut refs)?;
             c.punct(',')?;

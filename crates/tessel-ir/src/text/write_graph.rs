@@ -181,5 +181,6 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             pos,
             axis,
         } => format!("update {dst}, {rows}, at {pos}, axis {axis}"),
+        Op::Gather { arg, index, axis } => format!("gather {arg}, {index}, axis {axis}"),
     }
 }

@@ -559,6 +559,36 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 }
             }
         }
+        Op::Gather { arg, index, axis } => {
+            let (a, i) = (at(arg), at(index));
+            let ax = *axis as usize;
+            let n = a.shape.rank();
+            if a.dtype != rt.dtype || i.dtype != DType::I32 || i.shape != rt.shape {
+                err(
+                    "graph.gather",
+                    format!("operand {arg} is {a} and index {index} is {i}: the result {rt} must have the operand's dtype and the index's shape, the index i32"),
+                );
+            }
+            if ax >= n {
+                err(
+                    "graph.gather",
+                    format!("axis {axis} is out of range for {a}"),
+                );
+            } else {
+                let fits = i.shape.rank() == n
+                    && (0..n).all(|d| d == ax || i.shape.0[d] == a.shape.0[d])
+                    && a.shape.0[ax] <= i32::MAX as u64;
+                if !fits {
+                    err(
+                        "graph.gather",
+                        format!(
+                            "index {} does not fit {} (same dims but along axis {axis}, whose length is below 2^31)",
+                            i.shape, a.shape
+                        ),
+                    );
+                }
+            }
+        }
         Op::Cumsum { arg, axis } => {
             let a = at(arg);
             if a != rt || a.dtype == DType::Bool {

@@ -39,6 +39,9 @@
 //!   the result's dtype and rank and its dims off the axis, and the sizes along the axis sum
 //!   to the result's.
 //! - `graph.softmax`: float dtype, same type as the operand, the axis in range.
+//! - `graph.gather`: the index is i32 of the result's shape, the result of the operand's
+//!   dtype; the axis is in range; the index has the operand's rank and dims but along the
+//!   axis, whose length in the operand is below 2^31.
 //! - `graph.update`: `dst` has the result's type, `rows` its dtype, rank and dims but
 //!   along the axis, where it is at most as long (and the axis below 2^31); the axis is not
 //!   the first; `pos` is i32 `[dst.shape[0]]`. In place: `dst` is an `inout` input or an

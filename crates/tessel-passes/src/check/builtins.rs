@@ -159,6 +159,7 @@ impl Checker<'_> {
             "causal" => self.causal(span, pos, named),
             "concat" => self.concat(span, pos, named),
             "update" => self.update_call(span, pos, named),
+            "take_along_axis" | "gather" => self.gather_call(name, span, pos, named),
             "split" => self.split(span, pos, named),
             "reshape" => {
                 self.check_args(name, span, &pos, named, 2, Some(2), &[])?;

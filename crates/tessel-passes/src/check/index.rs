@@ -1,5 +1,6 @@
 //! Indexing: `x[items]`, one item per axis from the left — slices, integer selection,
-//! `None`, `...` (docs/language.md, "Indexing").
+//! `None`, `...`, and at most one i32 tensor, which gathers along its axis (`gather.rs`;
+//! docs/language.md, "Indexing").
 
 use tessel_syntax::ast::{IndexItem, IndexKind};
 use tessel_syntax::{Diagnostic, Span};
@@ -7,6 +8,7 @@ use tessel_syntax::{Diagnostic, Span};
 use super::eval::Arg;
 use super::lit::Lit;
 use super::{codes, Checker, Reported, Val, R};
+use tessel_ir::Value;
 
 impl<'m> Checker<'m> {
     // ---- indexing -----------------------------------------------------------------------
@@ -42,6 +44,11 @@ impl<'m> Checker<'m> {
             ));
         }
         let mut vals = vals.into_iter();
+        // The tensor index, if any: its value and span, and its axis in `out_shape`.
+        let mut gathered: Option<(Value, Span, usize)> = None;
+        // The first integer selection (NumPy treats it as a second array index beside a
+        // tensor, with other placement rules; refused then).
+        let mut selected: Option<Span> = None;
         let mut cur = x;
         let mut axis = 0usize;
         let mut out_shape = Vec::new();
@@ -88,12 +95,23 @@ impl<'m> Checker<'m> {
                     let i = match v {
                         Val::Weak(Lit::Int(i)) => i,
                         Val::T(t) => {
-                            let ty = self.graph.ty(t).clone();
-                            return Err(self.error(
-                                Diagnostic::error(codes::GATHER_UNSUPPORTED, "indexing by a tensor is not supported yet")
-                                    .with_label(s, format!("this index is a tensor {ty}"))
-                                    .with_note("gather lands in a later version of tessel; indices must be integer constants"),
-                            ));
+                            let t = self.index_tensor(t, s, "a tensor index")?;
+                            if let Some((_, first, _)) = gathered {
+                                return Err(self.error(
+                                    Diagnostic::error(
+                                        codes::TENSOR_INDEX_MIX,
+                                        "one tensor index per `[...]`",
+                                    )
+                                    .with_label(s, "a second tensor index")
+                                    .with_secondary(first, "the first")
+                                    .with_note("NumPy broadcasts several index arrays together (pointwise indexing); tessel gathers along one axis at a time")
+                                    .with_help("for one element per row, `take_along_axis(x, idx, axis: k)`; else index twice, `x[i][:, j]`"),
+                                ));
+                            }
+                            gathered = Some((t, s, out_shape.len()));
+                            out_shape.push(len as u64);
+                            axis += 1;
+                            continue;
                         }
                         other => {
                             let what = self.describe(&other);
@@ -117,12 +135,29 @@ impl<'m> Checker<'m> {
                             .with_label(s, format!("valid indices are {} ..= {}", -len, len - 1)),
                         ));
                     }
+                    selected.get_or_insert(s);
                     cur = self.slice(cur, axis, j as u64, 1, span)?;
                     axis += 1;
                 }
             }
         }
         out_shape.extend(shape.iter().skip(axis));
-        Ok(Val::T(self.reshape(cur, out_shape, span)?))
+        let view = self.reshape(cur, out_shape, span)?;
+        let Some((t, tspan, k)) = gathered else {
+            return Ok(Val::T(view));
+        };
+        if let Some(sel) = selected {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::TENSOR_INDEX_MIX,
+                    "an integer index beside a tensor index in one `[...]`",
+                )
+                .with_label(sel, "this integer")
+                .with_secondary(tspan, "this tensor index")
+                .with_note("NumPy counts the integer as a second index array and, where a slice lies between them, moves the indexed dims to the front")
+                .with_help("select first, then gather: `x[0][idx]`"),
+            ));
+        }
+        Ok(Val::T(self.index_by_tensor(span, view, k, (t, tspan))?))
     }
 }

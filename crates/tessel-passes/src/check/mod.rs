@@ -25,15 +25,14 @@
 //! and `lower` read in place.
 //!
 //! What it does not do: decompose composites (`mean`, `softmax` stay whole for `decompose`),
-//! fuse, or pick schedules. Indexing by a tensor (gather, E0291) is diagnosed as not
-//! supported yet. The PyTorch-named elementwise builtins (`gelu`, `clamp`, `remainder`, ...)
-//! are composites built here (`elementwise.rs`); `%` is `torch.remainder`.
+//! fuse, or pick schedules. The PyTorch-named elementwise builtins (`gelu`, `clamp`,
+//! `remainder`, ...) are composites built here (`elementwise.rs`); `%` is `torch.remainder`.
 //!
 //! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
-//! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, and E0292, once float
-//! `%`'s, are retired). Name errors are collected first, over the module's items and consts
-//! and over the step and the `fn`s it calls (another step's errors are its own, reported
-//! when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
+//! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, E0291, once gather's,
+//! and E0292, once float `%`'s, are retired). Name errors are collected first, over the
+//! module's items and consts and over the step and the `fn`s it calls (another step's
+//! errors are its own, reported when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
 //! first error of each chain (a value whose operand failed is not diagnosed again). The pass
 //! never panics on any AST, and its work is bounded: [`MAX_CALL_DEPTH`] nested calls,
 //! [`MAX_EXPANSION`] graph nodes and inlined calls per step.
@@ -44,7 +43,7 @@
 //! The pass, by file: this one (entry, checker state, consts, the step), `signature`
 //! (binding dims, declared types, conforming results), `eval` (expressions, operators),
 //! `graph_ops` (casts, promotion, broadcasting, shape ops), `index` (`x[...]`), `calls`
-//! (inlining `fn`s), `builtins`, `inplace` (`inout` parameters, `update` and the rules that
+//! (inlining `fn`s), `builtins`, `gather` (indexing by a tensor), `inplace` (`inout` parameters, `update` and the rules that
 //! keep an update in place), `names` (name resolution, suggestions), `lit` (weak literals
 //! and constant folding).
 //!
@@ -59,6 +58,7 @@ mod builtins;
 mod calls;
 mod elementwise;
 mod eval;
+mod gather;
 mod graph_ops;
 mod index;
 mod inplace;
@@ -129,7 +129,8 @@ pub mod codes {
     pub const READ_BEFORE_UPDATE: &str = "E0220";
     /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
-    /// `x[idx]` with a tensor `idx`: gather is not supported yet.
+    /// Code E0291 was "indexing by a tensor is not supported yet"; gather is supported
+    /// (`x[idx]`, `take_along_axis`, `gather`) and the code retired.
     pub const GATHER_UNSUPPORTED: &str = "E0291";
     /// Code E0292 was "`%` on float tensors is not supported yet"; the kernels have an
     /// exact fmod now and the code is retired.
@@ -159,6 +160,9 @@ pub mod codes {
     /// `argmax`, `argmin` or `topk` of a bool tensor (torch defines no order on bool for
     /// them either).
     pub const ORDER_ON_BOOL: &str = "E0320";
+    /// A tensor index (`x[idx]`, the indices of `take_along_axis` or `gather`) that is not
+    /// an i32 tensor: a float (convert with `i32(idx)`), a bool mask, a literal.
+    pub const INDEX_DTYPE: &str = "E0315";
     /// Shapes that do not broadcast.
     pub const BROADCAST: &str = "E0401";
     /// A `fn` argument whose shape does not fit the parameter's.
@@ -184,6 +188,14 @@ pub mod codes {
     pub const UPDATE_SHAPE: &str = "E0411";
     /// `topk`'s `k` outside `1 ..= ` the length of the axis.
     pub const TOPK_K: &str = "E0430";
+    /// `take_along_axis` / `gather` indices whose rank differs from the tensor's, or whose
+    /// dims off the axis do not broadcast against it (`take_along_axis`) or exceed it
+    /// (`gather`).
+    pub const GATHER_SHAPE: &str = "E0425";
+    /// Two tensor indices in one `x[...]`, or an integer index beside a tensor index.
+    pub const TENSOR_INDEX_MIX: &str = "E0426";
+    /// A gather along an axis of 2^31 or more positions (i32 indices cannot reach them).
+    pub const GATHER_AXIS: &str = "E0427";
 }
 
 /// Deepest chain of nested `fn` calls that is inlined; deeper is a diagnostic (it also
@@ -248,6 +260,8 @@ pub(crate) const BUILTINS: &[&str] = &[
     "transpose",
     "permute",
     "update",
+    "take_along_axis",
+    "gather",
 ];
 
 /// The builtin constants, looked up after every other name (a `let`, parameter, `const` or

@@ -205,6 +205,21 @@ impl Gen<'_> {
                 let args = args.clone();
                 self.concat(&args, &sizes, a, idx, lanes, class(dt))
             }
+            GOp::Gather { arg, index, axis } => {
+                let a = *axis as usize;
+                let len = g.ty(*arg).shape.0[a];
+                let at = self.value(*index, idx, lanes)?;
+                // One position for every lane (the ids of an embedding, broadcast along its
+                // rows): the lanes stay one vector along the last axis, unless that is the
+                // gathered one.
+                let one_position = at.iter().all(|&x| x == at[0]);
+                if lanes > 1 && (a + 1 == rank || !one_position) {
+                    return self.per_lane(v, idx, lanes);
+                }
+                let mut ai = idx.to_vec();
+                ai[a] = self.gather_position(at[0], len);
+                self.value(*arg, &ai, lanes)
+            }
             GOp::Reduce { .. } if self.chunk.is_some() => {
                 let (col, tpr) = self.chunk.expect("checked");
                 let x = self.chunk_reduction(v, idx, col, tpr)?;
@@ -227,6 +242,43 @@ impl Gen<'_> {
                 value: v,
             }),
         }
+    }
+
+    /// The position a gather reads along an axis of `len` elements for the i32 index `i`
+    /// ([`tessel_ir::graph::gather_position`]): `i + len` where `i < 0` (Python's negative
+    /// indices), then clamped to `0 ..= len - 1` — signed compares and selects, so no
+    /// index reads outside the tensor. A constant index folds.
+    pub(super) fn gather_position(&mut self, i: Operand, len: u64) -> Ix {
+        if let Operand::U32(c) = i {
+            return Ix::C(tessel_ir::graph::gather_position(c as i32 as i64, len));
+        }
+        let neg = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[i, Operand::U32(0)]);
+        let wrapped = self.b.op(RegType::U32, Op::IAdd, &[i, Self::imm_u(len)]);
+        let j = self
+            .b
+            .op(RegType::U32, Op::Select, &[neg.into(), wrapped.into(), i]);
+        let below = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtS),
+            &[j.into(), Operand::U32(0)],
+        );
+        let j = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[below.into(), Operand::U32(0), j.into()],
+        );
+        let above = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::GtS),
+            &[j.into(), Self::imm_u(len - 1)],
+        );
+        Ix::R(self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[above.into(), Self::imm_u(len - 1), j.into()],
+        ))
     }
 
     /// Concat: branch on the index along `axis` (statically when it is a constant).

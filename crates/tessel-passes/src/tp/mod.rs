@@ -30,6 +30,11 @@
 //! - elementwise ops take the split of their split operands (all the same axis); a
 //!   replicated operand is sliced locally by each rank (no communication), which needs its
 //!   size along that axis to be the result's or 1;
+//! - a gather (`emb[ids]`, `take_along_axis`) is split like an elementwise op of its table
+//!   and its indices, along any axis but the one it gathers along: a table or indices split
+//!   along that axis is refused (a rank's block would not hold the rows its indices name),
+//!   and a weight read by a gather is never split for a matmul that also reads it (tied
+//!   embeddings: that matmul runs whole);
 //! - a reshape moves a split to the outermost result dim of the group of dims that the split
 //!   axis belongs to (`[T, N] → [T, H, D]`: N split into heads when `tp` divides H), and
 //!   refuses one that would not be contiguous blocks; permutes move it; broadcasts keep it;
@@ -426,6 +431,23 @@ impl Propagation<'_> {
                 }
                 s => s,
             },
+            // Rows read at positions known only at run time: a block of the gathered axis on
+            // each rank would hold other rows than its indices name (a vocab-parallel
+            // embedding needs a masked read and a sum the plan does not place). Split along
+            // another axis, each rank gathers its block (an embedding split along H); a
+            // table also read by a matmul is never split for it (`split_input` refuses a
+            // weight with another reader), so it is read whole here.
+            Op::Gather { arg, index, axis } => {
+                for x in [*arg, *index] {
+                    if self.of(x) == (Sharding::Split { axis: *axis }) {
+                        return Err(format!(
+                            "a gather along dim {axis} of {}, split along that dim: each rank would hold only a block of the rows the indices name",
+                            self.named(x)
+                        ));
+                    }
+                }
+                self.elementwise(v, &[*arg, *index])?
+            }
             Op::MatMul { lhs, rhs } => self.matmul(v, *lhs, *rhs)?,
             Op::Attention { .. } => {
                 return Err("a fused attention op: partition before the `attention` pass".into())
@@ -723,7 +745,8 @@ fn local_operand(
         | Op::Binary { .. }
         | Op::Select { .. }
         | Op::Cast { .. }
-        | Op::Concat { .. } => true,
+        | Op::Concat { .. }
+        | Op::Gather { .. } => true,
         Op::MatMul { .. } => axis as usize + 2 < g.ty(v).shape.rank(),
         // Whole rows written into a split cache: the rank's block of them.
         Op::Update { rows, .. } => a == *rows,
@@ -837,5 +860,6 @@ fn op_words(op: &Op) -> &'static str {
         Op::MatMul { .. } => "a matmul",
         Op::Attention { .. } => "an attention",
         Op::Update { .. } => "an update",
+        Op::Gather { .. } => "a gather",
     }
 }

@@ -36,7 +36,7 @@ use crate::layout;
 use crate::oracle::{input, max_nan, reduce, OracleError};
 use crate::tensor::Tensor;
 use bound::{from_f32_range, lower, sum_range, upper, with_f32_rounding, U32};
-use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp};
+use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp};
 use tessel_ir::{DType, Value};
 
 /// How the kernels under test compute matmuls, which sets how far their sums may stray.
@@ -142,6 +142,13 @@ fn eval_op(
                 *axis as usize,
             )
         }
+        Op::Gather { arg, index, axis } => gather_bounds(
+            layout::operand(vals, *arg, v)?,
+            src(arg),
+            shape,
+            layout::operand(vals, *index, v)?,
+            *axis as usize,
+        ),
         Op::Input { index, .. } => {
             let t = input(g, v, *index, inputs)?;
             (0..n).map(|i| Bound::point(t.get_f64(i))).collect()
@@ -398,6 +405,55 @@ fn update_bounds(
                 }
             }
         }
+    }
+    out
+}
+
+/// A gather (`Op::Gather`): each element is the operand's at the position its index gives
+/// ([`gather_position`]: Python's negative indices, then clamped into the axis). An index
+/// known only as a range (computed from floats) allows the hull of every element it may
+/// read; an index of NaN or an empty bound, any element along the axis.
+fn gather_bounds(
+    arg: &[Bound],
+    from: &[u64],
+    to: &[u64],
+    index: &[Bound],
+    axis: usize,
+) -> Vec<Bound> {
+    let len = from[axis];
+    let pos: Vec<u64> = index
+        .iter()
+        .map(|b| gather_position(b.r as i64, len))
+        .collect();
+    let mut out = layout::gather(arg, from, to, &pos, axis);
+    let sstr = tessel_ir::Shape(from.to_vec()).strides();
+    let mut idx = vec![0u64; to.len()];
+    for (j, b) in index.iter().enumerate() {
+        if b.is_point() {
+            continue;
+        }
+        // Past -len - 1 and len every index reads the same end: the integers in between
+        // are all the positions there are.
+        let n = len as i64;
+        let (lo, hi) = if b.empty() || b.nan || b.lo.is_nan() || b.hi.is_nan() {
+            (-n - 1, n)
+        } else {
+            (
+                (b.lo.ceil() as i64).clamp(-n - 1, n),
+                (b.hi.floor() as i64).clamp(-n - 1, n),
+            )
+        };
+        layout::unravel(j as u64, to, &mut idx);
+        let base: u64 = (0..to.len())
+            .filter(|&d| d != axis)
+            .map(|d| idx[d] * sstr[d])
+            .sum();
+        let mut h = out[j];
+        for i in lo..=hi {
+            let p = gather_position(i, len);
+            h = Bound::hull(&h, &arg[(base + p * sstr[axis]) as usize], h.r);
+        }
+        out[j] = h;
     }
     out
 }
