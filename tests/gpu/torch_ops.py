@@ -37,10 +37,16 @@ def specials(dtype):
 def make_input(torch, gen, dtype, shape, kind):
     """A seeded input: kind "normal" (N(0, 4) with the specials in its first elements),
     "positive" (|N(0, 4)| + 0.25, no specials), "int" (i32 in [-50, 50] with 0, ±1 and the
-    i32 edges), "index:N" (i32 in [0, N)), "bool"."""
+    i32 edges), "int_nonzero" (±[1, 50], a divisor), "index:N" (i32 in [0, N)), "bool"."""
     n = int(np.prod(shape)) if shape else 1
     if kind == "bool":
         return (torch.rand(n, generator=gen) < 0.5).reshape(shape)
+    if kind == "int_nonzero":
+        v = torch.randint(1, 51, (n,), generator=gen, dtype=torch.int32)
+        sign = torch.where(torch.rand(n, generator=gen) < 0.5, -1, 1).to(torch.int32)
+        v = v * sign
+        v[: min(n, 3)] = torch.tensor([1, -1, 7], dtype=torch.int32)[: min(n, 3)]
+        return v.reshape(shape)
     if kind == "int":
         v = torch.randint(-50, 51, (n,), generator=gen, dtype=torch.int32)
         edge = torch.tensor([0, 1, -1, 7, -7, 2**31 - 1, -2**31], dtype=torch.int32)
@@ -90,7 +96,7 @@ def cases(torch):
     X = {"x": (bf, [37, 129], "normal")}
     XF = {"x": (f32, [37, 129], "normal")}
     AB = {"a": (f32, [37, 129], "normal"), "b": (f32, [37, 129], "normal")}
-    IAB = {"a": (i32, [37, 129], "int"), "b": (i32, [37, 129], "int")}
+    IABNZ = {"a": (i32, [37, 129], "int"), "b": (i32, [37, 129], "int_nonzero")}
     return [
         # A float literal with a bf16 tensor: torch computes in f32 with the literal as f32.
         ("scale_bf16", X, lambda t: {"out": t["x"] * 0.01}, 0),
@@ -101,6 +107,44 @@ def cases(torch):
         ("div_literal_f32", XF, lambda t: {"out": t["x"] / 3.0}, 0),
         ("rdiv_literal_f32", XF, lambda t: {"out": 3.0 / t["x"]}, 0),
         ("div_literal_bf16", X, lambda t: {"out": t["x"] / 3.0}, 0),
+        # Elementwise, torch's names. tessel's erf is within 1 ulp of the correctly rounded
+        # value, CUDA's erff within 2 (CUDA C Programming Guide, "Mathematical Functions").
+        ("erf_f32", XF, lambda t: {"out": torch.erf(t["x"])}, 3),
+        ("erf_bf16", X, lambda t: {"out": torch.erf(t["x"])}, 1),
+        ("gelu_bf16", X, lambda t: {"out": F.gelu(t["x"])}, 1),
+        ("gelu_tanh_bf16", X, lambda t: {"out": F.gelu(t["x"], approximate="tanh")}, 1),
+        ("gelu_f32", XF, lambda t: {"out": F.gelu(t["x"])}, 4),
+        ("relu_bf16", X, lambda t: {"out": F.relu(t["x"])}, 0),
+        ("clamp_f32", XF, lambda t: {"out": torch.clamp(t["x"], -1.5, 2.0)}, 0),
+        ("maximum_f32", AB, lambda t: {"out": torch.maximum(t["a"], t["b"])}, 0),
+        ("minimum_f32", AB, lambda t: {"out": torch.minimum(t["a"], t["b"])}, 0),
+        ("floor_f32", XF, lambda t: {"out": torch.floor(t["x"])}, 0),
+        ("ceil_f32", XF, lambda t: {"out": torch.ceil(t["x"])}, 0),
+        ("round_f32", XF, lambda t: {"out": torch.round(t["x"])}, 0),
+        ("trunc_bf16", X, lambda t: {"out": torch.trunc(t["x"])}, 0),
+        ("floor_divide_f32", AB, lambda t: {"out": torch.floor_divide(t["a"], t["b"])}, 0),
+        ("remainder_f32", AB, lambda t: {"out": torch.remainder(t["a"], t["b"])}, 0),
+        ("fmod_f32", AB, lambda t: {"out": torch.fmod(t["a"], t["b"])}, 0),
+        ("remainder_bf16", {"a": (bf, [37, 129], "normal"), "b": (bf, [37, 129], "normal")},
+         lambda t: {"out": torch.remainder(t["a"], t["b"])}, 0),
+        ("floor_divide_i32", IABNZ, lambda t: {"out": torch.floor_divide(t["a"], t["b"])}, 0),
+        ("remainder_i32", IABNZ, lambda t: {"out": torch.remainder(t["a"], t["b"])}, 0),
+        ("fmod_i32", IABNZ, lambda t: {"out": torch.fmod(t["a"], t["b"])}, 0),
+        # Along an axis.
+        ("argmax_f32", XF, lambda t: {"out": torch.argmax(t["x"], dim=-1)}, 0),
+        ("argmin_bf16", X, lambda t: {"out": torch.argmin(t["x"], dim=-1)}, 0),
+        ("topk_f32", XF, lambda t: dict(zip(("out0", "out1"), torch.topk(t["x"], 5, dim=-1))), 0),
+        ("logsumexp_f32", XF, lambda t: {"out": torch.logsumexp(t["x"], dim=-1)}, 4),
+        ("logsumexp_bf16", X, lambda t: {"out": torch.logsumexp(t["x"], dim=-1)}, 1),
+        ("cumsum_f32", {"x": (f32, [37, 129], "positive")}, lambda t: {"out": torch.cumsum(t["x"], dim=-1)}, 8),
+        ("cumsum_bf16", {"x": (bf, [37, 129], "positive")}, lambda t: {"out": torch.cumsum(t["x"], dim=-1)}, 1),
+        # Indexing by a tensor.
+        ("embedding", {"emb": (bf, [50, 33], "normal"), "ids": (i32, [7, 5], "index:50")},
+         lambda t: {"out": F.embedding(t["ids"].long(), t["emb"])}, 0),
+        ("take_along_axis_f32", {"logits": (f32, [37, 129], "normal"), "t": (i32, [37], "index:129")},
+         lambda t: {"out": torch.take_along_dim(t["logits"], t["t"].long()[:, None], dim=-1)}, 0),
+        ("gather_f32", {"x": (f32, [37, 129], "normal"), "idx": (i32, [37, 4], "index:129")},
+         lambda t: {"out": torch.gather(t["x"], 1, t["idx"].long())}, 0),
         # Batched activations against a 2-D weight (one GEMM over B·T rows).
         ("linear_batched", {"x": (bf, [3, 5, 64], "positive"), "w": (bf, [96, 64], "positive")},
          lambda t: {"out": t["x"] @ t["w"].T}, 4),
