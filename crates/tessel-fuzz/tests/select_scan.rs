@@ -375,7 +375,9 @@ fn argmax_of_an_int_tensor_and_along_the_first_axis() {
 fn the_fuzzer_generates_every_op_along_an_axis() {
     let cfg = tessel_fuzz::gen::Config::default();
     let mut seen = BTreeMap::new();
-    for seed in 0..300 {
+    // 1000 seeds: with the other ops of issue 17 in the mix, `largest: false` came up in
+    // none of the first 300.
+    for seed in 0..1000 {
         let src = tessel_fuzz::gen::generate(seed, &cfg).source(&[]);
         for op in [
             "argmax(",

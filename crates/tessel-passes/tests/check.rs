@@ -312,11 +312,12 @@ fn semantics() {
             vec![vec![3.0, -7.0, 0.0, 16777217.0]],
             vec![(f32t(&[4]), vec![1.5, -3.5, 0.0, 8388608.0])],
         ),
-        // i32 division and remainder truncate toward zero.
+        // i32 division truncates toward zero; `%` is torch.remainder, the divisor's sign
+        // (-9 / 2 = -4, and -4 % 3 = 2).
         case(
             "step s(a: i32[T]) -> i32[T] { a / 2 % 3 }",
             vec![vec![9.0, -9.0, 5.0, 1.0]],
-            vec![(i32t(&[4]), vec![1.0, -1.0, 2.0, 0.0])],
+            vec![(i32t(&[4]), vec![1.0, 2.0, 2.0, 0.0])],
         ),
         // NaN < 0 is false, so its negation is true.
         case(

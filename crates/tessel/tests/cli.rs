@@ -650,7 +650,8 @@ fn intermediates_are_labelled_as_such() {
 
 #[test]
 fn i32_division_by_zero_is_defined_as_documented() {
-    // docs/language.md, "Operators": x / 0 = 0, x % 0 = x, i32::MIN / -1 wraps.
+    // docs/language.md, "Operators": x / 0 = 0, x % 0 = x, i32::MIN / -1 wraps; `%` is
+    // torch.remainder, the divisor's sign (-7 % 2 = 1).
     let d = scratch("div");
     write(
         &d,
@@ -698,7 +699,7 @@ fn i32_division_by_zero_is_defined_as_documented() {
             .collect()
     };
     assert_eq!(get("out0"), [0, 0, -3, i32::MIN]);
-    assert_eq!(get("out1"), [7, -7, -1, 0]);
+    assert_eq!(get("out1"), [7, -7, 1, 0]);
 }
 
 #[test]

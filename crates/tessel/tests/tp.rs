@@ -205,8 +205,9 @@ fn tp_check_compares_the_ranks_at_every_world_size() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(t.contains("tp-check: PASS"), "{t}");
-    // Three steps, one comparison each (--tp 2 against --tp 1), the decode's 4 outputs.
-    assert_eq!(t.matches("bit-identical").count(), 3, "{t}");
+    // Five steps (qwen3, qwen2, qwen3_decode and the batched llama, llama_decode), one
+    // comparison each (--tp 2 against --tp 1), the decodes' 4 outputs.
+    assert_eq!(t.matches("bit-identical").count(), 5, "{t}");
     assert!(t.contains("4 outputs (80640 bytes) bit-identical"), "{t}");
     for (sizes, want) in [("2", "at least two world sizes"), ("1,3", "1, 2, 4 or 8")] {
         let mut args = vec!["tp-check", &file, "--cpu", "--sizes", sizes];

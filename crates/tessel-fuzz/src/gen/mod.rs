@@ -474,7 +474,8 @@ mod tests {
             }
         }
         assert!(inside >= 25, "{inside} f32(x) @ f32(w)^T");
-        assert!(outside >= 8, "{outside} f32(x) @ f32(w^T)");
+        // (6 in 2000 seeds since the ops of issue 17 joined the mix.)
+        assert!(outside >= 4, "{outside} f32(x) @ f32(w^T)");
         assert!(plain >= 25, "{plain} f32(x) @ f32(w)");
     }
 
