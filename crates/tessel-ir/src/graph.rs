@@ -280,6 +280,20 @@ pub enum Op {
         index: Value,
         axis: u32,
     },
+    /// The gradient of `Σ_i ⟨seeds[i], outputs[i]⟩` (the sum over every element of the
+    /// products) with respect to `wrt`, of `wrt`'s type: a placeholder that `check` makes
+    /// for `grad(f, .., wrt: [..], grad_output: ..)` and that the `grad` pass replaces by the
+    /// backward graph (reverse-mode differentiation, design §13). `seeds[i]` has the type of
+    /// `outputs[i]` (the upstream gradient of a vector-Jacobian product; a scalar loss's seed
+    /// is the constant 1); `wrt` and the outputs are float values, and `wrt` is not computed
+    /// from another op's result only through this op (it is a step input, or a value
+    /// `check` made for the parameter of the differentiated `fn`). Every `Grad` op with the
+    /// same outputs and seeds shares one backward graph.
+    Grad {
+        wrt: Value,
+        outputs: Vec<Value>,
+        seeds: Vec<Value>,
+    },
 }
 
 /// The position an [`Op::Gather`] reads along an axis of length `len` (≥ 1) for an i32
@@ -322,6 +336,14 @@ impl Op {
             Op::Update { dst, rows, pos, .. } => vec![*dst, *rows, *pos],
             Op::Gather { arg, index, .. } => vec![*arg, *index],
             Op::Concat { args, .. } => args.clone(),
+            Op::Grad {
+                wrt,
+                outputs,
+                seeds,
+            } => std::iter::once(*wrt)
+                .chain(outputs.iter().copied())
+                .chain(seeds.iter().copied())
+                .collect(),
         }
     }
 
@@ -353,6 +375,14 @@ impl Op {
             Op::Update { dst, rows, pos, .. } => vec![dst, rows, pos],
             Op::Gather { arg, index, .. } => vec![arg, index],
             Op::Concat { args, .. } => args.iter_mut().collect(),
+            Op::Grad {
+                wrt,
+                outputs,
+                seeds,
+            } => std::iter::once(wrt)
+                .chain(outputs.iter_mut())
+                .chain(seeds.iter_mut())
+                .collect(),
         }
     }
 
@@ -370,6 +400,7 @@ impl Op {
                 | Op::Attention { .. }
                 | Op::Update { .. }
                 | Op::Gather { .. }
+                | Op::Grad { .. }
         )
     }
 }

@@ -14,6 +14,7 @@
 //! has one textual form that prints and reads back ([`text`]) and a verifier ([`verify`]).
 //! This crate depends on no pass and no back end.
 
+pub mod builder;
 pub mod entities;
 pub mod graph;
 pub mod kernel;

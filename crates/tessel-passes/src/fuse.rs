@@ -573,7 +573,8 @@ fn column_free_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> bool
             | Op::Attention { .. }
             | Op::TopK { .. }
             | Op::Cumsum { .. }
-            | Op::Update { .. } => {}
+            | Op::Update { .. }
+            | Op::Grad { .. } => {}
             Op::Unary { .. }
             | Op::Binary { .. }
             | Op::Cast { .. }
@@ -754,7 +755,8 @@ fn walk_rows(g: &Graph, out: Value, mat: &EntitySet<Value>) -> (Vec<(Value, Vec<
             | Op::Attention { .. }
             | Op::TopK { .. }
             | Op::Cumsum { .. }
-            | Op::Update { .. } => {}
+            | Op::Update { .. }
+            | Op::Grad { .. } => {}
             Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
                 for a in op.args() {
                     stack.push((a, idx.clone()));

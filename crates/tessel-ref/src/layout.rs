@@ -95,6 +95,12 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
         Op::Input { .. } | Op::Const { .. } => Ok(()),
         // The references judge the program as written (the checked graph); this op exists
         // only after the `attention` pass has rewritten it.
+        // The references evaluate a graph the `grad` pass has differentiated
+        // (`tessel_passes::grad::run`), which replaces every placeholder.
+        Op::Grad { .. } => Err(malformed(
+            v,
+            "a gradient placeholder: differentiate the graph (the `grad` pass) before evaluating it",
+        )),
         Op::Attention { .. } => Err(malformed(
             v,
             "a fused attention: the references evaluate the checked graph, before `attention`",

@@ -172,10 +172,10 @@ fn eval_op(
     let n = ty.shape.numel() as usize;
     let src = |a: &Value| &g.ty(*a).shape.0;
     Ok(match op {
-        Op::Attention { .. } => {
+        Op::Attention { .. } | Op::Grad { .. } => {
             return Err(crate::layout::malformed(
                 v,
-                "a fused attention (see layout::check)",
+                "a fused attention or a gradient placeholder (see layout::check)",
             ))
         }
         Op::Input { index, .. } => input(g, v, *index, inputs)?.to_f64_vec(),

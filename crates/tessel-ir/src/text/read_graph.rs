@@ -536,6 +536,20 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 axis: c.u32("an axis")?,
             }
         }
+        "grad" => {
+            let wrt = arg(c, &mut refs)?;
+            c.punct(',')?;
+            c.keyword("of")?;
+            let outputs = c.bracket_list(|c| arg(c, &mut refs))?;
+            c.punct(',')?;
+            c.keyword("seeds")?;
+            let seeds = c.bracket_list(|c| arg(c, &mut refs))?;
+            Op::Grad {
+                wrt,
+                outputs,
+                seeds,
+            }
+        }
         "softmax" => {
             let a = arg(c, &mut refs)?;
             c.punct(',')?;

@@ -182,5 +182,14 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             axis,
         } => format!("update {dst}, {rows}, at {pos}, axis {axis}"),
         Op::Gather { arg, index, axis } => format!("gather {arg}, {index}, axis {axis}"),
+        Op::Grad {
+            wrt,
+            outputs,
+            seeds,
+        } => format!(
+            "grad {wrt}, of [{}], seeds [{}]",
+            list(outputs),
+            list(seeds)
+        ),
     }
 }

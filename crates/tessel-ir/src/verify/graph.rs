@@ -589,6 +589,41 @@ fn types(g: &Graph, v: Value, op: &Op, e: &mut Errors) {
                 }
             }
         }
+        Op::Grad {
+            wrt,
+            outputs,
+            seeds,
+        } => {
+            let w = at(wrt);
+            if w != rt || !w.dtype.is_float() {
+                err(
+                    "graph.grad",
+                    format!("the gradient {rt} must have the float type of {wrt}, {w}"),
+                );
+            }
+            if outputs.is_empty() || outputs.len() != seeds.len() {
+                err(
+                    "graph.grad",
+                    format!(
+                        "{} outputs and {} seeds: one seed per output, at least one",
+                        outputs.len(),
+                        seeds.len()
+                    ),
+                );
+            }
+            for (o, s) in outputs.iter().zip(seeds) {
+                if at(o) != at(s) || !at(o).dtype.is_float() {
+                    err(
+                        "graph.grad",
+                        format!(
+                            "seed {s} is {}, output {o} is {}: one float type",
+                            at(s),
+                            at(o)
+                        ),
+                    );
+                }
+            }
+        }
         Op::Cumsum { arg, axis } => {
             let a = at(arg);
             if a != rt || a.dtype == DType::Bool {

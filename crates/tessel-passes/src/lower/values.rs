@@ -230,7 +230,8 @@ impl Gen<'_> {
             | GOp::TopK { .. }
             | GOp::Cumsum { .. }
             | GOp::MatMul { .. }
-            | GOp::Attention { .. } => Err(LowerError::Unsupported {
+            | GOp::Attention { .. }
+            | GOp::Grad { .. } => Err(LowerError::Unsupported {
                 what: "a reduction outside a row-reduction kernel (fuse should have grouped it)"
                     .into(),
                 value: v,

@@ -452,6 +452,9 @@ impl Propagation<'_> {
             Op::Attention { .. } => {
                 return Err("a fused attention op: partition before the `attention` pass".into())
             }
+            Op::Grad { .. } => {
+                return Err("a gradient placeholder: differentiate (the `grad` pass) before partitioning".into())
+            }
             Op::Update { dst, rows, axis, .. } => {
                 let split = match (self.of(*rows), self.of(*dst)) {
                     (Sharding::Replicated, Sharding::Replicated) => None,
@@ -861,5 +864,6 @@ fn op_words(op: &Op) -> &'static str {
         Op::Attention { .. } => "an attention",
         Op::Update { .. } => "an update",
         Op::Gather { .. } => "a gather",
+        Op::Grad { .. } => "a gradient",
     }
 }
