@@ -97,7 +97,7 @@ pub fn run(g: &Graph) -> Graph {
 
 /// The values an [`Op::Attention`] computes itself: its logits' matmul and the elementwise
 /// cone from it up to the logits ([`crate::attention::logits_matmul`]).
-fn attention_logits(g: &Graph) -> HashSet<Value> {
+pub(crate) fn attention_logits(g: &Graph) -> HashSet<Value> {
     let mut own = HashSet::new();
     for (_, op) in g.ops.iter() {
         if let Op::Attention { logits, .. } = op {

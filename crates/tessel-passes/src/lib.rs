@@ -20,6 +20,7 @@ pub mod compiled;
 pub mod decompose;
 pub mod expand_math;
 pub mod fuse;
+pub mod grad;
 pub mod legalize;
 pub mod lower;
 pub mod pipeline;
@@ -47,13 +48,20 @@ pub static PASSES: &[PassInfo] = &[
     PassInfo {
         name: "attention",
         what: "find softmax(mask(q @ kᵀ)) @ v and make it one fused attention op",
-        run: Run::Graph(|g, o| attention::run(g, o.profile)),
+        run: Run::Graph(|g, o| Ok(attention::run(g, o.profile))),
+    },
+    // Every grad(...) placeholder replaced by its backward graph, after attention so the
+    // forward attention stays fused.
+    PassInfo {
+        name: "grad",
+        what: "reverse-mode differentiation: grad(...) into its backward graph",
+        run: Run::Graph(|g, _| Ok(grad::run(g)?)),
     },
     // Composite ops (mean, softmax) into primitive ones; common subexpressions merged.
     PassInfo {
         name: "decompose",
         what: "composite ops into primitive ones, CSE",
-        run: Run::Graph(|g, _| decompose::run(g)),
+        run: Run::Graph(|g, _| Ok(decompose::run(g))),
     },
     // Which values are written to memory, and which kernel writes each.
     PassInfo {
@@ -114,6 +122,8 @@ pub struct Options {
 pub enum CompileError {
     #[error("lowering failed")]
     Lower(#[from] lower::LowerError),
+    #[error("differentiation failed: {0}")]
+    Grad(#[from] grad::GradError),
     #[error("legalize failed")]
     Legalize(#[from] legalize::LegalizeError),
     #[error("internal error: the IR verifier rejected the output of `{pass}`:\n{errors}")]

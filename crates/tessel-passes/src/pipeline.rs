@@ -64,7 +64,7 @@ pub enum Run {
     /// graph to [`crate::compile`], which verifies it and starts after it.
     Check(CheckFn),
     /// Graph IR → graph IR (the options say which profile and target the step is for).
-    Graph(fn(&Graph, &Options) -> Graph),
+    Graph(fn(&Graph, &Options) -> Result<Graph, CompileError>),
     /// Graph IR → its fusion groups (rule 8 asks the schedule of the target and profile).
     Fuse(fn(&Graph, &Options) -> Fusion),
     /// Graph IR and fusion groups → a schedule per group.
@@ -192,7 +192,7 @@ pub fn run_passes(
     for pass in PASSES {
         let next = match (&pass.run, ir.take()) {
             (Run::Check(_), None) => Ir::Graph(checked.clone()),
-            (Run::Graph(run), Some(Ir::Graph(g))) => Ir::Graph(run(&g, opts)),
+            (Run::Graph(run), Some(Ir::Graph(g))) => Ir::Graph(run(&g, opts)?),
             (Run::Fuse(run), Some(Ir::Graph(g))) => {
                 let f = run(&g, opts);
                 Ir::Fused(g, f)

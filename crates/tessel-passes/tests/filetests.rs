@@ -191,7 +191,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         Run::Graph(run) => {
             let (g, _, _) = read(text::read_graph(&t.input))?;
             check_graph("input", &g, None, None)?;
-            let out = run(&g, &opts);
+            let out = run(&g, &opts).map_err(|e| format!("the pass failed: {e}"))?;
             check_graph("output", &out, None, None)?;
             text::write_graph(&out, None, None)
         }

@@ -113,6 +113,16 @@ impl<'m> Checker<'m> {
                 let b = next()?;
                 self.binary(*op, span, a, b)
             }
+            Expr::Call(c) if super::grad::is_grad(c) => {
+                let pos: Vec<Arg> = (1..c.args.len()).map(|_| next()).collect::<R<_>>()?;
+                let named: Vec<(&ast::NamedArg, Val)> = c
+                    .named
+                    .iter()
+                    .filter(|n| n.name.node != "wrt")
+                    .map(|n| next().map(|(v, _)| (n, v)))
+                    .collect::<R<_>>()?;
+                self.grad_call(c, span, pos, &named)
+            }
             Expr::Call(c) => {
                 let pos: Vec<Arg> = (0..c.args.len()).map(|_| next()).collect::<R<_>>()?;
                 let named: Vec<(&ast::NamedArg, Val)> = c

@@ -59,6 +59,7 @@ mod calls;
 mod elementwise;
 mod eval;
 mod gather;
+mod grad;
 mod graph_ops;
 mod index;
 mod inplace;
@@ -127,6 +128,15 @@ pub mod codes {
     /// A value computed from a tensor before its update, used after the update (or as the
     /// update's own rows or positions).
     pub const READ_BEFORE_UPDATE: &str = "E0220";
+    /// `wrt:` of `grad` is not a list of the differentiated fn's parameter names, or names
+    /// one twice.
+    pub const GRAD_WRT: &str = "E0221";
+    /// `grad`'s first argument does not name a fn (or a step without `inout` parameters).
+    pub const GRAD_NOT_A_FN: &str = "E0222";
+    /// A `wrt:` parameter that the result does not depend on through float values.
+    pub const GRAD_NO_PATH: &str = "E0223";
+    /// A `grad` of a fn that takes a gradient itself (second derivatives).
+    pub const GRAD_NESTED: &str = "E0224";
     /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// Code E0291 was "indexing by a tensor is not supported yet"; gather is supported
@@ -163,6 +173,12 @@ pub mod codes {
     /// A tensor index (`x[idx]`, the indices of `take_along_axis` or `gather`) that is not
     /// an i32 tensor: a float (convert with `i32(idx)`), a bool mask, a literal.
     pub const INDEX_DTYPE: &str = "E0315";
+    /// A gradient of or with respect to a value that is not a float tensor (an integer, a
+    /// bool, a literal).
+    pub const GRAD_NOT_FLOAT: &str = "E0312";
+    /// `grad` of a non-scalar result without `grad_output:`, or an upstream gradient whose
+    /// type is not the result's.
+    pub const GRAD_SEED: &str = "E0412";
     /// Shapes that do not broadcast.
     pub const BROADCAST: &str = "E0401";
     /// A `fn` argument whose shape does not fit the parameter's.
@@ -262,6 +278,7 @@ pub(crate) const BUILTINS: &[&str] = &[
     "update",
     "take_along_axis",
     "gather",
+    "grad",
 ];
 
 /// The builtin constants, looked up after every other name (a `let`, parameter, `const` or

@@ -121,8 +121,18 @@ fn reachable<'m>(
         while let Some(id) = stack.pop() {
             let e = m.expr(id);
             if let Expr::Call(c) = e {
+                let mut callees: Vec<&str> = Vec::new();
                 if let Callee::Name(n) = &c.callee {
-                    if let Some(g) = fns.get(n.node.as_str()) {
+                    callees.push(n.node.as_str());
+                }
+                // The fn `grad` differentiates is inlined like a call.
+                if super::grad::is_grad(c) {
+                    if let Some(Expr::Name(n)) = c.args.first().map(|a| m.expr(*a)) {
+                        callees.push(n.as_str());
+                    }
+                }
+                for n in callees {
+                    if let Some(g) = fns.get(n) {
                         if seen.insert(g.name.node.as_str()) {
                             todo.push(g);
                         }
@@ -286,6 +296,19 @@ pub(super) fn children(e: &Expr) -> Vec<ExprId> {
         Expr::Int(_) | Expr::Float(_) | Expr::Bool(_) | Expr::Name(_) => vec![],
         Expr::Unary { operand, .. } => vec![*operand],
         Expr::Binary { lhs, rhs, .. } => vec![*lhs, *rhs],
+        // `grad(f, .., wrt: [p])`: `f` and `p` name a fn and its parameters, not values.
+        Expr::Call(c) if super::grad::is_grad(c) => c
+            .args
+            .iter()
+            .skip(1)
+            .copied()
+            .chain(
+                c.named
+                    .iter()
+                    .filter(|n| n.name.node != "wrt")
+                    .map(|n| n.value),
+            )
+            .collect(),
         Expr::Call(c) => c
             .args
             .iter()
