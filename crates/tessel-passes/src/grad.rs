@@ -49,12 +49,14 @@
 //! the backward GEMMs in f32.
 //!
 //! A fused attention ([`Op::Attention`]) is differentiated as the three ops it stands for,
-//! in FlashAttention-2's formulation (Dao, 2023, Algorithm 2): `P = softmax(logits)`
-//! recomputed from the logits (their ops are recomputed too: the fused forward never wrote
-//! them), `dV = bf16(P)ᵀ·dO`, `dP = dO·Vᵀ` in f32, `D = rowsum(dO ∘ O)`, and
-//! `dlogits = P ∘ (dP − D)`, which then flows through the logits' own ops (scale, mask,
-//! `q @ kᵀ`) by their rules. Keys a row does not see have `P = 0` and get 0; a row that sees
-//! no key gets 0 everywhere.
+//! by their rules in turn: `P = softmax(logits)` recomputed from the logits (their ops are
+//! recomputed too: the fused forward never wrote them), `dV = bf16(P)ᵀ·dO`,
+//! `dP = f32(bf16(dO·Vᵀ))` and `dlogits = P ∘ (dP − rowsum(dP ∘ P))` in f32, which then flows
+//! through the logits' own ops (scale, mask, `q @ kᵀ`) by their rules — the same graph as
+//! the program's own softmax and matmuls give, so the references judge it op for op. Keys a
+//! row does not see have `P = 0` and get 0; a row that sees no key gets 0 everywhere. (A
+//! fused backward kernel in FlashAttention-2's order, with `D = rowsum(dO ∘ O)`, is to
+//! come; it will differ from this by roundings only.)
 
 use std::collections::{HashMap, HashSet};
 
@@ -491,7 +493,7 @@ impl Pass<'_> {
                 res[1] = db;
             }
             Op::Attention { logits, v: vv, .. } => {
-                let (dl, dv) = self.attention_vjp(v, *logits, *vv, dy, need)?;
+                let (dl, dv) = self.attention_vjp(*logits, *vv, dy, need)?;
                 res[0] = dl;
                 res[1] = dv;
             }
@@ -849,15 +851,16 @@ impl Pass<'_> {
 
     fn attention_vjp(
         &mut self,
-        o: Value,
         logits: Value,
         v: Value,
         dy: Value,
         need: &[bool],
     ) -> Result<(Option<Value>, Option<Value>), GradError> {
+        // The rules of the three ops the attention stands for, in turn: `P = softmax(l)`,
+        // `P16 = cast(P)`, `O = P16 @ v`.
         let vd = self.g.ty(v).dtype;
         let l = self.fwd(logits);
-        let (vv, out) = (self.fwd(v), self.fwd(o));
+        let vv = self.fwd(v);
         let last = self.out.ty(l).shape.rank() as u32 - 1;
         let p = self.b().softmax(l, last)?;
         let p16 = self.b().cast(p, vd)?;
@@ -867,21 +870,16 @@ impl Pass<'_> {
         } else {
             None
         };
-        let vt = {
-            let vf = self.b().cast(vv, DType::F32)?;
-            self.transpose(vf)?
-        };
-        let mut b = self.b();
         let dl = if need[0] {
-            // dP = dO · Vᵀ in f32 from the 16-bit operands; D = rowsum(dO ∘ O).
-            let gf = b.cast(dy, DType::F32)?;
-            let dp = b.matmul(gf, vt)?;
-            let of = b.cast(out, DType::F32)?;
-            let go = b.mul(gf, of)?;
-            let dsum = b.sum(go, last)?;
+            let vt = self.transpose(vv)?;
+            let mut b = self.b();
+            let dp16 = b.matmul(dy, vt)?;
+            let dp = b.cast(dp16, DType::F32)?;
+            let gy = b.mul(dp, p)?;
+            let s = b.sum(gy, last)?;
             let shape = b.dims(dp).to_vec();
-            let db = b.broadcast(dsum, &shape)?;
-            let diff = b.sub(dp, db)?;
+            let sb = b.broadcast(s, &shape)?;
+            let diff = b.sub(dp, sb)?;
             Some(b.mul(p, diff)?)
         } else {
             None

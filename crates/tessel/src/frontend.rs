@@ -96,6 +96,9 @@ impl Source {
 /// One step, checked and compiled.
 pub struct Step {
     pub name: String,
+    /// The step as `check` built it, with every `grad(...)` differentiated (the `grad`
+    /// pass run on it alone): what the references evaluate and `--tp` splits. `compiled`
+    /// is compiled from `check`'s graph itself, so that `grad` runs after `attention`.
     pub checked: tessel_ir::graph::Graph,
     pub compiled: Compiled,
     /// Its parameters read from `--weights`, validated against their types.
@@ -320,6 +323,11 @@ fn compile_checked(
     };
     let what = || format!("compiling step `{name}` of {}", src.name);
     let compiled = compile(&checked, opts).with_context(what)?;
+    // The program as the references judge it and tensor parallelism splits it: every
+    // `grad(...)` differentiated (before `attention`, so the backward is the program's
+    // own math, op for op).
+    let checked = tessel_passes::grad::run(&checked)
+        .map_err(|e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name))?;
     let (ranks, plan) = match tp {
         None => (None, None),
         Some(n) => {
