@@ -73,6 +73,9 @@ fn compile_file_with(
             });
             let c = compile(&checked, &opts)
                 .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
+            // The references evaluate the program with its `grad`s differentiated.
+            let checked = tessel_passes::grad::run(&checked)
+                .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
             Step {
                 name,
                 checked,
