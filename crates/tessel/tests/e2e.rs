@@ -109,7 +109,11 @@ fn golden_cases() -> Vec<GoldenCase> {
     let lora = root().join("examples/lora/lora_step.tsl");
     let dims = vec![("M", 8192), ("K", 4096), ("N", 4096), ("R", 16)];
     v.push((lora.clone(), dims.clone(), Profile::Exact));
-    v.push((lora, dims, Profile::Fast));
+    v.push((lora, dims.clone(), Profile::Fast));
+    // The LoRA delta with its backward from `grad` (bf16, the seed report's contract).
+    let delta = root().join("examples/lora/lora_delta.tsl");
+    v.push((delta.clone(), dims.clone(), Profile::Invariant));
+    v.push((delta, dims, Profile::Fast));
     v
 }
 
@@ -752,7 +756,12 @@ fn all_examples() -> Vec<PathBuf> {
             if p.is_dir() {
                 walk(&p, out);
             } else if p.extension().is_some_and(|x| x == "tsl") {
-                out.push(p);
+                // Whole layers that import examples/lib (the LoRA training steps): the same
+                // reason, tested at a small size by crates/tessel/tests/training.rs.
+                let imports = std::fs::read_to_string(&p).is_ok_and(|s| s.contains("import \""));
+                if !imports {
+                    out.push(p);
+                }
             }
         }
     }

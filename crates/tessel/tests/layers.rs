@@ -187,3 +187,65 @@ fn small_layers_pass_check_in_every_profile() {
         }
     }
 }
+
+/// The LoRA training steps at a small hidden size (tests/programs/lora_layer_small.tsl, the
+/// library of examples/lora/*_lora.tsl): every output — the layer's, dX and the fourteen
+/// adapter gradients, or the loss and the gradients — judged against the references in
+/// every profile, at one and at seven tokens.
+#[test]
+fn small_lora_training_steps_pass_check_in_every_profile() {
+    let d = scratch("lora-layers-check");
+    let file = root("tests/programs/lora_layer_small.tsl");
+    for t in ["1", "7"] {
+        for profile in ["exact", "invariant", "fast"] {
+            for (step, outputs) in [("qwen3_grads", 16), ("qwen2_mse_grads", 15)] {
+                let dim = format!("T={t}");
+                let args = [
+                    "check",
+                    &file,
+                    "--step",
+                    step,
+                    "--cpu",
+                    "--profile",
+                    profile,
+                    "--dim",
+                    &dim,
+                    "--dim",
+                    "R=4",
+                    "--fill",
+                    "pos=iota:0",
+                ];
+                let out = ok(&d, &args);
+                assert_eq!(out.matches(": PASS — ").count(), outputs, "{args:?}: {out}");
+            }
+        }
+    }
+}
+
+/// The whole-layer LoRA training steps of the two 14B models compile in every profile
+/// (their executor runs are the small-size test's; the GPU runs are scripts/gpu-*.sh's).
+#[test]
+fn the_lora_training_examples_compile() {
+    let d = scratch("lora-layers-build");
+    for file in [
+        "examples/lora/qwen3_14b_lora.tsl",
+        "examples/lora/qwen2_5_14b_lora.tsl",
+    ] {
+        let file = root(file);
+        for profile in ["exact", "invariant", "fast"] {
+            let args = [
+                "build",
+                &file,
+                "--profile",
+                profile,
+                "--dim",
+                "T=64",
+                "--dim",
+                "R=16",
+                "-o",
+                "out",
+            ];
+            ok(&d, &args);
+        }
+    }
+}
