@@ -29,7 +29,7 @@ use crate::view::{is_view_op, strided, view_chain};
 use crate::Profile;
 use cranelift_entity::EntityRef;
 use std::collections::HashMap;
-use tessel_ir::builder::{result_type, Built, Builder};
+use tessel_ir::builder::{result_type, Builder, Built};
 use tessel_ir::graph::{BinaryOp, Graph, Op};
 use tessel_ir::{DType, Shape, TensorType, Value};
 
@@ -50,10 +50,7 @@ pub fn run(g: &Graph, profile: Profile) -> Graph {
             // The bound's ops are appended after `o`; `reorder` restores the order. The
             // attention keeps the matmul's type, which is the one its rule gives.
             let attention = Op::Attention { logits, v, bound };
-            debug_assert_eq!(
-                result_type(&out, &attention, None).as_ref(),
-                Ok(out.ty(o))
-            );
+            debug_assert_eq!(result_type(&out, &attention, None).as_ref(), Ok(out.ty(o)));
             out.ops[o] = attention;
             found = true;
         }
@@ -518,7 +515,11 @@ fn build_bound(g: &mut Graph, b: &Bound) -> Value {
             let k = constant(&mut g, coef.abs());
             t = ok(g.mul(t, k));
         }
-        cur = ok(if coef > 0 { g.add(cur, t) } else { g.sub(cur, t) });
+        cur = ok(if coef > 0 {
+            g.add(cur, t)
+        } else {
+            g.sub(cur, t)
+        });
     }
     let g = g.graph;
     // Up the views, innermost first, each with the key axis of size 1. The key axis of

@@ -70,7 +70,7 @@ pub use simulate::simulate;
 
 use cranelift_entity::EntityRef;
 use std::fmt::Write as _;
-use tessel_ir::builder::{Built, Builder};
+use tessel_ir::builder::{Builder, Built};
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::{DType, TensorType, Value};
 
