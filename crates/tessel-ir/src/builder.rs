@@ -763,6 +763,8 @@ pub fn round_to(x: f64, dtype: DType) -> f64 {
 }
 
 #[cfg(test)]
+// Each case spells its operand types in place (`&[x.clone()]`), one case a line.
+#[allow(clippy::cloned_ref_to_slice_refs)]
 mod tests {
     //! One right and one wrong op per rule: the right one's type is the rule's (worked out
     //! here by hand), the wrong one fails under the rule's name.
