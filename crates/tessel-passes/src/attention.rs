@@ -29,6 +29,7 @@ use crate::view::{is_view_op, strided, view_chain};
 use crate::Profile;
 use cranelift_entity::EntityRef;
 use std::collections::HashMap;
+use tessel_ir::builder::{result_type, Builder, Built};
 use tessel_ir::graph::{BinaryOp, Graph, Op};
 use tessel_ir::{DType, Shape, TensorType, Value};
 
@@ -46,8 +47,11 @@ pub fn run(g: &Graph, profile: Profile) -> Graph {
     for (o, _) in g.ops.iter() {
         if let Some((logits, v, bound)) = recognise(g, &users, o) {
             let bound = bound.map(|b| build_bound(&mut out, &b));
-            // The bound's ops are appended after `o`; `reorder` restores the order.
-            out.ops[o] = Op::Attention { logits, v, bound };
+            // The bound's ops are appended after `o`; `reorder` restores the order. The
+            // attention keeps the matmul's type, which is the one its rule gives.
+            let attention = Op::Attention { logits, v, bound };
+            debug_assert_eq!(result_type(&out, &attention, None).as_ref(), Ok(out.ty(o)));
+            out.ops[o] = attention;
             found = true;
         }
     }
@@ -474,8 +478,11 @@ fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
 
 /// Appends the ops computing the bound `[.., M, 1]` (i32): the terms at key 0, times their
 /// coefficients, plus the constant, taken up the condition's views with the key axis of
-/// size 1.
+/// size 1. Each op is typed by its rule ([`Builder`]); the constants, slices and view ops,
+/// which carry their shapes, are given the key axis of size 1.
 fn build_bound(g: &mut Graph, b: &Bound) -> Value {
+    // The recogniser checked the shapes the bound's ops have; a refusal is a bug here.
+    let ok = |r: Built| r.unwrap_or_else(|e| panic!("attention built an ill-typed bound op: {e}"));
     let i32t = |shape: Vec<u64>| TensorType::new(DType::I32, shape);
     let with_one = |s: &Shape, ax: usize| -> Vec<u64> {
         let mut s = s.0.clone();
@@ -491,49 +498,30 @@ fn build_bound(g: &mut Graph, b: &Bound) -> Value {
     };
     let row = with_one(&cmp_shape, b.ax);
     let rank = row.len();
-    let constant = |g: &mut Graph, k: i64| -> Value {
-        let c = g.push(Op::Const { value: k as f64 }, i32t(vec![]));
-        let r = g.push(Op::Reshape { arg: c }, i32t(vec![1; rank]));
-        g.push(Op::Broadcast { arg: r }, i32t(row.clone()))
+    let mut g = Builder::new(g);
+    // Always the three ops (the builder's `full` would drop an identity broadcast).
+    let constant = |g: &mut Builder, k: i64| -> Value {
+        let c = ok(g.op(Op::Const { value: k as f64 }, Some(i32t(vec![]))));
+        let r = ok(g.op(Op::Reshape { arg: c }, Some(i32t(vec![1; rank]))));
+        ok(g.op(Op::Broadcast { arg: r }, Some(i32t(row.clone()))))
     };
-    let mut cur = constant(g, b.c);
+    let mut cur = constant(&mut g, b.c);
     for &(w, coef) in &b.terms {
         if coef == 0 {
             continue;
         }
-        let mut t = g.push(
-            Op::Slice {
-                arg: w,
-                axis: b.ax as u32,
-                start: 0,
-            },
-            i32t(row.clone()),
-        );
+        let mut t = ok(g.slice(w, b.ax as u32, 0, 1));
         if coef.abs() != 1 {
-            let k = constant(g, coef.abs());
-            t = g.push(
-                Op::Binary {
-                    op: BinaryOp::Mul,
-                    lhs: t,
-                    rhs: k,
-                },
-                i32t(row.clone()),
-            );
+            let k = constant(&mut g, coef.abs());
+            t = ok(g.mul(t, k));
         }
-        let op = if coef > 0 {
-            BinaryOp::Add
+        cur = ok(if coef > 0 {
+            g.add(cur, t)
         } else {
-            BinaryOp::Sub
-        };
-        cur = g.push(
-            Op::Binary {
-                op,
-                lhs: cur,
-                rhs: t,
-            },
-            i32t(row.clone()),
-        );
+            g.sub(cur, t)
+        });
     }
+    let g = g.graph;
     // Up the views, innermost first, each with the key axis of size 1. The key axis of
     // each view's result: recomputed from the logits down, as `key_bound` did.
     let rank = g.ty(b.logits).shape.rank();
@@ -559,7 +547,9 @@ fn build_bound(g: &mut Graph, b: &Bound) -> Value {
             Op::Broadcast { .. } => Op::Broadcast { arg: cur },
             _ => Op::Reshape { arg: cur },
         };
-        cur = g.push(op, i32t(shape));
+        let view = ok(Builder::new(g).op(op, Some(i32t(shape))));
+        debug_assert_eq!(g.ty(view).shape.0, with_one(&g.ty(w).shape, axes[k]));
+        cur = view;
     }
     debug_assert!(b.chain.iter().all(|&w| is_view_op(&g.ops[w])));
     cur

@@ -33,6 +33,7 @@
 //! bits before and after.
 
 use std::collections::{HashMap, HashSet};
+use tessel_ir::builder::result_type;
 use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
 use tessel_ir::{DType, TensorType, Value};
 
@@ -67,6 +68,7 @@ pub fn run(g: &Graph) -> Graph {
             } => d.topk(m(arg), *axis, *largest, *indices, ty),
             Op::Cumsum { arg, axis } => d.cumsum(m(arg), *axis, ty),
             Op::Softmax { arg, axis } => d.softmax(m(arg), *axis, ty),
+            // Copied with the checked graph's type, which its operands' copies still have.
             other => {
                 let mut o = other.clone();
                 remap(&mut o, &map);
@@ -138,6 +140,22 @@ impl Rewriter {
         v
     }
 
+    /// Appends `op` typed by its rule ([`result_type`]; `given` for the ops that carry
+    /// their type: cast, broadcast, reshape, const, iota), through [`Rewriter::emit`].
+    ///
+    /// Panics if the rule refuses the op: the pass builds from a verified graph, so that is
+    /// a bug in this pass, not in the program.
+    fn build(&mut self, op: Op, given: Option<TensorType>) -> Value {
+        let ty = self.typed(&op, given);
+        self.emit(op, ty)
+    }
+
+    /// The result type of `op` by its rule (panics as [`Rewriter::build`]).
+    fn typed(&self, op: &Op, given: Option<TensorType>) -> TensorType {
+        result_type(&self.out, op, given.as_ref())
+            .unwrap_or_else(|e| panic!("decompose built an ill-typed op {op:?}: {e}"))
+    }
+
     fn ty(&self, v: Value) -> TensorType {
         self.out.ty(v).clone()
     }
@@ -154,15 +172,15 @@ impl Rewriter {
             return v;
         }
         let ty = self.with_dtype(v, dtype);
-        self.emit(Op::Cast { arg: v }, ty)
+        self.build(Op::Cast { arg: v }, Some(ty))
     }
 
     fn scalar_const(&mut self, value: f64, like: Value) -> Value {
         let ty = self.ty(like);
-        let c = self.emit(Op::Const { value }, TensorType::new(ty.dtype, vec![]));
+        let c = self.build(Op::Const { value }, Some(TensorType::new(ty.dtype, vec![])));
         let ones = TensorType::new(ty.dtype, vec![1; ty.shape.rank()]);
-        let r = self.emit(Op::Reshape { arg: c }, ones);
-        self.emit(Op::Broadcast { arg: r }, ty)
+        let r = self.build(Op::Reshape { arg: c }, Some(ones));
+        self.build(Op::Broadcast { arg: r }, Some(ty))
     }
 
     fn broadcast_to(&mut self, v: Value, like: Value) -> Value {
@@ -171,7 +189,7 @@ impl Rewriter {
             return v;
         }
         let t = self.with_dtype(like, self.out.ty(v).dtype);
-        self.emit(Op::Broadcast { arg: v }, t)
+        self.build(Op::Broadcast { arg: v }, Some(t))
     }
 
     /// A reduction over the last axis, accumulating in f32 for 16-bit floats.
@@ -183,35 +201,25 @@ impl Rewriter {
             dt
         };
         let xa = self.cast(x, acc_dt);
-        let mut shape = self.out.ty(xa).shape.0.clone();
+        let shape = &self.out.ty(xa).shape.0;
         let n = shape.last().copied().unwrap_or(1);
-        if let Some(l) = shape.last_mut() {
-            *l = 1;
-        }
+        let last = shape.len() as u32 - 1;
         let rop_prim = if rop == ReduceOp::Mean {
             ReduceOp::Sum
         } else {
             rop
         };
-        let mut r = self.emit(
+        let mut r = self.build(
             Op::Reduce {
                 op: rop_prim,
                 arg: xa,
-                axis: (shape.len() - 1) as u32,
+                axis: last,
             },
-            TensorType::new(acc_dt, shape),
+            None,
         );
         if rop == ReduceOp::Mean {
             let c = self.scalar_const(n as f64, r);
-            let ty = self.ty(r);
-            r = self.emit(
-                Op::Binary {
-                    op: BinaryOp::Div,
-                    lhs: r,
-                    rhs: c,
-                },
-                ty,
-            );
+            r = self.binary(BinaryOp::Div, r, c);
         }
         self.cast(r, dt)
     }
@@ -227,18 +235,10 @@ impl Rewriter {
             self.reduce_last(rop, x)
         } else {
             let perm: Vec<u32> = (0..rank).filter(|&a| a != axis).chain([axis]).collect();
-            let src = self.out.ty(x).clone();
-            let pshape = perm.iter().map(|&p| src.shape.0[p as usize]).collect();
-            let p = self.emit(
-                Op::Permute {
-                    arg: x,
-                    perm: perm.clone(),
-                },
-                TensorType::new(src.dtype, pshape),
-            );
+            let p = self.build(Op::Permute { arg: x, perm }, None);
             let r = self.reduce_last(rop, p);
             // The reduced axis has size 1, so moving it back is a reshape.
-            self.emit(Op::Reshape { arg: r }, ty.clone())
+            self.build(Op::Reshape { arg: r }, Some(ty.clone()))
         };
         debug_assert_eq!(self.out.ty(r), &ty);
         r
@@ -249,55 +249,21 @@ impl Rewriter {
         let fty = self.ty(xf);
         let m = self.reduce(ReduceOp::Max, xf, axis, reduced(&fty, axis));
         let mb = self.broadcast_to(m, xf);
-        let d = self.emit(
-            Op::Binary {
-                op: BinaryOp::Sub,
-                lhs: xf,
-                rhs: mb,
-            },
-            fty.clone(),
-        );
-        let e = self.emit(
-            Op::Unary {
-                op: UnaryOp::Exp,
-                arg: d,
-            },
-            fty.clone(),
-        );
+        let d = self.binary(BinaryOp::Sub, xf, mb);
+        let e = self.unary(UnaryOp::Exp, d);
         let s = self.reduce(ReduceOp::Sum, e, axis, reduced(&fty, axis));
         let sb = self.broadcast_to(s, e);
-        let q = self.emit(
-            Op::Binary {
-                op: BinaryOp::Div,
-                lhs: e,
-                rhs: sb,
-            },
-            fty.clone(),
-        );
+        let q = self.binary(BinaryOp::Div, e, sb);
         // A fully masked row (every element -inf, so its max is -inf) gives 0, not
         // exp(-inf - -inf) / sum = NaN: flash-attention's convention (design §12). The test
         // is on the row's max, once per row in a row-reduction kernel; the select is one per
         // element and passes every other row's quotient through bit for bit. A row holding
         // NaN or +inf has a NaN or +inf max and stays NaN, as IEEE arithmetic gives.
         let ninf = self.scalar_const(f64::NEG_INFINITY, m);
-        let empty = self.emit(
-            Op::Binary {
-                op: BinaryOp::Eq,
-                lhs: m,
-                rhs: ninf,
-            },
-            self.with_dtype(m, DType::Bool),
-        );
+        let empty = self.binary(BinaryOp::Eq, m, ninf);
         let empty = self.broadcast_to(empty, q);
         let zero = self.scalar_const(0.0, q);
-        let r = self.emit(
-            Op::Select {
-                cond: empty,
-                on_true: zero,
-                on_false: q,
-            },
-            fty,
-        );
+        let r = self.select(empty, zero, q);
         self.cast(r, ty.dtype)
     }
 }
@@ -314,11 +280,7 @@ impl Rewriter {
             return x;
         }
         let perm: Vec<u32> = (0..rank).filter(|&a| a != axis).chain([axis]).collect();
-        let shape = perm.iter().map(|&p| src.shape.0[p as usize]).collect();
-        self.emit(
-            Op::Permute { arg: x, perm },
-            TensorType::new(src.dtype, shape),
-        )
+        self.build(Op::Permute { arg: x, perm }, None)
     }
 
     /// The inverse of [`Rewriter::axis_last`] for a result `r` whose last axis is `axis`
@@ -329,7 +291,7 @@ impl Rewriter {
             return r;
         }
         if ty.shape.0[axis as usize] == 1 {
-            return self.emit(Op::Reshape { arg: r }, ty);
+            return self.build(Op::Reshape { arg: r }, Some(ty));
         }
         // axis_last's perm moved `axis` to the end; this one moves it back.
         let perm: Vec<u32> = (0..rank)
@@ -339,31 +301,27 @@ impl Rewriter {
                 std::cmp::Ordering::Greater => i - 1,
             })
             .collect();
-        self.emit(Op::Permute { arg: r, perm }, ty)
+        let p = self.build(Op::Permute { arg: r, perm }, None);
+        debug_assert_eq!(self.ty(p), ty);
+        p
+    }
+
+    fn unary(&mut self, op: UnaryOp, arg: Value) -> Value {
+        self.build(Op::Unary { op, arg }, None)
     }
 
     fn binary(&mut self, op: BinaryOp, lhs: Value, rhs: Value) -> Value {
-        let compare = matches!(
-            op,
-            BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge
-        );
-        let ty = if compare {
-            self.with_dtype(lhs, DType::Bool)
-        } else {
-            self.ty(lhs)
-        };
-        self.emit(Op::Binary { op, lhs, rhs }, ty)
+        self.build(Op::Binary { op, lhs, rhs }, None)
     }
 
     fn select(&mut self, cond: Value, on_true: Value, on_false: Value) -> Value {
-        let ty = self.ty(on_true);
-        self.emit(
+        self.build(
             Op::Select {
                 cond,
                 on_true,
                 on_false,
             },
-            ty,
+            None,
         )
     }
 
@@ -409,7 +367,10 @@ impl Rewriter {
     fn index_of(&mut self, x: Value) -> Value {
         let shape = self.ty(x).shape;
         let axis = shape.rank() as u32 - 1;
-        self.emit(Op::Iota { axis }, TensorType::new(DType::I32, shape.0))
+        self.build(
+            Op::Iota { axis },
+            Some(TensorType::new(DType::I32, shape.0)),
+        )
     }
 
     /// The lowest index along the last axis of `x` where `cand` holds, `[.., 1]` i32 (the
@@ -451,29 +412,11 @@ impl Rewriter {
         let m = self.row_reduce(ReduceOp::Max, xf);
         let mb = self.broadcast_to(m, xf);
         let d = self.binary(BinaryOp::Sub, xf, mb);
-        let e = self.emit(
-            Op::Unary {
-                op: UnaryOp::Exp,
-                arg: d,
-            },
-            self.ty(d),
-        );
+        let e = self.unary(UnaryOp::Exp, d);
         let s = self.row_reduce(ReduceOp::Sum, e);
-        let l = self.emit(
-            Op::Unary {
-                op: UnaryOp::Log,
-                arg: s,
-            },
-            self.ty(s),
-        );
+        let l = self.unary(UnaryOp::Log, s);
         let r = self.binary(BinaryOp::Add, m, l);
-        let am = self.emit(
-            Op::Unary {
-                op: UnaryOp::Abs,
-                arg: m,
-            },
-            self.ty(m),
-        );
+        let am = self.unary(UnaryOp::Abs, m);
         let inf = self.scalar_const(f64::INFINITY, m);
         let infinite = self.binary(BinaryOp::Eq, am, inf);
         let r = self.select(infinite, m, r);
@@ -519,19 +462,16 @@ impl Rewriter {
             parts.push(part);
             prev = Some((m, i));
         }
-        let mut shape = self.ty(parts[0]).shape.0.clone();
-        *shape.last_mut().expect("rank >= 1") = k;
-        let pdt = self.ty(parts[0]).dtype;
         let r = if parts.len() == 1 {
             parts[0]
         } else {
-            let rank = shape.len() as u32;
-            self.emit(
+            let rank = self.ty(parts[0]).shape.rank() as u32;
+            self.build(
                 Op::Concat {
                     args: parts,
                     axis: rank - 1,
                 },
-                TensorType::new(pdt, shape),
+                None,
             )
         };
         let r = self.cast(r, ty.dtype);
@@ -571,13 +511,7 @@ impl Rewriter {
         let worse = match (nan, m_nan) {
             (Some(xn), Some(mn)) => {
                 let (a, b) = if largest { (mn, xn) } else { (xn, mn) };
-                let not_b = self.emit(
-                    Op::Unary {
-                        op: UnaryOp::Not,
-                        arg: b,
-                    },
-                    self.ty(b),
-                );
+                let not_b = self.unary(UnaryOp::Not, b);
                 let w = self.binary(BinaryOp::And, a, not_b);
                 self.binary(BinaryOp::Or, worse_cmp, w)
             }
@@ -624,15 +558,7 @@ impl Rewriter {
                 i32::MAX as f64
             };
             let high = self.scalar_const(high, x);
-            let number = nan.map(|n| {
-                self.emit(
-                    Op::Unary {
-                        op: UnaryOp::Not,
-                        arg: n,
-                    },
-                    self.ty(n),
-                )
-            });
+            let number = nan.map(|n| self.unary(UnaryOp::Not, n));
             let keep = match (after, number) {
                 (Some(a), Some(n)) => Some(self.binary(BinaryOp::And, a, n)),
                 (a, n) => a.or(n),
@@ -680,13 +606,12 @@ impl Rewriter {
         };
         let xa = self.cast(xl, acc);
         let rank = self.ty(xa).shape.rank() as u32;
-        let c = self.out.push(
-            Op::Cumsum {
-                arg: xa,
-                axis: rank - 1,
-            },
-            self.ty(xa),
-        );
+        let op = Op::Cumsum {
+            arg: xa,
+            axis: rank - 1,
+        };
+        let cty = self.typed(&op, None);
+        let c = self.out.push(op, cty);
         let r = self.cast(c, dt);
         self.axis_back(r, axis, ty)
     }

@@ -562,7 +562,13 @@ fn a_mean_of_squares_is_never_negative_in_the_reference() {
         },
         f32x(&[1, 1]),
     );
-    let eps = g.push(Op::Const { value: 1e-6 }, f32x(&[]));
+    // A constant holds a value of its dtype (rule `graph.const`).
+    let eps = g.push(
+        Op::Const {
+            value: 1e-6f32 as f64,
+        },
+        f32x(&[]),
+    );
     let eps = g.push(Op::Reshape { arg: eps }, f32x(&[1, 1]));
     let ve = g.push(
         Op::Binary {

@@ -5,6 +5,9 @@
 //! register or statement path such as `body[3].for[0].then[1]`) and what is wrong, in words.
 //!
 //! # Graph IR ([`verify_graph`])
+//! The type rules (`graph.const` to `graph.grad` below) are stated once, in
+//! [`result_type`]: the verifier asks it for each op's type given the declared one, and
+//! reports its error, or under the op's rule that the declared type is not the rule's.
 //! - `graph.order`: every operand is a value defined before its use (topological order).
 //! - `graph.input`: an `input` op's index is in range of [`Graph::inputs`], the entry at that
 //!   index names this value, and no two `input` ops share an index; every entry of
@@ -48,6 +51,11 @@
 //!   update of one, updated by no other update; no op after the update (nor the update's
 //!   own `rows` and `pos`) reads `dst` or a value computed from `dst` other than through
 //!   the update.
+//! - `graph.attention`: `softmax(logits) @ v` of `[.., M, N]` f32 logits and a `[.., N, E]`
+//!   float `v` is `[.., M, E]` of `v`'s dtype; a bound is i32 of the logits' shape with
+//!   1 key.
+//! - `graph.grad`: the gradient has the float type of `wrt`; one seed per output (at least
+//!   one), each of its output's float type.
 //! - `graph.inout`: the end of each `inout` input's chain of updates (the input itself
 //!   when there is none) is the step output named after the input.
 //!
@@ -142,6 +150,7 @@
 //!   every `output` buffer is written by some launch.
 //!
 //! [`Graph::inputs`]: crate::graph::Graph::inputs
+//! [`result_type`]: crate::builder::result_type
 //! [`Op::signature`]: crate::kernel::Op::signature
 //! [`ArgRule`]: crate::kernel::ArgRule
 

@@ -62,7 +62,7 @@ impl Checker<'_> {
                     .with_help("convert first, e.g. `f32(x)`"),
                 ));
             }
-            return Ok(Val::T(self.push(Op::Unary { op, arg: x }, ty, span)?));
+            return Ok(Val::T(self.build(Op::Unary { op, arg: x }, None, span)?));
         }
         if super::elementwise::NAMES.contains(&name) {
             return self.torch_elementwise(name, span, pos, named);
@@ -108,12 +108,12 @@ impl Checker<'_> {
                     return Err(self.float_required(name, vspan, &ty));
                 }
                 let axis = self.axis_arg(named, "axis", span, x, vspan)?;
-                Ok(Val::T(self.push(
+                Ok(Val::T(self.build(
                     Op::Softmax {
                         arg: x,
                         axis: axis as u32,
                     },
-                    ty,
+                    None,
                     span,
                 )?))
             }
@@ -150,9 +150,9 @@ impl Checker<'_> {
                         )),
                     ));
                 }
-                Ok(Val::T(self.push(
+                Ok(Val::T(self.build(
                     Op::Iota { axis: 0 },
-                    TensorType::new(DType::I32, vec![n as u64]),
+                    Some(TensorType::new(DType::I32, vec![n as u64])),
                     span,
                 )?))
             }
@@ -457,23 +457,19 @@ impl Checker<'_> {
                 ));
             }
         };
-        let mut kept = ty.shape.0.clone();
-        if let Some(d) = kept.get_mut(axis) {
-            *d = 1;
-        }
-        let rdt = if index { DType::I32 } else { ty.dtype };
-        let r = self.push(
+        let r = self.build(
             Op::Reduce {
                 op,
                 arg: x,
                 axis: axis as u32,
             },
-            TensorType::new(rdt, kept.clone()),
+            None,
             span,
         )?;
         if keep {
             return Ok(Val::T(r));
         }
+        let mut kept = self.shape(r);
         kept.remove(axis);
         Ok(Val::T(self.reshape(r, kept, span)?))
     }
@@ -507,13 +503,13 @@ impl Checker<'_> {
         let cond = self.broadcast_to(cond, &shape, cspan)?;
         let x = self.broadcast_to(x, &shape, aspan)?;
         let y = self.broadcast_to(y, &shape, bspan)?;
-        Ok(Val::T(self.push(
+        Ok(Val::T(self.build(
             Op::Select {
                 cond,
                 on_true: x,
                 on_false: y,
             },
-            TensorType::new(dt, shape),
+            None,
             span,
         )?))
     }
@@ -570,26 +566,26 @@ impl Checker<'_> {
         let offset = offset.unwrap_or(s - t);
         let shape = vec![t as u64, s as u64];
         let ity = TensorType::new(DType::I32, shape.clone());
-        let i = self.push(Op::Iota { axis: 0 }, ity.clone(), span)?;
-        let j = self.push(Op::Iota { axis: 1 }, ity.clone(), span)?;
-        let d = self.push(
+        let i = self.build(Op::Iota { axis: 0 }, Some(ity.clone()), span)?;
+        let j = self.build(Op::Iota { axis: 1 }, Some(ity), span)?;
+        let d = self.build(
             Op::Binary {
                 op: IrBinary::Sub,
                 lhs: j,
                 rhs: i,
             },
-            ity,
+            None,
             span,
         )?;
         let p = self.materialize(Lit::Int(offset.clamp(-t, s - 1)), DType::I32, span)?;
         let p = self.broadcast_to(p, &shape, span)?;
-        Ok(Val::T(self.push(
+        Ok(Val::T(self.build(
             Op::Binary {
                 op: IrBinary::Le,
                 lhs: d,
                 rhs: p,
             },
-            TensorType::new(DType::Bool, shape),
+            None,
             span,
         )?))
     }

@@ -92,22 +92,11 @@ impl Checker<'_> {
 
     /// `op(x, y)` on two values of one type (a comparison gives bool).
     fn bin(&mut self, op: IrBinary, x: Value, y: Value, span: Span) -> R<Value> {
-        let ty = self.graph.ty(x).clone();
-        let cmp = matches!(
-            op,
-            IrBinary::Eq | IrBinary::Ne | IrBinary::Lt | IrBinary::Le | IrBinary::Gt | IrBinary::Ge
-        );
-        let dt = if cmp { DType::Bool } else { ty.dtype };
-        self.push(
-            Op::Binary { op, lhs: x, rhs: y },
-            TensorType::new(dt, ty.shape.0),
-            span,
-        )
+        self.build(Op::Binary { op, lhs: x, rhs: y }, None, span)
     }
 
     fn un(&mut self, op: IrUnary, x: Value, span: Span) -> R<Value> {
-        let ty = self.graph.ty(x).clone();
-        self.push(Op::Unary { op, arg: x }, ty, span)
+        self.build(Op::Unary { op, arg: x }, None, span)
     }
 
     /// `value` as a tensor of `like`'s type.
@@ -118,14 +107,13 @@ impl Checker<'_> {
     }
 
     fn sel(&mut self, c: Value, t: Value, f: Value, span: Span) -> R<Value> {
-        let ty = self.graph.ty(t).clone();
-        self.push(
+        self.build(
             Op::Select {
                 cond: c,
                 on_true: t,
                 on_false: f,
             },
-            ty,
+            None,
             span,
         )
     }

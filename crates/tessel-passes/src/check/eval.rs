@@ -239,7 +239,11 @@ impl<'m> Checker<'m> {
                     }
                     UnaryOp::Not => IrUnary::Not,
                 };
-                Ok(Val::T(self.push(Op::Unary { op: ir, arg: x }, ty, span)?))
+                Ok(Val::T(self.build(
+                    Op::Unary { op: ir, arg: x },
+                    None,
+                    span,
+                )?))
             }
         }
     }

@@ -5,7 +5,7 @@
 //! (docs/language.md, "Indexing by a tensor"); an index out of range is clamped there.
 
 use tessel_ir::graph::Op;
-use tessel_ir::{DType, TensorType, Value};
+use tessel_ir::{DType, Value};
 use tessel_syntax::{Diagnostic, Span};
 
 use super::builtins::{two, Named};
@@ -60,14 +60,13 @@ impl Checker<'_> {
         let mut spread = shape.clone();
         spread[axis] = n;
         let index = self.broadcast_to(flat, &spread, ispan)?;
-        let dt = self.dtype_of(view);
-        let g = self.push(
+        let g = self.build(
             Op::Gather {
                 arg: view,
                 index,
                 axis: axis as u32,
             },
-            TensorType::new(dt, spread),
+            None,
             span,
         )?;
         let mut out = shape[..axis].to_vec();
@@ -178,16 +177,17 @@ impl Checker<'_> {
             (xv, iv, it)
         };
         self.gather_axis_fits(x_view, axis, ispan)?;
-        let dt = self.dtype_of(x);
-        Ok(Val::T(self.push(
+        let g = self.build(
             Op::Gather {
                 arg: x_view,
                 index: i_view,
                 axis: axis as u32,
             },
-            TensorType::new(dt, out),
+            None,
             span,
-        )?))
+        )?;
+        debug_assert_eq!(self.shape(g), out);
+        Ok(Val::T(g))
     }
 
     /// Refuses a gather along an axis of 2^31 or more positions (its indices are i32).

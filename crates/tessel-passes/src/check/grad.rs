@@ -207,7 +207,7 @@ impl<'m> Checker<'m> {
                 .enumerate()
                 .any(|(j, (v, _))| j != i && matches!(v, Val::T(y) if *y == x));
             let w = if shared || wrts.contains(&x) {
-                self.push(Op::Reshape { arg: x }, ty, aspan)?
+                self.build(Op::Reshape { arg: x }, Some(ty), aspan)?
             } else {
                 x
             };
@@ -301,14 +301,13 @@ impl<'m> Checker<'m> {
         }
         let mut grads = Vec::new();
         for &w in &wrts {
-            let ty = self.graph.ty(w).clone();
-            grads.push(self.push(
+            grads.push(self.build(
                 Op::Grad {
                     wrt: w,
                     outputs: outputs.clone(),
                     seeds: seeds.clone(),
                 },
-                ty,
+                None,
                 span,
             )?);
         }
@@ -400,9 +399,9 @@ impl<'m> Checker<'m> {
     }
 
     fn one_like(&mut self, ty: &TensorType, span: Span) -> R<Value> {
-        let c = self.push(
+        let c = self.build(
             Op::Const { value: 1.0 },
-            TensorType::new(ty.dtype, vec![]),
+            Some(TensorType::new(ty.dtype, vec![])),
             span,
         )?;
         self.broadcast_to(c, &ty.shape.0, span)

@@ -23,7 +23,11 @@ impl<'m> Checker<'m> {
     /// A weak scalar as a `[]` constant of `dtype`, rounded to it.
     pub(crate) fn materialize(&mut self, l: Lit, dtype: DType, span: Span) -> R<Value> {
         match l.value_in(dtype) {
-            Ok(value) => self.push(Op::Const { value }, TensorType::new(dtype, vec![]), span),
+            Ok(value) => self.build(
+                Op::Const { value },
+                Some(TensorType::new(dtype, vec![])),
+                span,
+            ),
             Err(why) => Err(self.error(
                 Diagnostic::error(
                     codes::LITERAL_RANGE,
@@ -60,7 +64,11 @@ impl<'m> Checker<'m> {
             return Ok(v);
         }
         let shape = self.shape(v);
-        self.push(Op::Cast { arg: v }, TensorType::new(dtype, shape), span)
+        self.build(
+            Op::Cast { arg: v },
+            Some(TensorType::new(dtype, shape)),
+            span,
+        )
     }
 
     /// An operand (weak or tensor) as a tensor of `dtype`.
@@ -87,18 +95,18 @@ impl<'m> Checker<'m> {
             let mut padded = vec![1; shape.len() - cur.len()];
             padded.extend(&cur);
             cur = padded;
-            v = self.push(
+            v = self.build(
                 Op::Reshape { arg: v },
-                TensorType::new(dt, cur.clone()),
+                Some(TensorType::new(dt, cur.clone())),
                 span,
             )?;
         }
         if cur == shape {
             return Ok(v);
         }
-        self.push(
+        self.build(
             Op::Broadcast { arg: v },
-            TensorType::new(dt, shape.to_vec()),
+            Some(TensorType::new(dt, shape.to_vec())),
             span,
         )
     }
@@ -107,13 +115,7 @@ impl<'m> Checker<'m> {
         if perm.iter().enumerate().all(|(i, p)| *p as usize == i) {
             return Ok(v);
         }
-        let shape = self.shape(v);
-        let out: Vec<u64> = perm
-            .iter()
-            .filter_map(|p| shape.get(*p as usize).copied())
-            .collect();
-        let dt = self.dtype_of(v);
-        self.push(Op::Permute { arg: v, perm }, TensorType::new(dt, out), span)
+        self.build(Op::Permute { arg: v, perm }, None, span)
     }
 
     pub(crate) fn reshape(&mut self, v: Value, shape: Vec<u64>, span: Span) -> R<Value> {
@@ -121,7 +123,11 @@ impl<'m> Checker<'m> {
             return Ok(v);
         }
         let dt = self.dtype_of(v);
-        self.push(Op::Reshape { arg: v }, TensorType::new(dt, shape), span)
+        self.build(
+            Op::Reshape { arg: v },
+            Some(TensorType::new(dt, shape)),
+            span,
+        )
     }
 
     /// `v[.., start .. start + len, ..]` along `axis` (no op for the full axis).
@@ -141,13 +147,13 @@ impl<'m> Checker<'m> {
             *d = len;
         }
         let dt = self.dtype_of(v);
-        self.push(
+        self.build(
             Op::Slice {
                 arg: v,
                 axis: axis as u32,
                 start,
             },
-            TensorType::new(dt, shape),
+            Some(TensorType::new(dt, shape)),
             span,
         )
     }
@@ -268,11 +274,7 @@ impl<'m> Checker<'m> {
         self.addressable(&TensorType::new(rdt, shape.clone()), span, None)?;
         let x = self.broadcast_to(x, &shape, aspan)?;
         let y = self.broadcast_to(y, &shape, bspan)?;
-        self.push(
-            Op::Binary { op, lhs: x, rhs: y },
-            TensorType::new(rdt, shape),
-            span,
-        )
+        self.build(Op::Binary { op, lhs: x, rhs: y }, None, span)
     }
 
     /// `a op b` for `+ - * /` where one operand is a weak number (a literal or `const`) and
@@ -436,11 +438,7 @@ impl<'m> Checker<'m> {
         let with = |tail: [u64; 2]| batch.iter().copied().chain(tail).collect::<Vec<u64>>();
         let x = self.broadcast_to(x, &with([m, k]), aspan)?;
         let y = self.broadcast_to(y, &with([k, n]), bspan)?;
-        self.push(
-            Op::MatMul { lhs: x, rhs: y },
-            TensorType::new(dt, with([m, n])),
-            span,
-        )
+        self.build(Op::MatMul { lhs: x, rhs: y }, None, span)
     }
 
     /// `x [.., M, K] @ w [K, N]` with a 2-D right operand (a weight, PyTorch's `x @ w.T` on
@@ -466,30 +464,31 @@ impl<'m> Checker<'m> {
         let flat = match self.graph.ops[x] {
             Op::Cast { arg } => {
                 let adt = self.graph.ty(arg).dtype;
-                let r = self.push(
+                let r = self.build(
                     Op::Reshape { arg },
-                    TensorType::new(adt, vec![rows, k]),
+                    Some(TensorType::new(adt, vec![rows, k])),
                     span,
                 )?;
-                self.push(
+                self.build(
                     Op::Cast { arg: r },
-                    TensorType::new(dt, vec![rows, k]),
+                    Some(TensorType::new(dt, vec![rows, k])),
                     span,
                 )?
             }
-            _ => self.push(
+            _ => self.build(
                 Op::Reshape { arg: x },
-                TensorType::new(dt, vec![rows, k]),
+                Some(TensorType::new(dt, vec![rows, k])),
                 span,
             )?,
         };
-        let mm = self.push(
-            Op::MatMul { lhs: flat, rhs: w },
-            TensorType::new(dt, vec![rows, n]),
-            span,
-        )?;
+        let mm = self.build(Op::MatMul { lhs: flat, rhs: w }, None, span)?;
+        debug_assert_eq!(self.shape(mm), [rows, n]);
         let mut out = xs[..xs.len() - 2].to_vec();
         out.extend([m, n]);
-        self.push(Op::Reshape { arg: mm }, TensorType::new(dt, out), span)
+        self.build(
+            Op::Reshape { arg: mm },
+            Some(TensorType::new(dt, out)),
+            span,
+        )
     }
 }

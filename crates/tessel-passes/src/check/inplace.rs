@@ -237,14 +237,14 @@ impl Checker<'_> {
             ));
         }
         let p = self.broadcast_to(p, &[b], pspan)?;
-        let u = self.push(
+        let u = self.build(
             Op::Update {
                 dst,
                 rows,
                 pos: p,
                 axis: axis as u32,
             },
-            dty,
+            None,
             span,
         )?;
         let param = self.inplace.links[&dst].param.clone();

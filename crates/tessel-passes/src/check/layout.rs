@@ -2,7 +2,6 @@
 //! `builtins.rs`, beside the shape ops of `graph_ops.rs`).
 
 use tessel_ir::graph::Op;
-use tessel_ir::TensorType;
 use tessel_syntax::{Diagnostic, Span};
 
 use super::builtins::{two, Named};
@@ -59,14 +58,16 @@ impl Checker<'_> {
             *d = total;
         }
         let args = ts.iter().map(|(t, _)| *t).collect();
-        Ok(Val::T(self.push(
+        let c = self.build(
             Op::Concat {
                 args,
                 axis: axis as u32,
             },
-            TensorType::new(dt, out),
+            None,
             span,
-        )?))
+        )?;
+        debug_assert_eq!(self.shape(c), out);
+        Ok(Val::T(c))
     }
 
     /// `split(x, n, axis: k)`: a tuple of `n` equal slices.

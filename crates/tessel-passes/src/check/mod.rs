@@ -30,7 +30,9 @@
 //!
 //! Errors are [`Diagnostic`]s with codes in [`codes`] (`E02xx` names, `E03xx` dtypes,
 //! `E04xx` shapes, `E029x` not supported yet; E0290, once matmul's, E0291, once gather's,
-//! and E0292, once float `%`'s, are retired). Name errors are collected first, over the
+//! and E0292, once float `%`'s, are retired; E0299 an internal error). Every op it builds
+//! is typed by its rule ([`Checker::build`], `tessel_ir::builder::result_type`), so no
+//! derived type is spelled out here. Name errors are collected first, over the
 //! module's items and consts and over the step and the `fn`s it calls (another step's
 //! errors are its own, reported when it is built); if there are none, the step is checked, collecting independent errors and stopping at the
 //! first error of each chain (a value whose operand failed is not diagnosed again). The pass
@@ -73,6 +75,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cranelift_entity::SecondaryMap;
 
+use tessel_ir::builder::result_type;
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::{DType, TensorType, Value};
 use tessel_syntax::ast::{self, Func, FuncKind, Module};
@@ -137,6 +140,10 @@ pub mod codes {
     pub const GRAD_NO_PATH: &str = "E0223";
     /// A `grad` of a fn that takes a gradient itself (second derivatives).
     pub const GRAD_NESTED: &str = "E0224";
+    /// An op the checker built that its type rule (`tessel_ir::builder::result_type`)
+    /// refuses: a bug in the checker, which diagnoses bad operands before it builds (reported
+    /// at the expression rather than as a panic or a verifier error later).
+    pub const INTERNAL: &str = "E0299";
     /// Code E0290 was "matmul is not supported yet"; matmul is supported and the code retired.
     pub const MATMUL_UNSUPPORTED: &str = "E0290";
     /// Code E0291 was "indexing by a tensor is not supported yet"; gather is supported
@@ -471,6 +478,7 @@ impl<'m> Checker<'m> {
         for (index, p) in func.params.iter().enumerate() {
             let v = self.resolve_type(&p.ty, &env.dims).and_then(|ty| {
                 self.addressable(&ty, p.ty.span, Some(&p.name.node))?;
+                // An input's type is its declaration.
                 self.push(
                     Op::Input {
                         index: index as u32,
@@ -552,6 +560,26 @@ impl<'m> Checker<'m> {
             self.graph.outputs.push((name.clone(), *end));
         }
         Ok(())
+    }
+
+    /// Pushes `op` typed by its rule ([`result_type`]; `given` for the ops that carry their
+    /// type: casts, reshapes, broadcasts, slices, constants, iotas, topk), through
+    /// [`Checker::push`].
+    ///
+    /// Errors: what `push` reports, and [`codes::INTERNAL`] at `span` if the rule refuses
+    /// the op (the checker's own diagnostics should have refused its operands first).
+    pub(crate) fn build(&mut self, op: Op, given: Option<TensorType>, span: Span) -> R<Value> {
+        match result_type(&self.graph, &op, given.as_ref()) {
+            Ok(ty) => self.push(op, ty, span),
+            Err(e) => Err(self.error(
+                Diagnostic::error(
+                    codes::INTERNAL,
+                    format!("internal error: the checker built an ill-typed op ({e})"),
+                )
+                .with_label(span, "while checking this")
+                .with_note("this is a bug in tessel; please report it with the program"),
+            )),
+        }
     }
 
     /// Pushes an op after checking that its result is addressable (at most [`MAX_NUMEL`]

@@ -48,16 +48,17 @@ impl Checker<'_> {
         }
         let mut shape = ty.shape.0.clone();
         shape[axis] = k as u64;
+        // `k` is the result's, so topk is given its type.
         let part = |this: &mut Self, indices: bool| {
             let dt = if indices { DType::I32 } else { ty.dtype };
-            this.push(
+            this.build(
                 Op::TopK {
                     arg: x,
                     axis: axis as u32,
                     largest,
                     indices,
                 },
-                TensorType::new(dt, shape.clone()),
+                Some(TensorType::new(dt, shape.clone())),
                 span,
             )
         };
@@ -84,12 +85,12 @@ impl Checker<'_> {
             ));
         }
         let axis = self.axis_arg(named, "axis", span, x, vspan)?;
-        Ok(Val::T(self.push(
+        Ok(Val::T(self.build(
             Op::Cumsum {
                 arg: x,
                 axis: axis as u32,
             },
-            ty,
+            None,
             span,
         )?))
     }

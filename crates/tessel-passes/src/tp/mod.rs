@@ -70,7 +70,8 @@ pub use simulate::simulate;
 
 use cranelift_entity::EntityRef;
 use std::fmt::Write as _;
-use tessel_ir::graph::{BinaryOp, Graph, Op};
+use tessel_ir::builder::{Builder, Built};
+use tessel_ir::graph::{Graph, Op};
 use tessel_ir::{DType, TensorType, Value};
 
 /// The number of K ranges of a row-parallel matmul's deterministic reduction, at every
@@ -712,18 +713,18 @@ fn block(ty: &TensorType, sh: Sharding, tp: u32) -> TensorType {
     t
 }
 
+/// The value a [`Builder`] call made: the plan's blocks and ranges divide their axes
+/// evenly (`plan` checks it), so the rules refuse nothing the rank graphs are built from.
+///
+/// Panics if one does: a bug in this pass.
+pub(super) fn built(r: Built) -> Value {
+    r.unwrap_or_else(|e| panic!("tp built an ill-typed op: {e}"))
+}
+
 /// Rank `r`'s block along `axis` of the value `x` of `s` (one of `tp` equal blocks).
 fn slice_block(s: &mut Graph, x: Value, axis: u32, r: u32, tp: u32) -> Value {
-    let b = block(s.ty(x), Sharding::Split { axis }, tp);
-    let start = r as u64 * b.shape.0[axis as usize];
-    s.push(
-        Op::Slice {
-            arg: x,
-            axis,
-            start,
-        },
-        b,
-    )
+    let len = block(s.ty(x), Sharding::Split { axis }, tp).shape.0[axis as usize];
+    built(Builder::new(s).slice(x, axis, r as u64 * len, len))
 }
 
 /// Operand `x` (in `s`) of rank `r`'s copy of `op`, whose result is split as `sh`, where the
@@ -765,31 +766,16 @@ fn local_operand(
 
 /// `v` (in `s`) cut along `axis` into `count` equal contiguous ranges, in order.
 fn k_ranges(s: &mut Graph, v: Value, axis: u32, count: u32) -> Vec<Value> {
-    let mut t = s.ty(v).clone();
-    let len = t.shape.0[axis as usize] / count as u64;
-    t.shape.0[axis as usize] = len;
+    let len = s.ty(v).shape.0[axis as usize] / count as u64;
+    let mut b = Builder::new(s);
     (0..count as u64)
-        .map(|c| {
-            s.push(
-                Op::Slice {
-                    arg: v,
-                    axis,
-                    start: c * len,
-                },
-                t.clone(),
-            )
-        })
+        .map(|c| built(b.slice(v, axis, c * len, len)))
         .collect()
 }
 
 /// `v` (in `s`) as f32: itself, or its widening cast (exact).
 fn widened(s: &mut Graph, v: Value) -> Value {
-    let t = s.ty(v).clone();
-    if t.dtype == DType::F32 {
-        v
-    } else {
-        s.push(Op::Cast { arg: v }, TensorType::new(DType::F32, t.shape.0))
-    }
+    built(Builder::new(s).cast(v, DType::F32))
 }
 
 /// One rank's part of a row-parallel matmul whose whole result has type `out`: its K
@@ -802,8 +788,9 @@ fn subtree_sum(s: &mut Graph, out: &TensorType, xs: &[Value], ws: &[Value]) -> V
         .zip(ws)
         .map(|(&x, &w)| {
             let (xf, wf) = (widened(s, x), widened(s, w));
-            let ft = TensorType::new(DType::F32, out.shape.0.clone());
-            s.push(Op::MatMul { lhs: xf, rhs: wf }, ft)
+            let mm = built(Builder::new(s).matmul(xf, wf));
+            debug_assert_eq!(s.ty(mm).shape, out.shape);
+            mm
         })
         .collect();
     tree_sum(s, leaves)
@@ -816,17 +803,7 @@ fn tree_sum(s: &mut Graph, mut leaves: Vec<Value>) -> Value {
     while leaves.len() > 1 {
         leaves = leaves
             .chunks(2)
-            .map(|p| {
-                let t = s.ty(p[0]).clone();
-                s.push(
-                    Op::Binary {
-                        op: BinaryOp::Add,
-                        lhs: p[0],
-                        rhs: p[1],
-                    },
-                    t,
-                )
-            })
+            .map(|p| built(Builder::new(s).add(p[0], p[1])))
             .collect();
     }
     leaves[0]
@@ -834,11 +811,8 @@ fn tree_sum(s: &mut Graph, mut leaves: Vec<Value>) -> Value {
 
 /// The f32 `sum` rounded once to `ty`'s dtype (nothing to do for f32).
 fn round_to(s: &mut Graph, sum: Value, ty: &TensorType) -> Value {
-    if ty.dtype == DType::F32 {
-        sum
-    } else {
-        s.push(Op::Cast { arg: sum }, ty.clone())
-    }
+    debug_assert_eq!(s.ty(sum).shape, ty.shape);
+    built(Builder::new(s).cast(sum, ty.dtype))
 }
 
 /// An op's kind in words, for messages.

@@ -1,10 +1,11 @@
 //! [`ranks`]: the program each rank runs — phases of local work separated by the plan's
 //! all-gathers (tessel-ir [`tessel_ir::ranks`]).
 
-use super::{block, k_ranges, local_operand, round_to, subtree_sum, tree_sum};
+use super::{block, built, k_ranges, local_operand, round_to, subtree_sum, tree_sum};
 use super::{Sharding, TpError, TpPlan, REDUCE_CHUNKS};
 use cranelift_entity::EntityRef;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use tessel_ir::builder::Builder as OpBuilder;
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::ranks::{Block, Exchange, Phase, Rank, RankInput, RankOutput};
 use tessel_ir::{Shape, TensorType, Value};
@@ -322,8 +323,12 @@ impl Builder<'_, '_> {
             let x = self.get(k, *a);
             *a = local_operand(&mut self.graphs[k], (g, plan), op, (v, *a), x, self.r);
         }
+        // The plan's block: what the ops that carry their type (reshape, slice, ...) are
+        // given, and what the rule gives the others from the blocks of their operands.
         let ty = block(g.ty(v), plan.sharding[v.index()], plan.tp);
-        self.graphs[k].push(o, ty)
+        let y = built(OpBuilder::new(&mut self.graphs[k]).op(o, Some(ty.clone())));
+        debug_assert_eq!(self.graphs[k].ty(y), &ty, "{v}'s block");
+        y
     }
 
     /// Records that the rank loads slot `name`: block `b` (or all) of parameter `param`.
@@ -383,7 +388,10 @@ impl Builder<'_, '_> {
                     for a in o.args_mut() {
                         *a = y;
                     }
-                    y = self.graphs[k].push(o, range_ty(v));
+                    // Casts carry the range's type; the rule gives permutes theirs.
+                    let ty = range_ty(v);
+                    y = built(OpBuilder::new(&mut self.graphs[k]).op(o, Some(ty.clone())));
+                    debug_assert_eq!(self.graphs[k].ty(y), &ty);
                 }
                 y
             })
@@ -454,7 +462,9 @@ impl Builder<'_, '_> {
                 let gathered = self.exchange(k, o, "block", x, last);
                 let s = &mut self.graphs[last];
                 let args = (0..tp).map(|q| unstack(s, gathered, q, &sent)).collect();
-                let w = s.push(Op::Concat { args, axis }, g.ty(o).clone());
+                // Always a concat (the builder's `concat` of one block is the block).
+                let w = built(OpBuilder::new(s).op(Op::Concat { args, axis }, None));
+                debug_assert_eq!(s.ty(w), g.ty(o));
                 self.whole.insert(o, w);
                 w
             }
@@ -465,18 +475,8 @@ impl Builder<'_, '_> {
 
 /// Rank `q`'s tensor of type `sent` out of the all-gathered `[tp, ...]` tensor `stacked`.
 fn unstack(s: &mut Graph, stacked: Value, q: u32, sent: &TensorType) -> Value {
-    let mut one = vec![1];
-    one.extend(&sent.shape.0);
-    let row = s.push(
-        Op::Slice {
-            arg: stacked,
-            axis: 0,
-            start: q as u64,
-        },
-        TensorType {
-            dtype: sent.dtype,
-            shape: Shape(one),
-        },
-    );
-    s.push(Op::Reshape { arg: row }, sent.clone())
+    let mut b = OpBuilder::new(s);
+    let row = built(b.slice(stacked, 0, q as u64, 1));
+    // `[1, ..]` to `sent`'s rank: never equal shapes, so always the reshape.
+    built(b.reshape(row, &sent.shape.0))
 }

@@ -1,9 +1,10 @@
 //! [`simulate`]: the ranks of a plan as one graph, for checking the plan on one device.
 
 use super::REDUCE_CHUNKS;
-use super::{block, k_ranges, local_operand, round_to, slice_block, subtree_sum, tree_sum};
+use super::{block, built, k_ranges, local_operand, round_to, slice_block, subtree_sum, tree_sum};
 use super::{Sharding, TpError, TpPlan};
 use cranelift_entity::EntityRef;
+use tessel_ir::builder::Builder;
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::Value;
 
@@ -60,20 +61,21 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
                 let rows_all = match plan.sharding[rows.index()] {
                     Sharding::Split { axis: a } => {
                         let args = (0..n).map(|r| val[r][*rows].expect("computed")).collect();
-                        s.push(Op::Concat { args, axis: a }, g.ty(*rows).clone())
+                        concat(&mut s, args, a, g.ty(*rows))
                     }
                     _ => val[0][*rows].expect("computed"),
                 };
                 let p = val[0][*pos].expect("positions are replicated");
-                let y = s.push(
+                let y = built(Builder::new(&mut s).op(
                     Op::Update {
                         dst: d,
                         rows: rows_all,
                         pos: p,
                         axis: *axis,
                     },
-                    ty.clone(),
-                );
+                    None,
+                ));
+                debug_assert_eq!(s.ty(y), &ty);
                 whole.insert(v, y);
                 for (r, m) in val.iter_mut().enumerate() {
                     m[v] = Some(match sh {
@@ -133,7 +135,11 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
                 let x = val[r][*a].expect("operands come first");
                 *a = local_operand(&mut s, (g, plan), op, (v, *a), x, r as u32);
             }
-            let y = s.push(o, block(&ty, sh, tp));
+            // The plan's block: given to the ops that carry their type, and what the rule
+            // gives the others from their operands' blocks.
+            let b = block(&ty, sh, tp);
+            let y = built(Builder::new(&mut s).op(o, Some(b.clone())));
+            debug_assert_eq!(s.ty(y), &b, "{v}'s block");
             if shared {
                 for m in val.iter_mut() {
                     m[v] = Some(y);
@@ -154,11 +160,19 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
             _ if matches!(g.ops[*o], Op::Update { .. }) => whole[o],
             Sharding::Split { axis } => {
                 let args = (0..n).map(|r| val[r][*o].expect("computed")).collect();
-                s.push(Op::Concat { args, axis }, g.ty(*o).clone())
+                concat(&mut s, args, axis, g.ty(*o))
             }
             _ => val[0][*o].expect("computed"),
         };
         s.outputs.push((name.clone(), y));
     }
     Ok(s)
+}
+
+/// The ranks' blocks `args` joined along `axis` into the whole tensor of type `whole`:
+/// always a concat (the builder's `concat` of one block is the block).
+fn concat(s: &mut Graph, args: Vec<Value>, axis: u32, whole: &tessel_ir::TensorType) -> Value {
+    let w = built(Builder::new(s).op(Op::Concat { args, axis }, None));
+    debug_assert_eq!(s.ty(w), whole);
+    w
 }
