@@ -108,7 +108,7 @@ ADAPTERS = (("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_at
             ("d", "mlp.down_proj"))
 PEFT_PREFIX = "base_model.model.model.layers.{layer}."
 BLOCK = 256
-DEFAULT_MAX_REL_RMS = 5e-2
+DEFAULT_MAX_REL_RMS = 1e-1
 
 # ========================================================================================
 # numpy only: adapters, the merged checkpoint, statistics, compare

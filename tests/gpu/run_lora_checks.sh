@@ -11,7 +11,7 @@
 #   MODEL: qwen3_14b (default) or qwen2_5_14b (examples/lora/MODEL_lora.tsl, examples/MODEL/config.json).
 #   Environment: T (2048), R (16), SMALL_T (77), SEED (1), LAYER (1), CASES ("grads grads_b0 mse
 #   grads_small"), PROFILES ("exact": one tessel run and compare per profile), TESSEL_ARGS (extra
-#   `tessel run` arguments), MAX_REL_RMS (5e-2, compare's sanity bound), F64 (1: also the float64
+#   `tessel run` arguments), MAX_REL_RMS (1e-1, compare's sanity bound), F64 (1: also the float64
 #   reference; 0 skips it), TSL and CONFIG (other files than the model's), DEVICE (cuda; cpu
 #   only checks the plumbing), PYTHON (python3), CK (an existing checkpoint directory to use
 #   instead of writing one).
@@ -29,7 +29,7 @@ R=${R:-16}
 SMALL_T=${SMALL_T:-77}
 PROFILES=${PROFILES:-exact}
 TESSEL_ARGS=${TESSEL_ARGS:-}
-MAX_REL_RMS=${MAX_REL_RMS:-5e-2}
+MAX_REL_RMS=${MAX_REL_RMS:-1e-1}
 F64=${F64:-1}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

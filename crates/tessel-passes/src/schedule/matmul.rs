@@ -55,10 +55,15 @@
 //!    2 × 4 (a 64-row tile would compute 48 rows of zeros for a rank-16 LoRA's dA; 1 × 8
 //!    made ptxas spill). Operand slices are loaded 16 bytes at a time along whichever dim
 //!    the stored tensor is contiguous in, when its rows are a multiple of 4.
-//! 4. **Split-K** (`exact` and `fast`; never `invariant`, where it would make the order
-//!    depend on M): when the tiles do not give every SM a CTA and K has at least 8 slices,
-//!    K is cut into `split_k` ranges of whole slices, enough for two CTAs per SM and at
-//!    least 4 slices each; partials go to scratch and are summed in range order.
+//! 4. **Split-K** (`exact` and `fast`): when the tiles do not give every SM a CTA and K
+//!    has at least 8 slices, K is cut into `split_k` ranges of whole slices, enough for two
+//!    CTAs per SM and at least 4 slices each; partials go to scratch and are summed in
+//!    range order. In `invariant` that choice would make the order depend on M; there a
+//!    skinny-N GEMM (at most [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) with a long K
+//!    (at least [`INVARIANT_SPLIT_MIN_SLICES`] slices) is split by K and N alone
+//!    ([`invariant_split_k`]: ranges of [`INVARIANT_SPLIT_SLICES`] slices), the same for
+//!    every M — LoRA's `x·Aᵀ` and `dY·B` at decode sizes, which one CTA would otherwise walk
+//!    alone.
 
 use super::widest_vector;
 use crate::target::{Profile, Target};
@@ -297,10 +302,12 @@ pub(super) fn choose(
     let (bm, bn, tm, tn) = row.tile;
     let bk = 16;
     let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-    let split = if profile != Profile::Invariant && split_k_ok {
-        split_k(tiles, s.k, bk, t.sm_count as u64)
-    } else {
+    let split = if !split_k_ok {
         1
+    } else if profile == Profile::Invariant {
+        invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+    } else {
+        split_k(tiles, s.k, bk, t.sm_count as u64)
     };
     Schedule {
         why: format!(
@@ -486,10 +493,12 @@ fn mma(
             continue;
         }
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-        let split = if profile != Profile::Invariant && rows.is_none() && split_k_ok {
-            split_k(tiles, s.k, bk, sms)
-        } else {
+        let split = if rows.is_some() || !split_k_ok {
             1
+        } else if profile == Profile::Invariant {
+            invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+        } else {
+            split_k(tiles, s.k, bk, sms)
         };
         // Two CTAs per SM for 16-bit tiles, so one's mma overlaps the other's barrier and
         // copies: registers capped at 65536 / (2 · threads) when the shared memory allows
@@ -568,6 +577,29 @@ fn split_k(tiles: u64, k: u64, bk: u32, sms: u64) -> u32 {
     }
     let want = (2 * sms).div_ceil(tiles).min(slices / 4).max(1);
     let per = slices.div_ceil(want);
+    slices.div_ceil(per) as u32
+}
+
+/// Most column tiles of a GEMM that `invariant` splits along K ([`invariant_split_k`]).
+pub const INVARIANT_SPLIT_MAX_N_TILES: u64 = 2;
+/// Fewest K slices of a GEMM that `invariant` splits along K.
+pub const INVARIANT_SPLIT_MIN_SLICES: u64 = 32;
+/// K slices per range of an `invariant` split-K.
+pub const INVARIANT_SPLIT_SLICES: u64 = 8;
+
+/// The `invariant` profile's split-K of a GEMM with `n_tiles` column tiles and a K of `k`
+/// in slices of `bk`: a function of N and K alone, never of M, so that every row of every
+/// batch sums its K in one order. Skinny outputs (at most
+/// [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) over at least
+/// [`INVARIANT_SPLIT_MIN_SLICES`] slices are cut into ranges of
+/// [`INVARIANT_SPLIT_SLICES`] slices (at most 64 ranges: longer K gets longer ranges);
+/// everything else is not split (1).
+pub fn invariant_split_k(n_tiles: u64, k: u64, bk: u32) -> u32 {
+    let slices = k.div_ceil(bk as u64);
+    if n_tiles > INVARIANT_SPLIT_MAX_N_TILES || slices < INVARIANT_SPLIT_MIN_SLICES {
+        return 1;
+    }
+    let per = INVARIANT_SPLIT_SLICES.max(slices.div_ceil(64));
     slices.div_ceil(per) as u32
 }
 

@@ -36,8 +36,9 @@ use tessel_ir::graph::{
 use tessel_ir::Group;
 
 /// Runs the pass. `split_k`: whether a matmul may cut its K into ranges when its tiles
-/// leave SMs idle (never in the `invariant` profile; off when compiling tensor-parallel
-/// ranks, whose narrower GEMMs would otherwise sum in another association than the whole).
+/// leave SMs idle (in the `invariant` profile only by K and N, never by M:
+/// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
+/// GEMMs would otherwise sum in another association than the whole).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
