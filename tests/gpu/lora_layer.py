@@ -16,7 +16,7 @@ Two phases, so that the tessel binary runs between them:
       Needs torch, transformers 5.x and peft; a GPU unless --device cpu (plumbing only).
   tessel run examples/lora/qwen3_14b_lora.tsl --step grads|mse_grads --weights DIR/weights \\
       --layer N --inputs DIR/inputs.safetensors --dim T=2048 --dim R=16 -o DIR/tessel.safetensors
-  lora_layer.py compare --out DIR [--tessel FILE] [--json FILE] [--max-rel-rms 5e-2]
+  lora_layer.py compare --out DIR [--tessel FILE] [--json FILE] [--max-rel-rms 1e-1]
       prints the statistics below and writes DIR/compare.json. numpy only.
 
 How tessel gets the adapters. The step declares them `from "base_model.model.model.layers.
@@ -80,9 +80,11 @@ A tensor that is exactly zero in both HF paths (dA with --b-init zero) is report
 "expected exactly 0" with tessel's count of non-zero values.
 Exit code of compare: 1 if a file or tensor is missing, has another dtype or shape than the
 step declares, tessel has a NaN/inf where HF is finite, or tessel's rel-RMS against the
-nearer HF path exceeds --max-rel-rms (default 5e-2: a sanity bound far above bf16 rounding,
-~4e-3 per rounding; a real bug — a wrong transpose, a missing scale, a gradient of the wrong
-adapter — lands at O(1)); else 0. The numbers are the result.
+nearer HF path exceeds --max-rel-rms (default 1e-1: a sanity bound above bf16 rounding — on
+a tiny config the adapter gradients of PEFT's own bf16 paths are up to 3e-2 from the f64
+reference, at Qwen3-14B size and T = 8 up to 2e-2 — while a real bug, a wrong transpose, a
+missing scale, a gradient of the wrong adapter, lands at O(1)); else 0. The numbers are the
+result.
 """
 
 import argparse

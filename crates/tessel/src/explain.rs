@@ -30,9 +30,10 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
         let c = &step.compiled;
         let Some(ranks) = &step.ranks else {
             println!(
-                "step {}: {}",
+                "step {}: {}; {}",
                 step.name,
-                plural(c.program.kernels.len(), "kernel")
+                plural(c.program.kernels.len(), "kernel"),
+                crate::memory::footprint(&c.program)
             );
             print_kernels(c, ptxas.as_ref(), &target, "  ")?;
             continue;

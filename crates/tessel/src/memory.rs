@@ -37,6 +37,37 @@ pub fn buffer_bytes(p: &Program) -> u64 {
         .sum()
 }
 
+/// `p`'s device memory in words: its inputs (the caller's, `inout` ones included), its
+/// outputs, and its intermediates — the tensors written by one kernel and read by later
+/// ones (a training step's saved activations among them) — every buffer allocated for the
+/// whole step, as `run` and `bench` allocate them.
+pub fn footprint(p: &Program) -> String {
+    use tessel_ir::kernel::BufferRole;
+    let (mut inputs, mut outputs, mut temps) = (0u64, 0u64, 0u64);
+    for b in p.buffers.values() {
+        let bytes = b.ty.size_bytes();
+        match b.role {
+            BufferRole::Input(_) | BufferRole::InOut(_) => inputs += bytes,
+            BufferRole::Output => outputs += bytes,
+            BufferRole::Temp => temps += bytes,
+        }
+    }
+    let size = |b: u64| {
+        if b >= 1_000_000_000 {
+            gb(b)
+        } else {
+            format!("{:.1} MB", b as f64 / 1e6)
+        }
+    };
+    format!(
+        "memory {} (inputs {}, outputs {}, intermediates {})",
+        size(inputs + outputs + temps),
+        size(inputs),
+        size(outputs),
+        size(temps)
+    )
+}
+
 /// Bytes of `p`'s inputs (made on the host before it runs) and of its outputs (read back
 /// to the host after).
 fn io_bytes(p: &Program) -> (u64, u64) {
