@@ -255,7 +255,6 @@ def bench_delta(timer, group, M, K, N, r, variants, directions, copy_bw, compile
                             emit(**row, error=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
                             continue
                         emit(**row, median_us=med, min_us=mn, achieved_TBps=nbytes / (med * 1e-6) / 1e12)
-            del x, a, b, dy, u
 
 
 # ----------------------------------------------------------------------------------------
@@ -343,7 +342,6 @@ def bench_copy(timer, device):
     med, mn = timer(lambda: dst.copy_(src))
     bw = 2 * n / (med * 1e-6)
     emit(group="machine", case=f"copy {n >> 20} MiB", median_us=med, min_us=mn, achieved_TBps=bw / 1e12)
-    del src, dst
     return bw
 
 

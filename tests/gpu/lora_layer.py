@@ -98,8 +98,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 sys.path.insert(0, HERE)
 import safetensors_np as st  # noqa: E402
-from hf_layer import (bf16_stats, checkpoint_files, load_config, normal_bf16, ordered,  # noqa: E402
-                      rng_for)
+from hf_layer import bf16_stats, checkpoint_files, load_config, normal_bf16, rng_for  # noqa: E402
 from make_checkpoint import layer_spec  # noqa: E402
 
 IMPLS = ("eager", "sdpa")

@@ -168,7 +168,7 @@ def test_compare_passes_and_reports():
 
 def test_compare_mse_scalar_loss():
     with tempfile.TemporaryDirectory() as d:
-        tessel = make_dir(d, loss="mse")
+        make_dir(d, loss="mse")
         rc, text = run_compare(d)  # HF's and tessel's loss both stored as [1], read as []
         assert rc == 0 and "loss  f32[]" in text and "read as []" in text, text
         rep = json.load(open(os.path.join(d, "compare.json")))

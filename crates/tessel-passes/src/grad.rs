@@ -394,9 +394,12 @@ impl Pass<'_> {
                         let mut b = self.b();
                         let yb = b.broadcast(y, &xs)?;
                         let hit = b.binary(BinaryOp::Eq, x, yb)?;
-                        let ones = b.cast(hit, dt)?;
+                        // The tie count in f32 (exact to 2^24), the share rounded once.
+                        let ones = b.cast(hit, DType::F32)?;
                         let count = b.sum(ones, *axis)?;
-                        let share = b.div(dy, count)?;
+                        let gf = b.cast(dy, DType::F32)?;
+                        let share = b.div(gf, count)?;
+                        let share = b.cast(share, dt)?;
                         let sb = b.broadcast(share, &xs)?;
                         let zero = b.full_like(0.0, sb)?;
                         Some(b.select(hit, sb, zero)?)

@@ -193,8 +193,7 @@ impl<'m> Checker<'m> {
                     Diagnostic::error(
                         codes::GRAD_NOT_FLOAT,
                         format!(
-                            "the gradient with respect to `{pname}`, a {} tensor",
-                            ty.dtype
+                            "the gradient with respect to `{pname}`, which is {ty}: not a float"
                         ),
                     )
                     .with_label(aspan, format!("this is {ty}"))
