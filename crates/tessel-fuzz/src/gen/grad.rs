@@ -23,12 +23,31 @@
 //! are a random non-empty subset of the f32 ones that reach an output.
 
 use super::{broadcast, one, promote, Gen, Rule, MATMUL_SIZES};
-use crate::program::{Dim, GradSpec, Let, Ty};
+use crate::program::{Dim, GradSpec, Let, Program, Ty};
 use tessel_ir::DType;
 
 impl Gen {
     /// Builds a gradient program into `self.p`.
     pub(super) fn grad_program(&mut self) {
+        // Redrawn (the generator's state moves on) until some f32 parameter reaches an
+        // output: `grad` needs one.
+        for _attempt in 0..20 {
+            self.p = Program {
+                dims: vec![],
+                params: vec![],
+                inout: vec![],
+                lets: vec![],
+                outputs: vec![],
+                grad: None,
+            };
+            self.grad_attempt();
+            if self.p.grad.as_ref().is_some_and(|g| !g.wrt.is_empty()) {
+                return;
+            }
+        }
+    }
+
+    fn grad_attempt(&mut self) {
         let syms = 2 + self.below(3) as usize;
         for _ in 0..syms {
             let v = self.size();
@@ -143,15 +162,38 @@ impl Gen {
         ];
         let total: u32 = w.iter().map(|x| x.0).sum();
         let mut r = self.below(total as u64) as u32;
+        let params_before = self.p.params.len();
         for (weight, f) in w {
             if r < *weight {
-                let l = f(self)?;
+                let mut l = f(self)?;
+                self.f32_params(params_before, &mut l);
                 let float = l.tys.iter().any(|t| t.dtype.is_float());
                 return (float && l.tys.iter().all(|t| self.fits(t))).then_some(l);
             }
             r -= weight;
         }
         None
+    }
+
+    /// The 16-bit parameters a rule made (a part to `concat` of x's dtype) become f32
+    /// ones cast where `l` reads them, so that finite differences can move them.
+    fn f32_params(&mut self, from: usize, l: &mut Let) {
+        for k in from..self.p.params.len() {
+            let (name, ty) = &mut self.p.params[k];
+            let cast = match ty.dtype {
+                DType::Bf16 => "bf16",
+                DType::F16 => "f16",
+                _ => continue,
+            };
+            ty.dtype = DType::F32;
+            for (i, o) in l.operands.iter().enumerate() {
+                if o == name {
+                    l.template = l
+                        .template
+                        .replace(&format!("{{{i}}}"), &format!("{cast}({{{i}}})"));
+                }
+            }
+        }
     }
 
     /// The math functions on operands where their derivatives are finite.
