@@ -11,25 +11,19 @@ use tessel_ir::graph::{Graph, Op};
 use tessel_passes::Profile;
 use tessel_ref::{eval_graph, OracleTensor, Tensor};
 
-fn run(first: u64, count: u64) -> Summary {
+fn run(first: u64, count: u64, config: Config) -> Summary {
     let opts = Options {
         first,
         count,
         profiles: vec![Profile::Exact, Profile::Invariant, Profile::Fast],
-        config: Config::grad(),
+        config,
         device: None,
         shrink_budget: 300,
     };
     fuzz(&opts, |_, _| {})
 }
 
-/// 400 gradient programs, every profile by turns: no defect, none refused, and the judge
-/// compared thousands of gradient elements (a judge that compares nothing passes
-/// everything). Of seeds 0..400, 9000 or so are compared and a few dozen are not (a kink
-/// within ±h).
-#[test]
-fn random_gradient_programs_give_right_gradients() {
-    let s = run(0, 400);
+fn assert_clean(s: &Summary) {
     let mut report = String::new();
     for f in &s.findings {
         report += &format!(
@@ -52,6 +46,16 @@ fn random_gradient_programs_give_right_gradients() {
         s.rejected.first()
     );
     assert_eq!(s.passed, s.programs);
+}
+
+/// 400 gradient programs, every profile by turns: no defect, none refused, and the judge
+/// compared thousands of gradient elements (a judge that compares nothing passes
+/// everything). Of seeds 0..400, 9000 or so are compared and a few dozen are not (a kink
+/// within ±h).
+#[test]
+fn random_gradient_programs_give_right_gradients() {
+    let s = run(0, 400, Config::grad());
+    assert_clean(&s);
     eprintln!(
         "{} compared, {} inconclusive",
         s.fd_checked, s.fd_inconclusive
@@ -63,6 +67,24 @@ fn random_gradient_programs_give_right_gradients() {
         s.fd_inconclusive,
         s.fd_checked
     );
+}
+
+/// 6 gradient programs around an attention block (`Config::grad_attention`): the
+/// attention's gradient, fused or not, against finite differences and the compiled
+/// backward against the reference; some of them compile to a fused attention kernel (the
+/// forward, which `grad` differentiates by the attention rule after the `attention` pass).
+/// Of seeds 0..6 (4 s in the test profile), one does, and 433 gradient elements are
+/// compared.
+#[test]
+fn random_gradient_programs_through_attention_give_right_gradients() {
+    let s = run(0, 6, Config::grad_attention());
+    assert_clean(&s);
+    eprintln!(
+        "{} with a fused attention kernel; {} compared, {} inconclusive",
+        s.fused_attention, s.fd_checked, s.fd_inconclusive
+    );
+    assert!(s.fused_attention >= 1, "{} fused", s.fused_attention);
+    assert!(s.fd_checked >= 300, "{} compared", s.fd_checked);
 }
 
 /// A generated program's graph from `check`, its inputs (on the judge's grid) and the

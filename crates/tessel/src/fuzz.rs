@@ -56,6 +56,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
     };
     let config = match (a.attention, a.large) {
+        (true, _) if a.grad => Config::grad_attention(),
         _ if a.grad => {
             let mut c = Config::grad();
             if a.large {
@@ -92,12 +93,11 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         a.seed,
         a.seed + a.count,
         names.join(", "),
-        if a.attention {
-            ", attention blocks"
-        } else if a.grad {
-            ", gradient programs (also judged against finite differences)"
-        } else {
-            ""
+        match (a.grad, a.attention) {
+            (true, true) => ", gradient programs around attention blocks (also judged against finite differences)",
+            (true, false) => ", gradient programs (also judged against finite differences)",
+            (false, true) => ", attention blocks",
+            (false, false) => "",
         },
         if a.large { ", large programs" } else { "" }
     );

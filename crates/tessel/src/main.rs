@@ -305,8 +305,9 @@ enum Command {
         /// gathers, cumsum) and a step returning `grad(f, .., wrt: [..], grad_output: ..)`
         /// of some of its parameters. The gradients are judged against central finite
         /// differences of the forward on the f64 oracle, and the compiled step against the
-        /// reference as every program is (docs/testing.md); with --large, bigger ones.
-        #[arg(long, conflicts_with_all = ["attention", "tp"])]
+        /// reference as every program is (docs/testing.md); with --large, bigger ones;
+        /// with --attention, each around one attention block (prefill), fused or not.
+        #[arg(long, conflicts_with = "tp")]
         grad: bool,
     },
 }

@@ -62,7 +62,13 @@ impl Gen {
             self.fresh_param(t);
         }
         let lets = 1 + self.below(self.cfg.max_lets as u64) as usize;
-        for _ in 0..lets {
+        self.grad_lets(lets);
+        self.wrap_in_grad();
+    }
+
+    /// `n` differentiable operations appended.
+    fn grad_lets(&mut self, n: usize) {
+        for _ in 0..n {
             for _attempt in 0..30 {
                 if let Some(l) = self.grad_step() {
                     self.p.lets.push(l);
@@ -70,12 +76,64 @@ impl Gen {
                 }
             }
         }
+    }
+
+    /// A gradient program with an attention block ([`Config::grad`] with
+    /// [`Config::attention`]): the block as the attention mode draws it — prefill only,
+    /// since `grad` takes no `inout` parameter — its 16-bit parameters made f32 and cast
+    /// where read, then up to `max_lets` differentiable operations; `grad` runs after the
+    /// `attention` pass, so a fused attention is differentiated by its rule.
+    ///
+    /// [`Config::grad`]: super::Config::grad
+    /// [`Config::attention`]: super::Config::attention
+    pub(super) fn grad_attention_program(&mut self) {
+        for _attempt in 0..20 {
+            self.p = Program {
+                dims: vec![],
+                params: vec![],
+                inout: vec![],
+                lets: vec![],
+                outputs: vec![],
+                grad: None,
+            };
+            self.keep.clear();
+            self.consumed.clear();
+            self.attention_block();
+            if !self.p.inout.is_empty() {
+                continue;
+            }
+            let mut lets = std::mem::take(&mut self.p.lets);
+            for l in lets.iter_mut() {
+                self.cast_params(0, l);
+            }
+            self.p.lets = lets;
+            for (_, t) in self.p.params.iter_mut() {
+                if matches!(t.dtype, DType::Bf16 | DType::F16) {
+                    t.dtype = DType::F32;
+                }
+            }
+            let n = self.below(self.cfg.max_lets as u64 + 1) as usize;
+            self.grad_lets(n);
+            self.wrap_in_grad();
+            if self.p.grad.as_ref().is_some_and(|g| !g.wrt.is_empty()) {
+                return;
+            }
+        }
+    }
+
+    /// Makes the program so far a gradient program: `f`'s outputs (one or two float
+    /// values no later `let` reads; sometimes reduced to a scalar loss), and the f32
+    /// parameters to differentiate by.
+    fn wrap_in_grad(&mut self) {
         let mut outputs: Vec<String> = self
             .sinks()
             .into_iter()
             .filter(|n| self.ty(n).dtype.is_float())
             .collect();
-        outputs.truncate(2);
+        // (Around an attention block, every sink: the block's output among them.)
+        if !self.cfg.attention {
+            outputs.truncate(2);
+        }
         if outputs.is_empty() {
             outputs.push(self.p.params[0].0.clone());
         }
@@ -178,14 +236,22 @@ impl Gen {
     /// The 16-bit parameters a rule made (a part to `concat` of x's dtype) become f32
     /// ones cast where `l` reads them, so that finite differences can move them.
     fn f32_params(&mut self, from: usize, l: &mut Let) {
-        for k in from..self.p.params.len() {
-            let (name, ty) = &mut self.p.params[k];
+        self.cast_params(from, l);
+        for (_, t) in self.p.params[from..].iter_mut() {
+            if matches!(t.dtype, DType::Bf16 | DType::F16) {
+                t.dtype = DType::F32;
+            }
+        }
+    }
+
+    /// `l` reading the 16-bit parameters from `from` on through casts to their dtypes.
+    fn cast_params(&self, from: usize, l: &mut Let) {
+        for (name, ty) in &self.p.params[from..] {
             let cast = match ty.dtype {
                 DType::Bf16 => "bf16",
                 DType::F16 => "f16",
                 _ => continue,
             };
-            ty.dtype = DType::F32;
             for (i, o) in l.operands.iter().enumerate() {
                 if o == name {
                     l.template = l

@@ -98,6 +98,18 @@ impl Config {
             grad: true,
         }
     }
+
+    /// Gradient programs around one attention block (prefill: the mode's decode updates
+    /// `inout` caches, which `grad` does not take), blocks of at most 2^17 multiply-adds.
+    pub fn grad_attention() -> Config {
+        Config {
+            max_lets: 2,
+            max_numel: 1 << 14,
+            max_fmas: 1 << 17,
+            attention: true,
+            grad: true,
+        }
+    }
 }
 
 /// Sizes dims take: 1, tiny, primes, and one off a power of two on either side.
@@ -123,6 +135,10 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
         keep: vec![],
         consumed: vec![],
     };
+    if cfg.grad && cfg.attention {
+        g.grad_attention_program();
+        return g.p;
+    }
     if cfg.grad {
         g.grad_program();
         return g.p;
