@@ -4,7 +4,8 @@
 # by the dtype-following reference. Every failure is shrunk to a small program and saved
 # under tests/programs/regressions/, where `cargo test` runs it from then on.
 # Usage: scripts/fuzz.sh [N] [FIRST_SEED] [extra `tessel fuzz` flags, e.g. --large, --cpu,
-# --attention (attention blocks, fused or near misses)]
+# --attention (attention blocks, fused or near misses), --grad (gradient programs, also
+# judged against finite differences)]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 N=${1:-10000}

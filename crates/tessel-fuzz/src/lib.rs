@@ -9,17 +9,23 @@
 //! reduces a failure to the smallest program that still fails the same way, which
 //! [`corpus`] writes as a regression test (`tests/programs/regressions/`).
 //!
+//! A step that returns gradients (`grad(...)`, issue 18) is judged twice: its compiled
+//! backward against the reference like any output, and the gradients themselves — the
+//! `grad` pass's backward on the f64 oracle — against central finite differences of the
+//! forward ([`fd`]). [`gen::Config::grad`] generates such programs.
+//!
 //! Entry points: [`fuzz`] (used by `cargo test`, `tessel fuzz` and `scripts/fuzz.sh`) and
 //! [`corpus::run_file`] (the regression tests).
 
 pub mod corpus;
+pub mod fd;
 pub mod gen;
 pub mod program;
 pub mod run;
 pub mod shrink;
 pub mod tp;
 
-use run::{run_case, run_case_schedules, Device, Outcome};
+use run::{run_case, run_case_traced, Device, Outcome};
 use tessel_passes::Profile;
 
 /// What a [`fuzz`] run does.
@@ -73,6 +79,11 @@ pub struct Summary {
     /// Programs with an update kernel that computes its rows' reductions (fuse rule 6: a
     /// kernel whose reduction order names "the rows' reductions").
     pub update_rows: u64,
+    /// Gradient programs ([`gen::Config::grad`]): the elements and directions of their
+    /// gradients compared with finite differences ([`fd`]), and those not compared because
+    /// the forward is not smooth within the step there.
+    pub fd_checked: u64,
+    pub fd_inconclusive: u64,
 }
 
 /// Runs `opts.count` programs; `progress` is called after each with (done, summary so
@@ -83,7 +94,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         let seed = opts.first + i;
         let profile = opts.profiles[(seed % opts.profiles.len() as u64) as usize];
         let p = gen::generate(seed, &opts.config);
-        let (outcome, schedules) = run_case_schedules(
+        let (outcome, trace) = run_case_traced(
             &p.source_body(),
             "fuzz",
             &p.dim_bindings(),
@@ -91,6 +102,11 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             seed,
             opts.device,
         );
+        let schedules = &trace.schedules;
+        if let Some(r) = &trace.fd {
+            s.fd_checked += r.checked;
+            s.fd_inconclusive += r.inconclusive;
+        }
         let fused: Vec<&String> = schedules
             .iter()
             .filter(|k| k.starts_with("attention {"))

@@ -125,7 +125,9 @@ impl Let {
     }
 }
 
-/// A step program: `step fuzz(params) -> outputs { lets; (outputs) }`.
+/// A step program: `step fuzz(params) -> outputs { lets; (outputs) }` — or, with
+/// [`Program::grad`], a `fn f(params) -> outputs { lets; (outputs) }` and a step that
+/// returns its gradients ([`GradSpec`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Program {
     /// Values of `D0, D1, ...`.
@@ -137,6 +139,24 @@ pub struct Program {
     pub lets: Vec<Let>,
     /// Names of the returned values, at least one.
     pub outputs: Vec<String>,
+    /// A gradient program: the lets are the body of `fn f`, and the step `fuzz` returns
+    /// the gradients of its outputs by some of its parameters.
+    pub grad: Option<GradSpec>,
+}
+
+/// How a gradient program's step differentiates `fn f` (the lets and outputs of the
+/// [`Program`]): `step fuzz(params.., dy0, ..) -> (grads.., [outputs..]) { grad(f, params..,
+/// wrt: [wrt..], grad_output: (dy0, ..)) }`, one `dy` per output of `f`, of its type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GradSpec {
+    /// The parameters differentiated by (those no longer parameters are left out: the
+    /// shrinker may cut them off).
+    pub wrt: Vec<String>,
+    /// The step also returns `f`'s outputs (the forward beside the backward).
+    pub forward: bool,
+    /// `f` returns one one-element value and the step leaves `grad_output:` out (the seed
+    /// is 1); when `f` no longer does, `dy` is given as usual.
+    pub scalar_loss: bool,
 }
 
 impl Program {
@@ -159,8 +179,97 @@ impl Program {
             .collect()
     }
 
-    /// The step's source (no header comment).
+    /// The step's source (no header comment): the step, or for a gradient program the
+    /// `fn f` and the step `fuzz` that differentiates it.
     pub fn source_body(&self) -> String {
+        match &self.grad {
+            None => self.body("step fuzz"),
+            Some(spec) => self.body("fn f") + &self.grad_step(spec),
+        }
+    }
+
+    /// The parameters a gradient program's step differentiates by: [`GradSpec::wrt`]
+    /// less those no longer parameters.
+    pub fn wrt(&self) -> Vec<String> {
+        self.grad.as_ref().map_or(vec![], |g| {
+            g.wrt
+                .iter()
+                .filter(|w| self.params.iter().any(|(n, _)| n == *w))
+                .cloned()
+                .collect()
+        })
+    }
+
+    /// True if the gradient program's step leaves `grad_output:` out.
+    fn scalar_seed(&self) -> bool {
+        self.grad.as_ref().is_some_and(|g| g.scalar_loss)
+            && self.outputs.len() == 1
+            && self
+                .ty_of(&self.outputs[0])
+                .is_some_and(|t| t.numel(&self.dims) == 1)
+    }
+
+    /// The step of a gradient program.
+    fn grad_step(&self, spec: &GradSpec) -> String {
+        let wrt = self.wrt();
+        let sig = |t: &Ty| self.signature(t).text();
+        let out_tys: Vec<String> = self
+            .outputs
+            .iter()
+            .map(|o| self.ty_of(o).map_or("?".into(), sig))
+            .collect();
+        let mut params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(n, t)| format!("{n}: {}", t.text()))
+            .collect();
+        let scalar = self.scalar_seed();
+        let dys: Vec<String> = (0..self.outputs.len()).map(|k| format!("dy{k}")).collect();
+        if !scalar {
+            params.extend(dys.iter().zip(&out_tys).map(|(d, t)| format!("{d}: {t}")));
+        }
+        let mut rets: Vec<String> = wrt
+            .iter()
+            .map(|w| self.ty_of(w).map_or("?".into(), sig))
+            .collect();
+        let gs: Vec<String> = (0..wrt.len()).map(|k| format!("g{k}")).collect();
+        let mut tail = gs.clone();
+        if spec.forward {
+            rets.extend(out_tys.iter().cloned());
+            tail.extend((0..self.outputs.len()).map(|k| format!("y{k}")));
+        }
+        let tuple = |xs: &[String]| {
+            if xs.len() == 1 {
+                xs[0].clone()
+            } else {
+                format!("({})", xs.join(", "))
+            }
+        };
+        let args: Vec<&str> = self.params.iter().map(|(n, _)| n.as_str()).collect();
+        let seed = if scalar {
+            String::new()
+        } else {
+            format!(", grad_output: {}", tuple(&dys))
+        };
+        let mut s = String::new();
+        let _ = writeln!(s, "step fuzz({}) -> {} {{", params.join(", "), tuple(&rets));
+        let _ = writeln!(
+            s,
+            "    let {} = grad(f, {}, wrt: [{}]{seed});",
+            tuple(&gs),
+            args.join(", "),
+            wrt.join(", ")
+        );
+        if spec.forward {
+            let ys: Vec<String> = (0..self.outputs.len()).map(|k| format!("y{k}")).collect();
+            let _ = writeln!(s, "    let {} = f({});", tuple(&ys), args.join(", "));
+        }
+        let _ = writeln!(s, "    {}\n}}", tuple(&tail));
+        s
+    }
+
+    /// `head(params) -> outputs { lets; outputs }`: the step, or a gradient program's fn.
+    fn body(&self, head: &str) -> String {
         let mut s = String::new();
         let params: Vec<String> = self
             .params
@@ -184,7 +293,7 @@ impl Program {
         } else {
             format!("({})", outs.join(", "))
         };
-        let _ = writeln!(s, "step fuzz({}) -> {ret} {{", params.join(", "));
+        let _ = writeln!(s, "{head}({}) -> {ret} {{", params.join(", "));
         for l in &self.lets {
             let lhs = if l.names.len() == 1 {
                 l.names[0].clone()
@@ -277,6 +386,7 @@ mod tests {
                 operands: vec!["a0".into()],
             }],
             outputs: vec!["t0".into()],
+            grad: None,
         };
         assert_eq!(
             p.source(&["fuzz seed 1".into()]),

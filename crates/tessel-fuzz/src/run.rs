@@ -18,6 +18,16 @@ pub struct Device<'a> {
     pub run: RunOn<'a>,
 }
 
+/// What a case observed besides its outcome.
+#[derive(Clone, Debug, Default)]
+pub struct Trace {
+    /// The schedule of each kernel the step compiled to, in launch order (empty when it
+    /// did not compile).
+    pub schedules: Vec<String>,
+    /// The finite-difference judge's report, for a step with `grad(...)` that got as far.
+    pub fd: Option<crate::fd::FdReport>,
+}
+
 /// What happened to a case.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
@@ -91,7 +101,6 @@ pub fn run_case_with_inputs(
     given: &[(&str, Tensor)],
     device: Option<Device>,
 ) -> Outcome {
-    let mut schedules = Vec::new();
     run_traced(
         source,
         step,
@@ -100,7 +109,7 @@ pub fn run_case_with_inputs(
         seed,
         given,
         device,
-        &mut schedules,
+        &mut Trace::default(),
     )
 }
 
@@ -115,18 +124,23 @@ pub fn run_case_schedules(
     seed: u64,
     device: Option<Device>,
 ) -> (Outcome, Vec<String>) {
-    let mut schedules = Vec::new();
-    let o = run_traced(
-        source,
-        step,
-        dims,
-        profile,
-        seed,
-        &[],
-        device,
-        &mut schedules,
-    );
-    (o, schedules)
+    let (o, t) = run_case_traced(source, step, dims, profile, seed, device);
+    (o, t.schedules)
+}
+
+/// [`run_case`], also returning what it observed ([`Trace`]: the kernels' schedules, the
+/// finite-difference judge's report).
+pub fn run_case_traced(
+    source: &str,
+    step: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    device: Option<Device>,
+) -> (Outcome, Trace) {
+    let mut t = Trace::default();
+    let o = run_traced(source, step, dims, profile, seed, &[], device, &mut t);
+    (o, t)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -138,10 +152,10 @@ fn run_traced(
     seed: u64,
     given: &[(&str, Tensor)],
     device: Option<Device>,
-    schedules: &mut Vec<String>,
+    trace: &mut Trace,
 ) -> Outcome {
     let r = catch_unwind(AssertUnwindSafe(|| {
-        run_inner(source, step, dims, profile, seed, given, device, schedules)
+        run_inner(source, step, dims, profile, seed, given, device, trace)
     }));
     r.unwrap_or_else(|e| Outcome::Panic(panic_message(e.as_ref())))
 }
@@ -163,7 +177,7 @@ fn run_inner(
     seed: u64,
     given: &[(&str, Tensor)],
     device: Option<Device>,
-    schedules: &mut Vec<String>,
+    trace: &mut Trace,
 ) -> Outcome {
     let module = match tessel_syntax::parse(source) {
         Ok(m) => m,
@@ -185,7 +199,9 @@ fn run_inner(
         Err(e) => return Outcome::Error(format!("compile: {e}: {:?}", e)),
     };
     let p = &compiled.program;
-    schedules.extend(p.kernels.values().map(|k| k.schedule.clone()));
+    trace
+        .schedules
+        .extend(p.kernels.values().map(|k| k.schedule.clone()));
     let inputs: Vec<Tensor> = p
         .inputs
         .iter()
@@ -211,10 +227,17 @@ fn run_inner(
         },
         None => None,
     };
-    let judged = match tessel_ref::judge::judge_step(&graph, p, &inputs, &exec, gpu.as_deref()) {
-        Ok(j) => j,
-        Err(e) => return Outcome::Error(format!("judge: {e}")),
+    // The references judge the program with every `grad(...)` differentiated, as the CLI
+    // does (`tessel check`): the backward is the program's own math, op for op.
+    let judged_graph = match tessel_passes::grad::run(&graph) {
+        Ok(g) => g,
+        Err(e) => return Outcome::Error(format!("grad: {e}")),
     };
+    let judged =
+        match tessel_ref::judge::judge_step(&judged_graph, p, &inputs, &exec, gpu.as_deref()) {
+            Ok(j) => j,
+            Err(e) => return Outcome::Error(format!("judge: {e}")),
+        };
     let mut wrong = Vec::new();
     for j in &judged {
         if !j.executor.pass() {
@@ -223,6 +246,17 @@ fn run_inner(
         match &j.gpu {
             Some(g) if !g.pass() => wrong.push(format!("`{}` (GPU): {g}", j.name)),
             _ => {}
+        }
+    }
+    // Every gradient against finite differences of the forward, on the same inputs moved
+    // onto the grid ±h moves exactly (crate::fd).
+    if crate::fd::has_grad(&graph) {
+        match crate::fd::judge(&graph, &crate::fd::fd_inputs(&inputs), seed) {
+            Ok(r) => {
+                wrong.extend(r.wrong.iter().map(|w| format!("{w} (finite differences)")));
+                trace.fd = Some(r);
+            }
+            Err(e) => return Outcome::Error(format!("finite differences: {e}")),
         }
     }
     if wrong.is_empty() {

@@ -165,6 +165,7 @@ mod tests {
                 },
             ],
             outputs: vec!["t1".into(), "t0".into()],
+            grad: None,
         };
         let s = shrink(&p, 1000, |c| {
             c.lets.iter().any(|l| l.names[0] == "t1") && c.dims[0] >= 2

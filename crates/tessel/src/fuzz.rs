@@ -22,6 +22,9 @@ pub struct FuzzArgs {
     pub save: Option<PathBuf>,
     pub large: bool,
     pub attention: bool,
+    /// Gradient programs, judged against finite differences too (tessel-fuzz
+    /// `gen::Config::grad`, `fd`).
+    pub grad: bool,
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
@@ -53,6 +56,16 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
     };
     let config = match (a.attention, a.large) {
+        (true, _) if a.grad => Config::grad_attention(),
+        _ if a.grad => {
+            let mut c = Config::grad();
+            if a.large {
+                c.max_lets = 10;
+                c.max_numel *= 4;
+                c.max_fmas *= 8;
+            }
+            c
+        }
         (true, large) => {
             let mut c = Config::attention();
             if large {
@@ -80,10 +93,11 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         a.seed,
         a.seed + a.count,
         names.join(", "),
-        if a.attention {
-            ", attention blocks"
-        } else {
-            ""
+        match (a.grad, a.attention) {
+            (true, true) => ", gradient programs around attention blocks (also judged against finite differences)",
+            (true, false) => ", gradient programs (also judged against finite differences)",
+            (false, true) => ", attention blocks",
+            (false, false) => "",
         },
         if a.large { ", large programs" } else { "" }
     );
@@ -145,6 +159,12 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         s.row_epilogue,
         s.update_rows
     );
+    if a.grad {
+        println!(
+            "fuzz: gradients: {} elements and directions compared with finite differences, {} not compared (the forward not smooth within the step there)",
+            s.fd_checked, s.fd_inconclusive
+        );
+    }
     Ok(s.findings.is_empty() && s.rejected.is_empty() && saved_all)
 }
 

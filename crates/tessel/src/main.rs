@@ -11,6 +11,7 @@
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
+//!                [--grad]                   gradient programs, also against finite differences
 //! ```
 //!
 //! One module per subcommand (`build`, `run`, `check`, `explain`, `bench`, `invariance`,
@@ -299,6 +300,15 @@ enum Command {
         /// (exact and invariant by turns; docs/tensor-parallel.md).
         #[arg(long, conflicts_with_all = ["attention", "large"])]
         tp: bool,
+        /// Gradient programs instead: each a `fn` of differentiable float ops (matmuls,
+        /// broadcasts, reductions, softmax with masked entries, shape ops, 16-bit casts,
+        /// gathers, cumsum) and a step returning `grad(f, .., wrt: [..], grad_output: ..)`
+        /// of some of its parameters. The gradients are judged against central finite
+        /// differences of the forward on the f64 oracle, and the compiled step against the
+        /// reference as every program is (docs/testing.md); with --large, bigger ones;
+        /// with --attention, each around one attention block (prefill), fused or not.
+        #[arg(long, conflicts_with = "tp")]
+        grad: bool,
     },
 }
 
@@ -470,6 +480,7 @@ fn real_main() {
             large,
             attention,
             tp,
+            grad,
         } => {
             if tp {
                 fuzz::fuzz_tp(count, seed, cpu, save.as_deref())
@@ -482,6 +493,7 @@ fn real_main() {
                     save,
                     large,
                     attention,
+                    grad,
                 })
             }
         }

@@ -480,6 +480,29 @@ fn fuzz_tp_takes_save() {
     assert!(kept.is_empty(), "{t}");
 }
 
+/// `fuzz --grad` runs gradient programs and reports how many gradient elements it compared
+/// with finite differences; `--grad --tp` is refused.
+#[test]
+fn fuzz_grad_compares_gradients() {
+    let d = scratch("fuzz-grad");
+    let o = tessel(&d, &["fuzz", "--grad", "--count", "5", "--cpu"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("gradient programs"), "{t}");
+    assert!(t.contains("5 programs: 5 passed"), "{t}");
+    let compared: u64 = t
+        .split("fuzz: gradients: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(compared >= 20, "{t}");
+    let o = tessel(&d, &["fuzz", "--grad", "--tp", "--count", "1", "--cpu"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{t}");
+    assert!(t.contains("cannot be used with"), "{t}");
+}
+
 /// Writes a safetensors file holding f32 tensors `names` of shape [2].
 fn safetensors_with(path: &Path, names: &[&str]) {
     let data = vec![0u8; 8];

@@ -14,12 +14,15 @@
 //! GEMV (M ≤ 16), the skinny and split-K schedules (small outputs, K up to 600).
 //!
 //! With [`Config::attention`] every program is built around one attention block instead
-//! ([`attention`]'s module doc says what it varies and why it is a mode of its own).
+//! ([`attention`]'s module doc says what it varies and why it is a mode of its own). With
+//! [`Config::grad`] every program is a differentiable float computation in a `fn` and a
+//! step that returns its gradients ([`grad`]'s module doc).
 //!
 //! Randomness is splitmix64 ([`tessel_ref::tensor::SplitMix64`]): a seed gives the same
 //! program on every machine and with every dependency version.
 
 mod attention;
+mod grad;
 mod ops;
 
 use crate::program::{Dim, Let, Program, Ty};
@@ -39,6 +42,9 @@ pub struct Config {
     /// Each program is one attention block (`cast16(softmax(f(q @ kᵀ))) @ v`, fused or a
     /// near miss) and up to two ordinary operations after it.
     pub attention: bool,
+    /// Each program is a `fn` of float ops with gradients and a step that returns
+    /// `grad(f, .., wrt: [..], grad_output: ..)` of some of its parameters ([`grad`]).
+    pub grad: bool,
 }
 
 impl Default for Config {
@@ -49,6 +55,7 @@ impl Default for Config {
             max_numel: 1 << 13,
             max_fmas: 1 << 19,
             attention: false,
+            grad: false,
         }
     }
 }
@@ -62,6 +69,7 @@ impl Config {
             max_numel: 1 << 16,
             max_fmas: 1 << 22,
             attention: false,
+            grad: false,
         }
     }
 
@@ -74,6 +82,32 @@ impl Config {
             max_numel: 1 << 16,
             max_fmas: 1 << 22,
             attention: true,
+            grad: false,
+        }
+    }
+
+    /// Gradient programs ([`grad`]): values of at most 2^11 elements and matmuls of at
+    /// most 2^17 multiply-adds, since the judge evaluates the forward six times per
+    /// element it compares (on the f64 oracle).
+    pub fn grad() -> Config {
+        Config {
+            max_lets: 6,
+            max_numel: 1 << 11,
+            max_fmas: 1 << 17,
+            attention: false,
+            grad: true,
+        }
+    }
+
+    /// Gradient programs around one attention block (prefill: the mode's decode updates
+    /// `inout` caches, which `grad` does not take), blocks of at most 2^17 multiply-adds.
+    pub fn grad_attention() -> Config {
+        Config {
+            max_lets: 2,
+            max_numel: 1 << 14,
+            max_fmas: 1 << 17,
+            attention: true,
+            grad: true,
         }
     }
 }
@@ -96,10 +130,19 @@ pub fn generate(seed: u64, cfg: &Config) -> Program {
             inout: vec![],
             lets: vec![],
             outputs: vec![],
+            grad: None,
         },
         keep: vec![],
         consumed: vec![],
     };
+    if cfg.grad && cfg.attention {
+        g.grad_attention_program();
+        return g.p;
+    }
+    if cfg.grad {
+        g.grad_program();
+        return g.p;
+    }
     if cfg.attention {
         g.attention_block();
         for _ in 0..g.below(g.cfg.max_lets as u64 + 1) {
@@ -264,6 +307,11 @@ impl Gen {
     }
 
     fn dtype(&mut self) -> DType {
+        if self.cfg.grad {
+            // Parameters are f32, so that finite differences move them exactly; 16-bit
+            // values come from casts.
+            return DType::F32;
+        }
         match self.below(100) {
             0..=49 => DType::F32,
             50..=66 => DType::Bf16,
@@ -274,6 +322,9 @@ impl Gen {
     }
 
     fn float_dtype(&mut self) -> DType {
+        if self.cfg.grad {
+            return DType::F32;
+        }
         self.pick(&[DType::F32, DType::F32, DType::Bf16, DType::F16])
     }
 
@@ -348,7 +399,11 @@ impl Gen {
 
     /// An operand: the newest value half the time, else any value.
     fn operand(&mut self) -> (String, Ty) {
-        let names = self.names();
+        let mut names = self.names();
+        if self.cfg.grad {
+            // Gradients flow through float values only.
+            names.retain(|n| self.ty(n).dtype.is_float());
+        }
         let newest = self.p.lets.last().map(|l| l.names[0].clone());
         let name = match newest {
             Some(n) if self.chance(0.6) => n,
@@ -390,6 +445,12 @@ impl Gen {
             }
         }
         let mut dt = self.dtype();
+        if self.cfg.grad {
+            dt = [DType::F32, DType::Bool, DType::I32]
+                .into_iter()
+                .find(|&d| want(d))
+                .unwrap_or(DType::F32);
+        }
         while !want(dt) {
             dt = self.dtype();
         }

@@ -172,7 +172,7 @@ impl Gen {
         )
     }
 
-    fn min_max(&mut self) -> Option<Let> {
+    pub(super) fn min_max(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.dtype == DType::Bool {
             return None;
@@ -214,7 +214,7 @@ impl Gen {
 
     /// `clamp(x, lo, hi)` with literal bounds (either may be left out, or `lo > hi`), or a
     /// tensor lower bound.
-    fn clamp(&mut self) -> Option<Let> {
+    pub(super) fn clamp(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.dtype == DType::Bool {
             return None;
@@ -271,7 +271,7 @@ impl Gen {
         )
     }
 
-    fn reduce(&mut self) -> Option<Let> {
+    pub(super) fn reduce(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 || t.dtype == DType::Bool {
             return None;
@@ -373,7 +373,7 @@ impl Gen {
         }
     }
 
-    fn softmax(&mut self) -> Option<Let> {
+    pub(super) fn softmax(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 || !t.dtype.is_float() {
             return None;
@@ -388,7 +388,7 @@ impl Gen {
     /// -inf)`), the masks attention uses: a `causal` mask over the last two dims, a length
     /// per row (`iota` along the axis below a length that is 0 for every third row, so
     /// fully masked rows are common), or any bool value that broadcasts.
-    fn masked_softmax(&mut self) -> Option<Let> {
+    pub(super) fn masked_softmax(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 || !t.dtype.is_float() {
             return None;
@@ -503,7 +503,7 @@ impl Gen {
         format!("[{}]", items.join(", "))
     }
 
-    fn slice(&mut self) -> Option<Let> {
+    pub(super) fn slice(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -541,7 +541,7 @@ impl Gen {
         )
     }
 
-    fn index_select(&mut self) -> Option<Let> {
+    pub(super) fn index_select(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -592,7 +592,7 @@ impl Gen {
 
     /// `x[:, .., idx]`: NumPy's integer-array indexing along one axis (an embedding lookup
     /// when `x` is a table and the axis the first), indices of rank 0 to 2.
-    fn index_by_tensor(&mut self) -> Option<Let> {
+    pub(super) fn index_by_tensor(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -622,7 +622,7 @@ impl Gen {
     /// `take_along_axis(x, idx, axis: k)` with indices of `x`'s rank, broadcast against it
     /// off the axis (some of their dims 1), or `gather(x, idx, axis: k)` with indices
     /// matching `x` off the axis.
-    fn take_along(&mut self) -> Option<Let> {
+    pub(super) fn take_along(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -659,7 +659,7 @@ impl Gen {
         )
     }
 
-    fn new_axis(&mut self) -> Option<Let> {
+    pub(super) fn new_axis(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() >= 4 {
             return None;
@@ -678,7 +678,7 @@ impl Gen {
         )
     }
 
-    fn reshape(&mut self) -> Option<Let> {
+    pub(super) fn reshape(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -724,7 +724,7 @@ impl Gen {
         )
     }
 
-    fn transpose(&mut self) -> Option<Let> {
+    pub(super) fn transpose(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         let r = t.rank();
         if r < 2 {
@@ -757,7 +757,7 @@ impl Gen {
         one(vec![name], Ty::new(t.dtype, shape), template, vec![x])
     }
 
-    fn concat(&mut self) -> Option<Let> {
+    pub(super) fn concat(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
@@ -792,7 +792,7 @@ impl Gen {
         )
     }
 
-    fn split(&mut self) -> Option<Let> {
+    pub(super) fn split(&mut self) -> Option<Let> {
         let (x, t) = self.operand();
         if t.rank() == 0 {
             return None;
