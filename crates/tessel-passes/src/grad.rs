@@ -576,7 +576,6 @@ impl Pass<'_> {
                 let y3 = b.mul(y2, y)?;
                 let h = b.scale(dy, -0.5)?;
                 let f = y3;
-                drop(b);
                 return Ok(Some(self.times(h, f)?));
             }
             _ => {}
@@ -705,7 +704,6 @@ impl Pass<'_> {
                     let mut b = self.b();
                     let q = b.div(y, bv)?;
                     let ng = b.neg(dy)?;
-                    drop(b);
                     Some(self.times(ng, q)?)
                 } else {
                     None
@@ -719,7 +717,6 @@ impl Pass<'_> {
                     let q = b.div(a, bv)?;
                     let t = b.unary(UnaryOp::Trunc, q)?;
                     let ng = b.neg(dy)?;
-                    drop(b);
                     Some(self.times(ng, t)?)
                 } else {
                     None
@@ -752,7 +749,6 @@ impl Pass<'_> {
                     let em1 = b.sub(bv, one)?;
                     let p = b.binary(Pow, a, em1)?;
                     let f = b.mul(bv, p)?;
-                    drop(b);
                     let t = self.times(dy, f)?;
                     let mut b = self.b();
                     Some(b.select(e0, zero, t)?)
@@ -768,7 +764,6 @@ impl Pass<'_> {
                     let l = b.unary(UnaryOp::Log, a)?;
                     let rl = b.mul(y, l)?;
                     let f = b.select(c, zero, rl)?;
-                    drop(b);
                     Some(self.times(dy, f)?)
                 } else {
                     None
@@ -913,7 +908,7 @@ impl Pass<'_> {
             let pr = b.reshape(p, &one)?;
             let pb = b.broadcast(pr, s)?;
             let io = b.iota(axis, TensorType::new(DType::I32, s.to_vec()))?;
-            Ok(b.sub(io, pb)?)
+            b.sub(io, pb)
         };
         let dd = if need[0] {
             // The written positions get 0: i = j - pos[b] in [0, R).
