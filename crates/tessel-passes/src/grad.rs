@@ -90,8 +90,24 @@ pub fn run(g: &Graph) -> Result<Graph, GradError> {
         own: crate::decompose::attention_logits(g),
         recomputed: HashMap::new(),
     };
-    // The placeholders of one (outputs, seeds) pair share one backward.
-    let mut done: HashMap<(Vec<Value>, Vec<Value>), HashMap<Value, Value>> = HashMap::new();
+    // The placeholders of one (outputs, seeds) pair share one backward: their `wrt`s, in
+    // op order.
+    type Key = (Vec<Value>, Vec<Value>);
+    let mut wrts_of: HashMap<Key, Vec<Value>> = HashMap::new();
+    for op in g.ops.values() {
+        if let Op::Grad {
+            wrt,
+            outputs,
+            seeds,
+        } = op
+        {
+            wrts_of
+                .entry((outputs.clone(), seeds.clone()))
+                .or_default()
+                .push(*wrt);
+        }
+    }
+    let mut done: HashMap<Key, HashMap<Value, Value>> = HashMap::new();
     for (v, op) in g.ops.iter() {
         let nv = match op {
             Op::Grad {
@@ -101,19 +117,7 @@ pub fn run(g: &Graph) -> Result<Graph, GradError> {
             } => {
                 let key = (outputs.clone(), seeds.clone());
                 if !done.contains_key(&key) {
-                    let wrts: Vec<Value> = g
-                        .ops
-                        .values()
-                        .filter_map(|o| match o {
-                            Op::Grad {
-                                wrt,
-                                outputs: os,
-                                seeds: ss,
-                            } if *os == key.0 && *ss == key.1 => Some(*wrt),
-                            _ => None,
-                        })
-                        .collect();
-                    let grads = p.backward(&wrts, outputs, seeds)?;
+                    let grads = p.backward(&wrts_of[&key], outputs, seeds)?;
                     done.insert(key.clone(), grads);
                 }
                 done[&key][wrt]
@@ -138,7 +142,7 @@ pub fn run(g: &Graph) -> Result<Graph, GradError> {
         .iter()
         .map(|(n, v)| (n.clone(), p.map[v]))
         .collect();
-    Ok(remove_dead(&p.out))
+    Ok(crate::check::remove_dead(&p.out))
 }
 
 struct Pass<'g> {
@@ -152,12 +156,17 @@ struct Pass<'g> {
     recomputed: HashMap<Value, Value>,
 }
 
-/// The values of `g` on a path from one of `from` to one of `to`, through float values.
-pub fn relevant(g: &Graph, from: &[Value], to: &[Value]) -> HashSet<Value> {
-    let float = |v: Value| g.ty(v).dtype.is_float();
-    let mut fwd: HashSet<Value> = from.iter().copied().filter(|&v| float(v)).collect();
+/// The values of `g` on a path from one of `from` to one of `to` through values `keep`
+/// accepts (a placeholder's own result is never on one).
+pub fn on_paths(
+    g: &Graph,
+    from: &[Value],
+    to: &[Value],
+    keep: impl Fn(Value) -> bool,
+) -> HashSet<Value> {
+    let mut fwd: HashSet<Value> = from.iter().copied().filter(|&v| keep(v)).collect();
     for (v, op) in g.ops.iter() {
-        if float(v) && op.args().iter().any(|a| fwd.contains(a)) && !matches!(op, Op::Grad { .. }) {
+        if keep(v) && !matches!(op, Op::Grad { .. }) && op.args().iter().any(|a| fwd.contains(a)) {
             fwd.insert(v);
         }
     }
@@ -168,6 +177,12 @@ pub fn relevant(g: &Graph, from: &[Value], to: &[Value]) -> HashSet<Value> {
         }
     }
     back
+}
+
+/// The values that carry a gradient from one of `from` to one of `to`: those on a path
+/// through float values ([`on_paths`]).
+pub fn relevant(g: &Graph, from: &[Value], to: &[Value]) -> HashSet<Value> {
+    on_paths(g, from, to, |v| g.ty(v).dtype.is_float())
 }
 
 impl Pass<'_> {
@@ -291,10 +306,19 @@ impl Pass<'_> {
     /// `g · factor`, except 0 where `g` is 0 (a zero contribution stays zero whatever the
     /// factor, infinite or NaN: see the module docs).
     fn times(&mut self, g: Value, factor: Value) -> Result<Value, GradError> {
+        self.guarded(BinaryOp::Mul, g, factor)
+    }
+
+    /// `g / divisor`, except 0 where `g` is 0 (as [`Pass::times`]).
+    fn over(&mut self, g: Value, divisor: Value) -> Result<Value, GradError> {
+        self.guarded(BinaryOp::Div, g, divisor)
+    }
+
+    fn guarded(&mut self, op: BinaryOp, g: Value, other: Value) -> Result<Value, GradError> {
         let mut b = self.b();
         let zero = b.full_like(0.0, g)?;
         let is_zero = b.binary(BinaryOp::Eq, g, zero)?;
-        let p = b.mul(g, factor)?;
+        let p = b.binary(op, g, other)?;
         Ok(b.select(is_zero, zero, p)?)
     }
 
@@ -551,23 +575,14 @@ impl Pass<'_> {
                 return Ok(Some(b.select(pos, dy, inner)?));
             }
             Exp => return Ok(Some(self.times(dy, y)?)),
-            Log => {
-                // grad / self
-                let mut b = self.b();
-                let zero = b.full_like(0.0, dy)?;
-                let is_zero = b.binary(BinaryOp::Eq, dy, zero)?;
-                let q = b.div(dy, x)?;
-                return Ok(Some(b.select(is_zero, zero, q)?));
-            }
+            // grad / self
+            Log => return Ok(Some(self.over(dy, x)?)),
             Sqrt => {
                 // grad / (2 · result)
                 let mut b = self.b();
                 let two = b.full_like(2.0, y)?;
                 let d = b.mul(two, y)?;
-                let zero = b.full_like(0.0, dy)?;
-                let is_zero = b.binary(BinaryOp::Eq, dy, zero)?;
-                let q = b.div(dy, d)?;
-                return Ok(Some(b.select(is_zero, zero, q)?));
+                return Ok(Some(self.over(dy, d)?));
             }
             Rsqrt => {
                 // -0.5 · grad · result³  (PyTorch: `-0.5 * grad * result.pow(3)`)
@@ -692,11 +707,7 @@ impl Pass<'_> {
             Div => {
                 // grad / other, -grad · ((self / other) / other)
                 let da = if need[0] {
-                    let mut b = self.b();
-                    let zero = b.full_like(0.0, dy)?;
-                    let is_zero = b.binary(Eq, dy, zero)?;
-                    let q = b.div(dy, bv)?;
-                    Some(b.select(is_zero, zero, q)?)
+                    Some(self.over(dy, bv)?)
                 } else {
                     None
                 };
@@ -901,46 +912,42 @@ impl Pass<'_> {
         let len = ds[axis as usize];
         let p = self.fwd(pos);
         let mut b = self.b();
-        // pos[b] broadcast over a shape `s`, plus the index along the axis.
-        let at = |b: &mut Builder, s: &[u64]| -> Result<Value, TypeError> {
+        // The index along the axis and pos[b], both over a shape `s`.
+        let index_and_pos = |b: &mut Builder, s: &[u64]| -> Result<(Value, Value), TypeError> {
             let mut one = vec![1u64; s.len()];
             one[0] = s[0];
             let pr = b.reshape(p, &one)?;
             let pb = b.broadcast(pr, s)?;
             let io = b.iota(axis, TensorType::new(DType::I32, s.to_vec()))?;
-            b.sub(io, pb)
+            Ok((io, pb))
+        };
+        // 0 <= x < n, elementwise on an i32 `x`.
+        let within = |b: &mut Builder, x: Value, n: u64| -> Result<Value, TypeError> {
+            let ty = b.ty(x).clone();
+            let zero = b.full(0.0, &ty)?;
+            let lim = b.full(n as f64, &ty)?;
+            let lo = b.binary(BinaryOp::Ge, x, zero)?;
+            let hi = b.binary(BinaryOp::Lt, x, lim)?;
+            b.binary(BinaryOp::And, lo, hi)
         };
         let dd = if need[0] {
             // The written positions get 0: i = j - pos[b] in [0, R).
-            let i = at(&mut b, &ds)?;
-            let zero = b.full_like(0.0, i)?;
-            let lo = b.binary(BinaryOp::Ge, i, zero)?;
-            let r = b.full(
-                rs[axis as usize] as f64,
-                &TensorType::new(DType::I32, ds.clone()),
-            )?;
-            let hi = b.binary(BinaryOp::Lt, i, r)?;
-            let written = b.binary(BinaryOp::And, lo, hi)?;
+            let (io, pb) = index_and_pos(&mut b, &ds)?;
+            let i = b.sub(io, pb)?;
+            let written = within(&mut b, i, rs[axis as usize])?;
             let z = b.full_like(0.0, dy)?;
             Some(b.select(written, z, dy)?)
         } else {
             None
         };
         let dr = if need[1] {
-            // Row i of b reads position pos[b] + i, where it lies inside the axis.
-            let mut one = vec![1u64; rs.len()];
-            one[0] = rs[0];
-            let pr = b.reshape(p, &one)?;
-            let pb = b.broadcast(pr, &rs)?;
-            let io = b.iota(axis, TensorType::new(DType::I32, rs.clone()))?;
+            // Row i of b reads position pos[b] + i, where it lies inside the axis: a gather
+            // of dy along the axis (rows' shape but for the axis).
+            let (io, pb) = index_and_pos(&mut b, &rs)?;
             let j = b.add(pb, io)?;
-            let zero = b.full(0.0, &TensorType::new(DType::I32, rs.clone()))?;
-            let lim = b.full(len as f64, &TensorType::new(DType::I32, rs.clone()))?;
-            let lo = b.binary(BinaryOp::Ge, j, zero)?;
-            let hi = b.binary(BinaryOp::Lt, j, lim)?;
-            let inside = b.binary(BinaryOp::And, lo, hi)?;
+            let inside = within(&mut b, j, len)?;
+            let zero = b.full_like(0.0, j)?;
             let jc = b.select(inside, j, zero)?;
-            // A gather of dy along the axis at jc (rows' shape but for the axis).
             let gathered = b.gather(dy, jc, axis)?;
             let z = b.full_like(0.0, gathered)?;
             Some(b.select(inside, gathered, z)?)
@@ -1025,30 +1032,4 @@ fn is_transpose(op: &Op, rank: usize) -> bool {
         }
         _ => false,
     }
-}
-
-/// A copy of `g` without values that no output needs (inputs always stay).
-pub(crate) fn remove_dead(g: &Graph) -> Graph {
-    let mut live: HashSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
-    for (v, op) in g.ops.iter().rev() {
-        if live.contains(&v) || matches!(op, Op::Input { .. }) {
-            live.insert(v);
-            live.extend(op.args());
-        }
-    }
-    let mut out = Graph::new(g.name.clone());
-    let mut map: HashMap<Value, Value> = HashMap::new();
-    for (v, op) in g.ops.iter() {
-        if !live.contains(&v) {
-            continue;
-        }
-        let mut new_op = op.clone();
-        for a in new_op.args_mut() {
-            *a = map[a];
-        }
-        map.insert(v, out.push(new_op, g.ty(v).clone()));
-    }
-    out.inputs = g.inputs.iter().map(|(n, v)| (n.clone(), map[v])).collect();
-    out.outputs = g.outputs.iter().map(|(n, v)| (n.clone(), map[v])).collect();
-    out
 }

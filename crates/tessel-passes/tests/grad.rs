@@ -423,3 +423,26 @@ fn a_scalar_loss_needs_no_grad_output() {
         assert!((got - want).abs() < 1e-7, "{got} vs {want}");
     }
 }
+
+#[test]
+fn an_updates_rows_get_the_gradient_of_where_they_were_written() {
+    // u = c with r² written at pos[b] + i along axis 1; d/dr Σu² = 4r³ where the row lands
+    // inside the axis, 0 for a row past its end (pos = 4: row 1 of batch 1 falls at 5).
+    let src = "fn f(c: f32[2, 5, 3], r: f32[2, 2, 3], pos: i32[2]) -> f32 {\n\
+                 let u = update(c, r * r, at: pos, axis: 1);\n\
+                 sum(sum(sum(u * u, axis: 2), axis: 1), axis: 0)\n}\n\
+               step s(c: inout f32[2, 5, 3], r: f32[2, 2, 3], pos: i32[2]) -> f32[2, 2, 3] {\n\
+                 grad(f, c, r, pos, wrt: [r])\n}";
+    let g = grad::run(&build(src, "s")).unwrap();
+    let rv = grid(12, 3, 1.0);
+    let ins = [
+        Tensor::from_f32(DType::F32, vec![2, 5, 3], &grid(30, 1, 1.0)),
+        Tensor::from_f32(DType::F32, vec![2, 2, 3], &rv),
+        Tensor::from_i32(vec![2], &[1, 4]),
+    ];
+    let out = eval_graph(&g, &ins).unwrap();
+    for (i, (&got, &r)) in out[0].data.iter().zip(&rv).enumerate() {
+        let want = if i >= 9 { 0.0 } else { 4.0 * (r as f64).powi(3) };
+        assert!((got - want).abs() < 1e-12, "element {i}: {got} (want {want})");
+    }
+}

@@ -258,25 +258,25 @@ impl<'m> Checker<'m> {
             }
         }
         let seeds = self.grad_seeds(&fname, span, &outputs, seed)?;
-        // Every parameter must reach a result through float values, and no other `grad`
-        // may be in between.
+        // No other `grad` in the forward, and every parameter reaches a result through
+        // float values.
+        if let Some(inner) = (first_new..self.graph.ops.len())
+            .map(|k| Value::from_u32(k as u32))
+            .find(|&v| matches!(self.graph.ops[v], Op::Grad { .. }))
+        {
+            let at = self.spans[inner];
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::GRAD_NESTED,
+                    format!("`{fname}` takes a gradient itself: a gradient of a gradient"),
+                )
+                .with_label(span, "differentiated here")
+                .with_secondary(at, "the inner gradient")
+                .with_note("second derivatives are not supported"),
+            ));
+        }
         for (&(i, ispan), &w) in params.iter().zip(&wrts) {
             let pname = f.params[i].name.node.clone();
-            if let Some(inner) = (first_new..self.graph.ops.len())
-                .map(|k| Value::from_u32(k as u32))
-                .find(|&v| matches!(self.graph.ops[v], Op::Grad { .. }))
-            {
-                let at = self.spans[inner];
-                return Err(self.error(
-                    Diagnostic::error(
-                        codes::GRAD_NESTED,
-                        format!("`{fname}` takes a gradient itself: a gradient of a gradient"),
-                    )
-                    .with_label(span, "differentiated here")
-                    .with_secondary(at, "the inner gradient")
-                    .with_note("second derivatives are not supported"),
-                ));
-            }
             let rel = crate::grad::relevant(&self.graph, &[w], &outputs);
             if !outputs.iter().any(|o| rel.contains(o)) {
                 let mut d = Diagnostic::error(
@@ -410,24 +410,9 @@ impl<'m> Checker<'m> {
     /// gradient stops), if there is one.
     fn cut_point(&self, w: Value, outputs: &[Value]) -> Option<Value> {
         let g = &self.graph;
-        let mut fwd = std::collections::HashSet::from([w]);
-        for (v, op) in g.ops.iter() {
-            if op.args().iter().any(|a| fwd.contains(a)) {
-                fwd.insert(v);
-            }
-        }
-        let mut back: std::collections::HashSet<Value> = outputs
-            .iter()
-            .copied()
-            .filter(|o| fwd.contains(o))
-            .collect();
-        for (v, op) in g.ops.iter().rev() {
-            if back.contains(&v) {
-                back.extend(op.args().into_iter().filter(|a| fwd.contains(a)));
-            }
-        }
+        let paths = crate::grad::on_paths(g, &[w], outputs, |_| true);
         g.ops
             .keys()
-            .find(|v| back.contains(v) && !g.ty(*v).dtype.is_float())
+            .find(|v| paths.contains(v) && !g.ty(*v).dtype.is_float())
     }
 }

@@ -707,8 +707,9 @@ pub(crate) fn dtype_rank(d: DType) -> u8 {
     }
 }
 
-/// A copy of `g` without values that no output needs (inputs always stay).
-fn remove_dead(g: &Graph) -> Graph {
+/// A copy of `g` without values that no output needs (inputs always stay); also the
+/// `grad` pass's last step.
+pub(crate) fn remove_dead(g: &Graph) -> Graph {
     let mut live: HashSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
     let ops: Vec<(Value, &Op)> = g.ops.iter().collect();
     for (v, op) in ops.iter().rev() {
