@@ -442,7 +442,14 @@ fn an_updates_rows_get_the_gradient_of_where_they_were_written() {
     ];
     let out = eval_graph(&g, &ins).unwrap();
     for (i, (&got, &r)) in out[0].data.iter().zip(&rv).enumerate() {
-        let want = if i >= 9 { 0.0 } else { 4.0 * (r as f64).powi(3) };
-        assert!((got - want).abs() < 1e-12, "element {i}: {got} (want {want})");
+        let want = if i >= 9 {
+            0.0
+        } else {
+            4.0 * (r as f64).powi(3)
+        };
+        assert!(
+            (got - want).abs() < 1e-12,
+            "element {i}: {got} (want {want})"
+        );
     }
 }

@@ -52,12 +52,11 @@ pub fn footprint(p: &Program) -> String {
             BufferRole::Temp => temps += bytes,
         }
     }
-    let size = |b: u64| {
-        if b >= 1_000_000_000 {
-            gb(b)
-        } else {
-            format!("{:.1} MB", b as f64 / 1e6)
-        }
+    let size = |b: u64| match b {
+        0..1_000 => format!("{b} B"),
+        1_000..1_000_000 => format!("{:.1} kB", b as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", b as f64 / 1e6),
+        _ => gb(b),
     };
     format!(
         "memory {} (inputs {}, outputs {}, intermediates {})",

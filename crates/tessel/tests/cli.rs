@@ -633,7 +633,12 @@ fn run_says_what_it_timed_and_counts_kernels_in_english() {
     assert!(t.contains("ms on the CPU executor"), "{t}");
     assert!(!t.contains("including transfers"), "{t}");
     let t = text(&tessel(&d, &["explain", "one.tsl"]));
-    assert!(t.contains("step s: 1 kernel\n"), "{t}");
+    assert!(
+        t.contains(
+            "step s: 1 kernel; memory 32 B (inputs 16 B, outputs 16 B, intermediates 0 B)\n"
+        ),
+        "{t}"
+    );
     assert!(t.contains("writes out (value "), "{t}");
     // How -o names the files of several steps is in the help.
     let t = text(&tessel(&d, &["run", "--help"]));
