@@ -750,16 +750,44 @@ impl<'g> Builder<'g> {
     }
 }
 
-/// `x` rounded to the nearest value of `dtype` (ties to even; integers truncate toward
-/// zero, as [`Op::Cast`] converts): what a constant of that dtype holds.
+/// `x` rounded to the nearest value of `dtype`: for a float dtype, ties to even, directly
+/// from f64 so there is no double rounding through f32 (overflow gives ±inf, underflow
+/// keeps subnormals); an i32 truncates toward zero, saturating, as [`Op::Cast`] converts;
+/// a bool is `x != 0`. What a constant of that dtype holds (`check` rounds literals so).
 pub fn round_to(x: f64, dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => x as f32 as f64,
-        DType::Bf16 => half::bf16::from_f64(x).to_f64(),
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::I32 => x.trunc().clamp(i32::MIN as f64, i32::MAX as f64),
-        DType::Bool => (x != 0.0) as u8 as f64,
+    // (significand bits including the implicit one, minimum normal exponent, maximum exponent)
+    let (p, emin, emax): (i32, i32, i32) = match dtype {
+        DType::Bf16 => (8, -126, 127),
+        DType::F16 => (11, -14, 15),
+        DType::F32 => (24, -126, 127),
+        DType::I32 => return x.trunc().clamp(i32::MIN as f64, i32::MAX as f64),
+        DType::Bool => return (x != 0.0) as u8 as f64,
+    };
+    if !x.is_finite() || x == 0.0 {
+        return x;
     }
+    let a = x.abs();
+    let biased = ((a.to_bits() >> 52) & 0x7ff) as i32;
+    // f64 subnormals are far below every target's subnormal range: they land on `emin`.
+    let e = if biased == 0 {
+        emin
+    } else {
+        (biased - 1023).max(emin)
+    };
+    let quantum = pow2(e - (p - 1));
+    // `a / quantum` and the product below are exact: scaling by a power of two.
+    let r = (a / quantum).round_ties_even() * quantum;
+    let r = if r >= pow2(emax + 1) {
+        f64::INFINITY
+    } else {
+        r
+    };
+    r.copysign(x)
+}
+
+fn pow2(e: i32) -> f64 {
+    // Every exponent used here is within f64's normal range (-1022..=1023).
+    f64::from_bits(((e + 1023) as u64) << 52)
 }
 
 #[cfg(test)]

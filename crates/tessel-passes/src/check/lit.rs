@@ -90,41 +90,7 @@ impl Lit {
     }
 }
 
-/// Rounds `x` to the nearest value of the float `dtype` (ties to even), directly from f64 so
-/// there is no double rounding through f32. Overflow gives ±inf, underflow keeps subnormals.
-pub(crate) fn round_to(x: f64, dtype: DType) -> f64 {
-    // (significand bits including the implicit one, minimum normal exponent, maximum exponent)
-    let (p, emin, emax): (i32, i32, i32) = match dtype {
-        DType::Bf16 => (8, -126, 127),
-        DType::F16 => (11, -14, 15),
-        _ => (24, -126, 127),
-    };
-    if !x.is_finite() || x == 0.0 {
-        return x;
-    }
-    let a = x.abs();
-    let biased = ((a.to_bits() >> 52) & 0x7ff) as i32;
-    // f64 subnormals are far below every target's subnormal range: they land on `emin`.
-    let e = if biased == 0 {
-        emin
-    } else {
-        (biased - 1023).max(emin)
-    };
-    let quantum = pow2(e - (p - 1));
-    // `a / quantum` and the product below are exact: scaling by a power of two.
-    let r = (a / quantum).round_ties_even() * quantum;
-    let r = if r >= pow2(emax + 1) {
-        f64::INFINITY
-    } else {
-        r
-    };
-    r.copysign(x)
-}
-
-fn pow2(e: i32) -> f64 {
-    // Every exponent used here is within f64's normal range (-1022..=1023).
-    f64::from_bits(((e + 1023) as u64) << 52)
-}
+pub(crate) use tessel_ir::builder::round_to;
 
 /// Folds `a op b`. Errors are messages (arithmetic on bools, division by zero, overflow).
 pub(crate) fn fold_binary(op: BinaryOp, a: Lit, b: Lit) -> Result<Lit, String> {
