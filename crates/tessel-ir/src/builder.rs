@@ -16,7 +16,7 @@
 //! type, which the rule checks against the operands.
 
 use crate::entities::Value;
-use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use crate::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp, UpdateAt};
 use crate::types::{DType, TensorType};
 
 /// An op whose operands do not admit it, or whose given result type does not fit them.
@@ -462,20 +462,25 @@ pub fn result_type(
             shape[n - 1] = xs[n - 1];
             Ok(TensorType::new(x.dtype, shape))
         }
-        Op::Update {
-            dst,
-            rows,
-            pos,
-            axis,
-        } => {
-            let (d, r, p) = (ty(dst)?, ty(rows)?, ty(pos)?);
-            let ax = *axis as usize;
-            let n = d.shape.rank();
+        Op::Update { dst, rows, at } => {
+            let (d, r) = (ty(dst)?, ty(rows)?);
             if r.dtype != d.dtype {
                 return err(format!(
                     "rows {rows} are {r} and dst {dst} is {d}: one dtype"
                 ));
             }
+            let Some(UpdateAt { pos, axis }) = at else {
+                if r.shape != d.shape {
+                    return err(format!(
+                        "a whole update writes {rows} of {} into {dst} of {}: one shape",
+                        r.shape, d.shape
+                    ));
+                }
+                return Ok(d.clone());
+            };
+            let p = ty(pos)?;
+            let ax = *axis as usize;
+            let n = d.shape.rank();
             if ax == 0 || ax >= n {
                 return err(format!(
                     "axis {axis} of {d}: an update writes along an axis after the first"
@@ -1210,8 +1215,7 @@ mod tests {
             move |v: &[Value]| Op::Update {
                 dst: v[0],
                 rows: v[1],
-                pos: v[2],
-                axis,
+                at: Some(UpdateAt { pos: v[2], axis }),
             }
         };
         let d = t(Bf16, &[2, 9, 4]);
@@ -1237,9 +1241,21 @@ mod tests {
             "graph.update",
         );
         broken(
-            rt(&[d, t(Bf16, &[2, 3, 4]), t(I32, &[3])], u(1), None),
+            rt(&[d.clone(), t(Bf16, &[2, 3, 4]), t(I32, &[3])], u(1), None),
             "graph.update",
         );
+        // A whole update: the new contents have the tensor's type exactly.
+        let whole = |v: &[Value]| Op::Update {
+            dst: v[0],
+            rows: v[1],
+            at: None,
+        };
+        assert_eq!(rt(&[d.clone(), d.clone()], whole, None), Ok(d.clone()));
+        broken(
+            rt(&[d.clone(), t(Bf16, &[2, 9, 3])], whole, None),
+            "graph.update",
+        );
+        broken(rt(&[d, t(F32, &[2, 9, 4])], whole, None), "graph.update");
     }
 
     #[test]

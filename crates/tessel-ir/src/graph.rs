@@ -107,6 +107,14 @@ pub enum ReduceOp {
 }
 
 /// The definition of a value. The result type is in [`Graph::types`].
+/// Where an [`Op::Update`] of rows writes them: from position `pos[b]` (i32
+/// `[dst.shape[0]]`, one per index of `dst`'s first dim) along `axis` (≥ 1).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct UpdateAt {
+    pub pos: Value,
+    pub axis: u32,
+}
+
 #[derive(Clone, PartialEq, Debug)]
 pub enum Op {
     /// Step parameter number `index` (the order of [`Graph::inputs`]). `inout`: the step
@@ -243,26 +251,31 @@ pub enum Op {
         v: Value,
         bound: Option<Value>,
     },
-    /// `dst` with rows written in place along `axis` (≥ 1): for every index `b` of `dst`'s
-    /// first dim and every `i < R` (R = `rows.shape[axis]`),
-    /// `result[b, .., pos[b] + i, ..] = rows[b, .., i, ..]` where `0 <= pos[b] + i <
-    /// dst.shape[axis]`; a row whose position falls outside the axis is not written, and every
-    /// other element is `dst`'s. `rows` has `dst`'s dtype and shape but for `axis`
-    /// (`R <= dst.shape[axis] < 2^31`); `pos` is i32 `[dst.shape[0]]`; the result has `dst`'s
-    /// type.
+    /// `dst` written in place, in one of two forms, by `at`:
     ///
-    /// In place: `dst` is an `inout` [`Op::Input`] or another update's result (a chain whose
-    /// root is that input), the result lives in the root's buffer, and its kernel writes the
-    /// R rows only — it never copies `dst`. So that the old contents are never needed after
-    /// the write, `dst` is the `dst` of this update only, and no op after this one (in
-    /// [`Graph::ops`] order) reads `dst` or any value computed from `dst` other than through
-    /// this update; this op's own `rows` and `pos` are not computed from `dst` either
-    /// (verifier rule `graph.update`). The `check` pass guarantees it from the source rules.
+    /// - **rows** (`at: Some(UpdateAt { pos, axis })`, `axis` ≥ 1): for every index `b` of
+    ///   `dst`'s first dim and every `i < R` (R = `rows.shape[axis]`),
+    ///   `result[b, .., pos[b] + i, ..] = rows[b, .., i, ..]` where `0 <= pos[b] + i <
+    ///   dst.shape[axis]`; a row whose position falls outside the axis is not written, and
+    ///   every other element is `dst`'s. `rows` has `dst`'s dtype and shape but for `axis`
+    ///   (`R <= dst.shape[axis] < 2^31`); `pos` is i32 `[dst.shape[0]]`.
+    /// - **whole** (`at: None`): `result = rows`, every element written; `rows` has `dst`'s
+    ///   type exactly (AdamW's parameter and moments, written from themselves).
+    ///
+    /// The result has `dst`'s type. In place: `dst` is an `inout` [`Op::Input`] or another
+    /// update's result (a chain whose root is that input), the result lives in the root's
+    /// buffer, and its kernel writes the R rows (or every element) only — it never copies
+    /// `dst`. So that the old contents are never needed after the write, `dst` is the `dst`
+    /// of this update only, and no op after this one (in [`Graph::ops`] order) reads `dst`
+    /// or any value computed from `dst` other than through this update; a rows update's own
+    /// `rows` and `pos` are not computed from `dst` either (verifier rule `graph.update`).
+    /// A whole update's `rows` may be: its kernel reads `dst` only at the element it writes
+    /// (the `fuse` pass materialises any other reading of `dst` first, rule 6). The `check`
+    /// pass guarantees the rest from the source rules.
     Update {
         dst: Value,
         rows: Value,
-        pos: Value,
-        axis: u32,
+        at: Option<UpdateAt>,
     },
     /// Indexing by a tensor, `numpy.take_along_axis` without its broadcast (`check` makes
     /// the shapes explicit): `arg [d0, .., A, .., dn]` (any dtype), `index` i32
@@ -333,7 +346,11 @@ impl Op {
                 on_true,
                 on_false,
             } => vec![*cond, *on_true, *on_false],
-            Op::Update { dst, rows, pos, .. } => vec![*dst, *rows, *pos],
+            Op::Update { dst, rows, at } => {
+                let mut a = vec![*dst, *rows];
+                a.extend(at.map(|at| at.pos));
+                a
+            }
             Op::Gather { arg, index, .. } => vec![*arg, *index],
             Op::Concat { args, .. } => args.clone(),
             Op::Grad {
@@ -372,7 +389,11 @@ impl Op {
                 on_true,
                 on_false,
             } => vec![cond, on_true, on_false],
-            Op::Update { dst, rows, pos, .. } => vec![dst, rows, pos],
+            Op::Update { dst, rows, at } => {
+                let mut a = vec![dst, rows];
+                a.extend(at.as_mut().map(|at| &mut at.pos));
+                a
+            }
             Op::Gather { arg, index, .. } => vec![arg, index],
             Op::Concat { args, .. } => args.iter_mut().collect(),
             Op::Grad {
@@ -463,6 +484,67 @@ impl Graph {
     /// True if `v` is an `inout` step input.
     pub fn is_inout_input(&self, v: Value) -> bool {
         matches!(self.ops.get(v), Some(Op::Input { inout: true, .. }))
+    }
+
+    /// The values of `root`'s cone that read `target` at an element other than their own:
+    /// a kernel computing `root` element by element, reading from memory the values `stop`
+    /// accepts, reads `target` only at the element it computes exactly when this is empty.
+    /// The walk goes through ops that compute each element from their operands' elements
+    /// at the same index (unary, binary, cast and select ops whose operands have the
+    /// result's shape); any other op whose cone reaches `target` is listed (`root` itself
+    /// when it is such an op and not read from memory) and not entered. A whole
+    /// [`Op::Update`]'s kernel writes each element of `target` where it reads it, so the
+    /// listed values are computed by earlier kernels (`fuse` rule 6).
+    pub fn misaligned_reads(
+        &self,
+        root: Value,
+        target: Value,
+        stop: impl Fn(Value) -> bool,
+    ) -> Vec<Value> {
+        let stopped = &stop;
+        // Whether `x`'s cone (not through stopped values) reaches `target`.
+        let mut reach: std::collections::HashMap<Value, bool> = Default::default();
+        let mut reaches = |x: Value| -> bool {
+            let mut stack = vec![(x, false)];
+            while let Some((y, done)) = stack.pop() {
+                if reach.contains_key(&y) {
+                    continue;
+                }
+                if y == target || stopped(y) || !self.ops.is_valid(y) {
+                    reach.insert(y, y == target);
+                    continue;
+                }
+                let args: Vec<Value> = self.ops[y].args().into_iter().filter(|&a| a < y).collect();
+                if done {
+                    let r = args.iter().any(|a| reach.get(a) == Some(&true));
+                    reach.insert(y, r);
+                } else {
+                    stack.push((y, true));
+                    stack.extend(args.into_iter().map(|a| (a, false)));
+                }
+            }
+            reach[&x]
+        };
+        let mut found = Vec::new();
+        let mut seen: std::collections::HashSet<Value> = Default::default();
+        let mut stack = vec![root];
+        while let Some(x) = stack.pop() {
+            if x == target || stopped(x) || !self.ops.is_valid(x) || !seen.insert(x) {
+                continue;
+            }
+            let op = &self.ops[x];
+            let shape = &self.ty(x).shape;
+            let same_index = matches!(
+                op,
+                Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. }
+            ) && op.args().iter().all(|&a| &self.ty(a).shape == shape);
+            if same_index {
+                stack.extend(op.args().into_iter().filter(|&a| a < x));
+            } else if reaches(x) {
+                found.push(x);
+            }
+        }
+        found
     }
 
     /// The operands of the matmul `mm` as its kernels read them from memory, `[lhs, rhs]`
@@ -608,7 +690,8 @@ pub enum GroupKind {
     /// One [`Op::Update`] (its only output; no reductions): the kernel iterates over the
     /// update's `rows` — not over `dst` — computing each row element from its elementwise
     /// cone and storing it at its position in the buffer `dst` lives in, skipping positions
-    /// outside the axis. Its iteration domain is `rows`' shape, not its output's.
+    /// outside the axis (a whole update: at the same element). Its iteration domain is
+    /// `rows`' shape, not its output's.
     Update,
     /// One [`Op::Cumsum`] (listed in [`GroupData::reductions`]) over the last axis of its
     /// operand, whose elementwise cone the kernel computes; the one output is the cumsum

@@ -3,7 +3,7 @@
 
 use tessel_ir::graph::{
     BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
-    UnaryOp,
+    UnaryOp, UpdateAt,
 };
 use tessel_ir::kernel::{
     BufferRole, Kernel, LaunchArg, MathFn, Op as KOp, Operand, Param, ParamKind, RegType, Space,
@@ -806,8 +806,19 @@ fn upd(
         Op::Update {
             dst,
             rows,
-            pos,
-            axis: 1,
+            at: Some(UpdateAt { pos, axis: 1 }),
+        },
+        t(F32, &[2, 4, 3]),
+    )
+}
+
+/// A whole update of `dst` with `value` (AdamW's form).
+fn upd_whole(g: &mut Graph, dst: tessel_ir::Value, value: tessel_ir::Value) -> tessel_ir::Value {
+    g.push(
+        Op::Update {
+            dst,
+            rows: value,
+            at: None,
         },
         t(F32, &[2, 4, 3]),
     )
@@ -865,8 +876,7 @@ fn update_rules() {
             Op::Update {
                 dst: c,
                 rows: r,
-                pos: p,
-                axis,
+                at: Some(UpdateAt { pos: p, axis }),
             },
             t(F32, &[2, 4, 3]),
         );
@@ -942,6 +952,35 @@ fn update_rules() {
                 t(F32, &[2, 1, 3]),
             );
             upd(g, c, rows, p)
+        }),
+        "graph.update",
+    );
+    // A whole update may compute its value from the tensor it overwrites (its kernel
+    // reads each element where it writes it); reading the old value after it may not.
+    ok(&update_graph(|g, c, _, _| {
+        let half = g.push(
+            Op::Unary {
+                op: UnaryOp::Neg,
+                arg: c,
+            },
+            t(F32, &[2, 4, 3]),
+        );
+        let u = upd_whole(g, c, half);
+        upd_whole(g, u, u)
+    }));
+    graph_fails(
+        &update_graph(|g, c, _, _| {
+            let neg = g.push(
+                Op::Unary {
+                    op: UnaryOp::Neg,
+                    arg: c,
+                },
+                t(F32, &[2, 4, 3]),
+            );
+            let u = upd_whole(g, c, neg);
+            let stale = g.push(Op::Cast { arg: neg }, t(F32, &[2, 4, 3]));
+            g.outputs.push(("stale".into(), stale));
+            u
         }),
         "graph.update",
     );

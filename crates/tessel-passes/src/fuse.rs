@@ -49,7 +49,12 @@
 //!    reduction in them is materialised by its own kernel first, as a matmul already is
 //!    by rule 0 — except in the rows' cone when each reduction runs over one row of the
 //!    rows' head dim ([`rows_reduced_in_update`]: the QK-norm's sum of squares), which the
-//!    kernel computes per row and the group lists as its reductions.
+//!    kernel computes per row and the group lists as its reductions. A whole update
+//!    (`update(p, value)`, AdamW's) iterates over the tensor and stores each element where
+//!    it is; its value may read the tensor it overwrites, and whatever reads it at another
+//!    element than its own ([`Graph::misaligned_reads`]: a reduction over it, a permute,
+//!    a slice) is materialised first, so the kernel reads each element only before it
+//!    writes it, in the same thread.
 //!
 //! Groups come in the order of the values they write, which is the graph's op order: the
 //! graph puts every reader of the value an update overwrites before the update (verifier
@@ -215,10 +220,18 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     // Rule 6: an update is written by its own kernel over its rows, which computes the rows'
     // and the positions' cones itself; the reductions in them get their own kernels, unless
     // each runs over one row of the rows' head dim (decode's QK-norm of the new keys).
+    // A whole update's kernel writes each element where it reads it: whatever reads the
+    // tensor at another element (a reduction over it, a permute, a slice...) is computed
+    // by an earlier kernel.
     for (v, op) in g.ops.iter() {
-        if let Op::Update { rows, pos, .. } = op {
+        if let Op::Update { dst, rows, at } = op {
             mat.insert(v);
-            for x in [*rows, *pos] {
+            if at.is_none() {
+                for x in g.misaligned_reads(*rows, *dst, |x| mat.contains(x)) {
+                    mat.insert(x);
+                }
+            }
+            for x in op.args().into_iter().filter(|x| x != dst) {
                 let in_kernel = x == *rows && rows_reduced_in_update(g, v, &mat);
                 if !mat.contains(x) && !in_kernel {
                     for r in cone_reductions(g, x, &mat) {
@@ -518,7 +531,12 @@ fn row_epilogue_of(
 /// row and the row's lanes combine by butterflies: a row-reduction kernel's order at
 /// `d / 8` threads per row, vector 8.
 fn rows_reduced_in_update(g: &Graph, u: Value, mat: &EntitySet<Value>) -> bool {
-    let Op::Update { rows, axis, .. } = g.ops[u] else {
+    let Op::Update {
+        rows,
+        at: Some(tessel_ir::graph::UpdateAt { axis, .. }),
+        ..
+    } = g.ops[u]
+    else {
         return false;
     };
     let t = g.ty(rows);

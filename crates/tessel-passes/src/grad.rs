@@ -61,7 +61,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tessel_ir::builder::{Builder, TypeError};
-use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp, UpdateAt};
 use tessel_ir::{DType, TensorType, Value};
 
 /// Why the pass failed: a rule built an ill-typed op (a compiler bug; `check` guarantees
@@ -527,13 +527,14 @@ impl Pass<'_> {
             Op::Update {
                 dst,
                 rows,
-                pos,
-                axis,
+                at: Some(UpdateAt { pos, axis }),
             } => {
                 let (dd, dr) = self.update_vjp(*dst, *rows, *pos, *axis, dy, need)?;
                 res[0] = dd;
                 res[1] = dr;
             }
+            // A whole update returns its new contents: all of the gradient is theirs.
+            Op::Update { at: None, .. } => res[1] = Some(dy),
             Op::Gather { arg, index, axis } => {
                 let xs = g.ty(*arg).shape.0.clone();
                 let idx = self.fwd(*index);

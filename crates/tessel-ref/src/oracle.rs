@@ -26,7 +26,7 @@
 
 use crate::layout;
 use crate::tensor::Tensor;
-use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp, UnaryOp};
+use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp, UnaryOp, UpdateAt};
 use tessel_ir::{DType, Value};
 
 /// A value of the oracle: `shape.numel()` row-major elements in f64.
@@ -179,11 +179,11 @@ fn eval_op(
             ))
         }
         Op::Input { index, .. } => input(g, v, *index, inputs)?.to_f64_vec(),
+        Op::Update { rows, at: None, .. } => layout::operand(vals, *rows, v)?.to_vec(),
         Op::Update {
             dst,
             rows,
-            pos,
-            axis,
+            at: Some(UpdateAt { pos, axis }),
         } => {
             let p: Vec<i64> = layout::operand(vals, *pos, v)?
                 .iter()

@@ -5,7 +5,7 @@
 
 use tessel_ir::graph::{
     BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
-    UnaryOp,
+    UnaryOp, UpdateAt,
 };
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, FCmp, ICmp, Kernel, Launch, LaunchArg, MathFn, Op as KOp, Operand,
@@ -262,8 +262,7 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         Op::Update {
             dst: cache,
             rows: row,
-            pos,
-            axis: 1,
+            at: Some(UpdateAt { pos, axis: 1 }),
         },
         t(Bf16, &[4, 6, 8]),
     );

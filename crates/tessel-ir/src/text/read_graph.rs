@@ -6,7 +6,9 @@ use super::{
     GROUP_KINDS, REDUCE_OPS, UNARY_OPS,
 };
 use crate::entities::{Group, Value};
-use crate::graph::{Fusion, Graph, GroupData, MmaEpilogue, Op, Schedule, Schedules, TileConfig};
+use crate::graph::{
+    Fusion, Graph, GroupData, MmaEpilogue, Op, Schedule, Schedules, TileConfig, UpdateAt,
+};
 use crate::kernel::MmaShape;
 use crate::types::{DType, Shape, TensorType};
 use cranelift_entity::packed_option::PackedOption;
@@ -512,17 +514,20 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
             let dst = arg(c, &mut refs)?;
             c.punct(',')?;
             let rows = arg(c, &mut refs)?;
-            c.punct(',')?;
-            c.keyword("at")?;
-            let pos = arg(c, &mut refs)?;
-            c.punct(',')?;
-            c.keyword("axis")?;
-            Op::Update {
-                dst,
-                rows,
-                pos,
-                axis: c.u32("an axis")?,
-            }
+            // `update dst, rows` writes the whole tensor; `, at pos, axis k` writes rows.
+            let at = if c.eat_punct(',') {
+                c.keyword("at")?;
+                let pos = arg(c, &mut refs)?;
+                c.punct(',')?;
+                c.keyword("axis")?;
+                Some(UpdateAt {
+                    pos,
+                    axis: c.u32("an axis")?,
+                })
+            } else {
+                None
+            };
+            Op::Update { dst, rows, at }
         }
         "gather" => {
             let a = arg(c, &mut refs)?;

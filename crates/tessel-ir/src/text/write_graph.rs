@@ -2,7 +2,7 @@
 
 use super::{binary_name, fmt_f64, group_kind_name, name, quote, reduce_name, unary_name};
 use crate::entities::{Group, Value};
-use crate::graph::{Fusion, Graph, Op, Schedule, Schedules};
+use crate::graph::{Fusion, Graph, Op, Schedule, Schedules, UpdateAt};
 use cranelift_entity::{packed_option::PackedOption, EntityRef, SecondaryMap};
 use std::fmt::Write;
 
@@ -175,11 +175,11 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             v,
             bound: Some(b),
         } => format!("attention {logits}, {v}, bound {b}"),
+        Op::Update { dst, rows, at: None } => format!("update {dst}, {rows}"),
         Op::Update {
             dst,
             rows,
-            pos,
-            axis,
+            at: Some(UpdateAt { pos, axis }),
         } => format!("update {dst}, {rows}, at {pos}, axis {axis}"),
         Op::Gather { arg, index, axis } => format!("gather {arg}, {index}, axis {axis}"),
         Op::Grad {

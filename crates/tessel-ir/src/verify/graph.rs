@@ -143,10 +143,10 @@ fn in_place(g: &Graph, e: &mut Errors) {
     let n = g.ops.len();
     let mut updated_by: Vec<Option<Value>> = vec![None; n];
     for (u, op) in g.ops.iter() {
-        let Op::Update { dst, rows, pos, .. } = op else {
+        let Op::Update { dst, rows, at } = op else {
             continue;
         };
-        if !exists(g, *dst) || *dst >= u || !exists(g, *rows) || !exists(g, *pos) {
+        if !op.args().iter().all(|a| exists(g, *a)) || *dst >= u {
             continue; // `graph.order` says why
         }
         let root = g.storage_root(*dst);
@@ -172,13 +172,16 @@ fn in_place(g: &Graph, e: &mut Errors) {
             let reads = |a: &Value| exists(g, *a) && *a < x && from_dst[a.index()];
             let args = xop.args();
             if x < u {
-                from_dst[x.index()] = args.iter().any(reads);
+                // An update's result is read from its own buffer, never computed again.
+                from_dst[x.index()] = !matches!(xop, Op::Update { .. }) && args.iter().any(reads);
                 continue;
             }
-            let read: Vec<&Value> = if x == u {
-                vec![rows, pos]
-            } else {
-                args.iter().collect()
+            // A rows update may not compute its rows or positions from `dst`; a whole
+            // update's kernel reads `dst` at the element it writes only (`fuse` rule 6).
+            let read: Vec<&Value> = match at {
+                _ if x != u => args.iter().collect(),
+                Some(at) => vec![rows, &at.pos],
+                None => vec![],
             };
             if let Some(a) = read.into_iter().find(|a| reads(a)) {
                 let what = if a == dst {

@@ -47,10 +47,10 @@
 //!   axis, whose length in the operand is below 2^31.
 //! - `graph.update`: `dst` has the result's type, `rows` its dtype, rank and dims but
 //!   along the axis, where it is at most as long (and the axis below 2^31); the axis is not
-//!   the first; `pos` is i32 `[dst.shape[0]]`. In place: `dst` is an `inout` input or an
-//!   update of one, updated by no other update; no op after the update (nor the update's
-//!   own `rows` and `pos`) reads `dst` or a value computed from `dst` other than through
-//!   the update.
+//!   the first; `pos` is i32 `[dst.shape[0]]`; a whole update's `rows` has `dst`'s type.
+//!   In place: `dst` is an `inout` input or an update of one, updated by no other update;
+//!   no op after the update (nor a rows update's own `rows` and `pos`) reads `dst` or a
+//!   value computed from `dst` other than through the update.
 //! - `graph.attention`: `softmax(logits) @ v` of `[.., M, N]` f32 logits and a `[.., N, E]`
 //!   float `v` is `[.., M, E]` of `v`'s dtype; a bound is i32 of the logits' shape with
 //!   1 key.

@@ -131,6 +131,25 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         loc.clone(),
                         "an update group writes exactly one update and lists only the reductions of its rows",
                     );
+                } else if let Op::Update {
+                    dst,
+                    rows,
+                    at: None,
+                } = g.ops[data.outputs[0]]
+                {
+                    // A whole update's kernel writes each element of `dst` where it reads
+                    // it: no reduction, and no other reading of `dst`, inside.
+                    let stray = g.misaligned_reads(rows, dst, |v| f.is_materialized(g, v));
+                    if !data.reductions.is_empty() || !stray.is_empty() {
+                        e.push(
+                            "fusion.update",
+                            loc.clone(),
+                            format!(
+                                "the whole update {} reads {dst} other than at the element it writes (through {stray:?}) or lists reductions",
+                                data.outputs[0]
+                            ),
+                        );
+                    }
                 }
             }
             GroupKind::Scan => {
@@ -687,7 +706,11 @@ fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
                 continue;
             }
             let args = match &g.ops[v] {
-                Op::Update { rows, pos, .. } => vec![*rows, *pos],
+                Op::Update { dst, .. } => {
+                    let mut a = g.ops[v].args();
+                    a.retain(|x| x != dst);
+                    a
+                }
                 op => op.args(),
             };
             stack.extend(args.into_iter().filter(|&a| exists(g, a) && a < v));
@@ -734,20 +757,25 @@ fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
 /// An update tile's vector covers consecutive elements of a row that are consecutive in
 /// `dst` too: it divides the last dim, and is 1 when the update's axis is the last.
 fn update_vector_checks(g: &Graph, vector: u32, u: Value, grp: Group, e: &mut Errors) {
-    let Some(Op::Update { rows, axis, .. }) = g.ops.get(u) else {
+    let Some(Op::Update { rows, at, .. }) = g.ops.get(u) else {
         return;
     };
     if !exists(g, *rows) {
         return;
     }
     let shape = &g.ty(*rows).shape;
-    let last_axis = *axis as usize + 1 == shape.rank();
+    let axis = at.map(|at| at.axis as usize);
+    let last_axis = axis.is_some_and(|a| a + 1 == shape.rank());
     if vector == 0 || shape.last() % vector as u64 != 0 || (last_axis && vector != 1) {
+        let along = match axis {
+            Some(a) => format!("written along axis {a}"),
+            None => "written whole".into(),
+        };
         e.push(
             "schedule.update",
             format!("group {grp}"),
             format!(
-                "vector {vector} for rows {shape} written along axis {axis}: it must divide the last dim, and be 1 when the axis is the last"
+                "vector {vector} for rows {shape} {along}: it must divide the last dim, and be 1 when the axis is the last"
             ),
         );
     }

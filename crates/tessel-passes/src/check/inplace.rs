@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use tessel_ir::graph::Op;
+use tessel_ir::graph::{Op, UpdateAt};
 use tessel_ir::{DType, Value};
 use tessel_syntax::ast::NamedArg;
 use tessel_syntax::{Diagnostic, Span};
@@ -90,7 +90,8 @@ impl Checker<'_> {
     }
 
     /// `update(dst, rows, at: pos, axis: k)`: `dst` with `rows` written along axis `k` from
-    /// position `pos[b]` for each index `b` of `dst`'s first dim.
+    /// position `pos[b]` for each index `b` of `dst`'s first dim; `update(dst, value)`:
+    /// `dst` overwritten with `value`, every element.
     pub(crate) fn update_call(
         &mut self,
         span: Span,
@@ -104,8 +105,28 @@ impl Checker<'_> {
             named,
             2,
             Some(2),
-            &[("at", true), ("axis", true)],
+            &[("at", false), ("axis", false)],
         )?;
+        let at_given = self.named_value(named, "at").is_some();
+        let axis_given = self.named_value(named, "axis").is_some();
+        if at_given != axis_given {
+            let (given, missing) = if at_given {
+                ("at", "axis")
+            } else {
+                ("axis", "at")
+            };
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::MISSING_NAMED_ARG,
+                    format!("`update` with `{given}:` needs the named argument `{missing}`"),
+                )
+                .with_label(span, format!("`{missing}:` is missing"))
+                .with_note(
+                    "`update(dst, rows, at: pos, axis: k)` writes rows from position `pos` along \
+                     axis `k`; `update(dst, value)`, with neither, writes the whole tensor",
+                ),
+            ));
+        }
         let mut it = pos.into_iter();
         let (Some((dv, dspan)), Some((rv, rspan))) = (it.next(), it.next()) else {
             return Err(Reported);
@@ -162,6 +183,9 @@ impl Checker<'_> {
                 .with_note("the rows are stored as they are: they must have the tensor's dtype")
                 .with_help(format!("convert them first, e.g. `{}(rows)`", dty.dtype)),
             ));
+        }
+        if !at_given {
+            return self.update_whole(span, (dst, dspan), (rows, rspan));
         }
         let (axis_val, axis_span) = self.named_value(named, "axis").ok_or(Reported)?;
         let axis = self.axis(&axis_val, axis_span, dst, dspan)?;
@@ -241,12 +265,67 @@ impl Checker<'_> {
             Op::Update {
                 dst,
                 rows,
-                pos: p,
-                axis: axis as u32,
+                at: Some(UpdateAt {
+                    pos: p,
+                    axis: axis as u32,
+                }),
             },
             None,
             span,
         )?;
+        Ok(Val::T(self.consume(dst, u, span)))
+    }
+
+    /// `update(dst, value)`: every element of `dst` written with `value`'s, which has
+    /// `dst`'s type (its dtype is checked by the caller). The value may be computed from
+    /// `dst` itself — AdamW's `p - lr * ...`: the update's kernel reads each element where
+    /// it writes it, and any other reading of `dst` is finished by an earlier kernel.
+    fn update_whole(
+        &mut self,
+        span: Span,
+        (dst, dspan): (Value, Span),
+        (value, vspan): (Value, Span),
+    ) -> R<Val> {
+        let (ds, vs) = (
+            self.graph.ty(dst).shape.0.clone(),
+            self.graph.ty(value).shape.0.clone(),
+        );
+        if ds != vs {
+            return Err(self.error(
+                Diagnostic::error(
+                    codes::UPDATE_SHAPE,
+                    format!(
+                        "`update` writes a value of shape {} into the whole of a tensor of shape {}",
+                        fmt_shape(&vs),
+                        fmt_shape(&ds)
+                    ),
+                )
+                .with_label(vspan, format!("shape {}", fmt_shape(&vs)))
+                .with_secondary(dspan, format!("shape {}", fmt_shape(&ds)))
+                .with_note(
+                    "without `at:` and `axis:`, `update(dst, value)` overwrites every element: \
+                     the value has the tensor's shape exactly (no broadcast)",
+                )
+                .with_help(
+                    "broadcast it first, or write rows with `update(dst, rows, at: pos, axis: k)`",
+                ),
+            ));
+        }
+        let u = self.build(
+            Op::Update {
+                dst,
+                rows: value,
+                at: None,
+            },
+            None,
+            span,
+        )?;
+        Ok(Val::T(self.consume(dst, u, span)))
+    }
+
+    /// Records that update `u` (at `span`) consumed chain value `dst`: `u` is the chain's
+    /// new end. Returns `u`.
+    fn consume(&mut self, dst: Value, u: Value, span: Span) -> Value {
         let param = self.inplace.links[&dst].param.clone();
         if let Some(l) = self.inplace.links.get_mut(&dst) {
             l.updated = Some((u, span));
@@ -261,7 +340,7 @@ impl Checker<'_> {
         if let Some(end) = self.inplace.ends.iter_mut().find(|(n, _)| *n == param) {
             end.1 = u;
         }
-        Ok(Val::T(u))
+        u
     }
 
     fn named_value(&self, named: &[(&NamedArg, Val)], key: &str) -> Option<(Val, Span)> {
@@ -288,8 +367,11 @@ impl Checker<'_> {
         let mut from: HashMap<Value, BTreeSet<Value>> = HashMap::new();
         let ops: Vec<(Value, Op)> = self.graph.ops.iter().map(|(v, o)| (v, o.clone())).collect();
         for (x, op) in ops {
+            // An update's own `dst` is what it consumes; a whole update's value may be
+            // computed from it (its kernel reads each element where it writes it).
+            let whole = matches!(op, Op::Update { at: None, .. });
             let args = match &op {
-                Op::Update { rows, pos, .. } => vec![*rows, *pos],
+                Op::Update { dst, .. } => op.args().into_iter().filter(|a| a != dst).collect(),
                 _ => op.args(),
             };
             let mut deps: BTreeSet<Value> = BTreeSet::new();
@@ -300,7 +382,8 @@ impl Checker<'_> {
                     d.insert(a);
                 }
                 for &c in &d {
-                    if consumed[&c].0 <= x && bad.is_none() {
+                    let own = whole && consumed[&c].0 == x;
+                    if consumed[&c].0 <= x && !own && bad.is_none() {
                         bad = Some((a, c));
                     }
                 }
@@ -311,7 +394,9 @@ impl Checker<'_> {
                 // Reported once: values computed from this one are not reported again.
                 continue;
             }
-            if !deps.is_empty() {
+            // What an update wrote is read from its buffer, never computed again: reading
+            // it later reads none of the values its rows were computed from.
+            if !deps.is_empty() && !matches!(op, Op::Update { .. }) {
                 from.insert(x, deps);
             }
         }

@@ -612,8 +612,8 @@ fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) ->
                 continue;
             }
         }
-        if let GOp::Update { rows, pos, .. } = g.ops[v] {
-            stack.extend([rows, pos]);
+        if let GOp::Update { dst, .. } = g.ops[v] {
+            stack.extend(g.ops[v].args().into_iter().filter(|&a| a != dst));
             continue;
         }
         stack.extend(g.ops[v].args());

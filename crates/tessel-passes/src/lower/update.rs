@@ -6,10 +6,12 @@
 //! its row's position `pos[b]`, and stores them at `pos[b] + i` along the axis of the
 //! buffer the updated tensor lives in — the `inout` input's own buffer — when that position
 //! lies inside the axis. The kernel never reads that buffer, so no thread reads an element
-//! another one writes.
+//! another one writes. A whole update (`update(p, value)`) iterates over the tensor and
+//! stores each element where it is: its value may read the buffer, each thread only the
+//! elements it writes, before it writes them.
 
 use super::{Gen, Ix, LowerError};
-use tessel_ir::graph::Op as GOp;
+use tessel_ir::graph::{Op as GOp, UpdateAt};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType};
 use tessel_ir::{Reg, Value};
 
@@ -23,14 +25,14 @@ impl Gen<'_> {
         threads: u32,
         v: u32,
     ) -> Result<u32, LowerError> {
-        let GOp::Update {
-            rows, pos, axis, ..
-        } = self.g.ops[u]
-        else {
+        let GOp::Update { rows, at, .. } = self.g.ops[u] else {
             return Err(LowerError::Unsupported {
                 what: "an update group whose output is not an update".into(),
                 value: u,
             });
+        };
+        let Some(UpdateAt { pos, axis }) = at else {
+            return self.update_whole(u, rows, threads, v);
         };
         if reduces {
             return self.update_rows(u, threads, v);
@@ -61,6 +63,36 @@ impl Gen<'_> {
         Ok(numel.div_ceil(v as u64 * threads as u64).max(1) as u32)
     }
 
+    /// The kernel of a whole update: thread `t` computes `v` consecutive elements of the
+    /// new value from element `v·t` and stores them at the same index of the tensor's
+    /// buffer. The value's cone may read that buffer (AdamW's `p - lr * ...`), only at the
+    /// elements the thread itself writes (`fuse` rule 6): each load comes before the store.
+    fn update_whole(
+        &mut self,
+        u: Value,
+        rows: Value,
+        threads: u32,
+        v: u32,
+    ) -> Result<u32, LowerError> {
+        let shape = self.g.ty(rows).shape.clone();
+        let numel = shape.numel();
+        let gid = self.global_thread(threads);
+        let first = self
+            .b
+            .op(RegType::U32, Op::IMulLo, &[gid.into(), Operand::U32(v)]);
+        let inb = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[first.into(), Self::imm_u(numel)],
+        );
+        self.open();
+        let idx = self.unflatten(Ix::R(first), &shape);
+        let vals = self.value(rows, &idx, v)?;
+        self.store(u, &idx, &vals)?;
+        self.close_if(inb);
+        Ok(numel.div_ceil(v as u64 * threads as u64).max(1) as u32)
+    }
+
     /// The update kernel when it computes its rows' reductions (`fuse` rule 6): thread `t`
     /// takes the 8 elements from `8t` of the flattened rows (`v` = 8), so a row of `d` sits
     /// on `d / 8` consecutive lanes of one warp; each reduction the rows' values reach is
@@ -71,7 +103,9 @@ impl Gen<'_> {
     /// `pos[b] + i` when inside the axis.
     fn update_rows(&mut self, u: Value, threads: u32, v: u32) -> Result<u32, LowerError> {
         let GOp::Update {
-            rows, pos, axis, ..
+            rows,
+            at: Some(UpdateAt { pos, axis }),
+            ..
         } = self.g.ops[u]
         else {
             unreachable!("checked by the caller");

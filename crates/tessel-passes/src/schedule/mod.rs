@@ -165,12 +165,12 @@ fn elementwise_threads(work: u64) -> u32 {
 /// row of `d` on `d / 8` consecutive threads (the fusion rule checked that `d / 8` is a
 /// power of two ≤ 32 and that the rows are not written along their last axis).
 fn update(g: &Graph, u: tessel_ir::Value, reduces: bool, max_v_bytes: u32) -> Schedule {
-    let Op::Update { rows, axis, .. } = &g.ops[u] else {
+    let Op::Update { rows, at, .. } = &g.ops[u] else {
         unreachable!("an update group's output is an update (fusion.update)");
     };
     let shape = &g.ty(*rows).shape;
     let last = shape.last();
-    let along_last = *axis as usize + 1 == shape.rank();
+    let along_last = at.is_some_and(|at| at.axis as usize + 1 == shape.rank());
     let v = if reduces {
         8
     } else if along_last {
@@ -193,11 +193,19 @@ fn update(g: &Graph, u: tessel_ir::Value, reduces: bool, max_v_bytes: u32) -> Sc
     };
     Schedule {
         tile: TileConfig::Update { threads, vector: v },
-        why: format!(
-            "in-place update of {} row elements into {} along axis {axis} (the rows only, not the tensor): {why_v}, {threads} threads per CTA, {ctas} CTAs",
-            shape.numel(),
-            g.ty(u).shape
-        ),
+        why: match at {
+            Some(at) => format!(
+                "in-place update of {} row elements into {} along axis {} (the rows only, not the tensor): {why_v}, {threads} threads per CTA, {ctas} CTAs",
+                shape.numel(),
+                g.ty(u).shape,
+                at.axis
+            ),
+            None => format!(
+                "in-place update of all {} elements of {} (each read and written by one thread): {why_v}, {threads} threads per CTA, {ctas} CTAs",
+                shape.numel(),
+                g.ty(u).shape
+            ),
+        },
     }
 }
 

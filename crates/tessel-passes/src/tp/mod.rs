@@ -456,14 +456,18 @@ impl Propagation<'_> {
             Op::Grad { .. } => {
                 return Err("a gradient placeholder: differentiate (the `grad` pass) before partitioning".into())
             }
-            Op::Update { dst, rows, axis, .. } => {
+            Op::Update { dst, rows, at } => {
+                let what = match at {
+                    Some(_) => "KV cache, split by heads",
+                    None => "tensor updated whole, split like its new value",
+                };
                 let split = match (self.of(*rows), self.of(*dst)) {
                     (Sharding::Replicated, Sharding::Replicated) => None,
                     // Rows split by heads: the cache is loaded split like them.
                     (Sharding::Split { axis: a }, d) => {
                         if d != (Sharding::Split { axis: a }) {
                             self.divides(*dst, a)?;
-                            self.split_input(*dst, v, a, "KV cache, split by heads")
+                            self.split_input(*dst, v, a, what)
                                 .map_err(|e| {
                                     format!("an update with rows split along dim {a}: {e}")
                                 })?;
@@ -476,9 +480,14 @@ impl Propagation<'_> {
                         unreachable!("partials are completed at once")
                     }
                 };
+                let axis = match at {
+                    Some(at) => at.axis,
+                    // A whole update has no positions: any split is the value's.
+                    None => return Ok(split.map_or(Sharding::Replicated, |a| Sharding::Split { axis: a })),
+                };
                 match split {
                     None => Sharding::Replicated,
-                    Some(a) if a == *axis => {
+                    Some(a) if a == axis => {
                         return Err(format!(
                             "an update split along dim {a}, the axis it writes at"
                         ))

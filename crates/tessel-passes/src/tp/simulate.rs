@@ -5,7 +5,7 @@ use super::{block, built, k_ranges, local_operand, round_to, slice_block, subtre
 use super::{Sharding, TpError, TpPlan};
 use cranelift_entity::EntityRef;
 use tessel_ir::builder::Builder;
-use tessel_ir::graph::{Graph, Op};
+use tessel_ir::graph::{Graph, Op, UpdateAt};
 use tessel_ir::Value;
 
 /// One graph that computes what the `plan.tp` ranks of `plan` compute, for checking the
@@ -43,12 +43,7 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
         let sh = plan.sharding[v.index()];
         let ty = g.ty(v).clone();
         match op {
-            Op::Update {
-                dst,
-                rows,
-                pos,
-                axis,
-            } => {
+            Op::Update { dst, rows, at } => {
                 // Each rank writes its block of the rows into its block of the tensor: all
                 // of them together are one update of the whole tensor with the ranks' rows
                 // concatenated; each rank then reads its block of the result.
@@ -65,13 +60,15 @@ pub fn simulate(g: &Graph, plan: &TpPlan) -> Result<Graph, TpError> {
                     }
                     _ => val[0][*rows].expect("computed"),
                 };
-                let p = val[0][*pos].expect("positions are replicated");
+                let at = at.map(|at| UpdateAt {
+                    pos: val[0][at.pos].expect("positions are replicated"),
+                    axis: at.axis,
+                });
                 let y = built(Builder::new(&mut s).op(
                     Op::Update {
                         dst: d,
                         rows: rows_all,
-                        pos: p,
-                        axis: *axis,
+                        at,
                     },
                     None,
                 ));

@@ -36,7 +36,7 @@ use crate::layout;
 use crate::oracle::{input, max_nan, reduce, OracleError};
 use crate::tensor::Tensor;
 use bound::{from_f32_range, lower, sum_range, upper, with_f32_rounding, U32};
-use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp};
+use tessel_ir::graph::{gather_position, BinaryOp, Graph, Op, ReduceOp, UpdateAt};
 use tessel_ir::{DType, Value};
 
 /// How the kernels under test compute matmuls, which sets how far their sums may stray.
@@ -126,11 +126,11 @@ fn eval_op(
                 "a fused attention or a gradient placeholder (see layout::check)",
             ))
         }
+        Op::Update { rows, at: None, .. } => layout::operand(vals, *rows, v)?.to_vec(),
         Op::Update {
             dst,
             rows,
-            pos,
-            axis,
+            at: Some(UpdateAt { pos, axis }),
         } => {
             let p = layout::operand(vals, *pos, v)?;
             update_bounds(
