@@ -1048,8 +1048,8 @@ fn update_fusion_rules() {
     });
     // Along the last axis a vector is not allowed.
     fusion_fails("schedule.update", |g, _, _| {
-        if let Op::Update { axis, .. } = &mut g.ops[u] {
-            *axis = 2;
+        if let Op::Update { at: Some(at), .. } = &mut g.ops[u] {
+            at.axis = 2;
         }
         g.types[row] = t(Bf16, &[4, 6, 1]);
     });

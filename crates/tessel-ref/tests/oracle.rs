@@ -413,8 +413,7 @@ fn update_by_hand() {
         Op::Update {
             dst: c,
             rows: r,
-            pos: p,
-            axis: 1,
+            at: Some(tessel_ir::graph::UpdateAt { pos: p, axis: 1 }),
         },
         ty(DType::F32, &[3, 4, 2]),
     );

@@ -98,9 +98,7 @@ fn print_kernels(
                     }
                     Some(d) if matches!(d.role, BufferRole::InOut(_)) => {
                         let rows = match &c.graph.ops[*v] {
-                            tessel_ir::graph::Op::Update { at: None, .. } => {
-                                "all of ".to_string()
-                            }
+                            tessel_ir::graph::Op::Update { at: None, .. } => "all of ".to_string(),
                             tessel_ir::graph::Op::Update { rows, .. } => {
                                 format!("rows {} into ", c.graph.ty(*rows))
                             }

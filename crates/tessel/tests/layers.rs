@@ -190,15 +190,21 @@ fn small_layers_pass_check_in_every_profile() {
 
 /// The LoRA training steps at a small hidden size (tests/programs/lora_layer_small.tsl, the
 /// library of examples/lora/*_lora.tsl): every output — the layer's, dX and the fourteen
-/// adapter gradients, or the loss and the gradients — judged against the references in
-/// every profile, at one and at seven tokens.
+/// adapter gradients, or the loss and the gradients, or the loss and the AdamW-updated
+/// adapters and moments — judged against the references in every profile, at one and at
+/// seven tokens.
 #[test]
 fn small_lora_training_steps_pass_check_in_every_profile() {
     let d = scratch("lora-layers-check");
     let file = root("tests/programs/lora_layer_small.tsl");
     for t in ["1", "7"] {
         for profile in ["exact", "invariant", "fast"] {
-            for (step, outputs) in [("qwen3_grads", 16), ("qwen2_mse_grads", 15)] {
+            // qwen3_train: the loss and the 14 adapters and 28 moments updated in place.
+            for (step, outputs) in [
+                ("qwen3_grads", 16),
+                ("qwen2_mse_grads", 15),
+                ("qwen3_train", 43),
+            ] {
                 let dim = format!("T={t}");
                 let args = [
                     "check",

@@ -2,7 +2,9 @@
 //! - the LoRA delta's backward from `grad` gives the bits of the hand-written contract
 //!   (examples/lora/lora_delta.tsl `backward` vs `by_hand`) in every profile;
 //! - the f32 adapter's `grad` gives the bits of examples/lora/lora_step.tsl's six GEMMs;
-//! - in `invariant`, every row of U, ΔY and dX is the same bits whatever the batch.
+//! - in `invariant`, every row of U, ΔY and dX is the same bits whatever the batch;
+//! - AdamW (examples/lora/adamw.tsl) is torch.optim.AdamW's update rounded op by op, over
+//!   ten steps, and tracks the same updates in f64 within the bound its roundings allow.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,11 +20,12 @@ fn root() -> PathBuf {
 /// Step `step` of `file` compiled at `dims` in `profile`.
 fn program(file: &str, step: &str, dims: &[(&str, u64)], profile: Profile) -> Program {
     let path = root().join(file);
-    let src = std::fs::read_to_string(&path).expect("read the example");
-    let module = tessel_syntax::parse(&src).expect("parses");
+    let loaded = tessel_syntax::load::load(&path)
+        .unwrap_or_else(|_| panic!("{file}: does not load (run `tessel check` on it)"));
+    let module = loaded.module;
     let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
     let g = check::run(&module, step, &dims)
-        .unwrap_or_else(|d| panic!("{step}: {}", d[0].render("f", &src, false)));
+        .unwrap_or_else(|d| panic!("{step}: {} (`tessel check` renders it)", d[0].message));
     let opts = Options {
         verify: true,
         profile,
@@ -218,4 +221,196 @@ fn the_lora_layer_gradients_match_finite_differences() {
         report.inconclusive,
         14 * per
     );
+}
+
+/// One tensor's AdamW state as the test follows it: the parameter and its two moments.
+#[derive(Clone)]
+struct Adam {
+    p: Vec<f32>,
+    m: Vec<f32>,
+    v: Vec<f32>,
+}
+
+/// The hyperparameters of the AdamW test: torch.optim.AdamW's defaults but for a weight
+/// decay of 0.01 (its default) and a learning rate of 1e-3 (its default).
+const LR: f64 = 1e-3;
+const BETAS: (f64, f64) = (0.9, 0.999);
+const EPS: f64 = 1e-8;
+const WEIGHT_DECAY: f64 = 0.01;
+
+/// The f32 scalars AdamW's kernels receive at step `t`, computed in double as torch's
+/// Python code computes them (torch/optim/adam.py `_multi_tensor_adam`), in the order of
+/// examples/lora/adamw.tsl's parameters: 1 − β1, β2, 1 − β2, 1 − lr·λ, lr / bc1, √bc2, ε.
+fn adamw_scalars(t: i32) -> [f32; 7] {
+    let (b1, b2) = BETAS;
+    let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+    [
+        1.0 - b1,
+        b2,
+        1.0 - b2,
+        1.0 - LR * WEIGHT_DECAY,
+        LR / bc1,
+        bc2.sqrt(),
+        EPS,
+    ]
+    .map(|x| x as f32)
+}
+
+/// examples/lib/adamw.tsl's update in f32, operation by operation (Rust rounds every f32
+/// operation once and never contracts a multiply-add).
+fn adamw_f32(s: &mut Adam, g: &[f32], t: i32) {
+    let [w1, b2, w2, decay, step, bc2_sqrt, eps] = adamw_scalars(t);
+    for (i, &g) in g.iter().enumerate() {
+        s.m[i] = s.m[i] + w1 * (g - s.m[i]);
+        s.v[i] = s.v[i] * b2 + w2 * g * g;
+        s.p[i] = s.p[i] * decay - step * (s.m[i] / (s.v[i].sqrt() / bc2_sqrt + eps));
+    }
+}
+
+/// The same update in f64 (the algorithm, without f32 roundings), from the same gradients.
+fn adamw_f64(p: &mut [f64], m: &mut [f64], v: &mut [f64], g: &[f32], t: i32) {
+    let (b1, b2) = BETAS;
+    let (bc1, bc2) = (1.0 - b1.powi(t), 1.0 - b2.powi(t));
+    for (i, &g) in g.iter().enumerate() {
+        let g = g as f64;
+        m[i] = b1 * m[i] + (1.0 - b1) * g;
+        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+        p[i] =
+            p[i] * (1.0 - LR * WEIGHT_DECAY) - LR / bc1 * m[i] / (v[i].sqrt() / bc2.sqrt() + EPS);
+    }
+}
+
+#[test]
+fn adamw_is_torchs_update_rounded_op_by_op_over_ten_steps() {
+    let (r, k, n) = (4u64, 40u64, 24u64);
+    let dims = [("R", r), ("K", k), ("N", n)];
+    let f32s = |t: &Tensor| t.to_f32_vec();
+    for profile in Profile::ALL {
+        let p = program("examples/lora/adamw.tsl", "adamw", &dims, profile);
+        let start = inputs(&p, 11);
+        let named = |name: &str| {
+            let i = p.inputs.iter().position(|(n, _)| n == name).expect(name);
+            start[i].clone()
+        };
+        // B starts at zero as PEFT's does; the moments at zero as torch's.
+        let mut state = [
+            Adam {
+                p: f32s(&named("a")),
+                m: vec![0.0; (r * k) as usize],
+                v: vec![0.0; (r * k) as usize],
+            },
+            Adam {
+                p: vec![0.0; (n * r) as usize],
+                m: vec![0.0; (n * r) as usize],
+                v: vec![0.0; (n * r) as usize],
+            },
+        ];
+        let mut exact: Vec<[Vec<f64>; 3]> = state
+            .iter()
+            .map(|s| {
+                let z = vec![0.0; s.p.len()];
+                [s.p.iter().map(|&x| x as f64).collect(), z.clone(), z]
+            })
+            .collect();
+        let shapes = [vec![r, k], vec![n, r]];
+        for t in 1..=10 {
+            // Gradients of a few different sizes per step, some elements tiny (ε matters).
+            let grads: Vec<Vec<f32>> = (0..2)
+                .map(|j| {
+                    let g = f32s(&Tensor::random(
+                        tessel_ir::TensorType::new(tessel_ir::DType::F32, shapes[j].clone()),
+                        100 * t as u64 + j as u64,
+                    ));
+                    g.iter()
+                        .enumerate()
+                        .map(|(i, &x)| x * [1.0, 1e-3, 1e-9][i % 3])
+                        .collect()
+                })
+                .collect();
+            let [w1, b2, w2, decay, step, bc2_sqrt, eps] = adamw_scalars(t);
+            let scalar = |x: f32| Tensor::from_f32(tessel_ir::DType::F32, vec![], &[x]);
+            let t32 =
+                |v: &[f32], j: usize| Tensor::from_f32(tessel_ir::DType::F32, shapes[j].clone(), v);
+            let ins: Vec<Tensor> = p
+                .inputs
+                .iter()
+                .map(|(name, _)| match name.as_str() {
+                    "a" => t32(&state[0].p, 0),
+                    "b" => t32(&state[1].p, 1),
+                    "m_a" => t32(&state[0].m, 0),
+                    "v_a" => t32(&state[0].v, 0),
+                    "m_b" => t32(&state[1].m, 1),
+                    "v_b" => t32(&state[1].v, 1),
+                    "g_a" => t32(&grads[0], 0),
+                    "g_b" => t32(&grads[1], 1),
+                    "w1" => scalar(w1),
+                    "beta2" => scalar(b2),
+                    "w2" => scalar(w2),
+                    "decay" => scalar(decay),
+                    "step_size" => scalar(step),
+                    "bc2_sqrt" => scalar(bc2_sqrt),
+                    "eps" => scalar(eps),
+                    other => panic!("unexpected input {other}"),
+                })
+                .collect();
+            let outs = run(&p, &ins);
+            let out = |name: &str| {
+                let i = p.outputs.iter().position(|(n, _)| n == name).expect(name);
+                f32s(&outs[i])
+            };
+            for (j, s) in state.iter_mut().enumerate() {
+                adamw_f32(s, &grads[j], t);
+                let e = &mut exact[j];
+                let [ep, em, ev] = e;
+                adamw_f64(ep, em, ev, &grads[j], t);
+            }
+            for (j, (pn, mn, vn)) in [("a", "m_a", "v_a"), ("b", "m_b", "v_b")]
+                .into_iter()
+                .enumerate()
+            {
+                for (name, want) in [(pn, &state[j].p), (mn, &state[j].m), (vn, &state[j].v)] {
+                    let got = out(name);
+                    let same = got
+                        .iter()
+                        .zip(want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "{profile:?} step {t}: {name} is not the f32 update");
+                }
+            }
+        }
+        // Against f64: each step rounds p twice (the decay, then the subtraction: at most
+        // one ulp of |p| each; the update itself, ~lr, is off by some 1e-7 of itself from
+        // its five roundings and the f32 scalars) — so after ten steps at most 20 ulp of
+        // the largest |p| (or 1e-6·lr where p is still ~0, as B's first steps). The
+        // moments, rounded two or three times a step from the same gradients with weights
+        // off by at most half an ulp, stay within 1e-6 of their largest value.
+        for (j, s) in state.iter().enumerate() {
+            let top = exact[j][0].iter().fold(0f64, |a, &x| a.max(x.abs()));
+            let ulp = if top > 0.0 {
+                top * f32::EPSILON as f64
+            } else {
+                f64::MIN_POSITIVE
+            };
+            let worst =
+                s.p.iter()
+                    .zip(&exact[j][0])
+                    .fold(0f64, |a, (&x, &y)| a.max((x as f64 - y).abs()));
+            assert!(
+                worst <= 20.0 * ulp.max(LR * 1e-6),
+                "{profile:?}: tensor {j} drifts {worst:e} from f64 AdamW after ten steps (20 ulp = {:e})",
+                20.0 * ulp
+            );
+            for (got, want) in [(&s.m, &exact[j][1]), (&s.v, &exact[j][2])] {
+                let scale = want.iter().fold(0f64, |a, &x| a.max(x.abs()));
+                let worst = got
+                    .iter()
+                    .zip(want)
+                    .fold(0f64, |a, (&x, &y)| a.max((x as f64 - y).abs()));
+                assert!(
+                    worst <= 1e-6 * scale,
+                    "{profile:?}: a moment drifts {worst:e} of {scale:e}"
+                );
+            }
+        }
+    }
 }

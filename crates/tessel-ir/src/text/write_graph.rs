@@ -175,7 +175,11 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             v,
             bound: Some(b),
         } => format!("attention {logits}, {v}, bound {b}"),
-        Op::Update { dst, rows, at: None } => format!("update {dst}, {rows}"),
+        Op::Update {
+            dst,
+            rows,
+            at: None,
+        } => format!("update {dst}, {rows}"),
         Op::Update {
             dst,
             rows,

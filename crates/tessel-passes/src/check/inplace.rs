@@ -170,18 +170,21 @@ impl Checker<'_> {
         let rows = self.tensor(rv, rspan)?;
         let rty = self.graph.ty(rows).clone();
         if rty.dtype != dty.dtype {
+            let what = if at_given { "rows" } else { "values" };
             return Err(self.error(
                 Diagnostic::error(
                     codes::DTYPE_MISMATCH,
                     format!(
-                        "`update` writes {} rows into a {} tensor",
+                        "`update` writes {} {what} into a {} tensor",
                         rty.dtype, dty.dtype
                     ),
                 )
                 .with_label(rspan, format!("this is {rty}"))
                 .with_secondary(dspan, format!("this is {dty}"))
-                .with_note("the rows are stored as they are: they must have the tensor's dtype")
-                .with_help(format!("convert them first, e.g. `{}(rows)`", dty.dtype)),
+                .with_note(format!(
+                    "the {what} are stored as they are: they must have the tensor's dtype"
+                ))
+                .with_help(format!("convert them first, e.g. `{}({what})`", dty.dtype)),
             ));
         }
         if !at_given {
