@@ -115,7 +115,8 @@ def main(argv=None):
         # tessel
         inp = dict(state, g_a=ga, g_b=gb, **scalars(t))
         fin, fout = os.path.join(args.out, f"in{t}.safetensors"), os.path.join(args.out, f"out{t}.safetensors")
-        save_file({k: np.ascontiguousarray(v) for k, v in inp.items()}, fin)
+        # np.ascontiguousarray would make the 0-d scalars 1-d; np.require keeps them 0-d.
+        save_file({k: np.require(v, requirements="C") for k, v in inp.items()}, fin)
         cmd = [args.tessel, "run", tsl, "--step", "adamw", "--profile", args.profile,
                "--dim", f"R={R}", "--dim", f"K={K}", "--dim", f"N={N}", "--inputs", fin, "-o", fout]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
