@@ -38,12 +38,13 @@ fn generated_programs_give_the_same_bits_at_every_world_size() {
         ..Config::default()
     };
     let (d1, same1, planned1) = sweep(&attention, 0..120);
-    let (d2, same2, planned2) = sweep(&Config::default(), 0..300);
+    let (d2, same2, planned2) = sweep(&Config::default(), 0..340);
     eprintln!("attention: {planned1} planned, {same1} compared; ordinary: {planned2} planned, {same2} compared");
     let defects: Vec<String> = d1.into_iter().chain(d2).collect();
     assert!(defects.is_empty(), "{}", defects.join("\n\n"));
-    // The sweep compares something: programs split by the plan and run apart (28 of these
-    // 420; most generated programs have no weight the plan can split or heads the ranks
+    // The sweep compares something: programs split by the plan and run apart (19 of the
+    // first 420 since whole updates joined the generator's mix, so 460 are swept; most
+    // generated programs have no weight the plan can split or heads the ranks
     // do not divide; `generated_blocks_give_the_same_bits_at_every_world_size` covers
     // whole blocks).
     assert!(

@@ -513,6 +513,32 @@ mod tests {
         assert!(empty_rows >= 30, "{empty_rows} softmaxes with empty rows");
     }
 
+    /// Whole updates of an `inout` parameter from itself (`update(p, value)`) are generated
+    /// among the first 2000 programs: read at the element written, transposed, and
+    /// through a reduction over its rows.
+    #[test]
+    fn whole_updates_are_generated() {
+        let cfg = Config::default();
+        let (mut same, mut transposed, mut reduced) = (0, 0, 0);
+        for seed in 0..2000 {
+            for line in generate(seed, &cfg).source_body().lines() {
+                if !line.contains("= update(") {
+                    continue;
+                }
+                if line.contains("^T") {
+                    transposed += 1;
+                } else if line.contains("sum(") {
+                    reduced += 1;
+                } else {
+                    same += 1;
+                }
+            }
+        }
+        assert!(same >= 25, "{same} update(p, x + p)");
+        assert!(transposed >= 5, "{transposed} update(p, x + p^T)");
+        assert!(reduced >= 25, "{reduced} update(p, x - sum(p, ..))");
+    }
+
     /// Matmuls of widening casts of 16-bit values (`f32(x) @ f32(w)^T`, read by the kernels
     /// as 16-bit tensors) stay covered among the first 2000 programs: transposed with the
     /// cast inside and outside the `^T`, and plain.

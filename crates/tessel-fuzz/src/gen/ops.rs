@@ -36,6 +36,7 @@ impl Gen {
             (3, Gen::split),
             (9, Gen::matmul),
             (2, Gen::iota),
+            (2, Gen::whole_update),
         ];
         let total: u32 = w.iter().map(|x| x.0).sum();
         let mut r = self.below(total as u64) as u32;
@@ -958,5 +959,31 @@ impl Gen {
             format!("iota({})", d.text()),
             vec![],
         )
+    }
+
+    /// A fresh `inout` parameter `p` of an operand's type updated whole in place from
+    /// itself: read at the element written (`x + p`), transposed (`x + p^T`, square), or
+    /// through a reduction over its rows (`x + sum(p, ..)`) — the last two read elements
+    /// other threads write, which `fuse` must finish in earlier kernels (rule 6).
+    fn whole_update(&mut self) -> Option<Let> {
+        if self.cfg.grad {
+            return None;
+        }
+        let (x, t) = self.operand();
+        if t.dtype == DType::Bool || t.rank() == 0 {
+            return None;
+        }
+        let r = t.rank();
+        let square = r >= 2 && t.shape[r - 1] == t.shape[r - 2];
+        let value = match self.below(3) {
+            1 if square => "{1} + {0}^T".to_string(),
+            2 => format!("{{1}} - sum({{0}}, axis: {}, keep: true)", r - 1),
+            _ => "{1} + {0}".to_string(),
+        };
+        let p = self.fresh_param(t.clone());
+        self.p.inout.push(p.clone());
+        self.consumed.push(p.clone());
+        let name = self.fresh_let(0);
+        one(vec![name], t, format!("update({{0}}, {value})"), vec![p, x])
     }
 }

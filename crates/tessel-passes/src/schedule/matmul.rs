@@ -283,9 +283,13 @@ pub(super) fn choose(
     } else {
         ""
     };
-    let out_shape_is_mm = g.matmul_layout(mm, out) == Some(tessel_ir::graph::MatmulLayout::Rows);
+    // How the output is laid out against the matmul's rows: the staged epilogue writes any
+    // output that keeps them (`[B·T, N]` as `[B, T, N]`), the pairs epilogue only the
+    // matmul's own shape (verifier rule `schedule.mma`).
+    let rows = g.matmul_layout(mm, out) == Some(tessel_ir::graph::MatmulLayout::Rows);
+    let same = g.ty(out).shape == g.ty(mm).shape;
     let mut why_not = String::new();
-    match mma(&s, s.read, out_shape_is_mm, (None, split_k_ok), t, profile) {
+    match mma(&s, s.read, (rows, same), (None, split_k_ok), t, profile) {
         Ok((tile, why)) => {
             return Schedule {
                 tile,
@@ -430,7 +434,7 @@ pub fn row_epilogue_tile(
     if decode || d == 0 || s.n % d != 0 {
         return None;
     }
-    mma(&s, s.read, true, (Some(d), false), t, profile).ok()
+    mma(&s, s.read, (true, true), (Some(d), false), t, profile).ok()
 }
 
 /// The tensor-core tile and its reason, or why there is none: the profile or the operands
@@ -441,7 +445,7 @@ pub fn row_epilogue_tile(
 fn mma(
     s: &MatmulShape,
     dt: DType,
-    out_shape_is_mm: bool,
+    (out_rows, out_same): (bool, bool),
     (rows, split_k_ok): (Option<u64>, bool),
     t: &Target,
     profile: Profile,
@@ -464,8 +468,8 @@ fn mma(
     // How the accumulators reach memory: 16-byte row vectors through shared memory where
     // rows are whole vectors, else pairs where rows are even (see `MmaEpilogue`).
     let epilogue = match s.n {
-        n if out_shape_is_mm && n % 4 == 0 => MmaEpilogue::Staged,
-        n if out_shape_is_mm && n % 2 == 0 => MmaEpilogue::Pairs,
+        n if out_rows && n % 4 == 0 => MmaEpilogue::Staged,
+        n if out_same && n % 2 == 0 => MmaEpilogue::Pairs,
         _ => MmaEpilogue::Single,
     };
     let esz = dt.size_bytes() as u32;
