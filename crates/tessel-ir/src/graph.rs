@@ -407,6 +407,17 @@ impl Op {
         }
     }
 
+    /// What an [`Op::Update`]'s kernel computes from: its `rows` and, for a rows update,
+    /// its positions — every operand but the `dst` it writes into. Empty for other ops.
+    pub fn update_sources(&self) -> Vec<Value> {
+        match self {
+            Op::Update { rows, at, .. } => {
+                std::iter::once(*rows).chain(at.map(|at| at.pos)).collect()
+            }
+            _ => vec![],
+        }
+    }
+
     /// True for ops that compute each output element from operand elements at related
     /// indices only (not reductions, softmax, matmul, attention, or an update or a gather,
     /// whose element depends on a position read at run time).

@@ -231,7 +231,7 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
                     mat.insert(x);
                 }
             }
-            for x in op.args().into_iter().filter(|x| x != dst) {
+            for x in op.update_sources() {
                 let in_kernel = x == *rows && rows_reduced_in_update(g, v, &mat);
                 if !mat.contains(x) && !in_kernel {
                     for r in cone_reductions(g, x, &mat) {

@@ -706,11 +706,7 @@ fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
                 continue;
             }
             let args = match &g.ops[v] {
-                Op::Update { dst, .. } => {
-                    let mut a = g.ops[v].args();
-                    a.retain(|x| x != dst);
-                    a
-                }
+                op @ Op::Update { .. } => op.update_sources(),
                 op => op.args(),
             };
             stack.extend(args.into_iter().filter(|&a| exists(g, a) && a < v));

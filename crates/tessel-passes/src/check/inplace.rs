@@ -374,7 +374,7 @@ impl Checker<'_> {
             // computed from it (its kernel reads each element where it writes it).
             let whole = matches!(op, Op::Update { at: None, .. });
             let args = match &op {
-                Op::Update { dst, .. } => op.args().into_iter().filter(|a| a != dst).collect(),
+                Op::Update { .. } => op.update_sources(),
                 _ => op.args(),
             };
             let mut deps: BTreeSet<Value> = BTreeSet::new();

@@ -612,8 +612,8 @@ fn leaves(g: &Graph, fusion: &Fusion, outputs: &[Value], stop: Option<Value>) ->
                 continue;
             }
         }
-        if let GOp::Update { dst, .. } = g.ops[v] {
-            stack.extend(g.ops[v].args().into_iter().filter(|&a| a != dst));
+        if let GOp::Update { .. } = g.ops[v] {
+            stack.extend(g.ops[v].update_sources());
             continue;
         }
         stack.extend(g.ops[v].args());
