@@ -58,6 +58,7 @@ pub fn rule_name(op: &Op) -> &'static str {
         Op::TopK { .. } => "graph.topk",
         Op::MatMul { .. } => "graph.matmul",
         Op::Attention { .. } => "graph.attention",
+        Op::AttentionStat { .. } => "graph.attention_stat",
         Op::Update { .. } => "graph.update",
         Op::Gather { .. } => "graph.gather",
         Op::Grad { .. } => "graph.grad",
@@ -462,6 +463,25 @@ pub fn result_type(
             shape[n - 1] = xs[n - 1];
             Ok(TensorType::new(x.dtype, shape))
         }
+        Op::AttentionStat { logits, bound, .. } => {
+            let l = ty(logits)?;
+            let mut want = l.shape.0.clone();
+            if want.len() < 2 || l.dtype != DType::F32 {
+                return err(format!("the logits are {l}, not f32 [.., M, N]"));
+            }
+            if let Some(last) = want.last_mut() {
+                *last = 1;
+            }
+            if let Some(b) = bound {
+                let b = ty(b)?;
+                if b.dtype != DType::I32 || b.shape.0 != want {
+                    return err(format!(
+                        "the bound is {b}, not i32 with the logits' shape and 1 key"
+                    ));
+                }
+            }
+            Ok(TensorType::new(DType::F32, want))
+        }
         Op::Update { dst, rows, at } => {
             let (d, r) = (ty(dst)?, ty(rows)?);
             if r.dtype != d.dtype {
@@ -802,7 +822,7 @@ mod tests {
     //! One right and one wrong op per rule: the right one's type is the rule's (worked out
     //! here by hand), the wrong one fails under the rule's name.
     use super::*;
-    use crate::graph::ReduceOp;
+    use crate::graph::{ReduceOp, RowStat};
     use DType::*;
 
     fn t(dtype: DType, dims: &[u64]) -> TensorType {
@@ -1206,6 +1226,35 @@ mod tests {
         broken(
             rt(&[l, t(Bf16, &[2, 7, 5])], at(false), None),
             "graph.attention",
+        );
+    }
+
+    #[test]
+    fn attention_stat() {
+        let lse = |bound: bool| {
+            move |v: &[Value]| Op::AttentionStat {
+                stat: RowStat::Sum,
+                logits: v[0],
+                bound: bound.then(|| v[1]),
+            }
+        };
+        let l = t(F32, &[2, 3, 8]);
+        assert_eq!(
+            rt(&[l.clone(), t(I32, &[2, 3, 1])], lse(true), None),
+            Ok(t(F32, &[2, 3, 1]))
+        );
+        assert_eq!(rt(&[l.clone()], lse(false), None), Ok(t(F32, &[2, 3, 1])));
+        broken(
+            rt(&[l.clone(), t(I32, &[2, 3, 8])], lse(true), None),
+            "graph.attention_stat",
+        );
+        broken(
+            rt(&[t(Bf16, &[2, 3, 8])], lse(false), None),
+            "graph.attention_stat",
+        );
+        broken(
+            rt(&[t(F32, &[8])], lse(false), None),
+            "graph.attention_stat",
         );
     }
 

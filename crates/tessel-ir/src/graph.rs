@@ -106,6 +106,15 @@ pub enum ReduceOp {
     LogSumExp,
 }
 
+/// Which row statistic of an attention's logits an [`Op::AttentionStat`] is.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum RowStat {
+    /// The row maximum of the visible logits.
+    Max,
+    /// The sum of `exp(x - max)` over the visible logits.
+    Sum,
+}
+
 /// The definition of a value. The result type is in [`Graph::types`].
 /// Where an [`Op::Update`] of rows writes them: from position `pos[b]` (i32
 /// `[dst.shape[0]]`, one per index of `dst`'s first dim) along `axis` (≥ 1).
@@ -251,6 +260,24 @@ pub enum Op {
         v: Value,
         bound: Option<Value>,
     },
+    /// A row statistic of an [`Op::Attention`]'s logits, which the fused attention forms in
+    /// its loop and writes beside its output (the `fuse` pass puts both in one group): f32
+    /// `[.., M, 1]` from f32 `logits [.., M, N]`, over the keys a row sees (`j < bound` when
+    /// a bound is given, i32 `[.., M, 1]`, as the attention's). [`RowStat::Max`] is the
+    /// row's maximum `m` (-inf for a row that sees no key), exactly; [`RowStat::Sum`] is
+    /// `l = Σ exp(x - m)` over those keys (0 for a row that sees none), summed as the
+    /// kernel sums it — by blocks, the sum so far rescaled by `exp(m_old - m)` when a block
+    /// raises the maximum — which differs from the program's sum by roundings only.
+    /// The attention backward recomputes the probabilities from them,
+    /// `where(m == -inf, 0, exp(x - m) / l)`, the program's own softmax without its two
+    /// reductions (FlashAttention-2, Algorithm 2, saves `m + log(l)` instead, one rounding
+    /// further from the program). A second result is an op of its own that names the
+    /// first's operands, as a projection does.
+    AttentionStat {
+        logits: Value,
+        bound: Option<Value>,
+        stat: RowStat,
+    },
     /// `dst` written in place, in one of two forms, by `at`:
     ///
     /// - **rows** (`at: Some(UpdateAt { pos, axis })`, `axis` ≥ 1): for every index `b` of
@@ -341,6 +368,11 @@ impl Op {
                 a.extend(bound);
                 a
             }
+            Op::AttentionStat { logits, bound, .. } => {
+                let mut a = vec![*logits];
+                a.extend(bound);
+                a
+            }
             Op::Select {
                 cond,
                 on_true,
@@ -381,6 +413,11 @@ impl Op {
             Op::Binary { lhs, rhs, .. } | Op::MatMul { lhs, rhs } => vec![lhs, rhs],
             Op::Attention { logits, v, bound } => {
                 let mut a = vec![logits, v];
+                a.extend(bound.as_mut());
+                a
+            }
+            Op::AttentionStat { logits, bound, .. } => {
+                let mut a = vec![logits];
                 a.extend(bound.as_mut());
                 a
             }
@@ -430,6 +467,7 @@ impl Op {
                 | Op::Cumsum { .. }
                 | Op::MatMul { .. }
                 | Op::Attention { .. }
+                | Op::AttentionStat { .. }
                 | Op::Update { .. }
                 | Op::Gather { .. }
                 | Op::Grad { .. }

@@ -20,7 +20,9 @@
 //!    An [`Op::Attention`] is materialised and its kernel computes its logits' cone and
 //!    their matmul (`q @ kᵀ`) itself: the tensors under the views of q, k and v are
 //!    materialised instead of the matmul's operands, and no other rule materialises a
-//!    value of those views.
+//!    value of those views. An [`Op::AttentionStat`] of the same logits and bound (a row's
+//!    maximum, its sum) is another output of the group (`[.., M, 1]`): the kernel writes
+//!    it too.
 //! 1. Step outputs are materialised.
 //! 2. An expensive value crossing a broadcast is materialised: if a [`Op::Broadcast`]
 //!    multiplies the element count by 2 or more, and the value it broadcasts (looking through
@@ -103,6 +105,9 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     let mut claimed: EntitySet<Value> = EntitySet::new();
     let mut attn_views: EntitySet<Value> = EntitySet::new();
     for (v, op) in g.ops.iter() {
+        if let Op::AttentionStat { .. } = op {
+            mat.insert(v);
+        }
         if let Op::Attention { logits, v: vv, .. } = op {
             mat.insert(v);
             let Some((s, _)) = crate::attention::logits_matmul(g, *logits) else {
@@ -305,6 +310,18 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
             continue;
+        }
+        // An attention's logsumexp is its group's second output: the kernel forms it in
+        // its loop.
+        if let Op::AttentionStat { logits, bound, .. } = *op {
+            let own = groups.iter_mut().find(|gd| {
+                gd.kind == GroupKind::Attention
+                    && matches!(g.ops[gd.reductions[1]], Op::Attention { logits: l, bound: b, .. } if l == logits && b == bound)
+            });
+            if let Some(gd) = own {
+                gd.outputs.push(v);
+                continue;
+            }
         }
         let matmuls = cone_matmuls(g, v, &mat);
         let (kind, reductions) = if let Some(&c) = scans.get(&v) {
@@ -589,6 +606,7 @@ fn column_free_reductions(g: &Graph, out: Value, mat: &EntitySet<Value>) -> bool
             | Op::Iota { .. }
             | Op::MatMul { .. }
             | Op::Attention { .. }
+            | Op::AttentionStat { .. }
             | Op::TopK { .. }
             | Op::Cumsum { .. }
             | Op::Update { .. }
@@ -771,6 +789,7 @@ fn walk_rows(g: &Graph, out: Value, mat: &EntitySet<Value>) -> (Vec<(Value, Vec<
             | Op::Iota { .. }
             | Op::MatMul { .. }
             | Op::Attention { .. }
+            | Op::AttentionStat { .. }
             | Op::TopK { .. }
             | Op::Cumsum { .. }
             | Op::Update { .. }

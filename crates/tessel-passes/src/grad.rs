@@ -61,7 +61,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tessel_ir::builder::{Builder, TypeError};
-use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, UnaryOp, UpdateAt};
+use tessel_ir::graph::{BinaryOp, Graph, Op, ReduceOp, RowStat, UnaryOp, UpdateAt};
 use tessel_ir::{DType, TensorType, Value};
 
 /// Why the pass failed: a rule built an ill-typed op (a compiler bug; `check` guarantees
@@ -519,8 +519,12 @@ impl Pass<'_> {
                 res[0] = da;
                 res[1] = db;
             }
-            Op::Attention { logits, v: vv, .. } => {
-                let (dl, dv) = self.attention_vjp(*logits, *vv, dy, need)?;
+            Op::Attention {
+                logits,
+                v: vv,
+                bound,
+            } => {
+                let (dl, dv) = self.attention_vjp(*logits, *vv, *bound, dy, need)?;
                 res[0] = dl;
                 res[1] = dv;
             }
@@ -545,6 +549,12 @@ impl Pass<'_> {
             Op::Grad { .. } => {
                 return Err(GradError::Unsupported(
                     "a gradient of a gradient (the forward holds another grad)".into(),
+                ))
+            }
+            // Made by this pass for an attention's backward, never in its input.
+            Op::AttentionStat { .. } => {
+                return Err(GradError::Unsupported(
+                    "a gradient through an attention's row statistic".into(),
                 ))
             }
         }
@@ -863,16 +873,44 @@ impl Pass<'_> {
         &mut self,
         logits: Value,
         v: Value,
+        bound: Option<Value>,
         dy: Value,
         need: &[bool],
     ) -> Result<(Option<Value>, Option<Value>), GradError> {
         // The rules of the three ops the attention stands for, in turn: `P = softmax(l)`,
-        // `P16 = cast(P)`, `O = P16 @ v`.
+        // `P16 = cast(P)`, `O = P16 @ v` — with P recomputed from the row maximum and sum
+        // the forward kernel wrote beside O (`decompose`'s softmax without its reductions).
         let vd = self.g.ty(v).dtype;
+        let (lf, bf) = (self.map[&logits], bound.map(|b| self.map[&b]));
         let l = self.fwd(logits);
         let vv = self.fwd(v);
         let last = self.out.ty(l).shape.rank() as u32 - 1;
-        let p = self.b().softmax(l, last)?;
+        let p = {
+            let mut b = self.b();
+            let stat = |b: &mut Builder, stat| {
+                b.op(
+                    Op::AttentionStat {
+                        logits: lf,
+                        bound: bf,
+                        stat,
+                    },
+                    None,
+                )
+            };
+            let m = stat(&mut b, RowStat::Max)?;
+            let s = stat(&mut b, RowStat::Sum)?;
+            let shape = b.dims(l).to_vec();
+            let mb = b.broadcast(m, &shape)?;
+            let sb = b.broadcast(s, &shape)?;
+            let z = b.sub(l, mb)?;
+            let e = b.unary(UnaryOp::Exp, z)?;
+            let q = b.div(e, sb)?;
+            let ninf = b.full_like(f64::NEG_INFINITY, m)?;
+            let empty = b.binary(BinaryOp::Eq, m, ninf)?;
+            let emptyb = b.broadcast(empty, &shape)?;
+            let zero = b.full_like(0.0, q)?;
+            b.select(emptyb, zero, q)?
+        };
         let p16 = self.b().cast(p, vd)?;
         let dv = if need[1] {
             let pt = self.transpose(p16)?;

@@ -93,7 +93,7 @@ pub fn check_op(g: &Graph, v: Value, op: &Op) -> Result<(), OracleError> {
         }
         // The references judge the program as written (the checked graph); this op exists
         // only after the `attention` pass has rewritten it.
-        Op::Attention { .. } => {
+        Op::Attention { .. } | Op::AttentionStat { .. } => {
             return Err(malformed(
                 v,
                 "a fused attention: the references evaluate the checked graph, before `attention`",

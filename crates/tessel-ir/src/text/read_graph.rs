@@ -7,7 +7,7 @@ use super::{
 };
 use crate::entities::{Group, Value};
 use crate::graph::{
-    Fusion, Graph, GroupData, MmaEpilogue, Op, Schedule, Schedules, TileConfig, UpdateAt,
+    Fusion, Graph, GroupData, MmaEpilogue, Op, RowStat, Schedule, Schedules, TileConfig, UpdateAt,
 };
 use crate::kernel::MmaShape;
 use crate::types::{DType, Shape, TensorType};
@@ -509,6 +509,25 @@ fn op(c: &mut Cursor) -> Result<(Op, Vec<Ref>, Option<String>), ReadError> {
                 None
             };
             Op::Attention { logits, v, bound }
+        }
+        "attention_stat.max" | "attention_stat.sum" => {
+            let stat = if m == "attention_stat.max" {
+                RowStat::Max
+            } else {
+                RowStat::Sum
+            };
+            let logits = arg(c, &mut refs)?;
+            let bound = if c.eat_punct(',') {
+                c.keyword("bound")?;
+                Some(arg(c, &mut refs)?)
+            } else {
+                None
+            };
+            Op::AttentionStat {
+                logits,
+                bound,
+                stat,
+            }
         }
         "update" => {
             let dst = arg(c, &mut refs)?;

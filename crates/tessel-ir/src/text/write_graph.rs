@@ -2,7 +2,7 @@
 
 use super::{binary_name, fmt_f64, group_kind_name, name, quote, reduce_name, unary_name};
 use crate::entities::{Group, Value};
-use crate::graph::{Fusion, Graph, Op, Schedule, Schedules, UpdateAt};
+use crate::graph::{Fusion, Graph, Op, RowStat, Schedule, Schedules, UpdateAt};
 use cranelift_entity::{packed_option::PackedOption, EntityRef, SecondaryMap};
 use std::fmt::Write;
 
@@ -175,6 +175,20 @@ fn op_text(g: &Graph, v: Value, op: &Op) -> String {
             v,
             bound: Some(b),
         } => format!("attention {logits}, {v}, bound {b}"),
+        Op::AttentionStat {
+            logits,
+            bound,
+            stat,
+        } => {
+            let which = match stat {
+                RowStat::Max => "max",
+                RowStat::Sum => "sum",
+            };
+            match bound {
+                None => format!("attention_stat.{which} {logits}"),
+                Some(b) => format!("attention_stat.{which} {logits}, bound {b}"),
+            }
+        }
         Op::Update {
             dst,
             rows,

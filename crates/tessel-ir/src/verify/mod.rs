@@ -54,6 +54,8 @@
 //! - `graph.attention`: `softmax(logits) @ v` of `[.., M, N]` f32 logits and a `[.., N, E]`
 //!   float `v` is `[.., M, E]` of `v`'s dtype; a bound is i32 of the logits' shape with
 //!   1 key.
+//! - `graph.attention_stat`: a row statistic of `[.., M, N]` f32 logits is f32
+//!   `[.., M, 1]`; a bound as the attention's.
 //! - `graph.grad`: the gradient has the float type of `wrt`; one seed per output (at least
 //!   one), each of its output's float type.
 //! - `graph.inout`: the end of each `inout` input's chain of updates (the input itself
@@ -61,7 +63,9 @@
 //!
 //! # Fusion groups (when given)
 //! - `fusion.outputs`: a group has at least one output, each an existing value, all of
-//!   one shape.
+//!   one shape — but for an attention group, which writes the attention and may also
+//!   write each row statistic (`attention_stat`, `[.., M, 1]`) of the same logits and
+//!   bound once, nothing else.
 //! - `fusion.writer`: each group output has that group as its writer, and each writer
 //!   entry names an existing group that lists the value among its outputs.
 //! - `fusion.alias`: an alias is a chain of reshapes over its base, which is materialised

@@ -40,6 +40,18 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                 );
             }
             let s = &g.ty(v).shape;
+            // An attention group's logsumexp output has its rows' shape (checked below); no
+            // other kernel computes one.
+            if matches!(g.ops[v], Op::AttentionStat { .. }) {
+                if data.kind != GroupKind::Attention {
+                    e.push(
+                        "fusion.outputs",
+                        loc.clone(),
+                        format!("output {v} is an attention_stat, which only its attention's group writes"),
+                    );
+                }
+                continue;
+            }
             match shape {
                 None => shape = Some((v, s)),
                 Some((first, s0)) if s0 != s => e.push(
@@ -107,6 +119,29 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                             "fusion.outputs",
                             loc.clone(),
                             format!("output {o} is {s}, the attention gives {}", a.shape),
+                        );
+                    }
+                    // Its second output, if any: the logsumexp of the same logits.
+                    let Op::Attention { logits, bound, .. } = g.ops[data.reductions[1]] else {
+                        unreachable!("checked above")
+                    };
+                    let lses: Vec<Value> = data
+                        .outputs
+                        .iter()
+                        .copied()
+                        .filter(|&x| exists(g, x) && matches!(g.ops[x], Op::AttentionStat { .. }))
+                        .collect();
+                    let own = |x: &Value| matches!(g.ops[*x], Op::AttentionStat { logits: l, bound: b, .. } if l == logits && b == bound);
+                    let distinct =
+                        |x: &Value| lses.iter().filter(|y| g.ops[**y] == g.ops[*x]).count() == 1;
+                    if data.outputs.len() != 1 + lses.len()
+                        || !lses.iter().all(own)
+                        || !lses.iter().all(distinct)
+                    {
+                        e.push(
+                            "fusion.outputs",
+                            loc.clone(),
+                            "an attention group writes the attention and, at most once each, the row statistics of its logits and bound",
                         );
                     }
                 }

@@ -712,10 +712,19 @@ pub(crate) fn dtype_rank(d: DType) -> u8 {
 pub(crate) fn remove_dead(g: &Graph) -> Graph {
     let mut live: HashSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
     let ops: Vec<(Value, &Op)> = g.ops.iter().collect();
+    // A live row statistic keeps its attention live: the attention's kernel forms it.
+    let mut stats_of: HashSet<Value> = HashSet::new();
     for (v, op) in ops.iter().rev() {
-        if live.contains(v) || matches!(op, Op::Input { .. }) {
+        let needed = match op {
+            Op::Attention { logits, .. } => stats_of.contains(logits),
+            _ => false,
+        };
+        if live.contains(v) || needed || matches!(op, Op::Input { .. }) {
             live.insert(*v);
             live.extend(op.args());
+            if let Op::AttentionStat { logits, .. } = op {
+                stats_of.insert(*logits);
+            }
         }
     }
     let mut out = Graph::new(g.name.clone());

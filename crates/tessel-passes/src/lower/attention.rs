@@ -22,17 +22,18 @@ use super::{Gen, Ix, LowerError};
 use crate::schedule::{attention_shape, attention_shared_bytes};
 use crate::view::strided;
 use std::collections::HashMap;
-use tessel_ir::graph::{Op as GOp, TileConfig};
+use tessel_ir::graph::{Op as GOp, RowStat, TileConfig};
 use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{DType, Reg, Shape, Value};
 
 impl Gen<'_> {
     /// Fused attention: the group's output `out` is attention `a`, whose logits come from
-    /// matmul `s`; `q_reductions` are those of q's prologue, when the kernel computes q.
-    /// Returns the grid.
+    /// matmul `s`, and `stats` its other outputs, row statistics of the same logits
+    /// ([`GOp::AttentionStat`]); `q_reductions` are those of q's prologue, when the kernel
+    /// computes q. Returns the grid.
     pub(super) fn attention(
         &mut self,
-        out: Value,
+        (out, stats): (Value, &[Value]),
         (s, a): (Value, Value),
         q_reductions: &[Value],
         tile: &TileConfig,
@@ -105,6 +106,14 @@ impl Gen<'_> {
         // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
         // y mod outer, and the results go to the scratch buffer.
         let ranges = self.scratch.as_ref().filter(|s| s.writes).map(|s| s.split);
+        if ranges.is_some() && !stats.is_empty() {
+            return Err(LowerError::Unsupported {
+                what:
+                    "an attention's row statistics with its keys split (schedule never splits them)"
+                        .into(),
+                value: a,
+            });
+        }
         let (outer_flat, range) = match ranges {
             Some(_) => (
                 self.irem_c(Ix::R(cy), outer_count),
@@ -618,6 +627,27 @@ impl Gen<'_> {
             let row = &lane_rows[h];
             let real = row.real;
             self.open();
+            // The row statistics, by one lane of the row's four.
+            if !stats.is_empty() {
+                let t0 = self.ix_op(tq);
+                let lead = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::Eq), &[t0, Operand::U32(0)]);
+                self.open();
+                for &st in stats {
+                    let GOp::AttentionStat { stat, .. } = g.ops[st] else {
+                        unreachable!("an attention group's other outputs are its statistics")
+                    };
+                    let x = match stat {
+                        RowStat::Max => m_run[h].into(),
+                        RowStat::Sum => l,
+                    };
+                    let mut idx = row.batch.clone();
+                    idx.extend([row.pos, Ix::C(0)]);
+                    self.store(st, &idx, &[x])?;
+                }
+                self.close_if(lead);
+            }
             for (f, o) in o_acc.iter().enumerate() {
                 let vals: Vec<Operand> = [2 * h, 2 * h + 1]
                     .into_iter()

@@ -501,7 +501,8 @@ fn lower_group(
         }
         (GroupKind::Attention, &TileConfig::Attention { .. }) => {
             let reds = (data.reductions[0], data.reductions[1]);
-            let grid = gen.attention(out, reds, &data.reductions[2..], tile)?;
+            let stats = &data.outputs[1..];
+            let grid = gen.attention((out, stats), reds, &data.reductions[2..], tile)?;
             let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
             if crate::schedule::q_in_prologue(g, fusion, reds.0) {
                 let d = crate::schedule::attention_shape(g, reds.0, reds.1).d;

@@ -231,6 +231,7 @@ impl Gen<'_> {
             | GOp::Cumsum { .. }
             | GOp::MatMul { .. }
             | GOp::Attention { .. }
+            | GOp::AttentionStat { .. }
             | GOp::Grad { .. } => Err(LowerError::Unsupported {
                 what: "a reduction outside a row-reduction kernel (fuse should have grouped it)"
                     .into(),

@@ -120,7 +120,8 @@ fn chunk_rows_order(d: u64) -> String {
 }
 
 /// The tile for attention `a` computed from matmul `s`; `q_prologue` when the kernel
-/// computes q itself ([`q_in_prologue`]).
+/// computes q itself ([`q_in_prologue`]), `stats` when it also writes its rows' maximum
+/// and sum (for a backward): those are whole rows', so the keys are not split.
 ///
 /// In the `fast` profile (`fill`), a split's ranges are halved, down to
 /// [`MIN_FILL_SPLIT`] keys, while the CTAs number fewer than two per SM (a single sequence over 4096 keys: 8 KV heads × 16
@@ -128,9 +129,8 @@ fn chunk_rows_order(d: u64) -> String {
 /// size then depends on the batch, so `invariant` keeps [`SPLIT_KEYS`].
 pub(super) fn choose(
     g: &Graph,
-    s: Value,
-    a: Value,
-    q_prologue: bool,
+    (s, a): (Value, Value),
+    (q_prologue, stats): (bool, bool),
     fill: bool,
     t: &Target,
 ) -> Schedule {
@@ -139,7 +139,7 @@ pub(super) fn choose(
     let warps = (rows.div_ceil(16) as u32).clamp(1, MAX_WARPS);
     let batch: u64 = sh.batch.iter().product::<u64>() / sh.pack.max(1);
     let row_blocks = rows.div_ceil(16 * warps as u64);
-    let mut split = if rows <= SPLIT_MAX_ROWS && sh.n > 2 * SPLIT_KEYS as u64 {
+    let mut split = if !stats && rows <= SPLIT_MAX_ROWS && sh.n > 2 * SPLIT_KEYS as u64 {
         SPLIT_KEYS
     } else {
         0
@@ -179,6 +179,11 @@ pub(super) fn choose(
     } else {
         String::new()
     };
+    let stats_why = if stats {
+        ", each row's maximum and sum written too (for the backward)"
+    } else {
+        ""
+    };
     let prologue_why = if q_prologue {
         ", q (its RoPE and norm) computed by each CTA for its own rows before the key loop, never stored"
     } else {
@@ -193,7 +198,7 @@ pub(super) fn choose(
             split,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}{prologue_why}, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}{prologue_why}{stats_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack
         ),
     }

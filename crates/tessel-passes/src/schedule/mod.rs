@@ -85,7 +85,9 @@ fn choose(
         GroupKind::Attention => {
             let (s, a) = (data.reductions[0], data.reductions[1]);
             let fill = profile == Profile::Fast;
-            attention::choose(g, s, a, attention::q_in_prologue(g, fusion, s), fill, t)
+            let stats = data.outputs.len() > 1;
+            let prologue = attention::q_in_prologue(g, fusion, s);
+            attention::choose(g, (s, a), (prologue, stats), fill, t)
         }
         GroupKind::Update => update(g, out, !data.reductions.is_empty(), max_v_bytes),
         GroupKind::Scan => scan(g, data.reductions[0]),

@@ -450,7 +450,7 @@ impl Propagation<'_> {
                 self.elementwise(v, &[*arg, *index])?
             }
             Op::MatMul { lhs, rhs } => self.matmul(v, *lhs, *rhs)?,
-            Op::Attention { .. } => {
+            Op::Attention { .. } | Op::AttentionStat { .. } => {
                 return Err("a fused attention op: partition before the `attention` pass".into())
             }
             Op::Grad { .. } => {
@@ -845,6 +845,7 @@ fn op_words(op: &Op) -> &'static str {
         Op::Cumsum { .. } => "a cumsum",
         Op::MatMul { .. } => "a matmul",
         Op::Attention { .. } => "an attention",
+        Op::AttentionStat { .. } => "an attention's row statistic",
         Op::Update { .. } => "an update",
         Op::Gather { .. } => "a gather",
         Op::Grad { .. } => "a gradient",

@@ -120,7 +120,7 @@ fn eval_op(
     let n = ty.shape.numel() as usize;
     let src = |a: &Value| &g.ty(*a).shape.0;
     Ok(match op {
-        Op::Attention { .. } | Op::Grad { .. } => {
+        Op::Attention { .. } | Op::AttentionStat { .. } | Op::Grad { .. } => {
             return Err(crate::layout::malformed(
                 v,
                 "a fused attention or a gradient placeholder (see layout::check)",
