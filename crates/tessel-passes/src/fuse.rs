@@ -153,9 +153,11 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             let mut tip = v;
             while let [u] = users[tip][..] {
                 // A reshape that keeps the rows (`[B·T, N]` as `[B, T, N]`) is the same
-                // elements in the same order: the epilogue goes on past it.
+                // elements in the same order: the epilogue goes on past it. Kept rows are
+                // the verifier's `fusion.outputs` layout, which a scalar is not (`Shape::last`
+                // calls it 1, so a `[1, 1]` product's `[]` view once passed as `[.., 1]`).
                 let same_rows = matches!(g.ops[u], Op::Reshape { .. })
-                    && g.ty(u).shape.last() == g.ty(tip).shape.last();
+                    && g.matmul_layout(v, u) == Some(MatmulLayout::Rows);
                 if same_rows && !mat.contains(tip) {
                     tip = u;
                     continue;

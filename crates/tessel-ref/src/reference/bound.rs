@@ -521,9 +521,11 @@ fn zeros_in(b: &Bound) -> impl Iterator<Item = f64> {
 }
 
 /// pow on a box. For x >= 0 pow is monotone in x for fixed y and in y for fixed x, with
-/// the value 1 where the box crosses y = 0 or x = 1, so its corners and 1 bound it; a box
-/// that reaches negative x (where the result depends on y being an odd integer) allows
-/// anything.
+/// the value 1 where the box crosses y = 0 or x = 1, so its corners and 1 bound it. A fixed
+/// integer y (`pow(t, 2.0)`) is `±|x|^y` for negative x too (as the kernels' pow gives it,
+/// tessel-math `pow.rs`), monotone on each side of 0: the ends and the signed zeros inside
+/// bound it, a pole at 0 included. Any other box that reaches negative x (where the result
+/// depends on y being an odd integer) allows anything.
 fn pow_span(a: &Bound, b: &Bound) -> Span {
     let mut s = Span::new();
     s.nan = a.nan || b.nan;
@@ -535,7 +537,8 @@ fn pow_span(a: &Bound, b: &Bound) -> Span {
         s.add(p(a.lo, b.lo));
         return s;
     }
-    if a.lo < 0.0 {
+    let integer_y = b.is_point() && b.lo.fract() == 0.0;
+    if a.lo < 0.0 && !integer_y {
         s.add(f64::NEG_INFINITY);
         s.add(f64::INFINITY);
         s.nan = true;

@@ -668,11 +668,28 @@ fn matmul(
                     )
                 };
                 let mag = |b: &Bound| b.lo.abs().max(b.hi.abs());
-                let abs = exact_sum((0..k).map(|p| mag(x(p)) * mag(y(p))));
+                // A term with an operand that is exactly 0 is exactly ±0 (TF32 keeps the
+                // zero): it adds nothing to `Σ|x·y|` or to the operand rounding, however
+                // large the other operand may be. Where that one may be infinite, `inf · 0`
+                // may make NaN, which `nan` counts; the magnitudes' own `inf · 0` would
+                // make the ends NaN and the bound empty, with a finite reference in it.
+                let zero_term = |p: usize| mag(x(p)) == 0.0 || mag(y(p)) == 0.0;
+                let inf_times_zero = (0..k).any(|p| {
+                    let (a, b) = (mag(x(p)), mag(y(p)));
+                    zero_term(p) && (a.is_infinite() || b.is_infinite())
+                });
+                let abs = exact_sum(
+                    (0..k)
+                        .filter(|&p| !zero_term(p))
+                        .map(|p| mag(x(p)) * mag(y(p))),
+                );
                 let (lo, hi, overflow) = sum_range(lo, hi, abs, terms, unit);
-                let nan = (0..k).any(|p| x(p).nan || y(p).nan) || overflow || !abs.is_finite();
+                let nan = (0..k).any(|p| x(p).nan || y(p).nan)
+                    || overflow
+                    || !abs.is_finite()
+                    || inf_times_zero;
                 let rounding = if model == MatmulModel::Tf32 {
-                    exact_sum((0..k).map(|p| {
+                    exact_sum((0..k).filter(|&p| !zero_term(p)).map(|p| {
                         let (a, b) = (mag(x(p)), mag(y(p)));
                         let (ea, eb) = (tf32(a), tf32(b));
                         ea * b + a * eb + ea * eb
@@ -755,6 +772,32 @@ mod tests {
         for (w, t) in widened[0].data.iter().zip(&tf32[0].data) {
             assert_eq!(w.r, t.r);
             assert!(w.hi - w.lo < t.hi - t.lo, "{w:?} against TF32's {t:?}");
+        }
+    }
+
+    /// A term whose operand is exactly 0 is exactly 0 however large the other may be: an
+    /// unbounded `x` (`[-inf, inf]`, as a widened TF32 bound can become) times a point 0
+    /// adds nothing, and `x·0 + 2·3` stays the finite 6, NaN allowed (`inf · 0`). The
+    /// magnitudes' `inf · 0` once made the ends NaN: an empty bound, "NaN only", around a
+    /// finite reference (tests/programs/regressions/reference_nan_fast_lora_grads.tsl).
+    #[test]
+    fn matmul_term_with_an_exact_zero_adds_nothing() {
+        let unbounded = Bound {
+            r: 1.0,
+            lo: f64::NEG_INFINITY,
+            hi: f64::INFINITY,
+            nan: false,
+        };
+        let a = [unbounded, Bound::point(2.0)];
+        let b = [Bound::point(0.0), Bound::point(3.0)];
+        for model in [MatmulModel::Fma, MatmulModel::TensorCore, MatmulModel::Tf32] {
+            let out = matmul(DType::F32, &[1, 2], &[2, 1], &[1, 1], &a, &b, model);
+            let o = out[0];
+            assert_eq!(o.r, 6.0, "{model:?}");
+            assert!(o.allows(6.0) && o.nan, "{model:?}: {o:?}");
+            assert!(o.lo.is_finite() && o.hi.is_finite(), "{model:?}: {o:?}");
+            // Still a check: the operands are exact, so 7 is no rounding of 6.
+            assert!(!o.allows(7.0), "{model:?}: {o:?}");
         }
     }
 

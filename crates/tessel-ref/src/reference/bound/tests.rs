@@ -101,6 +101,45 @@ fn division_through_a_pole_allows_anything() {
     assert!(z.is_point());
 }
 
+/// pow of a base that may be negative, by an integer exponent, is `±|x|^y`: finite for a
+/// finite base, with a pole at 0 only for a negative exponent. The TF32 bound of an exact
+/// 0 reaches 2^-128 either side of it; `t^2` and `t^1` there once allowed anything
+/// (tests/programs/regressions/pow_gradient_at_zero_fast_reference_nan.tsl).
+#[test]
+fn integer_powers_of_a_base_that_may_be_negative_stay_finite() {
+    let t = Bound {
+        r: 0.0,
+        ..range(-2.5e-39, 2.5e-39)
+    };
+    let pow = |y: f64| binary(BinaryOp::Pow, DType::F32, DType::F32, &t, &Bound::point(y));
+    let sq = pow(2.0);
+    // Within the math library's 2 ulps of 0 (f32's least subnormal is 1.4e-45).
+    assert!(
+        sq.allows(0.0) && !sq.nan && sq.lo > -1e-44 && sq.hi < 1e-44,
+        "{sq:?}"
+    );
+    let one = pow(1.0);
+    assert!(
+        one.allows(2.5e-39) && one.allows(-2.5e-39) && !one.nan,
+        "{one:?}"
+    );
+    assert!(!one.allows(1e-30) && !one.allows(-1e-30), "{one:?}");
+    let cube = pow(3.0);
+    assert!(cube.hi < 1e-44 && cube.lo > -1e-44 && !cube.nan, "{cube:?}");
+    // A negative odd exponent has its pole at 0, of either sign.
+    let inv = pow(-1.0);
+    assert!(
+        inv.allows(f64::INFINITY) && inv.allows(f64::NEG_INFINITY),
+        "{inv:?}"
+    );
+    // A fractional exponent of a negative base is NaN: anything goes.
+    let half = pow(0.5);
+    assert!(
+        half.nan && half.allows(f64::INFINITY) && half.allows(-1.0),
+        "{half:?}"
+    );
+}
+
 #[test]
 fn casts_truncate_and_saturate() {
     let c = cast(DType::F32, DType::I32, &range(-1.5, 2.5));
