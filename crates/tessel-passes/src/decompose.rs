@@ -23,11 +23,13 @@
 //! - common subexpressions are merged: two ops with the same definition and type become one
 //!   value (the `check` pass inlines each `fn` call, so `rope(q)` and `rope(k)` would otherwise
 //!   compute the same cos/sin table twice) — except the ops of an [`Op::Attention`]'s logits
-//!   (its `q @ kᵀ` and the elementwise ops from it to the logits), which stay its own: the
-//!   `attention` pass fused them only because nothing else reads them, and the attention
-//!   kernel computes them itself, so the same product written again elsewhere (a second
-//!   attention over the same q and k, the scores as a step result) must not become a
-//!   reader of them.
+//!   (its `q @ kᵀ` and the elementwise ops from it to the logits), which stay the
+//!   attentions' own: the `attention` pass fused them only because nothing else reads
+//!   them, and the attention kernel computes them itself, so the same product written
+//!   again elsewhere (the scores as a step result) must not become a reader of them. They
+//!   merge among themselves: two attentions of the same logits and `v` (a step's forward
+//!   and the copy of it that a `grad` of the same function differentiates) become one,
+//!   one kernel.
 //!
 //! It does not fuse, reorder arithmetic or change any rounding: the graph computes the same
 //! bits before and after.
@@ -73,8 +75,18 @@ pub fn run(g: &Graph) -> Graph {
                 let mut o = other.clone();
                 remap(&mut o, &map);
                 if own.contains(&v) {
-                    // Neither merged into an earlier value nor a value later ops merge into.
-                    d.out.push(o, ty)
+                    // Merged only with an attention's own value of the same definition (the
+                    // same logits written twice: a step's forward and its `grad`'s copy of
+                    // it), never with a value outside the attentions' logits.
+                    let key = format!("own:{o:?}:{ty:?}");
+                    match d.cse.get(&key) {
+                        Some(&x) => x,
+                        None => {
+                            let x = d.out.push(o, ty);
+                            d.cse.insert(key, x);
+                            x
+                        }
+                    }
                 } else {
                     d.emit(o, ty)
                 }

@@ -453,3 +453,31 @@ fn an_updates_rows_get_the_gradient_of_where_they_were_written() {
         );
     }
 }
+
+#[test]
+fn a_step_and_its_gradient_share_one_fused_attention() {
+    // `y = f(q, k, v)` and `grad(f, ..)` inline f twice; decompose merges the two copies of
+    // the attention (its logits' ops are the attentions' own and merge only among
+    // themselves), so one kernel computes O and the row statistics the backward reads.
+    let src = "fn f(q: bf16[2, 8, 16], k: bf16[2, 8, 16], v: bf16[2, 8, 16]) -> bf16[2, 8, 16] {\n\
+                 let s = bf16(f32(q @ k^T) * 0.25);\n\
+                 let vis = iota(8)[None, :] <= iota(8)[:, None];\n\
+                 bf16(softmax(where(vis, f32(s), -inf), axis: -1)) @ v\n}\n\
+               step s(q: bf16[2, 8, 16], k: bf16[2, 8, 16], v: bf16[2, 8, 16], dy: bf16[2, 8, 16]) -> (bf16[2, 8, 16], bf16[2, 8, 16]) {\n\
+                 (f(q, k, v), grad(f, q, k, v, wrt: [q], grad_output: dy))\n}";
+    let g = build(src, "s");
+    let g = tessel_passes::attention::run(&g, tessel_passes::Profile::Fast);
+    let g = tessel_passes::decompose::run(&grad::run(&g).unwrap());
+    let count = |f: fn(&tessel_ir::graph::Op) -> bool| g.ops.values().filter(|op| f(op)).count();
+    let text = tessel_ir::text::write_graph(&g, None, None);
+    assert_eq!(
+        count(|op| matches!(op, tessel_ir::graph::Op::Attention { .. })),
+        1,
+        "{text}"
+    );
+    assert_eq!(
+        count(|op| matches!(op, tessel_ir::graph::Op::AttentionStat { .. })),
+        2,
+        "{text}"
+    );
+}
