@@ -50,7 +50,10 @@
 //!
 //! A fused attention ([`Op::Attention`]) is differentiated as the three ops it stands for,
 //! by their rules in turn: `P = softmax(logits)` recomputed from the logits (their ops are
-//! recomputed too: the fused forward never wrote them), `dV = bf16(P)ᵀ·dO`,
+//! recomputed too: the fused forward never wrote them) and the row maximum `m` and sum `l`
+//! the forward kernel writes beside its output ([`Op::AttentionStat`]), as
+//! `where(m == -inf, 0, exp(x - m) / l)` — `decompose`'s softmax without its two
+//! reductions, `l` summed in the kernel's order — then `dV = bf16(P)ᵀ·dO`,
 //! `dP = f32(bf16(dO·Vᵀ))` and `dlogits = P ∘ (dP − rowsum(dP ∘ P))` in f32, which then flows
 //! through the logits' own ops (scale, mask, `q @ kᵀ`) by their rules — the same graph as
 //! the program's own softmax and matmuls give, so the references judge it op for op. Keys a
