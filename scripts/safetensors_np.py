@@ -129,7 +129,8 @@ def write(path, tensors, metadata=None):
         f.write(struct.pack("<Q", len(raw)))
         f.write(raw)
         for (name, dtype, shape, nbytes), make in zip(entries, makers):
-            arr = np.ascontiguousarray(make())
+            # np.require keeps a 0-d array 0-d (ascontiguousarray makes it (1,)).
+            arr = np.require(make(), requirements="C")
             if tuple(arr.shape) != shape:
                 raise ValueError(f"tensor {name!r}: made shape {arr.shape}, announced {shape}")
             if arr.dtype.itemsize != DTYPES[dtype].itemsize or arr.dtype.kind != DTYPES[dtype].kind:
