@@ -268,11 +268,13 @@ pub enum Op {
     /// `l = Σ exp(x - m)` over those keys (0 for a row that sees none), summed as the
     /// kernel sums it — by blocks, the sum so far rescaled by `exp(m_old - m)` when a block
     /// raises the maximum — which differs from the program's sum by roundings only.
-    /// The attention backward recomputes the probabilities from them,
+    /// A fused attention backward recomputes the probabilities from them,
     /// `where(m == -inf, 0, exp(x - m) / l)`, the program's own softmax without its two
     /// reductions (FlashAttention-2, Algorithm 2, saves `m + log(l)` instead, one rounding
-    /// further from the program). A second result is an op of its own that names the
-    /// first's operands, as a projection does.
+    /// further from the program) — only where it recomputes `x` in the forward kernel's own
+    /// order, so that `x` is the forward's bit for bit (docs/architecture.md); no pass forms
+    /// this op yet. A second result is an op of its own that names the first's operands, as
+    /// a projection does.
     AttentionStat {
         logits: Value,
         bound: Option<Value>,

@@ -547,7 +547,7 @@ impl Pass<'_> {
                     "a gradient of a gradient (the forward holds another grad)".into(),
                 ))
             }
-            // Made by this pass for an attention's backward, never in its input.
+            // Formed only after this pass (for a fused attention backward), never in its input.
             Op::AttentionStat { .. } => {
                 return Err(GradError::Unsupported(
                     "a gradient through an attention's row statistic".into(),
