@@ -19,9 +19,21 @@
 //! elements both differences give the average of the one-sided slopes, which is what the
 //! rules' tie conventions give too.) Otherwise the gradient must be within `2·tol` of R₂.
 //!
+//! A second test of smoothness reads the differences alone: the steps must be small enough
+//! for `L` there that the differences converge as a smooth function's do. With
+//! `D(h) = f' + c₂h² + O(h⁴)`, `D(h₂) − D(h₃)` is a quarter of `D(h₁) − D(h₂)`; it must be,
+//! within 1/64 of that plus the rounding noise (`converges` argues both). Where it is not
+//! (`sin(exp(t))` with `exp(t)·h` near 1 or more: the differences sample the oscillation,
+//! and R₁, R₂ may agree within a tolerance that the large gradient there makes wide —
+//! regression `fuzz_105706_wrong_answer.tsl`), the element is inconclusive too. This test
+//! needs no scale: `D(h₂) − D(h₃) − (D(h₁) − D(h₂))/4` is `(3/4)·(R₁ − R₂)`, the first test's
+//! quantity, here measured against the differences' own `h²` term instead of the peak. It
+//! does not read the gradient under test, so it cannot hide a wrong one where the
+//! differences behave; it only leaves elements uncompared, and the fuzzer reports how many.
+//!
 //! The tolerance `tol = 1e-6 · peak + 2¹⁰ · ε · (S + 1) / h₃`: relative to the gradient's
-//! peak (the largest magnitude of the gradient tensor and of the differences computed for
-//! it), as `crates/tessel-passes/tests/grad.rs` measures it (its cases reach 1e-6); plus the
+//! peak (the largest magnitude of the gradient tensor and of the converging differences
+//! computed for it), as `crates/tessel-passes/tests/grad.rs` measures it (its cases reach 1e-6); plus the
 //! rounding noise of the differences themselves, `L` being an f64 sum whose terms add up to
 //! `S = Σ |seed · out|` (ε = 2⁻⁵², the 2¹⁰ a margin for the error of the oracle's own
 //! evaluation: ~K roundings per matmul element, cancellation in the step's arithmetic). On
@@ -60,8 +72,8 @@ const GRID: f64 = 1.0 / 1_048_576.0;
 pub struct FdReport {
     /// Elements and directions compared with a derivative.
     pub checked: u64,
-    /// Elements and directions where `L` is not smooth within the step (or not finite):
-    /// nothing to compare with.
+    /// Elements and directions where `L` is not smooth within the step (or not finite), or
+    /// its differences do not converge: nothing to compare with.
     pub inconclusive: u64,
     /// The largest `|g − R₂| / tol` of the compared ones (≤ 2 passes).
     pub worst: f64,
@@ -164,6 +176,44 @@ pub fn judge_gradients(
     Ok(report)
 }
 
+/// The two Richardson extrapolations `(R₁, R₂)` of the central differences `d` at [`STEPS`].
+fn richardson(d: &[f64; 3]) -> (f64, f64) {
+    ((4.0 * d[1] - d[0]) / 3.0, (4.0 * d[2] - d[1]) / 3.0)
+}
+
+/// How far `D(h₂) − D(h₃)` may be from `(D(h₁) − D(h₂)) / 4`, relative to the latter, for
+/// [`converges`] (beside the rounding noise).
+const CONVERGENCE: f64 = 1.0 / 64.0;
+
+/// Whether the central differences `d` at [`STEPS`] converge as a smooth function's do:
+/// `D(h) = f' + c₂h² + c₄h⁴ + …`, so with each step half the last, `D(h₂) − D(h₃)` is a
+/// quarter of `D(h₁) − D(h₂)` up to a relative `−(45/48)·(c₄/c₂)·h₁²`. Where `h` is small
+/// against the scale on which `L` varies, that is far below [`CONVERGENCE`]: along a
+/// sinusoid of frequency ω (`D(h) = f'·sin(ωh)/(ωh)` exactly) it is `(3/64)·(ωh₁)²`, so the
+/// test fails from ωh₁ ≈ 0.58 (ω ≈ 1200) on — where R₂'s own truncation error,
+/// `(ωh₂)⁴/480` of the derivative, reaches 1.4e-5 of it, 14 times [`RTOL`]. Beyond that the
+/// steps cannot follow `L` (`sin(exp(t))` with `exp(t)·h` near 1 or more: the three
+/// differences are samples of the oscillation, whatever the derivative is), and the two
+/// Richardson estimates may agree by chance, or within a tolerance that a large gradient
+/// elsewhere makes wide. The test reads the differences only, never the gradient under
+/// test, so it cannot pass a wrong gradient: it only leaves elements uncompared.
+///
+/// `noise` is the rounding noise of one difference at h₃ (`check`'s `noise`, which bounds
+/// `|R₁ − R₂|` where `L` is smooth). `D(h₂) − D(h₃) − (D(h₁) − D(h₂))/4` is exactly
+/// `(3/4)·(R₁ − R₂)`, so its noise is `(3/4)·noise` under the same bound on `L`'s rounding
+/// error (per difference `err(L)/h`, here `(1/4 + 5/4·2 + 4)·err(L)/h₁ = (27/16)·err(L)/h₃`
+/// in the worst case, which `noise`'s margin of 2¹⁰ over `ε·(S + 1)` covers as it does
+/// for R₁ − R₂): where `L` is close to quadratic along the direction (`c₂ ≈ 0`, a matmul
+/// or a sum), both sides are noise, and the element is compared. A smooth `L` of the
+/// generator's O(1) values has `c₄·h₁⁴ = f⁽⁵⁾·h₁⁴/120` ~ 5e-16·f⁽⁵⁾, far below that noise
+/// (~2e-9·(S + 1)), so even where
+/// `c₂` vanishes (an inflection of the derivative) the test does not fail there.
+fn converges(d: &[f64; 3], noise: f64) -> bool {
+    let predicted = (d[0] - d[1]) / 4.0;
+    let next = d[1] - d[2];
+    (next - predicted).abs() <= CONVERGENCE * predicted.abs() + 0.75 * noise
+}
+
 /// The forward of one set of placeholders: a graph of its outputs, and the seeds (held
 /// fixed: `grad` differentiates `⟨seed, f⟩` with the seed a constant).
 struct Forward {
@@ -240,13 +290,14 @@ impl Forward {
         Ok(d.is_finite().then_some(d))
     }
 
-    /// The two Richardson extrapolations along `dir`; None where `L` is not finite.
-    fn richardson(
+    /// The central differences `D(h₁), D(h₂), D(h₃)` along `dir`; None where `L` is not
+    /// finite.
+    fn differences(
         &self,
         inputs: &[Tensor],
         j: usize,
         dir: &[(usize, f64)],
-    ) -> Result<Option<(f64, f64)>, String> {
+    ) -> Result<Option<[f64; 3]>, String> {
         let mut d = [0.0; 3];
         for (k, h) in STEPS.iter().enumerate() {
             match self.central(inputs, j, dir, *h)? {
@@ -254,7 +305,7 @@ impl Forward {
                 None => return Ok(None),
             }
         }
-        Ok(Some(((4.0 * d[1] - d[0]) / 3.0, (4.0 * d[2] - d[1]) / 3.0)))
+        Ok(Some(d))
     }
 
     /// Compares the gradient `grad` by input `j` with the differences.
@@ -299,13 +350,14 @@ impl Forward {
         let mut results: Vec<(String, f64, f64, f64)> = Vec::new();
         let mut scales: Vec<f64> = Vec::new();
         for &i in &coords {
-            match self.richardson(inputs, j, &[(i, 1.0)])? {
-                Some((r1, r2)) => {
+            match self.differences(inputs, j, &[(i, 1.0)])? {
+                Some(d) if converges(&d, noise) => {
+                    let (r1, r2) = richardson(&d);
                     peak = peak.max(r2.abs());
                     results.push((format!("element {i}"), grad[i], r1, r2));
                     scales.push(0.0);
                 }
-                None => report.inconclusive += 1,
+                _ => report.inconclusive += 1,
             }
         }
         for _ in 0..if n > COORDINATES { DIRECTIONS } else { 0 } {
@@ -314,12 +366,13 @@ impl Forward {
                 .collect();
             let gv: f64 = dir.iter().map(|&(i, d)| grad[i] * d).sum();
             let l1: f64 = grad.iter().map(|g| g.abs()).sum();
-            match self.richardson(inputs, j, &dir)? {
-                Some((r1, r2)) => {
+            match self.differences(inputs, j, &dir)? {
+                Some(d) if converges(&d, noise) => {
+                    let (r1, r2) = richardson(&d);
                     results.push(("a ±1 direction over every element".into(), gv, r1, r2));
                     scales.push(l1.max(r2.abs()));
                 }
-                None => report.inconclusive += 1,
+                _ => report.inconclusive += 1,
             }
         }
         let mut wrong = 0;
@@ -362,5 +415,36 @@ impl Forward {
                 .push(format!("{label}: {} more wrong", wrong - 3));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The central differences of `sin(ω·x)` at `x = 0.3`: `f'·sin(ωh)/(ωh)`.
+    fn sinusoid(w: f64) -> [f64; 3] {
+        STEPS.map(|h| ((w * (0.3 + h)).sin() - (w * (0.3 - h)).sin()) / (2.0 * h))
+    }
+
+    /// [`converges`] as its doc says: a sinusoid's differences converge while ωh₁ is below
+    /// ~0.58 and not from there on, whatever the samples; differences equal up to rounding
+    /// (`L` quadratic along the direction) converge.
+    #[test]
+    fn converges_where_the_steps_follow_the_function() {
+        for w in [1.0, 10.0, 100.0, 1000.0] {
+            assert!(converges(&sinusoid(w), 0.0), "ω = {w}");
+        }
+        for w in [1300.0, 3000.0, 1e4, 1e5, 1e6, 1e9] {
+            assert!(!converges(&sinusoid(w), 0.0), "ω = {w}");
+        }
+        let d = 0.25;
+        let noise = 1024.0 * f64::EPSILON * 2.0 / STEPS[2];
+        let e = f64::EPSILON * 2.0;
+        assert!(converges(
+            &[d + e / STEPS[0], d - e / STEPS[1], d + e / STEPS[2]],
+            noise
+        ));
+        assert!(!converges(&[d, d, d + 100.0 * noise], noise));
     }
 }

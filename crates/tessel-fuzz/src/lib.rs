@@ -81,7 +81,8 @@ pub struct Summary {
     pub update_rows: u64,
     /// Gradient programs ([`gen::Config::grad`]): the elements and directions of their
     /// gradients compared with finite differences ([`fd`]), and those not compared because
-    /// the forward is not smooth within the step there.
+    /// the forward is not smooth within the step there, or the differences do not converge
+    /// as a smooth function's do (the steps too coarse for it).
     pub fd_checked: u64,
     pub fd_inconclusive: u64,
 }

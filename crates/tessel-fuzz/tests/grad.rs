@@ -189,3 +189,65 @@ fn a_wrong_backward_graph_fails() {
         assert_eq!(r.checked, 15 + 20, "{step}: every element compared");
     }
 }
+
+/// The judge's convergence test (`fd::converges`): on a smooth function with curvature in
+/// every direction, every element is still compared and a gradient one element off by 0.1%
+/// of the peak is still caught; on `sin(exp(a1 @ a2ᵀ))` of regression 105706, where
+/// `exp(t)·h` is far above 1 and the differences cannot follow the oscillation, the
+/// elements whose differences are samples of it are not compared — and the right gradient
+/// passes, where before the test it was called wrong.
+#[test]
+fn differences_that_do_not_converge_are_not_compared() {
+    // Smooth: every element of both gradients compared, a wrong one caught.
+    let src = "fn f(x: f32[3, 5], w: f32[4, 5]) -> f32 {\n\
+                   mean(reshape(exp(sin(x * 2.0) @ w^T) * tanh(x[:, 0:4]), [-1]), axis: 0)\n}\n\
+               step fuzz(x: f32[3, 5], w: f32[4, 5]) -> (f32[3, 5], f32[4, 5]) {\n\
+                   grad(f, x, w, wrt: [x, w])\n}\n";
+    let m = tessel_syntax::parse(src).expect("parses");
+    let dims = BTreeMap::new();
+    let g = tessel_passes::check::run(&m, "fuzz", &dims).expect("checks");
+    let inputs: Vec<Tensor> = (0..2u64)
+        .map(|i| Tensor::random(g.ty(g.inputs[i as usize].1).clone(), 70 + i))
+        .collect();
+    let inputs = fd_inputs(&inputs);
+    let diff = tessel_passes::grad::run(&g).expect("grad runs");
+    let outs = eval_graph(&diff, &inputs).expect("the oracle runs");
+    let right = judge_gradients(&g, &inputs, &outs, 1).expect("judged");
+    assert!(right.pass(), "{:?}", right.wrong);
+    assert_eq!(
+        (right.checked, right.inconclusive),
+        (15 + 20, 0),
+        "every element compared"
+    );
+    for k in 0..2 {
+        let peak = outs[k].data.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+        for e in [0, 7 % outs[k].data.len()] {
+            let mut o = outs.clone();
+            o[k].data[e] += 1e-3 * peak;
+            let r = judge_gradients(&g, &inputs, &o, 1).expect("judged");
+            assert!(!r.pass(), "gradient {k}, element {e} moved: not caught");
+            assert_eq!(r.checked, 35);
+        }
+    }
+
+    // Regression 105706, on the inputs the regression test gives it.
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/programs/regressions/fuzz_105706_wrong_answer.tsl"
+    );
+    let src = std::fs::read_to_string(path).expect("the regression file");
+    let h = tessel_fuzz::corpus::header(&src).expect("its header");
+    let m = tessel_syntax::parse(&src).expect("parses");
+    let dims: BTreeMap<String, u64> = h.dims.iter().cloned().collect();
+    let g = tessel_passes::check::run(&m, "fuzz", &dims).expect("checks");
+    let inputs: Vec<Tensor> = g
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, v))| Tensor::random(g.ty(*v).clone(), h.seed * 1000 + i as u64))
+        .collect();
+    let r = judge(&g, &fd_inputs(&inputs), h.seed).expect("judged");
+    eprintln!("105706: {r:?}");
+    assert!(r.pass(), "{:?}", r.wrong);
+    assert!(r.inconclusive >= 10, "{r:?}");
+}

@@ -161,7 +161,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     );
     if a.grad {
         println!(
-            "fuzz: gradients: {} elements and directions compared with finite differences, {} not compared (the forward not smooth within the step there)",
+            "fuzz: gradients: {} elements and directions compared with finite differences, {} not compared (the forward not smooth within the step there, or its differences not converging)",
             s.fd_checked, s.fd_inconclusive
         );
     }
