@@ -48,9 +48,16 @@ pub fn view_chain(g: &Graph, x: Value) -> Vec<Value> {
 /// `x` as a strided view of [`view_base`]`(g, x)`, or `None` where a reshape merges dims
 /// that are not contiguous with one another (the view then needs a copy).
 pub fn strided(g: &Graph, x: Value) -> Option<StridedView> {
+    strided_until(g, x, &|_| false)
+}
+
+/// [`strided`], its base the first value of the view chain (from `x` down) for which
+/// `stop` holds, or the chain's base: a view of a materialised value that is itself a view
+/// of another (fuse wrote the reshape of a tensor that a kernel computes in place).
+pub fn strided_until(g: &Graph, x: Value, stop: &dyn Fn(Value) -> bool) -> Option<StridedView> {
     let op = &g.ops[x];
     let shape = g.ty(x).shape.0.clone();
-    if !is_view_op(op) {
+    if !is_view_op(op) || stop(x) {
         let mut strides = vec![1u64; shape.len()];
         for k in (0..shape.len().saturating_sub(1)).rev() {
             strides[k] = strides[k + 1] * shape[k + 1];
@@ -62,7 +69,7 @@ pub fn strided(g: &Graph, x: Value) -> Option<StridedView> {
             strides,
         });
     }
-    let a = strided(g, op.args()[0])?;
+    let a = strided_until(g, op.args()[0], stop)?;
     let strides = match op {
         Op::Permute { perm, .. } => perm.iter().map(|&p| a.strides[p as usize]).collect(),
         Op::Broadcast { .. } => a

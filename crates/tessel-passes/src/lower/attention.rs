@@ -309,6 +309,7 @@ impl Gen<'_> {
             base: qv.base,
             cols: sh.d,
             k_contiguous: true,
+            view: None,
         };
         let q_plan = one_operand(self, shape, (&ring_q, &q_op), false, wrow, lane, 1, d);
         let mut addrs = HashMap::new();
@@ -319,11 +320,13 @@ impl Gen<'_> {
             base: kv.base,
             cols: sh.d,
             k_contiguous: true,
+            view: None,
         };
         let v_op = Operand2d {
             base: vv.base,
             cols: sh.e,
             k_contiguous: false,
+            view: None,
         };
         let k_plan = one_operand(
             self,

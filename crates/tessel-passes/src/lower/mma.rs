@@ -76,14 +76,21 @@ impl Gen<'_> {
         };
         // The schedule chose the instruction, the epilogue and the shared memory for the
         // dtype, N and the target (`schedule::matmul`; the verifier checks the first two).
-        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
         let [ra, rb] = self.operand_reads(mm);
         // The dtype the operands are read in: 16-bit under widening casts.
         let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
         let kstep = shape.k() as u32;
-        let (Some(a), Some(b)) = (self.operand_2d(&ra, true), self.operand_2d(&rb, false)) else {
+        // Each operand a stored tensor or its transpose, else a strided view read in place.
+        let a = self
+            .operand_2d(&ra, true)
+            .or_else(|| self.operand_view(lhs, true).filter(|_| !ra.widened));
+        let b = self
+            .operand_2d(&rb, false)
+            .or_else(|| self.operand_view(rhs, false).filter(|_| !rb.widened));
+        let (Some(a), Some(b)) = (a, b) else {
             return Err(LowerError::Unsupported {
-                what: "a tensor-core matmul operand that is not a stored tensor or its transpose"
+                what: "a tensor-core matmul operand that is neither a stored tensor, its transpose nor a strided view of one"
                     .into(),
                 value: mm,
             });

@@ -10,12 +10,50 @@ use tessel_ir::kernel::{CpAsyncCache, ICmp, Op, Operand, RegType, Space, Stmt, W
 use tessel_ir::{Reg, Value};
 
 /// One matmul operand as the tile copies it: the materialised tensor `base` with its last
-/// dim `cols` (contiguous), and whether `cols` is the K dim.
-#[derive(Copy, Clone)]
+/// dim `cols` (contiguous), and whether `cols` is the K dim — or, with `view`, a strided
+/// view of `base` read in place (a head view `[B, H, T, d]` of a `[B·T, H·d]` projection,
+/// GQA's broadcast of K over a group's heads): `cols` its contiguous dim's size.
+#[derive(Clone)]
 pub(super) struct Operand2d {
     pub(super) base: Value,
     pub(super) cols: u64,
     pub(super) k_contiguous: bool,
+    pub(super) view: Option<ViewRead>,
+}
+
+/// Where a strided operand's elements are: tile index `[lead.., row, col]` (the matmul's
+/// batch dims, then the operand's other dim and its contiguous one, stride 1) is element
+/// `offset + Σ lead·strides + row·strides[last]` of `base` (crate::view::StridedView).
+#[derive(Clone)]
+pub(super) struct ViewRead {
+    pub(super) offset: u64,
+    /// Strides of the batch dims, then of the row.
+    pub(super) strides: Vec<u64>,
+}
+
+impl Operand2d {
+    /// Elements between consecutive rows.
+    pub(super) fn row_stride(&self) -> u64 {
+        match &self.view {
+            Some(v) => *v.strides.last().expect("a row stride"),
+            None => self.cols,
+        }
+    }
+
+    /// Whether every row starts on a 16-byte boundary of `esz`-byte elements and holds
+    /// whole 16-byte chunks (so a chunk never reaches into the next row).
+    pub(super) fn rows_aligned(&self, esz: u64) -> bool {
+        let whole = (self.cols * esz) % 16 == 0;
+        match &self.view {
+            None => whole,
+            Some(v) => {
+                whole
+                    && std::iter::once(v.offset)
+                        .chain(v.strides.iter().copied())
+                        .all(|x| (x * esz) % 16 == 0)
+            }
+        }
+    }
 }
 
 /// One operand's ring of `stages` shared-memory tiles of `rows × cols` elements of `esz`
@@ -109,7 +147,61 @@ impl Gen<'_> {
             // The lhs [M, K] has K last unless swapped; the rhs [K, N] has K last only if
             // swapped (a [N, K] weight read transposed).
             k_contiguous: k_is_last != swapped,
+            view: None,
         })
+    }
+
+    /// The matmul operand `x` (`[.., M, K]` for the lhs, `[.., K, N]` for the rhs, as
+    /// `k_is_last` says) as a strided view of a materialised tensor read in place, when
+    /// [`Gen::operand_2d`] has no tile source for it: its base the first materialised value
+    /// of its view chain, one of its last two dims of stride 1
+    /// ([`crate::schedule::strided_operand`], which the schedule asked).
+    pub(super) fn operand_view(&self, x: Value, k_is_last: bool) -> Option<Operand2d> {
+        let (sv, last_contiguous) = crate::schedule::strided_operand(
+            self.g,
+            &|v| self.fusion.is_materialized(self.g, v),
+            x,
+        )?;
+        let r = sv.shape.len();
+        // Tile order: the contiguous dim last.
+        let (row, col) = if last_contiguous {
+            (r - 2, r - 1)
+        } else {
+            (r - 1, r - 2)
+        };
+        let mut strides = sv.strides[..r - 2].to_vec();
+        strides.push(sv.strides[row]);
+        Some(Operand2d {
+            base: sv.base,
+            cols: sv.shape[col],
+            // The lhs has K at r - 1, the rhs at r - 2.
+            k_contiguous: (col == r - 1) == k_is_last,
+            view: Some(ViewRead {
+                offset: sv.offset,
+                strides,
+            }),
+        })
+    }
+
+    /// Byte address of tile index `idx` (`[lead.., row, col]`) of operand `op`.
+    pub(super) fn operand_address(&mut self, op: &Operand2d, idx: &[Ix]) -> Reg {
+        let Some(v) = &op.view else {
+            return self.address(op.base, idx);
+        };
+        let r = idx.len();
+        let mut off = self.iadd(Ix::C(v.offset), idx[r - 1]);
+        for (&i, &st) in idx[..r - 1].iter().zip(&v.strides) {
+            let t = self.imul_c(i, st);
+            off = self.iadd(off, t);
+        }
+        let fo = self.ix_op(off);
+        let esz = self.g.ty(op.base).dtype.size_bytes() as u32;
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[fo, Operand::U32(esz)]);
+        let base = self.ptr[&op.base];
+        self.b
+            .op(RegType::U64, Op::AddU64, &[base.into(), bytes.into()])
     }
 
     /// Advances each ring-stage index in `regs` by one, wrapping at `stages` (the stage read
@@ -191,7 +283,7 @@ impl Gen<'_> {
         let epc = 16 / ring.esz;
         let chunks = ring.chunks();
         let total = ring.rows * chunks;
-        let aligned = (op.cols * ring.esz as u64) % 16 == 0;
+        let aligned = op.rows_aligned(ring.esz as u64);
         let always_inside = outer % tile_outer as u64 == 0;
         // When the threads cover whole rows a whole number of times, a thread's chunks are
         // one column, `step` rows apart: with `step` a multiple of the swizzle period (8
@@ -199,7 +291,7 @@ impl Gen<'_> {
         // no chunk needs its own test (the tile stays inside the tensor and K is whole
         // slices, so only the slice is tested).
         let step = threads / chunks.max(1);
-        let row_bytes = op.cols * ring.esz as u64;
+        let row_bytes = op.row_stride() * ring.esz as u64;
         let last_row = (total / threads.max(1)).saturating_sub(1) as u64 * step as u64;
         let uniform = aligned
             && threads % chunks == 0
@@ -267,7 +359,7 @@ impl Gen<'_> {
                 idx.extend([k_off, clamped]);
             }
             let global = if aligned {
-                Some(self.address(op.base, &idx))
+                Some(self.operand_address(op, &idx))
             } else {
                 None
             };
@@ -283,10 +375,10 @@ impl Gen<'_> {
             });
         }
         Ok(CopyPlan {
-            op: *op,
+            op: op.clone(),
             lead: lead.to_vec(),
             items,
-            k_stride: if op.k_contiguous { 1 } else { op.cols },
+            k_stride: if op.k_contiguous { 1 } else { op.row_stride() },
             always_inside,
         })
     }
@@ -486,7 +578,7 @@ impl Gen<'_> {
             self.open();
             let mut idx = plan.lead.clone();
             idx.extend([row, col]);
-            let addr = self.address(plan.op.base, &idx);
+            let addr = self.operand_address(&plan.op, &idx);
             self.b.push(Stmt::Load {
                 dsts: vec![v],
                 space: Space::Global,

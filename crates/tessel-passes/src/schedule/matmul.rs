@@ -90,6 +90,8 @@ pub struct MatmulShape {
     pub read: DType,
     /// The operands are widening casts read as 16-bit tensors.
     pub widened: bool,
+    /// An operand is a strided view read in place ([`matmul_shape_in`]).
+    pub views: bool,
 }
 
 /// Whether the permutation `perm` swaps the last two dims and keeps the others in place
@@ -125,7 +127,69 @@ pub fn matmul_shape(g: &Graph, mm: tessel_ir::Value) -> MatmulShape {
         operands_2d: [&a, &b].iter().all(|x| x.perm.is_none() || swapped(x)),
         read: g.ty(a.stored).dtype,
         widened: a.widened,
+        views: false,
     }
+}
+
+/// The matmul operand `x` as a strided view read in place by the tensor-core tile, with
+/// whether its last dim is the contiguous one (else the one before): `x` is a chain of
+/// views (permute, reshape, broadcast, slice: [`crate::view::strided_until`]) of a
+/// materialised tensor, the first materialised value under `x`, and one of its last two
+/// dims has stride 1 (or size 1). Head views of a projection (`[T, H·d]` as `[H, T, d]`) and GQA's
+/// broadcast of K and V over a group's heads are; a permute that moves the contiguous dim
+/// into the batch dims is not (the SIMT tile reads it).
+pub fn strided_operand(
+    g: &Graph,
+    materialized: &dyn Fn(Value) -> bool,
+    x: Value,
+) -> Option<(crate::view::StridedView, bool)> {
+    let sv = crate::view::strided_until(g, x, materialized)?;
+    let r = sv.shape.len();
+    if r < 2 || !materialized(sv.base) {
+        return None;
+    }
+    let unit = |k: usize| sv.strides[k] == 1 || sv.shape[k] == 1;
+    let last = if unit(r - 1) {
+        true
+    } else if unit(r - 2) {
+        false
+    } else {
+        return None;
+    };
+    Some((sv, last))
+}
+
+/// [`matmul_shape`] with operands that are strided views read in place
+/// ([`strided_operand`]) counted as tensor-core operands, their layouts from their strides.
+pub fn matmul_shape_in(g: &Graph, materialized: &dyn Fn(Value) -> bool, mm: Value) -> MatmulShape {
+    let mut s = matmul_shape(g, mm);
+    if s.operands_2d || s.widened {
+        return s;
+    }
+    let tessel_ir::graph::Op::MatMul { lhs, rhs } = g.ops[mm] else {
+        unreachable!("matmul groups list their matmul");
+    };
+    let [a, b] = g.matmul_reads(mm).expect("a matmul");
+    let flat = |x: &MatmulRead| x.perm.as_deref().is_none_or(swaps_last_two);
+    // Each operand's K contiguity: as read today where it is stored or a transpose, else
+    // from its view's strides (the lhs's K is its last dim, the rhs's the one before).
+    let lhs_k = if flat(&a) {
+        Some(s.lhs_k_contiguous)
+    } else {
+        strided_operand(g, materialized, lhs).map(|(_, last)| last)
+    };
+    let rhs_k = if flat(&b) {
+        Some(s.rhs_k_contiguous)
+    } else {
+        strided_operand(g, materialized, rhs).map(|(_, last)| !last)
+    };
+    if let (Some(l), Some(r)) = (lhs_k, rhs_k) {
+        s.lhs_k_contiguous = l;
+        s.rhs_k_contiguous = r;
+        s.operands_2d = true;
+        s.views = true;
+    }
+    s
 }
 
 /// The tensors the matmul `mm` reads, `(lhs, rhs)`: each operand itself or, when it is the
@@ -244,7 +308,7 @@ pub struct NotApplicable(pub String);
 /// where `split_k_ok` (see [`super::run`]).
 pub(super) fn choose(
     g: &Graph,
-    mm: Value,
+    (mm, materialized): (Value, &dyn Fn(Value) -> bool),
     out: Value,
     rows: Option<u64>,
     t: &Target,
@@ -257,16 +321,20 @@ pub(super) fn choose(
             return Schedule { tile, why };
         }
     }
-    let s = matmul_shape(g, mm);
+    let s = matmul_shape_in(g, materialized, mm);
     // A matmul's operands and result have one dtype (the graph verifier's rule); the
     // kernels read the operands in `s.read`, 16-bit under widening casts. Tensor cores
     // take those as 16-bit operands. The SIMT GEMV keeps the f32 matmul's vector in the
     // exact profile: its k order, and so every bit, stay those of the f32 program (the
     // loads are 16-bit, converted exactly).
     let dt = g.ty(mm).dtype;
-    let decode = s.m <= 16 && s.batch == 1 && s.rhs_k_contiguous && s.lhs_k_contiguous;
+    // The GEMVs read stored tensors (the tensor-core GEMV copies their rows), so decode
+    // is decided on the operands as stored, not through views.
+    let plain = matmul_shape(g, mm);
+    let decode =
+        plain.m <= 16 && plain.batch == 1 && plain.rhs_k_contiguous && plain.lhs_k_contiguous;
     if decode {
-        if let Ok(sched) = gemv_mma(&s, s.read, t, profile) {
+        if let Ok(sched) = gemv_mma(&plain, plain.read, t, profile) {
             return sched;
         }
         if profile != Profile::Invariant {
@@ -519,8 +587,13 @@ fn mma(
             "m16n8k16"
         };
         let why = format!(
-            "{}M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
+            "{}{}M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
             widened_why(s),
+            if s.views {
+                "operands read in place through their strided views; "
+            } else {
+                ""
+            },
             s.m,
             s.n,
             s.k,

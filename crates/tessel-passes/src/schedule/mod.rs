@@ -25,8 +25,8 @@ pub use attention::{
 };
 
 pub use matmul::{
-    matmul_shape, mma_shared_bytes, row_epilogue_tile, stored_operands, swaps_last_two,
-    MatmulShape, STAGED_ROW_PAD,
+    matmul_shape, mma_shared_bytes, row_epilogue_tile, stored_operands, strided_operand,
+    swaps_last_two, MatmulShape, STAGED_ROW_PAD,
 };
 
 use crate::target::{Profile, Target};
@@ -80,7 +80,15 @@ fn choose(
     match kind {
         GroupKind::Matmul => {
             let rows = crate::fuse::row_epilogue_rows(g, data);
-            matmul::choose(g, data.reductions[0], out, rows, t, (profile, split_k))
+            let materialized = |v: tessel_ir::Value| fusion.is_materialized(g, v);
+            matmul::choose(
+                g,
+                (data.reductions[0], &materialized),
+                out,
+                rows,
+                t,
+                (profile, split_k),
+            )
         }
         GroupKind::Attention => {
             let (s, a) = (data.reductions[0], data.reductions[1]);
