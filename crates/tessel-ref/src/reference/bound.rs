@@ -513,10 +513,14 @@ fn corners(op: BinaryOp, a: &Bound, b: &Bound) -> Span {
     s
 }
 
-/// Both signed zeros if zero lies strictly inside a range: either may then be the value (a
-/// zero end carries its own sign).
+/// Both signed zeros if the range holds both, in the order of [`lower`] and [`upper`] (-0
+/// below +0): its lower end at or below -0 and its upper end at or above +0. A zero end
+/// carries its own sign, so `[+0, 1]` holds +0 only, but `[-0, 1]` holds +0 too (the hull
+/// of -0 and +0 keeps -0 as its end: `sqrt` of `[-0.5, 1]`), and so does `[-1, +0]` hold
+/// -0; a rule that reads only the ends would miss the other zero (`1 / +0 = +inf`).
 fn zeros_in(b: &Bound) -> impl Iterator<Item = f64> {
-    let z = b.lo < 0.0 && 0.0 < b.hi;
+    let z = lower(b.lo, -0.0).to_bits() == b.lo.to_bits()
+        && upper(b.hi, 0.0).to_bits() == b.hi.to_bits();
     [0.0, -0.0].into_iter().filter(move |_| z)
 }
 

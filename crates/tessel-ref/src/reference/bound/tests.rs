@@ -198,3 +198,58 @@ fn zero_ends_keep_their_signs() {
     );
     assert!(n.is_point() && n.r == f64::NEG_INFINITY);
 }
+
+#[test]
+fn a_zero_end_of_a_range_through_zero_holds_both_zeros() {
+    // tests/programs/regressions/fuzz_390060_wrong_answer.tsl, element [1, 0] at seed 0:
+    // `a1 / sqrt(softmax(a0)[:, -1:] % 0.5)` as `check` builds `%` (fmod, then `+ 0.5` where
+    // the signs differ). The remainder of a range is [-0.5, 0.5]; the select's hull with
+    // its `+ 0.5` is [-0.5, 1], whose sqrt is [-0, 1]: +0 included. Reading -0 as the only
+    // zero, the quotient's bound was [-inf, r], and the executor's r + 1 ulp failed it.
+    let p = Bound {
+        r: 2.392408438026905e-2,
+        lo: 2.3924052715301514e-2,
+        hi: 2.3924116045236588e-2,
+        nan: false,
+    };
+    let half = Bound::point(0.5);
+    let zero = Bound::point(0.0);
+    let f = DType::F32;
+    let m = binary(BinaryOp::Rem, f, f, &p, &half);
+    let nz = binary(BinaryOp::Ne, f, DType::Bool, &m, &zero);
+    let m_neg = binary(BinaryOp::Lt, f, DType::Bool, &m, &zero);
+    let half_neg = binary(BinaryOp::Lt, f, DType::Bool, &half, &zero);
+    let differ = binary(BinaryOp::Ne, DType::Bool, DType::Bool, &m_neg, &half_neg);
+    let fix = binary(BinaryOp::And, DType::Bool, DType::Bool, &nz, &differ);
+    let shifted = binary(BinaryOp::Add, f, f, &m, &half);
+    let t2 = select(&fix, &shifted, &m);
+    let t3 = unary(UnaryOp::Sqrt, f, &t2);
+    assert!(
+        t3.lo == 0.0 && t3.lo.is_sign_negative() && t3.hi == 1.0,
+        "{t3:?}"
+    );
+    let t5 = binary(BinaryOp::Div, f, f, &Bound::point(1.2604225873947144), &t3);
+    assert_eq!(t5.r, 8.148890495300293);
+    let got = 8.14889144897461;
+    assert_eq!(got as f32 as f64, got);
+    assert!(t5.allows(got), "{t5:?}");
+    assert_eq!(
+        (t5.lo, t5.hi, t5.nan),
+        (f64::NEG_INFINITY, f64::INFINITY, true)
+    );
+
+    // The same of the other zero end, and through a unary function.
+    let one = Bound::point(1.0);
+    let q = binary(BinaryOp::Div, f, f, &one, &range(-1.0, 0.0));
+    assert!(q.allows(f64::NEG_INFINITY) && q.allows(-1.0) && q.allows(f64::INFINITY));
+    let s = unary(UnaryOp::Rsqrt, f, &range(-0.0, 1.0));
+    assert!(
+        s.allows(f64::INFINITY) && s.allows(f64::NEG_INFINITY),
+        "{s:?}"
+    );
+    // A +0 end holds +0 only, and a -0 upper end -0 only: those stay one-sided.
+    let q = binary(BinaryOp::Div, f, f, &one, &range(0.0, 1.0));
+    assert_eq!((q.lo, q.hi), (1.0, f64::INFINITY));
+    let q = binary(BinaryOp::Div, f, f, &one, &range(-1.0, -0.0));
+    assert_eq!((q.lo, q.hi), (f64::NEG_INFINITY, -1.0));
+}
