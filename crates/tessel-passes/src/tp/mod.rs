@@ -174,9 +174,11 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
             ),
         });
     }
-    // A weight split for one matmul may be read by later matmuls too (a backward reads
-    // every weight again); one of them that cannot take the block makes the weight whole:
-    // planned again with it read whole everywhere (`strict`), at most once per weight.
+    // A weight split for one matmul may be read later by ops that take its block (a
+    // backward reads every weight again); one whose split leads to a refusal makes the
+    // weight whole: planned again with it read whole everywhere (`strict`). An `inout`
+    // tensor read before its update by elementwise ops is planned again loaded split
+    // (`presplit`). Each key is added once: the loop ends.
     let mut strict: std::collections::HashMap<Value, String> = Default::default();
     let mut presplit: std::collections::HashMap<Value, u32> = Default::default();
     let mut p = loop {
@@ -264,11 +266,12 @@ struct Propagation<'a> {
     role: Vec<Option<&'static str>>,
     collectives: Vec<Collective>,
     notes: Vec<String>,
-    /// Weights read whole everywhere, with the reason: a later matmul could not take the
+    /// Weights read whole everywhere, with the reason: a later reader could not take the
     /// block (see [`plan`]).
     strict: &'a std::collections::HashMap<Value, String>,
-    /// The later readers (matmuls, and the casts and permutes under them) a split weight
-    /// was admitted with, and the weight: the ones a failure there makes whole.
+    /// The readers a split weight was admitted with ([`Others::Later`]; the casts and
+    /// permutes under them too), and the weight: a refusal their split reaches makes it
+    /// whole ([`Self::culprit`]).
     relaxed: std::collections::HashMap<Value, Value>,
     /// `inout` inputs loaded split from the start, along an axis: tensors updated whole with
     /// split rows that elementwise ops read before the update.
@@ -283,8 +286,9 @@ enum Others {
     /// Matmuls (directly or through casts and permutes), elementwise ops and whole updates
     /// of it later in graph order: they see the block and take it by their own rules (a
     /// backward's `dX = dY·W` contracts the split dim: a partial sum; `dY·Wo` keeps Wo's
-    /// split columns; an optimizer's `update(p, p·decay − ...)` updates the block). A weight's readers. One whose split
-    /// leads to a refusal makes the weight whole instead ([`plan`] plans again).
+    /// split columns; an optimizer's `update(p, p·decay − ...)` updates the block). A
+    /// weight's readers. One whose split leads to a refusal makes the weight whole instead
+    /// ([`plan`] plans again).
     Later,
     /// No one: a cache's or an updated tensor's other readers would see a block of what
     /// they read whole (an `inout` tensor read by elementwise ops before its update is
@@ -739,7 +743,7 @@ impl Propagation<'_> {
     /// weight, casts between) beside a base matmul `x·Wᵀ` of the same `x` and width
     /// (LoRA: `W·x + B·A·x`), split like its base: Megatron's split of `W` applied to the
     /// product `B·A`. The rank between A and B is never split: for a column-parallel base,
-    /// A is whole and B split with W's columns (the rule for `·Bᵀ` does that); after a
+    /// A is whole and B split by rows like W (the rule for `·Bᵀ` does that); after a
     /// row-parallel base, `x·Aᵀ` is a row-parallel partial like the base's, completed, and B
     /// is whole (this returns the reason for both whole cases).
     fn adapter_whole(&self, v: Value) -> Option<String> {
