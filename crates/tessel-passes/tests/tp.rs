@@ -606,3 +606,235 @@ fn a_table_read_through_a_gather_is_never_split_along_it() {
         assert_eq!(outs[0], run(&g, tessel_passes::Profile::Exact), "{src}");
     }
 }
+
+/// A LoRA training step (tests/programs/lora_layer_tp.tsl, 8 query and 4 KV heads), checked
+/// and differentiated (the `grad` pass) as `tessel --tp` plans it.
+fn training_step(step: &str) -> tessel_ir::graph::Graph {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let m = tessel_syntax::load(&root.join("tests/programs/lora_layer_tp.tsl"))
+        .unwrap_or_else(|_| panic!("lora_layer_tp.tsl loads"));
+    let dims: BTreeMap<String, u64> = [("T", 9), ("R", 4)]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let g = check::run(&m.module, step, &dims).expect("checks");
+    tessel_passes::grad::run(&g).expect("differentiates")
+}
+
+/// The matmuls of `g` whose right operand is `rhs`, or a permute of it.
+fn matmuls_by(
+    g: &tessel_ir::graph::Graph,
+    rhs: tessel_ir::Value,
+    permuted: bool,
+) -> Vec<tessel_ir::Value> {
+    use tessel_ir::graph::Op;
+    g.ops
+        .iter()
+        .filter_map(|(v, op)| match op {
+            Op::MatMul { rhs: r, .. } => {
+                let under = match &g.ops[*r] {
+                    Op::Permute { arg, .. } => Some(*arg),
+                    _ => None,
+                };
+                let hit = if permuted {
+                    under == Some(rhs)
+                } else {
+                    *r == rhs
+                };
+                hit.then_some(v)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// The backward is split by the same plan as the forward (Megatron-LM's split of a LoRA
+/// layer): q/k/v and gate/up column-parallel with their adapters' B split by the same
+/// rows and A whole; o and down row-parallel with A split by the same columns and B
+/// whole; every backward `dX = dY·W` of a column-parallel weight (and `dU = dV·B`) a
+/// partial sum completed by the fixed tree, `dY·Wo` split by Wo's columns; the sharded
+/// gradients (B of the column-parallel layers, A of the row-parallel ones) gathered, dX
+/// and the other gradients whole — the same plan at 1, 2 and 4 ranks. In the training step
+/// the AdamW moments of a split adapter are split like it (the update runs on the block).
+#[test]
+fn a_training_step_is_split_megatron_style() {
+    use std::collections::BTreeSet;
+    let g = training_step("qwen3_grads");
+    let input = |name: &str| g.inputs.iter().find(|(n, _)| n == name).expect(name).1;
+    let sh = |p: &tessel_passes::tp::TpPlan, v: tessel_ir::Value| {
+        p.sharding[cranelift_entity::EntityRef::index(v)]
+    };
+    let plans: Vec<_> = [1, 2, 4].map(|n| plan(&g, n).expect("plans")).into();
+    for p in &plans {
+        let split = |name: &str| sh(p, input(name));
+        for w in ["wq", "wk", "wv", "wg", "wu", "bq", "bk", "bv", "bg", "bu"] {
+            assert_eq!(split(w), Sharding::Split { axis: 0 }, "{w}");
+        }
+        for w in ["wo", "wd", "ao", "ad"] {
+            assert_eq!(split(w), Sharding::Split { axis: 1 }, "{w}");
+        }
+        for w in [
+            "aq",
+            "ak",
+            "av",
+            "ag",
+            "au",
+            "bo",
+            "bd",
+            "x",
+            "dy",
+            "input_norm",
+        ] {
+            assert_eq!(split(w), Sharding::Replicated, "{w}");
+        }
+        let rp = p.row_parallel();
+        for w in ["wq", "wk", "wv", "wg", "wu"] {
+            // The forward's `h·Wᵀ` (the step's and grad's own forward): column-parallel.
+            let fwd = matmuls_by(&g, input(w), true);
+            assert_eq!(fwd.len(), 2, "{w}");
+            assert!(
+                fwd.iter().all(|&m| sh(p, m) == Sharding::Split { axis: 1 }),
+                "{w}"
+            );
+            // The backward's `dY·W`: contracts the split N, completed by the fixed tree.
+            let bwd = matmuls_by(&g, input(w), false);
+            assert_eq!(bwd.len(), 1, "{w}");
+            assert!(rp.contains(&bwd[0]), "{w}: dX = dY·W is not reduced");
+        }
+        for w in ["wo", "wd", "ao", "ad"] {
+            // The forward's row-parallel matmuls (both copies), reduced.
+            assert!(
+                matmuls_by(&g, input(w), true)
+                    .iter()
+                    .all(|m| rp.contains(m)),
+                "{w}"
+            );
+            // `dY·Wo`: Wo's columns, split.
+            let bwd = matmuls_by(&g, input(w), false);
+            assert!(
+                !bwd.is_empty() && bwd.iter().all(|&m| sh(p, m) == Sharding::Split { axis: 1 }),
+                "{w}"
+            );
+        }
+        for b in ["bq", "bk", "bv", "bg", "bu"] {
+            // `dU = dV·B` contracts B's split rows.
+            let bwd = matmuls_by(&g, input(b), false);
+            assert!(bwd.len() == 1 && rp.contains(&bwd[0]), "{b}");
+        }
+        // The step's forward: o, down and their A; grad's own forward: o, its A and down's A
+        // (the backward reads nothing else of it); the backward's 5 dX and 5 dU.
+        assert_eq!(rp.len(), 4 + 3 + 10, "{:?}", p.collectives);
+        let gathered: BTreeSet<String> = p
+            .collectives
+            .iter()
+            .filter_map(|c| match c {
+                Collective::Gather { names, .. } => Some(names.concat()),
+                _ => None,
+            })
+            .collect();
+        let want: BTreeSet<String> = ["dbq", "dbk", "dbv", "dao", "dbg", "dbu", "dad"]
+            .map(String::from)
+            .into();
+        assert_eq!(gathered, want);
+        for (name, o) in &g.outputs {
+            if !want.contains(name) {
+                assert_eq!(sh(p, *o), Sharding::Replicated, "{name}");
+            }
+        }
+        // No base weight is left whole.
+        assert!(
+            !p.notes.iter().any(|n| ["`wq`", "`wo`", "`wg`", "`wd`"]
+                .iter()
+                .any(|w| n.contains(w))),
+            "{:?}",
+            p.notes
+        );
+    }
+    // One structure at every world size (or the sums' association would change with it).
+    assert!(plans.iter().all(|p| p.sharding == plans[0].sharding));
+    let kinds = |p: &tessel_passes::tp::TpPlan| -> Vec<String> {
+        p.collectives
+            .iter()
+            .map(|c| match c {
+                Collective::SumPartials { matmul, .. } => format!("sum {matmul}"),
+                Collective::Gather { value, axis, .. } => format!("gather {value} {axis}"),
+            })
+            .collect()
+    };
+    assert!(plans.iter().all(|p| kinds(p) == kinds(&plans[0])));
+
+    let t = training_step("qwen3_train");
+    let p = plan(&t, 2).expect("plans");
+    let of = |name: &str| {
+        p.sharding[cranelift_entity::EntityRef::index(
+            t.inputs.iter().find(|(n, _)| n == name).expect(name).1,
+        )]
+    };
+    for (x, s) in [
+        ("m_bq", Sharding::Split { axis: 0 }),
+        ("v_bu", Sharding::Split { axis: 0 }),
+        ("m_ao", Sharding::Split { axis: 1 }),
+        ("v_ad", Sharding::Split { axis: 1 }),
+        ("m_aq", Sharding::Replicated),
+        ("v_bo", Sharding::Replicated),
+    ] {
+        assert_eq!(of(x), s, "{x}");
+    }
+}
+
+/// The training steps' ranks run apart on the executor give the same bits at 1, 2 and 4
+/// ranks in `exact` and `invariant` — gradients (dX, every adapter's), the loss, and every
+/// adapter and moment after the AdamW update — and agree with the step as written within
+/// bf16 rounding (the partial sums' association is the 8 ranges' tree, not one accumulator).
+#[test]
+fn training_ranks_give_the_same_bits_at_every_world_size() {
+    use tessel_passes::tp::ranks;
+    use tessel_passes::Profile;
+    for step in ["qwen3_grads", "qwen3_train"] {
+        let g = training_step(step);
+        let whole = inputs_of(&g);
+        for profile in [Profile::Exact, Profile::Invariant] {
+            let opts = tessel_passes::Options {
+                profile,
+                verify: true,
+                tensor_parallel: true,
+                ..Default::default()
+            };
+            let run_at = |n: u32| {
+                let rs: Vec<_> = ranks(&g, &plan(&g, n).expect("plans"))
+                    .expect("partitions")
+                    .into_iter()
+                    .map(|r| {
+                        r.try_map(|p| tessel_passes::compile(&p, &opts).map(|c| c.program))
+                            .expect("compiles")
+                    })
+                    .collect();
+                tessel_ref::ranks::run_ranks(&rs, &whole)
+                    .unwrap_or_else(|e| panic!("{step} --tp {n}: {e}"))
+            };
+            let want = run_at(1);
+            for n in [2, 4] {
+                let got = run_at(n);
+                for ((o, a), b) in g.outputs.iter().zip(&got).zip(&want) {
+                    assert!(
+                        a.data == b.data,
+                        "{step} {} --tp {n}: `{}` differs from --tp 1",
+                        profile.name(),
+                        o.0
+                    );
+                }
+            }
+            let written = tessel_passes::compile(&g, &opts).expect("compiles").program;
+            let written = tessel_ref::exec::run_program(&written, &whole).expect("runs");
+            for ((o, a), b) in g.outputs.iter().zip(&want).zip(&written) {
+                let e = rel_rms(a, b);
+                assert!(
+                    e < 2e-2,
+                    "{step} {}: `{}` rel-RMS {e:.2e} from the step as written",
+                    profile.name(),
+                    o.0
+                );
+            }
+        }
+    }
+}

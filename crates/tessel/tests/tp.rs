@@ -226,3 +226,120 @@ fn tp_check_compares_the_ranks_at_every_world_size() {
         text(&o)
     );
 }
+
+/// The LoRA training steps under `--tp`: `tessel tp-check` on the executor gives every
+/// output — the gradients, the loss, every adapter and AdamW moment after the update —
+/// bit-identical at 1, 2 and 4 ranks in `exact` and `invariant` for the 4-KV-head layer
+/// (tests/programs/lora_layer_tp.tsl), and at 1 and 2 for the 2-KV-head one
+/// (tests/programs/lora_layer_small.tsl), whose heads 4 ranks cannot divide (refused).
+#[test]
+fn tp_check_of_the_lora_training_steps_at_every_world_size() {
+    let file = root("tests/programs/lora_layer_tp.tsl");
+    let d = scratch("tp-check-lora");
+    let dims = ["--dim", "T=9", "--dim", "R=4"];
+    for profile in ["exact", "invariant"] {
+        let mut args = vec![
+            "tp-check",
+            &file,
+            "--cpu",
+            "--sizes",
+            "1,2,4",
+            "--profile",
+            profile,
+        ];
+        args.extend(dims);
+        let o = tessel(&d, &args);
+        let t = text(&o);
+        assert!(o.status.success() && t.contains("tp-check: PASS"), "{t}");
+        // Three steps, two comparisons each; the train step's 43 outputs (the loss, 14
+        // adapters, 28 moments).
+        assert_eq!(t.matches("bit-identical").count(), 6, "{t}");
+        assert_eq!(
+            t.matches("43 outputs (182788 bytes) bit-identical").count(),
+            2,
+            "{t}"
+        );
+    }
+    let small = root("tests/programs/lora_layer_small.tsl");
+    let mut args = vec!["tp-check", &small, "--cpu", "--sizes", "1,2"];
+    args.extend(dims);
+    let o = tessel(&d, &args);
+    let t = text(&o);
+    assert!(o.status.success() && t.contains("tp-check: PASS"), "{t}");
+    assert_eq!(t.matches("bit-identical").count(), 3, "{t}");
+    let mut args = vec!["tp-check", &small, "--cpu", "--sizes", "1,4"];
+    args.extend(dims);
+    let o = tessel(&d, &args);
+    assert!(
+        !o.status.success() && text(&o).contains("heads must divide among the ranks"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// The Qwen3-14B LoRA training steps (examples/lora/qwen3_14b_lora.tsl) are split
+/// Megatron-style at 4 ranks: the base weights by heads and intermediate columns, each
+/// adapter with its base (B of q/k/v/gate/up by rows, A of o/down by columns, the others
+/// whole), the AdamW moments with their adapters; the sharded gradients gathered.
+#[test]
+fn the_lora_training_steps_split_like_the_layer() {
+    let file = root("examples/lora/qwen3_14b_lora.tsl");
+    let d = scratch("tp-lora-14b");
+    for step in ["grads", "train"] {
+        let args = [
+            "explain", &file, "--step", step, "--target", "h200", "--tp", "4", "--dim", "T=8",
+            "--dim", "R=16",
+        ];
+        let o = tessel(&d, &args);
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(!t.contains("nothing is split"), "{t}");
+        for (input, want) in [
+            (
+                "wq [5120, 5120]",
+                "split along dim 0: rank r holds block r, [1280, 5120]",
+            ),
+            (
+                "wk [1024, 5120]",
+                "split along dim 0: rank r holds block r, [256, 5120]",
+            ),
+            (
+                "wo [5120, 5120]",
+                "split along dim 1: rank r holds block r, [5120, 1280]",
+            ),
+            (
+                "wg [17408, 5120]",
+                "split along dim 0: rank r holds block r, [4352, 5120]",
+            ),
+            (
+                "wd [5120, 17408]",
+                "split along dim 1: rank r holds block r, [5120, 4352]",
+            ),
+            ("aq [16, 5120]", "whole on every rank"),
+            (
+                "bq [5120, 16]",
+                "split along dim 0: rank r holds block r, [1280, 16]",
+            ),
+            (
+                "ao [16, 5120]",
+                "split along dim 1: rank r holds block r, [16, 1280]",
+            ),
+            ("bo [5120, 16]", "whole on every rank"),
+            ("bd [5120, 16]", "whole on every rank"),
+        ] {
+            let l = line(&t, &format!("input {input}:"));
+            assert!(l.contains(want), "{step} {input}: {l}");
+        }
+        if step == "train" {
+            let l = line(&t, "input m_bg [17408, 16]:");
+            assert!(l.contains("[4352, 16]"), "{l}");
+            let l = line(&t, "input v_ad [16, 17408]:");
+            assert!(l.contains("[16, 4352]"), "{l}");
+        } else {
+            for g in ["dbq", "dbk", "dbv", "dao", "dbg", "dbu", "dad"] {
+                line(&t, &format!("result {g} "));
+            }
+            assert!(!t.contains("result dx "), "{t}");
+        }
+    }
+}

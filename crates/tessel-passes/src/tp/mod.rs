@@ -21,6 +21,14 @@
 //! - a matmul whose `x` is split along K (its last axis) and whose weight is an input is
 //!   *row-parallel*: `w` split along K, the result a partial sum (o, down), completed by a
 //!   [`Collective::SumPartials`];
+//! - a matmul whose operands are both split along the dim it contracts (a backward's
+//!   `dX = dY·W` of a column-parallel `Y = X·Wᵀ`, an adapter's `dU = dV·B`) is a partial
+//!   sum too, completed by the same collective: the gradient of a replicated value summed
+//!   from the ranks' contributions in the fixed tree, one association at every `tp`;
+//! - a low-rank adapter — `(x·Aᵀ)·Bᵀ`, two matmuls by weights with casts between, beside a
+//!   base matmul `x·Wᵀ` of the same `x` and width (LoRA) — is split like its base: its rank
+//!   is never split; for a column-parallel base A is whole and B split with W's rows; after
+//!   a row-parallel base `x·Aᵀ` is row-parallel (A split with W's columns) and B is whole;
 //! - a matmul of two activations split along the same batch axis (the scores `q @ kᵀ` and
 //!   `p @ v`, GQA's broadcast K and V) stays split along it; so does one whose other
 //!   operand is replicated with size 1 there (broadcast) or the whole size (each rank
@@ -42,8 +50,13 @@
 //! - an input used split is loaded split (each rank reads its block of the checkpoint
 //!   tensor); an input used replicated everywhere is loaded whole; a KV cache updated with
 //!   rows split along its heads is split along them (whole rows written into a split cache
-//!   are sliced by each rank); a weight or cache split this way must have no other reader,
-//!   which would need it whole;
+//!   are sliced by each rank); a cache split this way must have no other reader, which
+//!   would need it whole; a weight may have later readers that take its block by these
+//!   rules — matmuls (a backward reads every weight again), elementwise ops and whole
+//!   updates (an optimizer's) — and where one of them cannot, the weight is read whole
+//!   everywhere and the plan made again, with a note; an `inout` tensor updated whole with
+//!   split rows (an AdamW moment) that elementwise ops read before the update is loaded
+//!   split from the start;
 //! - a partial sum is completed right after its matmul; a split step result is gathered
 //!   ([`Collective::Gather`]: a concatenation, exact).
 //!
@@ -161,27 +174,46 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
             ),
         });
     }
-    let mut p = Propagation {
-        g,
-        users: crate::fuse::users(g),
-        tp,
-        sh: vec![Sharding::Replicated; g.ops.len()],
-        role: vec![None; g.ops.len()],
-        collectives: Vec::new(),
-        notes: Vec::new(),
-    };
-    for (v, op) in g.ops.iter() {
-        let s = p.op_sharding(v, op).map_err(|w| err(v, w))?;
-        p.sh[v.index()] = s;
-        if s == Sharding::Partial {
-            // A ring all-gather: every rank forwards the other ranks' tensors once.
-            let bytes = g.ty(v).shape.numel() * 4 * (tp as u64 - 1);
-            p.collectives
-                .push(Collective::SumPartials { matmul: v, bytes });
-            // Completed right after the matmul: every reader sees it whole.
-            p.sh[v.index()] = Sharding::Replicated;
+    // A weight split for one matmul may be read later by ops that take its block (a
+    // backward reads every weight again); one whose split leads to a refusal makes the
+    // weight whole: planned again with it read whole everywhere (`strict`). An `inout`
+    // tensor read before its update by elementwise ops is planned again loaded split
+    // (`presplit`). Each key is added once: the loop ends.
+    let mut strict: std::collections::HashMap<Value, String> = Default::default();
+    let mut presplit: std::collections::HashMap<Value, u32> = Default::default();
+    let mut p = loop {
+        let mut p = Propagation {
+            g,
+            users: crate::fuse::users(g),
+            tp,
+            sh: vec![Sharding::Replicated; g.ops.len()],
+            role: vec![None; g.ops.len()],
+            collectives: Vec::new(),
+            notes: Vec::new(),
+            strict: &strict,
+            relaxed: Default::default(),
+            presplit: &presplit,
+            hint: None,
+        };
+        match p.propagate() {
+            Ok(()) => break p,
+            Err(_) if p.hint.is_some_and(|(x, _)| !presplit.contains_key(&x)) => {
+                let (x, a) = p.hint.expect("a hint");
+                presplit.insert(x, a);
+            }
+            Err((v, what)) => {
+                match p.culprit(v) {
+                    Some((reader, w)) if !strict.contains_key(&w) => {
+                        strict.insert(
+                        w,
+                        format!("its later reader {reader} cannot take a rank's block: at {v}, {what}"),
+                    );
+                    }
+                    _ => return Err(err(v, what)),
+                }
+            }
         }
-    }
+    };
     for (name, o) in &g.outputs {
         // An updated cache stays split: each rank keeps its heads' rows for the next step;
         // a split input returned as it is was cut from the whole the caller holds.
@@ -234,9 +266,81 @@ struct Propagation<'a> {
     role: Vec<Option<&'static str>>,
     collectives: Vec<Collective>,
     notes: Vec<String>,
+    /// Weights read whole everywhere, with the reason: a later reader could not take the
+    /// block (see [`plan`]).
+    strict: &'a std::collections::HashMap<Value, String>,
+    /// The readers a split weight was admitted with ([`Others::Later`]; the casts and
+    /// permutes under them too), and the weight: a refusal their split reaches makes it
+    /// whole ([`Self::culprit`]).
+    relaxed: std::collections::HashMap<Value, Value>,
+    /// `inout` inputs loaded split from the start, along an axis: tensors updated whole with
+    /// split rows that elementwise ops read before the update.
+    presplit: &'a std::collections::HashMap<Value, u32>,
+    /// Set when an update asks for its tensor to be loaded split ([`Self::presplit`]).
+    hint: Option<(Value, u32)>,
+}
+
+/// Who else may read a value loaded split, besides the op it is split for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Others {
+    /// Matmuls (directly or through casts and permutes), elementwise ops and whole updates
+    /// of it later in graph order: they see the block and take it by their own rules (a
+    /// backward's `dX = dY·W` contracts the split dim: a partial sum; `dY·Wo` keeps Wo's
+    /// split columns; an optimizer's `update(p, p·decay − ...)` updates the block). A
+    /// weight's readers. One whose split leads to a refusal makes the weight whole instead
+    /// ([`plan`] plans again).
+    Later,
+    /// No one: a cache's or an updated tensor's other readers would see a block of what
+    /// they read whole (an `inout` tensor read by elementwise ops before its update is
+    /// loaded split from the start instead: [`Propagation::hint`]).
+    None,
 }
 
 impl Propagation<'_> {
+    /// Every op's sharding in graph order; a partial sum completed right after its matmul.
+    /// Errors: the op that cannot be split, and why.
+    fn propagate(&mut self) -> Result<(), (Value, String)> {
+        let (g, tp) = (self.g, self.tp);
+        for (v, op) in g.ops.iter() {
+            let s = self.op_sharding(v, op).map_err(|w| (v, w))?;
+            self.sh[v.index()] = s;
+            if s == Sharding::Partial {
+                // A ring all-gather: every rank forwards the other ranks' tensors once.
+                let bytes = g.ty(v).shape.numel() * 4 * (tp as u64 - 1);
+                self.collectives
+                    .push(Collective::SumPartials { matmul: v, bytes });
+                // Completed right after the matmul: every reader sees it whole.
+                self.sh[v.index()] = Sharding::Replicated;
+            }
+        }
+        Ok(())
+    }
+
+    /// The admitted reader of a split weight ([`Others::Later`]) whose split reaches `v`,
+    /// the op that could not be split, through split operands — the nearest one — and
+    /// its weight; none when no admitted split reaches it (a genuine refusal).
+    fn culprit(&self, v: Value) -> Option<(Value, Value)> {
+        let mut stack = vec![v];
+        let mut seen = std::collections::HashSet::new();
+        let mut best: Option<(Value, Value)> = None;
+        while let Some(y) = stack.pop() {
+            if !seen.insert(y) {
+                continue;
+            }
+            if let Some(&w) = self.relaxed.get(&y) {
+                if best.is_none_or(|(r, _)| y > r) {
+                    best = Some((y, w));
+                }
+            }
+            for a in self.g.ops[y].args() {
+                if matches!(self.of(a), Sharding::Split { .. }) {
+                    stack.push(a);
+                }
+            }
+        }
+        best
+    }
+
     fn of(&self, v: Value) -> Sharding {
         self.sh[v.index()]
     }
@@ -266,12 +370,6 @@ impl Propagation<'_> {
         Ok(())
     }
 
-    /// Marks the input under `x` (`x` itself, or a chain of casts and permutes down to it),
-    /// which the op `by` reads, as loaded split along `axis` of `x`; returns the input.
-    ///
-    /// Refused (with the reason) when the chain has anything but casts and permutes down to
-    /// a step input, or when a value of it has another reader: that reader would see only
-    /// a rank's block of what it reads whole.
     /// The step input under `x` through casts and permutes, if `x` is 2-D and one is.
     fn input_under(&self, x: Value) -> Option<Value> {
         let mut y = x;
@@ -284,42 +382,46 @@ impl Propagation<'_> {
         }
     }
 
+    /// True when every use of `u` is a matmul, directly or through casts and permutes.
+    fn read_by_matmuls(&self, u: Value) -> bool {
+        match &self.g.ops[u] {
+            Op::MatMul { .. } => true,
+            Op::Cast { .. } | Op::Permute { .. } => {
+                self.users[u].iter().all(|&w| self.read_by_matmuls(w))
+            }
+            _ => false,
+        }
+    }
+
+    /// `u` and the casts and permutes under it down to its matmuls (see
+    /// [`Self::read_by_matmuls`]), recorded as readers admitted for the weight `w`.
+    fn admit(&mut self, u: Value, w: Value) {
+        self.relaxed.insert(u, w);
+        if matches!(self.g.ops[u], Op::Cast { .. } | Op::Permute { .. }) {
+            for x in self.users[u].clone() {
+                self.admit(x, w);
+            }
+        }
+    }
+
+    /// Marks the input under `x` (`x` itself, or a chain of casts and permutes down to it),
+    /// which the op `by` reads, as loaded split along `axis` of `x`; returns the input.
+    ///
+    /// Refused (with the reason) when the chain has anything but casts and permutes down to
+    /// a step input, or when a value of it has another reader that `others` does not
+    /// admit: that reader would see only a rank's block of what it reads whole.
     fn split_input(
         &mut self,
         x: Value,
         by: Value,
         axis: u32,
         role: &'static str,
+        others: Others,
     ) -> Result<Value, String> {
-        // A value of the chain returned as a step result is fine: a split result is
-        // gathered (or, an input, put back together from the ranks' blocks).
-        let shared = |p: &Self, y: Value, reader: Value| -> Option<String> {
-            // The reader once; any other use, the reader's second operand included.
-            let mut others: Vec<String> = Vec::new();
-            let mut seen = false;
-            for &u in &p.users[y] {
-                if u == reader && !seen {
-                    seen = true;
-                } else {
-                    others.push(u.to_string());
-                }
-            }
-            (!others.is_empty())
-                .then(|| format!("{} is also read by {}", p.named(y), others.join(", ")))
-        };
-        let why = |what: String| {
-            format!(
-                "{what}: splitting it for the {role} would leave that reader only a rank's block (each rank would need all of it)"
-            )
-        };
-        if let Some(w) = shared(self, x, by) {
-            return Err(why(w));
-        }
         let mut chain = vec![x];
         let mut y = x;
         let mut axis_here = axis;
         loop {
-            let reader = y;
             match &self.g.ops[y] {
                 Op::Input { .. } => break,
                 Op::Cast { arg } => y = *arg,
@@ -335,13 +437,60 @@ impl Propagation<'_> {
                     ))
                 }
             }
-            if let Some(w) = shared(self, y, reader) {
-                return Err(why(w));
-            }
             chain.push(y);
         }
-        self.sh[y.index()] = Sharding::Split { axis: axis_here };
-        self.role[y.index()] = Some(role);
+        let input = y;
+        let strict = self.strict.get(&input);
+        // The chain's values, each with its reader in the chain (`by` for `x`).
+        let mut admitted = Vec::new();
+        for (i, &c) in chain.iter().enumerate() {
+            let reader = if i == 0 { by } else { chain[i - 1] };
+            // The reader once; any other use, the reader's second operand included.
+            let mut refused: Vec<String> = Vec::new();
+            let mut seen = false;
+            for &u in &self.users[c] {
+                if u == reader && !seen {
+                    seen = true;
+                    continue;
+                }
+                let ok = match others {
+                    _ if u == reader => false,
+                    Others::Later => {
+                        strict.is_none()
+                            && u > by
+                            && (self.read_by_matmuls(u)
+                                || elementwise(&self.g.ops[u])
+                                || matches!(self.g.ops[u], Op::Update { dst, at: None, .. } if dst == c))
+                    }
+                    Others::None => false,
+                };
+                if ok {
+                    admitted.push(u);
+                } else {
+                    refused.push(u.to_string());
+                }
+            }
+            if !refused.is_empty() {
+                let also = match strict {
+                    Some(why) => {
+                        format!(" ({} is read whole everywhere: {why})", self.named(input))
+                    }
+                    None => String::new(),
+                };
+                return Err(format!(
+                    "{} is also read by {}{also}: splitting it for the {role} would leave that reader only a rank's block (each rank would need all of it)",
+                    self.named(c),
+                    refused.join(", ")
+                ));
+            }
+        }
+        if others == Others::Later {
+            for u in admitted {
+                self.admit(u, input);
+            }
+        }
+        self.sh[input.index()] = Sharding::Split { axis: axis_here };
+        self.role[input.index()] = Some(role);
         // The chain above the input carries the split along its own axes.
         let mut a = axis_here;
         for &c in chain.iter().rev().skip(1) {
@@ -350,12 +499,20 @@ impl Propagation<'_> {
             }
             self.sh[c.index()] = Sharding::Split { axis: a };
         }
-        Ok(y)
+        Ok(input)
     }
 
     fn op_sharding(&mut self, v: Value, op: &Op) -> Result<Sharding, String> {
         Ok(match op {
             // Decided by their first use (a matmul's weight, a cache's update) or replicated.
+            Op::Input { .. } if self.presplit.contains_key(&v) && !self.strict.contains_key(&v) => {
+                let a = self.presplit[&v];
+                self.role[v.index()] = Some("tensor updated whole, split like its new value");
+                for u in self.users[v].clone() {
+                    self.admit(u, v);
+                }
+                Sharding::Split { axis: a }
+            }
             Op::Input { .. } | Op::Const { .. } | Op::Iota { .. } => self.of(v),
             Op::Unary { arg, .. } | Op::Cast { arg } => self.of(*arg),
             Op::Binary { lhs, rhs, .. } => self.elementwise(v, &[*lhs, *rhs])?,
@@ -467,10 +624,20 @@ impl Propagation<'_> {
                     (Sharding::Split { axis: a }, d) => {
                         if d != (Sharding::Split { axis: a }) {
                             self.divides(*dst, a)?;
-                            self.split_input(*dst, v, a, what)
-                                .map_err(|e| {
-                                    format!("an update with rows split along dim {a}: {e}")
-                                })?;
+                            let split = self.split_input(*dst, v, a, what, Others::None);
+                            if let Err(e) = split {
+                                // Read by elementwise ops before it is updated (an optimizer's
+                                // moment): load it split from the start, so that they read
+                                // its block (the plan is made again).
+                                let early = matches!(self.g.ops[*dst], Op::Input { .. })
+                                    && self.users[*dst]
+                                        .iter()
+                                        .all(|&u| u == v || u < v && elementwise(&self.g.ops[u]));
+                                if early && !self.strict.contains_key(dst) {
+                                    self.hint = Some((*dst, a));
+                                }
+                                return Err(format!("an update with rows split along dim {a}: {e}"));
+                            }
                         }
                         Some(a)
                     }
@@ -536,6 +703,87 @@ impl Propagation<'_> {
         Ok(Sharding::Split { axis })
     }
 
+    /// `v` under its casts.
+    fn uncast(&self, mut v: Value) -> Value {
+        while let Op::Cast { arg } = self.g.ops[v] {
+            v = arg;
+        }
+        v
+    }
+
+    /// True for a 2-D matmul whose right operand is a weight ([`Self::input_under`]).
+    fn by_weight(&self, m: Value) -> bool {
+        matches!(self.g.ops[m], Op::MatMul { rhs, .. } if self.dims(m).len() == 2 && self.input_under(rhs).is_some())
+    }
+
+    /// The base layer of an adapter whose first factor `first` reads `x`: the last matmul
+    /// by a weight before `first` whose left operand is `x` under casts, with `n` output
+    /// columns (several projections of one `x` have adapters: each follows its own).
+    fn base_of(&self, x: Value, first: Value, n: u64) -> Option<Value> {
+        let mut stack = vec![x];
+        let mut base = None;
+        while let Some(y) = stack.pop() {
+            for &u in &self.users[y] {
+                match &self.g.ops[u] {
+                    Op::Cast { .. } => stack.push(u),
+                    Op::MatMul { lhs, .. }
+                        if *lhs == y && u < first && self.by_weight(u) && self.dims(u)[1] == n =>
+                    {
+                        base = base.max(Some(u));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        base
+    }
+
+    /// Why the matmul by a weight `v` (its operands replicated) is computed whole as part
+    /// of a low-rank adapter, if it is one — a factored map `(x·Aᵀ)·Bᵀ` (each a matmul by a
+    /// weight, casts between) beside a base matmul `x·Wᵀ` of the same `x` and width
+    /// (LoRA: `W·x + B·A·x`), split like its base: Megatron's split of `W` applied to the
+    /// product `B·A`. The rank between A and B is never split: for a column-parallel base,
+    /// A is whole and B split by rows like W (the rule for `·Bᵀ` does that); after a
+    /// row-parallel base, `x·Aᵀ` is a row-parallel partial like the base's, completed, and B
+    /// is whole (this returns the reason for both whole cases).
+    fn adapter_whole(&self, v: Value) -> Option<String> {
+        let Op::MatMul { lhs, .. } = self.g.ops[v] else {
+            return None;
+        };
+        // `v = x·Aᵀ`, read by `·Bᵀ`.
+        let mut stack = vec![v];
+        while let Some(y) = stack.pop() {
+            for &u in &self.users[y] {
+                match &self.g.ops[u] {
+                    Op::Cast { .. } => stack.push(u),
+                    Op::MatMul { lhs: l, .. } if *l == y && self.by_weight(u) => {
+                        if let Some(base) = self.base_of(self.uncast(lhs), v, self.dims(u)[1]) {
+                            return Some(format!(
+                                "it is the first factor of a low-rank adapter ({v}, then {u}) of the base matmul {base}: its rank ({}) is not split",
+                                self.dims(v)[1]
+                            ));
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // `v = (x·Aᵀ)·Bᵀ` after a base that is not split by columns.
+        let first = self.uncast(lhs);
+        if self.by_weight(first) {
+            let Op::MatMul { lhs: x, .. } = self.g.ops[first] else {
+                unreachable!("by_weight is a matmul")
+            };
+            let base = self.base_of(self.uncast(x), first, self.dims(v)[1])?;
+            if self.of(base) != (Sharding::Split { axis: 1 }) {
+                return Some(format!(
+                    "it is the second factor of a low-rank adapter ({first}, then {v}) of the base matmul {base}, which is whole on every rank (row-parallel and completed, or unsplit): it is whole too"
+                ));
+            }
+        }
+        None
+    }
+
     fn matmul(&mut self, v: Value, lhs: Value, rhs: Value) -> Result<Sharding, String> {
         let rank = self.dims(v).len() as u32;
         let (sl, sr) = (self.of(lhs), self.of(rhs));
@@ -550,9 +798,21 @@ impl Propagation<'_> {
             // not a replication: the plan's structure must not depend on the world size, or
             // neither would its sums' association.)
             (Sharding::Replicated, Sharding::Replicated, Some(w)) => {
+                if let Some(why) = self.adapter_whole(v) {
+                    self.notes.push(format!(
+                        "{v} (a matmul by the weight {}) is computed whole on every rank: {why}",
+                        self.named(w)
+                    ));
+                    return Ok(Sharding::Replicated);
+                }
                 self.divides(v, rank - 1)?;
-                let split =
-                    self.split_input(rhs, v, rank - 1, "column-parallel weight (output columns)");
+                let split = self.split_input(
+                    rhs,
+                    v,
+                    rank - 1,
+                    "column-parallel weight (output columns)",
+                    Others::Later,
+                );
                 match split {
                     Ok(_) => Ok(Sharding::Split { axis: rank - 1 }),
                     Err(why) => {
@@ -572,7 +832,28 @@ impl Propagation<'_> {
                         "a row-parallel matmul with K = {k}, not a multiple of the {REDUCE_CHUNKS} ranges of the deterministic reduction"
                     ));
                 }
-                self.split_input(rhs, v, rank - 2, "row-parallel weight (input rows)")?;
+                self.split_input(
+                    rhs,
+                    v,
+                    rank - 2,
+                    "row-parallel weight (input rows)",
+                    Others::Later,
+                )?;
+                Ok(Sharding::Partial)
+            }
+            // Both operands split along the dim the matmul contracts (a backward's
+            // `dX = dY·W` of a column-parallel `Y = X·Wᵀ`, `dU = dV·B` of an adapter's B):
+            // each rank's product is a partial sum over its part of K, completed as a
+            // row-parallel matmul's is — K in the same 8 ranges, the same fixed tree.
+            (Sharding::Split { axis: a }, Sharding::Split { axis: b }, _)
+                if a == rank - 1 && b == rank - 2 =>
+            {
+                let k = self.dims(lhs)[a as usize];
+                if k % (REDUCE_CHUNKS as u64) != 0 {
+                    return Err(format!(
+                        "a matmul contracting its split dim with K = {k}, not a multiple of the {REDUCE_CHUNKS} ranges of the deterministic reduction"
+                    ));
+                }
                 Ok(Sharding::Partial)
             }
             (Sharding::Replicated, Sharding::Replicated, None) => Ok(Sharding::Replicated),
@@ -635,6 +916,14 @@ fn reshape_split(from: &[u64], to: &[u64], axis: u32) -> Option<u32> {
     (0..to.len())
         .find(|&k| to[k] > 1 && top(to, k) == hi)
         .map(|k| k as u32)
+}
+
+/// An op computed element by element from operands of its own shape (or broadcast to it).
+fn elementwise(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Unary { .. } | Op::Binary { .. } | Op::Select { .. } | Op::Cast { .. }
+    )
 }
 
 /// What a plan that splits nothing means, in words.

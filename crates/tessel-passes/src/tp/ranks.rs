@@ -113,7 +113,10 @@ impl<'a> Layout<'a> {
             for a in op.args() {
                 if let Some(&k) = updated_in.get(&a) {
                     let is_update = matches!(op, Op::Update { dst, .. } if *dst == a);
-                    if !is_update && home[v.index()] > k {
+                    // A row-parallel matmul reads its operands in the phase before the
+                    // one that completes it.
+                    let reads_in = home[v.index()] - row_parallel.contains(&v) as usize;
+                    if !is_update && reads_in > k {
                         return Err(err(
                             v,
                             format!("it reads the old value of {a} after a collective, in a phase after the one that updates it in place"),
@@ -417,8 +420,17 @@ impl Builder<'_, '_> {
         let ty = g.ty(v).clone();
         let x = self.get(k - 1, lhs);
         let rank = ty.shape.rank() as u32;
-        let xs = k_ranges(&mut self.graphs[k - 1], x, rank - 1, REDUCE_CHUNKS / tp);
-        let ws = self.weight_ranges(k - 1, rhs);
+        let per = REDUCE_CHUNKS / tp;
+        let xs = k_ranges(&mut self.graphs[k - 1], x, rank - 1, per);
+        // A weight is read as its K ranges, each its own slot read in place; anything else
+        // (an activation, an `inout` tensor updated later in the step, whose ranges cut
+        // at load time would not follow its updates) as the rank's block cut into them.
+        let ws = if ranged_weight(g, rhs) {
+            self.weight_ranges(k - 1, rhs)
+        } else {
+            let w = self.get(k - 1, rhs);
+            k_ranges(&mut self.graphs[k - 1], w, rank - 2, per)
+        };
         let partial = subtree_sum(&mut self.graphs[k - 1], &ty, &xs, &ws);
         let sent = self.graphs[k - 1].ty(partial).clone();
         let gathered = self.exchange(k - 1, v, "partial", partial, k);
@@ -470,6 +482,19 @@ impl Builder<'_, '_> {
             }
         };
         self.graphs[last].outputs.push((name.to_string(), whole));
+    }
+}
+
+/// True when `w` is a step input that is not `inout`, under casts and permutes: a weight
+/// whose K ranges [`Builder::weight_ranges`] loads.
+fn ranged_weight(g: &Graph, w: Value) -> bool {
+    let mut y = w;
+    loop {
+        match &g.ops[y] {
+            Op::Input { inout, .. } => return !inout,
+            Op::Cast { arg } | Op::Permute { arg, .. } => y = *arg,
+            _ => return false,
+        }
     }
 }
 
