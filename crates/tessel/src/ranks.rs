@@ -46,7 +46,11 @@ impl Transport {
         }
         (
             Transport::Nccl,
-            format!("NCCL over GPUs 0..{tp}, one thread per rank"),
+            if tp == 1 {
+                "one rank on GPU 0".to_string()
+            } else {
+                format!("NCCL over GPUs 0 to {}, one thread per rank", tp - 1)
+            },
         )
     }
 }
