@@ -726,46 +726,180 @@ pub enum GroupKind {
     /// Rows of the outputs' last axis: per row, one or more reductions over the row
     /// (with their elementwise prologue), then an elementwise epilogue over the row.
     RowReduction,
-    /// One [`Op::MatMul`] (listed in [`GroupData::reductions`]) whose operands are
+    /// One [`Op::MatMul`] ([`GroupOps::Matmul`]) whose operands are
     /// materialised, with an elementwise epilogue (scale, bias, residual, activation, cast)
     /// applied to each result element before the store.
     Matmul,
-    /// One [`Op::Attention`] (listed last in [`GroupData::reductions`], after the one
-    /// [`Op::MatMul`] its logits are computed from): the logits, the online softmax and
+    /// One [`Op::Attention`] ([`GroupOps::Attention`], with the [`Op::MatMul`] its logits
+    /// are computed from): the logits, the online softmax and
     /// the product with `v` in one kernel; the logits' elementwise cone (scale, mask) is
     /// computed per score element from the first matmul's result. When q's tensor is
     /// computed by the kernel itself (its prologue: RoPE, QK-norm; the `fuse` pass's
-    /// rule 7), the reductions of that computation, over q's rows of the head dim, follow
-    /// the attention in [`GroupData::reductions`].
+    /// rule 7), the reductions of that computation, over q's rows of the head dim, are
+    /// [`GroupOps::Attention`]'s `q_prologue`.
     Attention,
-    /// One [`Op::Update`] (its only output; no reductions): the kernel iterates over the
+    /// One [`Op::Update`] (its only output): the kernel iterates over the
     /// update's `rows` — not over `dst` — computing each row element from its elementwise
     /// cone and storing it at its position in the buffer `dst` lives in, skipping positions
     /// outside the axis (a whole update: at the same element). Its iteration domain is
     /// `rows`' shape, not its output's.
     Update,
-    /// One [`Op::Cumsum`] (listed in [`GroupData::reductions`]) over the last axis of its
+    /// One [`Op::Cumsum`] ([`GroupOps::Scan`]) over the last axis of its
     /// operand, whose elementwise cone the kernel computes; the one output is the cumsum
     /// or the cast that rounds it (its only use), written element by element as the
     /// running sum reaches it.
     Scan,
 }
 
-/// One fusion group: the values it writes to memory and, for a row reduction, the
-/// reductions it forms per row. Every other value it needs is computed inside the kernel
-/// from materialised values (step inputs and other groups' outputs), recomputed if another
+/// What a fusion group's kernel is built around, by kind: the ops its loops form, each
+/// named by its role (the `fuse` pass records them once; schedule, lower and the verifier
+/// read them). The text form lists them in one `reductions [..]` list, in the order of
+/// [`GroupOps::listed`].
+#[derive(Clone, PartialEq, Debug)]
+pub enum GroupOps {
+    /// Every output element computed independently; no reduction.
+    Elementwise,
+    /// Per row, `reductions` ([`Op::Reduce`] over the last axis, at least one), computed
+    /// in this order, then the elementwise epilogue over the row.
+    RowReduction { reductions: Vec<Value> },
+    /// One [`Op::MatMul`]; `row_epilogue`: the reductions over the matmul's rows of a row
+    /// epilogue (QK-norm and RoPE of a projection's heads, the `fuse` pass's rule 8),
+    /// empty when there is none.
+    Matmul {
+        matmul: Value,
+        row_epilogue: Vec<Value>,
+    },
+    /// One [`Op::Attention`] whose logits are computed from the matmul `scores` (`q @ kᵀ`);
+    /// `q_prologue`: the reductions over q's rows of the head dim when the kernel computes
+    /// q itself (RoPE, QK-norm; rule 7), else empty.
+    Attention {
+        scores: Value,
+        attention: Value,
+        q_prologue: Vec<Value>,
+    },
+    /// One [`Op::Update`]; `row_reductions`: the reductions of its `rows` that the kernel
+    /// computes (rule 6), else empty.
+    Update { row_reductions: Vec<Value> },
+    /// One [`Op::Cumsum`].
+    Scan { cumsum: Value },
+}
+
+impl GroupOps {
+    /// The kind of kernel these ops make.
+    pub fn kind(&self) -> GroupKind {
+        match self {
+            GroupOps::Elementwise => GroupKind::Elementwise,
+            GroupOps::RowReduction { .. } => GroupKind::RowReduction,
+            GroupOps::Matmul { .. } => GroupKind::Matmul,
+            GroupOps::Attention { .. } => GroupKind::Attention,
+            GroupOps::Update { .. } => GroupKind::Update,
+            GroupOps::Scan { .. } => GroupKind::Scan,
+        }
+    }
+
+    /// The ops in one list, as the text form writes them: the matmul (or the scores'
+    /// matmul and the attention, or the cumsum) first, then the reductions.
+    pub fn listed(&self) -> Vec<Value> {
+        match self {
+            GroupOps::Elementwise => vec![],
+            GroupOps::RowReduction { reductions } => reductions.clone(),
+            GroupOps::Matmul {
+                matmul,
+                row_epilogue,
+            } => [*matmul]
+                .into_iter()
+                .chain(row_epilogue.iter().copied())
+                .collect(),
+            GroupOps::Attention {
+                scores,
+                attention,
+                q_prologue,
+            } => [*scores, *attention]
+                .into_iter()
+                .chain(q_prologue.iter().copied())
+                .collect(),
+            GroupOps::Update { row_reductions } => row_reductions.clone(),
+            GroupOps::Scan { cumsum } => vec![*cumsum],
+        }
+    }
+
+    /// The ops of a `kind` group from the list [`GroupOps::listed`] writes; `Err` says what
+    /// the list lacks (the text reader's message). Only the count is checked here; what
+    /// each op must be is the verifier's (`fusion.reductions`).
+    pub fn from_listed(kind: GroupKind, listed: Vec<Value>) -> Result<GroupOps, String> {
+        Ok(match kind {
+            GroupKind::Elementwise if listed.is_empty() => GroupOps::Elementwise,
+            GroupKind::Elementwise => return Err("an elementwise group lists no reductions".into()),
+            GroupKind::RowReduction => GroupOps::RowReduction { reductions: listed },
+            GroupKind::Matmul => match listed.split_first() {
+                Some((&matmul, rest)) => GroupOps::Matmul {
+                    matmul,
+                    row_epilogue: rest.to_vec(),
+                },
+                None => return Err("a matmul group lists its matmul first".into()),
+            },
+            GroupKind::Attention => match listed[..] {
+                [scores, attention, ref rest @ ..] => GroupOps::Attention {
+                    scores,
+                    attention,
+                    q_prologue: rest.to_vec(),
+                },
+                _ => {
+                    return Err(
+                        "an attention group lists its logits' matmul, then the attention".into(),
+                    )
+                }
+            },
+            GroupKind::Update => GroupOps::Update {
+                row_reductions: listed,
+            },
+            GroupKind::Scan => match listed[..] {
+                [cumsum] => GroupOps::Scan { cumsum },
+                _ => return Err("a scan group lists exactly one cumsum".into()),
+            },
+        })
+    }
+
+    /// The reductions the kernel forms over rows (a row reduction's, a row epilogue's, q's
+    /// prologue's, an update's rows'); empty for the other kinds.
+    pub fn row_reductions(&self) -> &[Value] {
+        match self {
+            GroupOps::RowReduction { reductions } => reductions,
+            GroupOps::Matmul { row_epilogue, .. } => row_epilogue,
+            GroupOps::Attention { q_prologue, .. } => q_prologue,
+            GroupOps::Update { row_reductions } => row_reductions,
+            GroupOps::Elementwise | GroupOps::Scan { .. } => &[],
+        }
+    }
+
+    /// The group's matmul: a matmul group's, or the attention's scores.
+    pub fn matmul(&self) -> Option<Value> {
+        match *self {
+            GroupOps::Matmul { matmul, .. } => Some(matmul),
+            GroupOps::Attention { scores, .. } => Some(scores),
+            _ => None,
+        }
+    }
+}
+
+/// One fusion group: the values it writes to memory and the ops its kernel is built
+/// around ([`GroupOps`]). Every other value it needs is computed inside the kernel from
+/// materialised values (step inputs and other groups' outputs), recomputed if another
 /// group needs it too.
 #[derive(Clone, PartialEq, Debug)]
 pub struct GroupData {
-    pub kind: GroupKind,
+    pub ops: GroupOps,
     /// Values written by the kernel. All have the same shape (the iteration domain; for a
-    /// [`GroupKind::Update`], the one update, written over its `rows`' shape).
+    /// [`GroupKind::Update`], the one update, written over its `rows`' shape) — but an
+    /// attention group's row statistics ([`Op::AttentionStat`], `[.., M, 1]`).
     pub outputs: Vec<Value>,
-    /// [`Op::Reduce`] values over the last axis computed per row, in order, for a
-    /// [`GroupKind::RowReduction`]; the one [`Op::MatMul`] for a [`GroupKind::Matmul`];
-    /// the one [`Op::Cumsum`] for a [`GroupKind::Scan`]; empty for
-    /// [`GroupKind::Elementwise`] and [`GroupKind::Update`].
-    pub reductions: Vec<Value>,
+}
+
+impl GroupData {
+    /// The kind of kernel the group becomes.
+    pub fn kind(&self) -> GroupKind {
+        self.ops.kind()
+    }
 }
 
 /// The `fuse` pass's result, a side table of the graph.

@@ -1,7 +1,7 @@
 //! Printer and reader round trips: print → read → print is identical, and the IR read back
 //! equals the IR printed.
 
-use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, Op, Schedules};
+use tessel_ir::graph::{Fusion, Graph, GroupData, GroupOps, Op, Schedules};
 use tessel_ir::kernel::{Kernel, Operand, RegType, Stmt};
 use tessel_ir::text::{
     read_graph, read_kernel, read_program, write_graph, write_kernel, write_program,
@@ -141,9 +141,8 @@ fn non_canonical_tables_are_spelled_out() {
     g.outputs.push(("c".into(), c));
     let mut f = Fusion::default();
     let g0 = f.new_group(GroupData {
-        kind: GroupKind::Elementwise,
+        ops: GroupOps::Elementwise,
         outputs: vec![c],
-        reductions: vec![],
     });
     f.writer[a] = g0.into();
     f.writer[c] = None.into();

@@ -2,7 +2,7 @@
 //! reported under the invariant's rule.
 
 use tessel_ir::graph::{
-    BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
+    BinaryOp, Fusion, Graph, GroupData, GroupOps, Op, ReduceOp, Schedule, Schedules, TileConfig,
     UnaryOp, UpdateAt,
 };
 use tessel_ir::kernel::{
@@ -357,18 +357,20 @@ fn fusion_rules() {
         f.groups[g1].outputs.push(value(999))
     });
     fusion_fails("fusion.reductions", |_, f, _| {
-        f.groups[g0].reductions.clear()
+        f.groups[g0].ops = GroupOps::RowReduction { reductions: vec![] }
     });
     fusion_fails("fusion.reductions", |_, f, _| {
-        f.groups[g0].reductions = vec![value(3)]
+        f.groups[g0].ops = GroupOps::RowReduction {
+            reductions: vec![value(3)],
+        }
     });
     // Reduce over axis 0, not the last one.
     fusion_fails("fusion.reductions", |_, f, _| {
-        f.groups[g0].reductions = vec![value(46)]
+        f.groups[g0].ops = GroupOps::RowReduction {
+            reductions: vec![value(46)],
+        }
     });
-    fusion_fails("fusion.reductions", |_, f, _| {
-        f.groups[g1].reductions = vec![value(4)]
-    });
+    // (An elementwise group with reductions cannot be written: `GroupOps::Elementwise`.)
     // Row length differs: reduce a [4, 1] value's last axis.
     fusion_fails("fusion.reductions", |g, f, _| {
         let r = g.push(
@@ -379,7 +381,9 @@ fn fusion_rules() {
             },
             t(F32, &[4, 1]),
         );
-        f.groups[g0].reductions.push(r);
+        if let GroupOps::RowReduction { reductions } = &mut f.groups[g0].ops {
+            reductions.push(r);
+        }
     });
     fusion_fails("fusion.materialized", |g, _, _| {
         g.outputs.push(("raw".into(), value(3)))
@@ -1011,19 +1015,20 @@ fn update_fusion_rules() {
         })
         .expect("the kitchen sink has an update");
     fusion_fails("fusion.update", |_, f, _| {
-        f.groups[g2].kind = GroupKind::Elementwise
+        f.groups[g2].ops = GroupOps::Elementwise
     });
     fusion_fails("fusion.update", |_, f, _| {
-        f.groups[g2].reductions.push(value(4))
+        f.groups[g2].ops = GroupOps::Update {
+            row_reductions: vec![value(4)],
+        }
     });
     // A group after the update reading the value it overwrote (also a graph error).
     fusion_fails("fusion.update", |g, f, s| {
         let late = g.push(Op::Cast { arg: cache }, t(Bf16, &[4, 6, 8]));
         g.outputs.push(("late".into(), late));
         let g3 = f.new_group(GroupData {
-            kind: GroupKind::Elementwise,
+            ops: GroupOps::Elementwise,
             outputs: vec![late],
-            reductions: vec![],
         });
         s[g3] = s[Group::from_u32(1)].clone();
     });
@@ -1101,9 +1106,11 @@ fn widened_matmul(dt: DType, shape: tessel_ir::kernel::MmaShape) -> (Graph, Fusi
     g.outputs.push(("out".into(), mm));
     let mut f = Fusion::default();
     let grp = f.new_group(GroupData {
-        kind: GroupKind::Matmul,
+        ops: GroupOps::Matmul {
+            matmul: mm,
+            row_epilogue: vec![],
+        },
         outputs: vec![mm],
-        reductions: vec![mm],
     });
     let mut s = Schedules::new();
     s[grp] = Some(Schedule {

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use tessel_ir::graph::{Fusion, Graph, GroupKind, Schedules, TileConfig};
+use tessel_ir::graph::{Fusion, Graph, GroupOps, Schedules, TileConfig};
 use tessel_ir::kernel::{BufferRole, Program};
 use tessel_ir::{BufferId, DType, Group, Value};
 
@@ -72,11 +72,9 @@ pub struct Gemm {
 impl Compiled {
     /// The work of group `grp` if it is a matmul group.
     pub fn matmul(&self, grp: Group) -> Option<MatmulWork> {
-        let data = &self.fusion.groups[grp];
-        if data.kind != GroupKind::Matmul {
+        let GroupOps::Matmul { matmul: mm, .. } = self.fusion.groups[grp].ops else {
             return None;
-        }
-        let mm = data.reductions[0];
+        };
         let tensor_cores = matches!(
             self.schedules[grp].as_ref().map(|s| &s.tile),
             Some(TileConfig::Mma { .. } | TileConfig::GemvMma { .. })
@@ -103,11 +101,9 @@ impl Compiled {
     /// matmul group, has a batch, or an operand is neither a stored tensor nor its transpose.
     /// A fused epilogue is left out: the GEMM is the product alone.
     pub fn gemm(&self, grp: Group) -> Option<Gemm> {
-        let data = &self.fusion.groups[grp];
-        if data.kind != GroupKind::Matmul {
+        let GroupOps::Matmul { matmul: mm, .. } = self.fusion.groups[grp].ops else {
             return None;
-        }
-        let mm = data.reductions[0];
+        };
         let s = schedule::matmul_shape(&self.graph, mm);
         if s.batch != 1 {
             return None;

@@ -74,7 +74,7 @@
 //!    query heads) is not materialised when the attention is its only reader, its cone
 //!    has no matmul, its reductions run over its rows of the head dim and the view keeps
 //!    those rows intact: the attention kernel computes it in its prologue, and the cone's
-//!    reductions are listed after the attention in the group's reductions.
+//!    reductions are the group's `q_prologue` ([`GroupOps::Attention`]).
 //!
 //! Gathers ([`Op::Gather`]: `emb[ids]`, `take_along_axis`) need no rule of their own: a
 //! gather is computed inside the kernel that reads it, as a load at a computed address —
@@ -90,7 +90,7 @@
 use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
-use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, MatmulLayout, Op, UnaryOp};
+use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, GroupOps, MatmulLayout, Op, UnaryOp};
 use tessel_ir::Value;
 
 /// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
@@ -317,8 +317,8 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
         // its loop.
         if let Op::AttentionStat { logits, bound, .. } = *op {
             let own = groups.iter_mut().find(|gd| {
-                gd.kind == GroupKind::Attention
-                    && matches!(g.ops[gd.reductions[1]], Op::Attention { logits: l, bound: b, .. } if l == logits && b == bound)
+                matches!(gd.ops, GroupOps::Attention { attention, .. }
+                    if matches!(g.ops[attention], Op::Attention { logits: l, bound: b, .. } if l == logits && b == bound))
             });
             if let Some(gd) = own {
                 gd.outputs.push(v);
@@ -326,44 +326,55 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             }
         }
         let matmuls = cone_matmuls(g, v, &mat);
-        let (kind, reductions) = if let Some(&c) = scans.get(&v) {
-            (GroupKind::Scan, vec![c])
+        let ops = if let Some(&cumsum) = scans.get(&v) {
+            GroupOps::Scan { cumsum }
         } else if let Op::Update { rows, .. } = op {
-            let reductions = if mat.contains(*rows) {
+            let row_reductions = if mat.contains(*rows) {
                 vec![]
             } else {
                 cone_reductions(g, *rows, &mat)
             };
-            (GroupKind::Update, reductions)
-        } else if let Op::Attention { logits, .. } = op {
-            let s = crate::attention::logits_matmul(g, *logits).map(|(s, _)| s);
-            let q_reductions = prologue
+            GroupOps::Update { row_reductions }
+        } else if let Some((scores, _)) = match op {
+            Op::Attention { logits, .. } => crate::attention::logits_matmul(g, *logits),
+            _ => None,
+        } {
+            let q_prologue = prologue
                 .get(&v)
                 .map(|&qb| cone_reductions(g, qb, &mat))
                 .unwrap_or_default();
-            let reductions = s.into_iter().chain([v]).chain(q_reductions).collect();
-            (GroupKind::Attention, reductions)
-        } else if !matmuls.is_empty() {
-            let mut reductions = matmuls;
-            if row_epilogue.contains_key(&v) {
-                reductions.extend(cone_reductions(g, v, &mat));
+            GroupOps::Attention {
+                scores,
+                attention: v,
+                q_prologue,
             }
-            (GroupKind::Matmul, reductions)
+        } else if let Some(&matmul) = matmuls.first() {
+            // One: rule 0 ends an epilogue where another operand needs a contraction.
+            let row_epilogue = if row_epilogue.contains_key(&v) {
+                cone_reductions(g, v, &mat)
+            } else {
+                vec![]
+            };
+            GroupOps::Matmul {
+                matmul,
+                row_epilogue,
+            }
         } else {
             let reductions = cone_reductions(g, v, &mat);
             if reductions.is_empty() {
-                (GroupKind::Elementwise, reductions)
+                GroupOps::Elementwise
             } else {
-                (GroupKind::RowReduction, reductions)
+                GroupOps::RowReduction { reductions }
             }
         };
+        let kind = ops.kind();
         // Rule 5: an elementwise kernel of the same shape that reads a value this one reads,
         // and only values written before the earlier kernel runs, joins it (RoPE's cos and
         // sin tables: one launch, the angles computed once).
         let leaves = cone_leaves(g, v, &mat);
         if kind == GroupKind::Elementwise {
             let host = groups.iter().position(|gd| {
-                gd.kind == GroupKind::Elementwise && g.ty(gd.outputs[0]).shape == g.ty(v).shape
+                gd.kind() == GroupKind::Elementwise && g.ty(gd.outputs[0]).shape == g.ty(v).shape
             });
             if let Some(h) = host {
                 let host_leaves: Vec<Value> = groups[h]
@@ -384,9 +395,8 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             }
         }
         groups.push(GroupData {
-            kind,
+            ops,
             outputs: vec![v],
-            reductions,
         });
     }
     let mut fusion = Fusion::default();
@@ -957,10 +967,11 @@ pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
 /// The row length `d` of a matmul group whose epilogue computes whole rows (rule 8): its
 /// output is `[.., N / d, d]` where the matmul gives `[.., N]`. `None` for any other group.
 pub fn row_epilogue_rows(g: &Graph, data: &GroupData) -> Option<u64> {
-    let (&mm, &out) = (data.reductions.first()?, data.outputs.first()?);
-    let is_matmul = data.kind == GroupKind::Matmul && matches!(g.ops[mm], Op::MatMul { .. });
-    match g.matmul_layout(mm, out) {
-        Some(MatmulLayout::Heads { d }) if is_matmul => Some(d),
+    let GroupOps::Matmul { matmul, .. } = data.ops else {
+        return None;
+    };
+    match g.matmul_layout(matmul, *data.outputs.first()?) {
+        Some(MatmulLayout::Heads { d }) => Some(d),
         _ => None,
     }
 }

@@ -4,7 +4,7 @@
 //! a variant missing from one of those is caught.
 
 use tessel_ir::graph::{
-    BinaryOp, Fusion, Graph, GroupData, GroupKind, Op, ReduceOp, Schedule, Schedules, TileConfig,
+    BinaryOp, Fusion, Graph, GroupData, GroupOps, Op, ReduceOp, Schedule, Schedules, TileConfig,
     UnaryOp, UpdateAt,
 };
 use tessel_ir::kernel::{
@@ -315,24 +315,24 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
 
     let mut f = Fusion::default();
     let g0 = f.new_group(GroupData {
-        kind: GroupKind::RowReduction,
+        ops: GroupOps::RowReduction {
+            reductions: vec![sum],
+        },
         outputs: vec![out, sm],
-        reductions: vec![sum],
     });
     let g1 = f.new_group(GroupData {
-        kind: GroupKind::Elementwise,
+        ops: GroupOps::Elementwise,
         outputs: vec![y],
-        reductions: vec![],
     });
     let g2 = f.new_group(GroupData {
-        kind: GroupKind::Update,
+        ops: GroupOps::Update {
+            row_reductions: vec![],
+        },
         outputs: vec![upd],
-        reductions: vec![],
     });
     let g3 = f.new_group(GroupData {
-        kind: GroupKind::Scan,
+        ops: GroupOps::Scan { cumsum: cs },
         outputs: vec![cs],
-        reductions: vec![cs],
     });
     let mut s = Schedules::new();
     s[g3] = Some(Schedule {

@@ -114,7 +114,7 @@ fn print_kernels(
         println!(
             "{indent}kernel {} (group {grp}, {:?}) writes {}",
             k.name,
-            data.kind,
+            data.kind(),
             outs.join(", ")
         );
         if let Some(s) = &c.schedules[grp] {

@@ -7,7 +7,8 @@ use super::{
 };
 use crate::entities::{Group, Value};
 use crate::graph::{
-    Fusion, Graph, GroupData, MmaEpilogue, Op, RowStat, Schedule, Schedules, TileConfig, UpdateAt,
+    Fusion, Graph, GroupData, GroupOps, MmaEpilogue, Op, RowStat, Schedule, Schedules, TileConfig,
+    UpdateAt,
 };
 use crate::kernel::MmaShape;
 use crate::types::{DType, Shape, TensorType};
@@ -42,9 +43,9 @@ pub fn read_graph(text: &str) -> Result<(Graph, Fusion, Schedules), ReadError> {
 /// A value or group reference as written: the number in its name and where.
 type Ref = (u32, Pos);
 
-/// A group as written: kind, output and reduction references, schedule.
+/// A group as written: kind (and where), output and reduction references, schedule.
 type RawGroup = (
-    crate::graph::GroupKind,
+    (crate::graph::GroupKind, Pos),
     Vec<Ref>,
     Vec<Ref>,
     Option<Schedule>,
@@ -93,7 +94,7 @@ impl GraphReader {
                 .find(|x| group_kind_name(*x) == k)
                 .ok_or_else(|| {
                     kpos.error(format!(
-                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul`, `attention` or `update`)"
+                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul`, `attention`, `update` or `scan`)"
                     ))
                 })?;
             c.keyword("outputs")?;
@@ -105,7 +106,7 @@ impl GraphReader {
             } else {
                 None
             };
-            self.groups.push((kind, outs, reds, sched));
+            self.groups.push(((kind, kpos), outs, reds, sched));
         } else {
             match w.as_str() {
                 "output" | "input" => {
@@ -188,11 +189,12 @@ impl GraphReader {
         }
         let mut fusion = Fusion::default();
         let mut schedules = Schedules::new();
-        for (kind, outs, reds, sched) in &self.groups {
+        for ((kind, kpos), outs, reds, sched) in &self.groups {
+            let ops =
+                GroupOps::from_listed(*kind, self.values(reds)?).map_err(|e| kpos.error(e))?;
             let grp = fusion.new_group(GroupData {
-                kind: *kind,
+                ops,
                 outputs: self.values(outs)?,
-                reductions: self.values(reds)?,
             });
             schedules[grp] = sched.clone();
         }

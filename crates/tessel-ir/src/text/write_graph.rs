@@ -43,9 +43,9 @@ pub fn write_graph(g: &Graph, fusion: Option<&Fusion>, schedules: Option<&Schedu
             let _ = write!(
                 out,
                 "  {grp} = {} outputs [{}] reductions [{}]",
-                group_kind_name(data.kind),
+                group_kind_name(data.kind()),
                 list(&data.outputs),
-                list(&data.reductions)
+                list(&data.ops.listed())
             );
             if let Some(Some(s)) = schedules.and_then(|s| s.get(grp)) {
                 let _ = write!(out, " {}", schedule_text(s));

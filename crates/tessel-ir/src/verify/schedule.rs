@@ -6,7 +6,7 @@ use super::graph::exists;
 use super::Errors;
 use crate::entities::{Group, Value};
 use crate::graph::{
-    Fusion, Graph, GroupKind, MatmulLayout, MmaEpilogue, Op, Schedules, TileConfig,
+    Fusion, Graph, GroupKind, GroupOps, MatmulLayout, MmaEpilogue, Op, Schedules, TileConfig,
 };
 use crate::kernel::MmaShape;
 use crate::types::DType;
@@ -43,7 +43,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             // An attention group's logsumexp output has its rows' shape (checked below); no
             // other kernel computes one.
             if matches!(g.ops[v], Op::AttentionStat { .. }) {
-                if data.kind != GroupKind::Attention {
+                if data.kind() != GroupKind::Attention {
                     e.push(
                         "fusion.outputs",
                         loc.clone(),
@@ -62,12 +62,15 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                 _ => {}
             }
         }
-        match data.kind {
-            GroupKind::Matmul => {
-                let one_matmul = !data.reductions.is_empty()
-                    && data.reductions.iter().all(|&r| exists(g, r))
-                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. })
-                    && data.reductions[1..]
+        match &data.ops {
+            GroupOps::Matmul {
+                matmul,
+                row_epilogue,
+            } => {
+                let one_matmul = exists(g, *matmul)
+                    && row_epilogue.iter().all(|&r| exists(g, r))
+                    && matches!(g.ops[*matmul], Op::MatMul { .. })
+                    && row_epilogue
                         .iter()
                         .all(|&r| matches!(g.ops[r], Op::Reduce { .. }));
                 if !one_matmul {
@@ -77,7 +80,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         "a matmul group must list exactly one matmul, then only the reductions of its row epilogue",
                     );
                 } else if let Some((o, s)) = shape {
-                    let mm = data.reductions[0];
+                    let mm = *matmul;
                     let m = &g.ty(mm).shape;
                     // The matmul's rows [.., N] in order, or a row epilogue's [.., N / d, d].
                     let layout = g.matmul_layout(mm, o);
@@ -89,7 +92,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                             format!("output {o} is {s}, the matmul gives {m} (its rows are written as [.., N], or by a row epilogue as [.., N / d, d])"),
                         );
                     }
-                    if layout == Some(MatmulLayout::Rows) && data.reductions.len() > 1 {
+                    if layout == Some(MatmulLayout::Rows) && !row_epilogue.is_empty() {
                         e.push(
                             "fusion.reductions",
                             loc.clone(),
@@ -98,12 +101,18 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     }
                 }
             }
-            GroupKind::Attention => {
-                let ok = data.reductions.len() >= 2
-                    && data.reductions.iter().all(|&r| exists(g, r))
-                    && matches!(g.ops[data.reductions[0]], Op::MatMul { .. })
-                    && matches!(g.ops[data.reductions[1]], Op::Attention { .. })
-                    && data.reductions[2..]
+            GroupOps::Attention {
+                scores,
+                attention,
+                q_prologue,
+            } => {
+                let (scores, attention) = (*scores, *attention);
+                let ok = exists(g, scores)
+                    && exists(g, attention)
+                    && q_prologue.iter().all(|&r| exists(g, r))
+                    && matches!(g.ops[scores], Op::MatMul { .. })
+                    && matches!(g.ops[attention], Op::Attention { .. })
+                    && q_prologue
                         .iter()
                         .all(|&r| matches!(g.ops[r], Op::Reduce { .. }));
                 if !ok {
@@ -113,7 +122,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         "an attention group must list its logits' matmul, then the attention, then only the reductions of q's prologue",
                     );
                 } else if let Some((o, s)) = shape {
-                    let a = g.ty(data.reductions[1]);
+                    let a = g.ty(attention);
                     if &a.shape != s {
                         e.push(
                             "fusion.outputs",
@@ -122,7 +131,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         );
                     }
                     // Its second output, if any: the logsumexp of the same logits.
-                    let Op::Attention { logits, bound, .. } = g.ops[data.reductions[1]] else {
+                    let Op::Attention { logits, bound, .. } = g.ops[attention] else {
                         unreachable!("checked above")
                     };
                     let lses: Vec<Value> = data
@@ -146,7 +155,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     }
                 }
             }
-            GroupKind::Update => {
+            GroupOps::Update { row_reductions } => {
                 let one_update = data.outputs.len() == 1
                     && exists(g, data.outputs[0])
                     && matches!(g.ops[data.outputs[0]], Op::Update { .. });
@@ -155,12 +164,12 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     Some(Op::Update { rows, .. }) if one_update => Some(*rows),
                     _ => None,
                 };
-                let row_reductions = data.reductions.iter().all(|&r| {
+                let reductions_ok = row_reductions.iter().all(|&r| {
                     exists(g, r)
                         && matches!(g.ops[r], Op::Reduce { .. })
                         && rows.is_some_and(|x| !f.is_materialized(g, x) && computes(g, f, x, r))
                 });
-                if !one_update || !row_reductions {
+                if !one_update || !reductions_ok {
                     e.push(
                         "fusion.update",
                         loc.clone(),
@@ -175,7 +184,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     // A whole update's kernel writes each element of `dst` where it reads
                     // it: no reduction, and no other reading of `dst`, inside.
                     let stray = g.misaligned_reads(rows, dst, |v| f.is_materialized(g, v));
-                    if !data.reductions.is_empty() || !stray.is_empty() {
+                    if !row_reductions.is_empty() || !stray.is_empty() {
                         e.push(
                             "fusion.update",
                             loc.clone(),
@@ -187,9 +196,9 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     }
                 }
             }
-            GroupKind::Scan => {
-                let scan = match data.reductions[..] {
-                    [c] if exists(g, c) => match g.ops[c] {
+            &GroupOps::Scan { cumsum: c } => {
+                let scan = exists(g, c)
+                    && match g.ops[c] {
                         Op::Cumsum { arg, axis } => {
                             let last =
                                 exists(g, arg) && axis as usize + 1 == g.ty(arg).shape.rank();
@@ -200,9 +209,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                             last && out_ok
                         }
                         _ => false,
-                    },
-                    _ => false,
-                };
+                    };
                 if !scan {
                     e.push(
                         "fusion.scan",
@@ -211,17 +218,9 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     );
                 }
             }
-            GroupKind::Elementwise => {
-                if !data.reductions.is_empty() {
-                    e.push(
-                        "fusion.reductions",
-                        loc.clone(),
-                        "an elementwise group has reductions",
-                    );
-                }
-            }
-            GroupKind::RowReduction => {
-                if data.reductions.is_empty() {
+            GroupOps::Elementwise => {}
+            GroupOps::RowReduction { reductions } => {
+                if reductions.is_empty() {
                     e.push(
                         "fusion.reductions",
                         loc.clone(),
@@ -238,7 +237,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                     },
                     _ => shape.map(|(_, s)| s.last()),
                 };
-                for &r in &data.reductions {
+                for &r in reductions {
                     if !exists(g, r) {
                         e.push(
                             "fusion.reductions",
@@ -465,24 +464,24 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         TileConfig::Update { .. } => GroupKind::Update,
                         TileConfig::Scan { .. } => GroupKind::Scan,
                     };
-                    if kind != data.kind {
+                    if kind != data.kind() {
                         e.push(
                             "schedule.kind",
                             format!("group {grp}"),
-                            format!("a {:?} group has a {:?} tile", data.kind, kind),
+                            format!("a {:?} group has a {:?} tile", data.kind(), kind),
                         );
                     } else if let (TileConfig::Update { vector, .. }, Some(&u)) =
                         (&sched.tile, data.outputs.first())
                     {
                         update_vector_checks(g, *vector, u, grp, e);
-                        if !data.reductions.is_empty() && *vector != 8 {
+                        if !data.ops.row_reductions().is_empty() && *vector != 8 {
                             e.push(
                                 "schedule.update",
                                 format!("group {grp}"),
                                 format!("an update computing its rows' reductions needs vector 8, not {vector}"),
                             );
                         }
-                    } else if let Some(&mm) = data.reductions.first() {
+                    } else if let Some(mm) = data.ops.matmul() {
                         let out = data.outputs[0];
                         let rows = kind == GroupKind::Matmul
                             && exists(g, mm)
@@ -670,9 +669,12 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
             TileConfig::Scan { threads, chunk } => {
                 let group = fusion.and_then(|f| f.groups.get(grp));
                 let row = group
-                    .and_then(|d| d.reductions.first())
-                    .filter(|&&c| exists(g, c))
-                    .map(|&c| g.ty(c).shape.last());
+                    .and_then(|d| match d.ops {
+                        GroupOps::Scan { cumsum } => Some(cumsum),
+                        _ => None,
+                    })
+                    .filter(|&c| exists(g, c))
+                    .map(|c| g.ty(c).shape.last());
                 if let Some(n) = row {
                     if chunk as u64 != crate::graph::cumsum_chunk(n) {
                         e.push(
@@ -759,7 +761,7 @@ fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
             );
             continue;
         };
-        if f.groups.get(ug).map(|d| d.kind) != Some(GroupKind::Update) {
+        if f.groups.get(ug).map(|d| d.kind()) != Some(GroupKind::Update) {
             e.push(
                 "fusion.update",
                 u.to_string(),

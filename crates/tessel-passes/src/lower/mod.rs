@@ -51,7 +51,7 @@ mod values;
 
 use crate::fuse::row_shape;
 use std::collections::HashMap;
-use tessel_ir::graph::{Fusion, Graph, GroupKind, Op as GOp, Schedules, TileConfig};
+use tessel_ir::graph::{Fusion, Graph, GroupKind, GroupOps, Op as GOp, Schedules, TileConfig};
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, Kernel, Launch, LaunchArg, Op, Operand, Param, ParamKind,
     Program, RegType, Stmt,
@@ -150,8 +150,12 @@ pub fn run_with_buffers(
         let sched = schedules[grp].as_ref().ok_or(LowerError::NoSchedule(grp))?;
         let name = format!("{}_{}", sanitize(&g.name), grp.as_u32());
         let split = sched.tile.split_k();
-        let parts = if let (GroupKind::Attention, &TileConfig::Attention { split, .. }) =
-            (data.kind, &sched.tile)
+        let parts = if let (
+            &GroupOps::Attention {
+                scores, attention, ..
+            },
+            &TileConfig::Attention { split, .. },
+        ) = (&data.ops, &sched.tile)
         {
             if split == 0 {
                 vec![(Part::Whole, name)]
@@ -159,8 +163,8 @@ pub fn run_with_buffers(
                 // Flash-decoding: each key range's unnormalised O, maximum and sum go to an
                 // f32 scratch buffer [ranges, batch entries, rows, E + 2]; a second kernel
                 // merges the ranges in order.
-                let (s, a) = (data.reductions[0], data.reductions[1]);
-                let sh = crate::schedule::attention_shape(g, s, a);
+                let a = attention;
+                let sh = crate::schedule::attention_shape(g, scores, a);
                 let ranges = sh.n.div_ceil(split as u64);
                 let outer = sh.batch.iter().product::<u64>() / sh.pack.max(1);
                 let numel = ranges * outer * sh.m * sh.pack * (sh.e + 2);
@@ -184,10 +188,9 @@ pub fn run_with_buffers(
                     ),
                 ]
             }
-        } else if data.kind == GroupKind::Matmul && split > 1 {
+        } else if let (&GroupOps::Matmul { matmul: mm, .. }, true) = (&data.ops, split > 1) {
             // Split-K: the partial products go to an f32 scratch buffer [split, ..mm shape],
             // then a second kernel sums them in range order and runs the epilogue.
-            let mm = data.reductions[0];
             let mut shape = vec![split as u64];
             shape.extend(&g.ty(mm).shape.0);
             let numel: u64 = shape.iter().product();
@@ -334,15 +337,19 @@ fn lower_group(
     };
     // Parameters: every materialised value the kernel reads, then its outputs; the scratch
     // buffer of a split-K part comes last.
-    let attention = data.kind == GroupKind::Attention;
+    let attention = data.kind() == GroupKind::Attention;
     let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
         Part::SumPartials { .. } if attention => (vec![], data.outputs.clone()),
         Part::Whole | Part::Partials { .. } if attention => {
             let mut reads = leaves(g, fusion, &data.outputs, None);
             // Fused attention reads q, k and v from the tensors under their views, even
             // where a view is materialised too (a step output).
-            if let (GroupKind::Attention, &[s, a, ..]) = (data.kind, &data.reductions[..]) {
-                if let (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) = (&g.ops[s], &g.ops[a])
+            if let GroupOps::Attention {
+                scores, attention, ..
+            } = data.ops
+            {
+                if let (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) =
+                    (&g.ops[scores], &g.ops[attention])
                 {
                     for x in [*lhs, *rhs, *v] {
                         let b = crate::view::view_base(g, x);
@@ -364,9 +371,9 @@ fn lower_group(
             (reads, writes)
         }
         Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
-        Part::Partials { .. } => (leaves(g, fusion, &data.reductions, None), vec![]),
+        Part::Partials { .. } => (leaves(g, fusion, &data.ops.listed(), None), vec![]),
         Part::SumPartials { .. } => (
-            leaves(g, fusion, &data.outputs, Some(data.reductions[0])),
+            leaves(g, fusion, &data.outputs, data.ops.matmul()),
             data.outputs.clone(),
         ),
     };
@@ -425,9 +432,15 @@ fn lower_group(
             writes: matches!(part, Part::Partials { .. }),
         });
     }
-    if let (Part::SumPartials { split, .. }, TileConfig::Attention { .. }) = (part, tile) {
-        let reds = (data.reductions[0], data.reductions[1]);
-        let (threads, ctas) = gen.attention_merge(out, reds, split)?;
+    if let (
+        Part::SumPartials { split, .. },
+        TileConfig::Attention { .. },
+        &GroupOps::Attention {
+            scores, attention, ..
+        },
+    ) = (part, tile, &data.ops)
+    {
+        let (threads, ctas) = gen.attention_merge(out, (scores, attention), split)?;
         gen.b.finish();
         kernel.block = [threads, 1, 1];
         kernel.grid = [ctas, 1, 1];
@@ -437,8 +450,7 @@ fn lower_group(
         );
         return Ok((kernel, args));
     }
-    if let Part::SumPartials { split, .. } = part {
-        let mm = data.reductions[0];
+    if let (Part::SumPartials { split, .. }, Some(mm)) = (part, data.ops.matmul()) {
         let threads = 256;
         let ctas = gen.sum_partials(out, mm, split, threads)?;
         gen.b.finish();
@@ -449,8 +461,8 @@ fn lower_group(
         );
         return Ok((kernel, args));
     }
-    let (block, grid, schedule) = match (data.kind, tile) {
-        (GroupKind::Elementwise, &TileConfig::Elementwise { threads, vector }) => {
+    let (block, grid, schedule) = match (&data.ops, tile) {
+        (GroupOps::Elementwise, &TileConfig::Elementwise { threads, vector }) => {
             let ctas = gen.elementwise(&data.outputs, threads, vector)?;
             (
                 threads,
@@ -459,14 +471,14 @@ fn lower_group(
             )
         }
         (
-            GroupKind::Matmul,
+            &GroupOps::Matmul { matmul, .. },
             &TileConfig::Gemv {
                 warps,
                 vector,
                 columns,
             },
         ) => {
-            let grid = gen.gemv(out, data.reductions[0], (warps, vector, columns))?;
+            let grid = gen.gemv(out, matmul, (warps, vector, columns))?;
             (
                 32 * warps,
                 grid,
@@ -474,7 +486,7 @@ fn lower_group(
             )
         }
         (
-            GroupKind::Matmul,
+            &GroupOps::Matmul { matmul, .. },
             &TileConfig::Simt {
                 bm,
                 bn,
@@ -484,25 +496,38 @@ fn lower_group(
                 split_k,
             },
         ) => {
-            let grid = gen.simt(out, data.reductions[0], (bm, bn, bk, tm, tn, split_k))?;
+            let grid = gen.simt(out, matmul, (bm, bn, bk, tm, tn, split_k))?;
             (
                 (bm / tm) * (bn / tn),
                 grid,
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
-        (GroupKind::Matmul, &TileConfig::Mma { .. }) => {
-            let grid = gen.mma(out, (data.reductions[0], &data.reductions[1..]), tile)?;
+        (
+            GroupOps::Matmul {
+                matmul,
+                row_epilogue,
+            },
+            &TileConfig::Mma { .. },
+        ) => {
+            let grid = gen.mma(out, (*matmul, row_epilogue), tile)?;
             let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
             if let Some(d) = crate::fuse::row_epilogue_rows(g, data) {
                 order += &format!("; {}", crate::schedule::row_epilogue_order(d));
             }
             (tile.threads_per_cta(), grid, order)
         }
-        (GroupKind::Attention, &TileConfig::Attention { .. }) => {
-            let reds = (data.reductions[0], data.reductions[1]);
+        (
+            GroupOps::Attention {
+                scores,
+                attention,
+                q_prologue,
+            },
+            &TileConfig::Attention { .. },
+        ) => {
+            let reds = (*scores, *attention);
             let stats = &data.outputs[1..];
-            let grid = gen.attention((out, stats), reds, &data.reductions[2..], tile)?;
+            let grid = gen.attention((out, stats), reds, q_prologue, tile)?;
             let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
             if crate::schedule::q_in_prologue(g, fusion, reds.0) {
                 let d = crate::schedule::attention_shape(g, reds.0, reds.1).d;
@@ -510,10 +535,10 @@ fn lower_group(
             }
             (tile.threads_per_cta(), grid, order)
         }
-        (GroupKind::Update, &TileConfig::Update { threads, vector }) => {
-            let reduces = !data.reductions.is_empty();
+        (GroupOps::Update { row_reductions }, &TileConfig::Update { threads, vector }) => {
+            let reduces = !row_reductions.is_empty();
             let ctas = gen.update(out, reduces, threads, vector)?;
-            let order = match data.reductions.first() {
+            let order = match row_reductions.first() {
                 None => format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
                 Some(&r) => format!(
                     "{tile}; {}",
@@ -522,8 +547,8 @@ fn lower_group(
             };
             (threads, [ctas, 1, 1], order)
         }
-        (GroupKind::Matmul, &TileConfig::GemvMma { warps, unroll, .. }) => {
-            let grid = gen.gemv_mma(out, data.reductions[0], warps, unroll)?;
+        (&GroupOps::Matmul { matmul, .. }, &TileConfig::GemvMma { warps, unroll, .. }) => {
+            let grid = gen.gemv_mma(out, matmul, warps, unroll)?;
             (
                 32 * warps,
                 grid,
@@ -531,7 +556,7 @@ fn lower_group(
             )
         }
         (
-            GroupKind::RowReduction,
+            GroupOps::RowReduction { reductions },
             &TileConfig::RowReduction {
                 threads_per_row,
                 rows_per_cta,
@@ -539,8 +564,7 @@ fn lower_group(
             },
         ) => {
             let rows = row_shape(g, out);
-            let ctas =
-                gen.row_reduction(out, &data.reductions, threads_per_row, rows_per_cta, vector)?;
+            let ctas = gen.row_reduction(out, reductions, threads_per_row, rows_per_cta, vector)?;
             (
                 threads_per_row * rows_per_cta,
                 [ctas, 1, 1],
@@ -550,8 +574,7 @@ fn lower_group(
                 ),
             )
         }
-        (GroupKind::Scan, &TileConfig::Scan { threads, chunk }) => {
-            let c = data.reductions[0];
+        (&GroupOps::Scan { cumsum: c }, &TileConfig::Scan { threads, chunk }) => {
             let ctas = gen.scan(out, c, threads, chunk)?;
             (
                 threads,
@@ -564,7 +587,7 @@ fn lower_group(
         }
         _ => {
             return Err(LowerError::Unsupported {
-                what: format!("tile {tile} for a {:?} group", data.kind),
+                what: format!("tile {tile} for a {:?} group", data.kind()),
                 value: out,
             })
         }

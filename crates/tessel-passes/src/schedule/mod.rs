@@ -31,7 +31,7 @@ pub use matmul::{
 
 use crate::target::{Profile, Target};
 use tessel_ir::graph::{
-    cumsum_chunk, Fusion, Graph, GroupKind, Op, Schedule, Schedules, TileConfig,
+    cumsum_chunk, Fusion, Graph, GroupOps, Op, Schedule, Schedules, TileConfig,
 };
 use tessel_ir::Group;
 
@@ -47,15 +47,8 @@ pub fn run(
     split_k: bool,
 ) -> Schedules {
     let mut s = Schedules::new();
-    for (grp, data) in fusion.groups.iter() {
-        s[grp] = Some(choose(
-            g,
-            fusion,
-            grp,
-            data.kind,
-            target,
-            (profile, split_k),
-        ));
+    for grp in fusion.groups.keys() {
+        s[grp] = Some(choose(g, fusion, grp, target, (profile, split_k)));
     }
     s
 }
@@ -64,7 +57,6 @@ fn choose(
     g: &Graph,
     fusion: &Fusion,
     grp: Group,
-    kind: GroupKind,
     t: &Target,
     (profile, split_k): (Profile, bool),
 ) -> Schedule {
@@ -77,29 +69,27 @@ fn choose(
         .max()
         .unwrap_or(4);
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
-    match kind {
-        GroupKind::Matmul => {
+    match data.ops {
+        GroupOps::Matmul { matmul, .. } => {
             let rows = crate::fuse::row_epilogue_rows(g, data);
             let materialized = |v: tessel_ir::Value| fusion.is_materialized(g, v);
-            matmul::choose(
-                g,
-                (data.reductions[0], &materialized),
-                out,
-                rows,
-                t,
-                (profile, split_k),
-            )
+            matmul::choose(g, (matmul, &materialized), out, rows, t, (profile, split_k))
         }
-        GroupKind::Attention => {
-            let (s, a) = (data.reductions[0], data.reductions[1]);
+        GroupOps::Attention {
+            scores: s,
+            attention: a,
+            ..
+        } => {
             let fill = profile == Profile::Fast;
             let stats = data.outputs.len() > 1;
             let prologue = attention::q_in_prologue(g, fusion, s);
             attention::choose(g, (s, a), (prologue, stats), fill, t)
         }
-        GroupKind::Update => update(g, out, !data.reductions.is_empty(), max_v_bytes),
-        GroupKind::Scan => scan(g, data.reductions[0]),
-        GroupKind::Elementwise => {
+        GroupOps::Update { ref row_reductions } => {
+            update(g, out, !row_reductions.is_empty(), max_v_bytes)
+        }
+        GroupOps::Scan { cumsum } => scan(g, cumsum),
+        GroupOps::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
             let v = widest_vector(last, max_v_bytes);
@@ -114,7 +104,7 @@ fn choose(
                 ),
             }
         }
-        GroupKind::RowReduction => {
+        GroupOps::RowReduction { .. } => {
             let rows_shape = crate::fuse::row_shape(g, out);
             let d = rows_shape.last();
             let rows = rows_shape.numel() / d.max(1);
