@@ -25,6 +25,7 @@
 //!
 //! It never changes what the step computes: only where its kernels put the work.
 
+use crate::analysis::{const_value, is_neg_inf, logits_matmul, users, Users};
 use crate::view::{is_view_op, strided, view_chain};
 use crate::Profile;
 use cranelift_entity::EntityRef;
@@ -33,15 +34,12 @@ use tessel_ir::builder::{result_type, Builder, Built};
 use tessel_ir::graph::{BinaryOp, Graph, Op};
 use tessel_ir::{DType, Shape, TensorType, Value};
 
-/// The ops that read each value ([`crate::fuse::users`]; a step output is no op's use).
-type Users = cranelift_entity::SecondaryMap<Value, Vec<Value>>;
-
 /// Runs the pass.
 pub fn run(g: &Graph, profile: Profile) -> Graph {
     if profile == Profile::Exact {
         return g.clone();
     }
-    let users = crate::fuse::users(g);
+    let users = users(g);
     let mut out = g.clone();
     let mut found = false;
     for (o, _) in g.ops.iter() {
@@ -64,35 +62,6 @@ pub fn run(g: &Graph, profile: Profile) -> Graph {
 /// True if `x` is read by exactly the op `by` and is no step output.
 fn single_use(g: &Graph, users: &Users, x: Value, by: Value) -> bool {
     users[x] == [by] && !g.outputs.iter().any(|(_, v)| *v == x)
-}
-
-/// The matmul of the logits' elementwise cone, with the cone, if there is exactly one.
-/// The cone: `x` and the same-shaped elementwise ops it is computed from, down to the
-/// matmul; other operands are leaves.
-pub fn logits_matmul(g: &Graph, x: Value) -> Option<(Value, Vec<Value>)> {
-    let shape = &g.ty(x).shape;
-    let mut stack = vec![x];
-    let mut cone = Vec::new();
-    let mut mm = None;
-    while let Some(w) = stack.pop() {
-        if cone.contains(&w) || g.ty(w).shape != *shape {
-            continue;
-        }
-        match &g.ops[w] {
-            Op::MatMul { .. } => {
-                if mm.is_some_and(|m| m != w) {
-                    return None;
-                }
-                mm = Some(w);
-            }
-            Op::Unary { .. } | Op::Binary { .. } | Op::Cast { .. } | Op::Select { .. } => {
-                cone.push(w);
-                stack.extend(g.ops[w].args());
-            }
-            _ => {}
-        }
-    }
-    mm.map(|m| (m, cone))
 }
 
 /// True if computing `v` needs no reduction, matmul or softmax.
@@ -198,44 +167,6 @@ enum KeyClass {
     /// The same for every key.
     Free,
     Other,
-}
-
-/// The arm of logits `where(c, x, -inf)` (or `where(c, -inf, x)`) that a key the mask shows
-/// takes: what the logits are in a block every row sees whole. The -inf arm may be a
-/// constant under broadcasts, reshapes and casts.
-pub fn visible_arm(g: &Graph, logits: Value) -> Option<Value> {
-    let Op::Select {
-        on_true, on_false, ..
-    } = g.ops[logits]
-    else {
-        return None;
-    };
-    if is_neg_inf(g, on_false) {
-        Some(on_true)
-    } else if is_neg_inf(g, on_true) {
-        Some(on_false)
-    } else {
-        None
-    }
-}
-
-/// True if every element of `v` is the constant -inf (through casts too).
-fn is_neg_inf(g: &Graph, mut v: Value) -> bool {
-    while let Op::Cast { arg } = g.ops[v] {
-        v = arg;
-    }
-    const_value(g, v) == Some(f64::NEG_INFINITY)
-}
-
-/// The constant every element of `v` holds, looking through broadcasts and reshapes.
-fn const_value(g: &Graph, mut v: Value) -> Option<f64> {
-    loop {
-        match g.ops[v] {
-            Op::Const { value } => return Some(value),
-            Op::Broadcast { arg } | Op::Reshape { arg } => v = arg,
-            _ => return None,
-        }
-    }
 }
 
 /// The axis of a reshape's operand that holds result axis `ax`, when the reshape only

@@ -110,12 +110,12 @@ pub fn run(g: &Graph) -> Graph {
 }
 
 /// The values an [`Op::Attention`] computes itself: its logits' matmul and the elementwise
-/// cone from it up to the logits ([`crate::attention::logits_matmul`]).
+/// cone from it up to the logits ([`crate::analysis::logits_matmul`]).
 pub(crate) fn attention_logits(g: &Graph) -> HashSet<Value> {
     let mut own = HashSet::new();
     for (_, op) in g.ops.iter() {
         if let Op::Attention { logits, .. } = op {
-            if let Some((s, cone)) = crate::attention::logits_matmul(g, *logits) {
+            if let Some((s, cone)) = crate::analysis::logits_matmul(g, *logits) {
                 own.insert(s);
                 own.extend(cone);
             }

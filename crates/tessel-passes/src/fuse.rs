@@ -87,10 +87,11 @@
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
+use crate::analysis::{calls_math, row_shape, users};
 use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
-use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, GroupOps, MatmulLayout, Op, UnaryOp};
+use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, GroupOps, MatmulLayout, Op};
 use tessel_ir::Value;
 
 /// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
@@ -110,7 +111,7 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
         }
         if let Op::Attention { logits, v: vv, .. } = op {
             mat.insert(v);
-            let Some((s, _)) = crate::attention::logits_matmul(g, *logits) else {
+            let Some((s, _)) = crate::analysis::logits_matmul(g, *logits) else {
                 continue;
             };
             claimed.insert(s);
@@ -336,7 +337,7 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
             };
             GroupOps::Update { row_reductions }
         } else if let Some((scores, _)) = match op {
-            Op::Attention { logits, .. } => crate::attention::logits_matmul(g, *logits),
+            Op::Attention { logits, .. } => crate::analysis::logits_matmul(g, *logits),
             _ => None,
         } {
             let q_prologue = prologue
@@ -446,7 +447,7 @@ fn q_prologue(
     let Op::Attention { logits, .. } = g.ops[a] else {
         return None;
     };
-    let (s, _) = crate::attention::logits_matmul(g, logits)?;
+    let (s, _) = crate::analysis::logits_matmul(g, logits)?;
     let Op::MatMul { lhs, .. } = g.ops[s] else {
         return None;
     };
@@ -955,38 +956,6 @@ fn cone_leaves(g: &Graph, out: Value, mat: &EntitySet<Value>) -> Vec<Value> {
     leaves
 }
 
-/// The shape of the rows a group writing `v` iterates over: `v`'s own shape, or for a
-/// materialised reduction, the shape it reduces.
-pub fn row_shape(g: &Graph, v: Value) -> tessel_ir::Shape {
-    match g.ops[v] {
-        Op::Reduce { arg, .. } => g.ty(arg).shape.clone(),
-        _ => g.ty(v).shape.clone(),
-    }
-}
-
-/// The row length `d` of a matmul group whose epilogue computes whole rows (rule 8): its
-/// output is `[.., N / d, d]` where the matmul gives `[.., N]`. `None` for any other group.
-pub fn row_epilogue_rows(g: &Graph, data: &GroupData) -> Option<u64> {
-    let GroupOps::Matmul { matmul, .. } = data.ops else {
-        return None;
-    };
-    match g.matmul_layout(matmul, *data.outputs.first()?) {
-        Some(MatmulLayout::Heads { d }) => Some(d),
-        _ => None,
-    }
-}
-
-/// The ops that read each value.
-pub(crate) fn users(g: &Graph) -> SecondaryMap<Value, Vec<Value>> {
-    let mut u: SecondaryMap<Value, Vec<Value>> = SecondaryMap::new();
-    for (v, op) in g.ops.iter() {
-        for a in op.args() {
-            u[a].push(v);
-        }
-    }
-    u
-}
-
 /// True if broadcasting `arg` to `res` only expands a last axis of size 1 (a per-row value
 /// spread over its row).
 fn is_row_broadcast(g: &Graph, arg: Value, res: Value) -> bool {
@@ -1008,16 +977,6 @@ fn is_row_use(g: &Graph, v: Value, user: Value, users: &SecondaryMap<Value, Vec<
                 && !users[user].is_empty()
                 && users[user].iter().all(|&u| is_row_use(g, user, u, users))
         }
-        _ => false,
-    }
-}
-
-/// True if `op` is a math-library function (expanded into tens to hundreds of
-/// instructions by `expand_math`): a unary op other than negation, abs and not, or a power.
-pub(crate) fn calls_math(op: &Op) -> bool {
-    match op {
-        Op::Unary { op, .. } => !matches!(op, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Not),
-        Op::Binary { op, .. } => matches!(op, tessel_ir::graph::BinaryOp::Pow),
         _ => false,
     }
 }

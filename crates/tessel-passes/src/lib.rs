@@ -14,6 +14,7 @@
 //! To add a pass: write `src/NAME.rs` with one `pub fn run`, add one [`PassInfo`] to
 //! [`PASSES`] where it belongs, and put at least one filetest under `ir/NAME/`.
 
+pub mod analysis;
 pub mod attention;
 pub mod check;
 pub mod compiled;

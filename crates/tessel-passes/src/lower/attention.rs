@@ -19,7 +19,8 @@ use super::attention_parts::{KvCopy, LaneRow, QChunk};
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring};
 use super::{Gen, Ix, LowerError};
-use crate::schedule::{attention_shape, attention_shared_bytes};
+use crate::analysis::attention_shape;
+use crate::schedule::attention_shared_bytes;
 use crate::view::strided;
 use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, RowStat, TileConfig};
@@ -197,7 +198,7 @@ impl Gen<'_> {
         // row — or, where q's tensor is not in memory (fuse rule 7), computed below, after
         // the first K/V copies are on their way.
         let chunks_q = d / 8;
-        let q_computed = crate::schedule::q_in_prologue(g, self.fusion, s);
+        let q_computed = crate::analysis::q_in_prologue(g, self.fusion, s);
         let mut q_chunks = Vec::new();
         for i in 0..(bm * chunks_q).div_ceil(threads) {
             let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
@@ -447,7 +448,7 @@ impl Gen<'_> {
             }
             Ok(())
         };
-        match (n_min, crate::attention::visible_arm(g, logits)) {
+        match (n_min, crate::analysis::visible_arm(g, logits)) {
             (Some(nmin), Some(arm)) => {
                 let end = self.iadd(j0, Ix::C(block_n as u64));
                 let eo = self.ix_op(end);

@@ -4,7 +4,7 @@
 
 use super::ring::Ring;
 use super::{Gen, Ix, LowerError};
-use crate::schedule::attention_shape;
+use crate::analysis::attention_shape;
 use crate::view::StridedView;
 use tessel_ir::kernel::{
     CpAsyncCache, FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width,

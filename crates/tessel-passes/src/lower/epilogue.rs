@@ -447,7 +447,7 @@ impl Gen<'_> {
     }
 
     /// True if the epilogue of matmul `mm` writing `out` (the values between them,
-    /// computed in the kernel) calls a math-library function ([`crate::fuse::calls_math`]).
+    /// computed in the kernel) calls a math-library function ([`crate::analysis::calls_math`]).
     fn epilogue_calls_math(&self, out: Value, mm: Value) -> bool {
         let mut stack = vec![out];
         let mut seen = std::collections::HashSet::new();
@@ -456,7 +456,7 @@ impl Gen<'_> {
                 continue;
             }
             let op = &self.g.ops[v];
-            if crate::fuse::calls_math(op) {
+            if crate::analysis::calls_math(op) {
                 return true;
             }
             stack.extend(op.args());

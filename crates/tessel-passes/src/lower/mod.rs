@@ -49,7 +49,7 @@ mod simt;
 mod update;
 mod values;
 
-use crate::fuse::row_shape;
+use crate::analysis::row_shape;
 use std::collections::HashMap;
 use tessel_ir::graph::{Fusion, Graph, GroupKind, GroupOps, Op as GOp, Schedules, TileConfig};
 use tessel_ir::kernel::{
@@ -164,7 +164,7 @@ pub fn run_with_buffers(
                 // f32 scratch buffer [ranges, batch entries, rows, E + 2]; a second kernel
                 // merges the ranges in order.
                 let a = attention;
-                let sh = crate::schedule::attention_shape(g, scores, a);
+                let sh = crate::analysis::attention_shape(g, scores, a);
                 let ranges = sh.n.div_ceil(split as u64);
                 let outer = sh.batch.iter().product::<u64>() / sh.pack.max(1);
                 let numel = ranges * outer * sh.m * sh.pack * (sh.e + 2);
@@ -512,7 +512,7 @@ fn lower_group(
         ) => {
             let grid = gen.mma(out, (*matmul, row_epilogue), tile)?;
             let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
-            if let Some(d) = crate::fuse::row_epilogue_rows(g, data) {
+            if let Some(d) = crate::analysis::row_epilogue_rows(g, data) {
                 order += &format!("; {}", crate::schedule::row_epilogue_order(d));
             }
             (tile.threads_per_cta(), grid, order)
@@ -529,8 +529,8 @@ fn lower_group(
             let stats = &data.outputs[1..];
             let grid = gen.attention((out, stats), reds, q_prologue, tile)?;
             let mut order = format!("{tile}; {}", crate::schedule::reduction_order(tile, 0));
-            if crate::schedule::q_in_prologue(g, fusion, reds.0) {
-                let d = crate::schedule::attention_shape(g, reds.0, reds.1).d;
+            if crate::analysis::q_in_prologue(g, fusion, reds.0) {
+                let d = crate::analysis::attention_shape(g, reds.0, reds.1).d;
                 order += &format!("; {}", crate::schedule::prologue_order(d));
             }
             (tile.threads_per_cta(), grid, order)

@@ -3,7 +3,7 @@
 //! [`crate::schedule::reduction_order`]; the values themselves come from `values.rs`.
 
 use super::{class, Gen, Ix, LowerError};
-use crate::fuse::row_shape;
+use crate::analysis::row_shape;
 use tessel_ir::graph::{Op as GOp, ReduceOp};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{Reg, Shape, Value};

@@ -1,9 +1,9 @@
 //! The fused attention tile ([`TileConfig::Attention`]): FlashAttention-2's loop (Dao, 2023)
 //! on `mma.sync`, with the query heads of a KV group packed into one CTA's rows.
 
+use crate::analysis::attention_shape;
 use crate::target::Target;
-use crate::view::strided;
-use tessel_ir::graph::{Fusion, Graph, Op, Schedule, TileConfig};
+use tessel_ir::graph::{Graph, Schedule, TileConfig};
 use tessel_ir::Value;
 
 /// Keys per block: 64 (FlashAttention-2's block for head dim 128 on sm_80+; 4 pairs of
@@ -27,66 +27,10 @@ const MIN_FILL_SPLIT: u32 = 4 * DECODE_BLOCK_N;
 /// tokens times the query heads of a KV group) and more than two ranges of keys.
 const SPLIT_MAX_ROWS: u64 = 64;
 
-/// What the attention kernel reads, from the shapes of its matmul `s = q @ kᵀ` and `v`.
-pub struct AttentionShape {
-    /// Batch dims of the logits (everything but the last two).
-    pub batch: Vec<u64>,
-    /// Batch dims along which K and V are broadcast but Q is not: the query heads of a KV
-    /// group, packed into one CTA's rows.
-    pub pack_dims: Vec<usize>,
-    pub pack: u64,
-    /// Queries, keys, head dim of q and k, head dim of v.
-    pub m: u64,
-    pub n: u64,
-    pub d: u64,
-    pub e: u64,
-}
-
-/// The shape of attention `a` (an [`Op::Attention`] whose logits come from matmul `s`).
-pub fn attention_shape(g: &Graph, s: Value, a: Value) -> AttentionShape {
-    let Op::MatMul { lhs, rhs } = g.ops[s] else {
-        unreachable!("the attention group's first reduction is its matmul")
-    };
-    let Op::Attention { v, .. } = g.ops[a] else {
-        unreachable!("the attention group's second reduction is the attention")
-    };
-    let ls = &g.ty(s).shape.0;
-    let r = ls.len();
-    let batch = ls[..r - 2].to_vec();
-    let (q, k, vv) = (strided(g, lhs), strided(g, rhs), strided(g, v));
-    let pack_dims: Vec<usize> = match (q, k, vv) {
-        (Some(q), Some(k), Some(vv)) => (0..r - 2)
-            .filter(|&i| {
-                batch[i] > 1 && k.strides[i] == 0 && vv.strides[i] == 0 && q.strides[i] != 0
-            })
-            .collect(),
-        _ => vec![],
-    };
-    let pack = pack_dims.iter().map(|&i| batch[i]).product();
-    AttentionShape {
-        batch,
-        pack_dims,
-        pack,
-        m: ls[r - 2],
-        n: ls[r - 1],
-        d: g.ty(lhs).shape.last(),
-        e: g.ty(v).shape.last(),
-    }
-}
-
 /// Shared memory of the tile's rings: Q's rows once, then `stages` blocks of K and of V
 /// (bf16/f16); the kernel adds 8 bytes per warp for combining the rows' key bounds.
 pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: u64) -> u32 {
     2 * (16 * warps * d as u32 + stages * block_n * (d + e) as u32)
-}
-
-/// True when the attention whose logits come from matmul `s` computes q itself, in its
-/// prologue (`fuse` rule 7: q's tensor is not materialised).
-pub fn q_in_prologue(g: &Graph, fusion: &Fusion, s: Value) -> bool {
-    match g.ops[s] {
-        Op::MatMul { lhs, .. } => !fusion.is_materialized(g, crate::view::view_base(g, lhs)),
-        _ => false,
-    }
 }
 
 /// The order of the reductions of a prologue computing q (rows of head dim `d`), in words:

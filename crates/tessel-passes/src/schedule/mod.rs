@@ -20,8 +20,7 @@ mod attention;
 mod matmul;
 
 pub use attention::{
-    attention_shape, attention_shared_bytes, prologue_order, q_in_prologue, row_epilogue_order,
-    update_rows_order, AttentionShape,
+    attention_shared_bytes, prologue_order, row_epilogue_order, update_rows_order,
 };
 
 pub use matmul::{
@@ -71,7 +70,7 @@ fn choose(
     let max_v_bytes = (16 / out_bytes.max(1)).max(1) as u32;
     match data.ops {
         GroupOps::Matmul { matmul, .. } => {
-            let rows = crate::fuse::row_epilogue_rows(g, data);
+            let rows = crate::analysis::row_epilogue_rows(g, data);
             let materialized = |v: tessel_ir::Value| fusion.is_materialized(g, v);
             matmul::choose(g, (matmul, &materialized), out, rows, t, (profile, split_k))
         }
@@ -82,7 +81,7 @@ fn choose(
         } => {
             let fill = profile == Profile::Fast;
             let stats = data.outputs.len() > 1;
-            let prologue = attention::q_in_prologue(g, fusion, s);
+            let prologue = crate::analysis::q_in_prologue(g, fusion, s);
             attention::choose(g, (s, a), (prologue, stats), fill, t)
         }
         GroupOps::Update { ref row_reductions } => {
@@ -105,7 +104,7 @@ fn choose(
             }
         }
         GroupOps::RowReduction { .. } => {
-            let rows_shape = crate::fuse::row_shape(g, out);
+            let rows_shape = crate::analysis::row_shape(g, out);
             let d = rows_shape.last();
             let rows = rows_shape.numel() / d.max(1);
             let v = widest_vector(d, max_v_bytes.min(8));

@@ -184,7 +184,7 @@ pub fn plan(g: &Graph, tp: u32) -> Result<TpPlan, TpError> {
     let mut p = loop {
         let mut p = Propagation {
             g,
-            users: crate::fuse::users(g),
+            users: crate::analysis::users(g),
             tp,
             sh: vec![Sharding::Replicated; g.ops.len()],
             role: vec![None; g.ops.len()],
