@@ -8,6 +8,25 @@ use tessel_ir::graph::{Op as GOp, ReduceOp};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{Reg, Shape, Value};
 
+/// Most chunks of a row one thread holds in registers ([`Gen::resident_rows`]): 4 chunks of
+/// 8 are 32 elements of each value the kernel keeps (the softmax backward's row keeps four:
+/// its two operands, `exp(x - max)` and the probability), within the 255 registers of a
+/// thread with room for the rest.
+const MAX_RESIDENT_CHUNKS: u64 = 4;
+
+/// Where a row-reduction thread works: its row (maybe past the last), the rows, the
+/// shape of the leading dims, its lane within the row and its row within the CTA, the row
+/// length and the chunks per thread.
+struct RowGeometry {
+    row: Ix,
+    nrows: u64,
+    lead_shape: Shape,
+    lane: Ix,
+    row_in_cta: Ix,
+    d: u64,
+    per_thread: u64,
+}
+
 impl Gen<'_> {
     /// Elementwise: thread `t` computes elements `t·v .. t·v + v` of the flattened output.
     /// Returns the grid size in CTAs.
@@ -59,6 +78,19 @@ impl Gen<'_> {
         let lane = self.irem_c(Ix::R(tid), tpr as u64);
         let cta_row0 = self.imul_c(Ix::R(cta), rows_per_cta as u64);
         let row = self.iadd(cta_row0, row_in_cta);
+        let per_thread = d.div_ceil(tpr as u64 * v as u64);
+        if per_thread <= MAX_RESIDENT_CHUNKS && d % v as u64 == 0 {
+            let geometry = RowGeometry {
+                row,
+                nrows,
+                lead_shape,
+                lane,
+                row_in_cta,
+                d,
+                per_thread,
+            };
+            return self.resident_rows(out, reductions, (tpr, rows_per_cta, v), geometry);
+        }
         let row_op = self.ix_op(row);
         let valid = self.b.op(
             RegType::Pred,
@@ -94,61 +126,7 @@ impl Gen<'_> {
             }
             self.close_for(c, first_op, Self::imm_u(d), stride);
             self.close_if(valid);
-            // Butterfly within the warp (or the sub-warp of the row).
-            self.butterfly(rop, cls, acc, tpr);
-            if tpr > 32 {
-                let wpr = tpr / 32;
-                let smem = self.b.kernel.new_shared(4 * wpr * rows_per_cta, 4);
-                let base = self.b.op(RegType::U32, Op::SharedAddr(smem), &[]);
-                // Slot of this row's warp partials: (row_in_cta * wpr) * 4 bytes.
-                let slot0 = self.imul_c(row_in_cta, 4 * wpr as u64);
-                let slot0 = self.ix_op(slot0);
-                let row_base = self.b.op(RegType::U32, Op::IAdd, &[base.into(), slot0]);
-                let warp = self.idiv_c(lane, 32);
-                let woff = self.imul_c(warp, 4);
-                let woff = self.ix_op(woff);
-                let my_slot = self.b.op(RegType::U32, Op::IAdd, &[row_base.into(), woff]);
-                let lane32 = self.irem_c(lane, 32);
-                let lane32 = self.ix_op(lane32);
-                let leader = self.b.op(
-                    RegType::Pred,
-                    Op::ICmp(ICmp::Eq),
-                    &[lane32, Operand::U32(0)],
-                );
-                self.b.open();
-                self.b.push(Stmt::Store {
-                    space: Space::Shared,
-                    width: Width::B32,
-                    addr: my_slot,
-                    offset: 0,
-                    values: vec![acc.into()],
-                });
-                let then_body = self.b.close();
-                self.b.push(Stmt::If {
-                    cond: leader,
-                    then_body,
-                    else_body: vec![],
-                });
-                self.b.push(Stmt::Barrier);
-                self.b.push(Stmt::Load {
-                    dsts: vec![acc],
-                    space: Space::Shared,
-                    width: Width::B32,
-                    addr: row_base,
-                    offset: 0,
-                });
-                for w in 1..wpr {
-                    let t = self.b.kernel.new_reg(cls);
-                    self.b.push(Stmt::Load {
-                        dsts: vec![t],
-                        space: Space::Shared,
-                        width: Width::B32,
-                        addr: row_base,
-                        offset: (4 * w) as i32,
-                    });
-                    self.combine(rop, cls, acc, t.into());
-                }
-            }
+            let acc = self.row_combine(rop, cls, acc, (tpr, rows_per_cta), (lane, row_in_cta));
             let mut res: Operand = acc.into();
             let rdt = self.g.ty(r).dtype;
             if rdt != dt {
@@ -189,6 +167,212 @@ impl Gen<'_> {
         }
         self.close_if(valid);
         Ok(nrows.div_ceil(rows_per_cta as u64).max(1) as u32)
+    }
+
+    /// The row reduction with every thread's chunks held in registers: the loops over a
+    /// row's chunks unrolled (at most [`MAX_RESIDENT_CHUNKS`] per thread), so each value of
+    /// the row — the loaded operands, `exp(x - max)` of a softmax — is computed once and
+    /// read again by the later reductions and the epilogue instead of being loaded and
+    /// recomputed per pass. The order of every sum is the looped kernel's (each thread its
+    /// chunks in order, then the butterfly), so the bits are too. Rows past the last are
+    /// read at the last row (so that no load or shuffle sits under a branch) and not
+    /// stored; a chunk past the row's end (when the threads' chunks overrun it) is read at
+    /// the row's last chunk and left out of the sums and the stores.
+    fn resident_rows(
+        &mut self,
+        out: Value,
+        reductions: &[Value],
+        (tpr, rows_per_cta, v): (u32, u32, u32),
+        geo: RowGeometry,
+    ) -> Result<u32, LowerError> {
+        let RowGeometry {
+            row,
+            nrows,
+            lead_shape,
+            lane,
+            row_in_cta,
+            d,
+            per_thread,
+        } = geo;
+        let row_op = self.ix_op(row);
+        let valid = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[row_op, Self::imm_u(nrows)],
+        );
+        let last_row = Self::imm_u(nrows.saturating_sub(1));
+        let row_c = self.umin(row_op, last_row);
+        let row_c = match row_c {
+            Operand::Reg(r) => Ix::R(r),
+            Operand::U32(x) => Ix::C(x as u64),
+            _ => unreachable!("row indices are u32"),
+        };
+        let lead = self.unflatten(row_c, &lead_shape);
+        let first_chunk = self.imul_c(lane, v as u64);
+        let overrun = per_thread * tpr as u64 * v as u64 > d;
+        // Each chunk's column (clamped to the last chunk when past the end) and whether
+        // it lies inside the row.
+        let mut chunks: Vec<(Ix, Option<Reg>)> = Vec::new();
+        for i in 0..per_thread {
+            let c = self.iadd(first_chunk, Ix::C(i * tpr as u64 * v as u64));
+            if overrun {
+                let co = self.ix_op(c);
+                let inside = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(d)]);
+                let cc = self.b.op(
+                    RegType::U32,
+                    Op::Select,
+                    &[inside.into(), co, Self::imm_u(d - v as u64)],
+                );
+                chunks.push((Ix::R(cc), Some(inside)));
+            } else {
+                chunks.push((c, None));
+            }
+        }
+        let at = |chunk: Ix| {
+            let mut idx = lead.clone();
+            idx.push(chunk);
+            idx
+        };
+
+        for &r in reductions {
+            let GOp::Reduce { op: rop, arg, .. } = self.g.ops[r] else {
+                unreachable!("fuse lists only reductions");
+            };
+            let dt = self.g.ty(arg).dtype;
+            let cls = class(dt);
+            let identity = reduce_identity(rop, cls).ok_or_else(|| LowerError::Unsupported {
+                what: format!("reduction {rop:?} of {dt}"),
+                value: r,
+            })?;
+            let acc = self.b.kernel.new_reg(cls);
+            self.b.assign(acc, Op::Mov, &[identity]);
+            for &(c, inside) in &chunks {
+                let vals = self.value(arg, &at(c), v)?;
+                for x in vals {
+                    match inside {
+                        None => self.combine(rop, cls, acc, x),
+                        Some(p) => {
+                            let t = self.b.kernel.new_reg(cls);
+                            self.b.assign(t, Op::Mov, &[acc.into()]);
+                            self.combine(rop, cls, t, x);
+                            self.b
+                                .assign(acc, Op::Select, &[p.into(), t.into(), acc.into()]);
+                        }
+                    }
+                }
+            }
+            let acc = self.row_combine(rop, cls, acc, (tpr, rows_per_cta), (lane, row_in_cta));
+            let mut res: Operand = acc.into();
+            let rdt = self.g.ty(r).dtype;
+            if rdt != dt {
+                res = self.convert(res, dt, rdt);
+            }
+            self.row_value.insert(r, res);
+        }
+
+        if self.g.ty(out).shape.last() == 1 && d != 1 {
+            let mut idx = lead.clone();
+            idx.push(Ix::C(0));
+            let vals = self.value(out, &idx, 1)?;
+            let lane_op = self.ix_op(lane);
+            let leader = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::Eq),
+                &[lane_op, Operand::U32(0)],
+            );
+            let store = self
+                .b
+                .op(RegType::Pred, Op::PAnd, &[leader.into(), valid.into()]);
+            self.open();
+            self.store(out, &idx, &vals)?;
+            self.close_if(store);
+        } else {
+            for &(c, inside) in &chunks {
+                let idx = at(c);
+                let vals = self.value(out, &idx, v)?;
+                let store = match inside {
+                    None => valid,
+                    Some(p) => self
+                        .b
+                        .op(RegType::Pred, Op::PAnd, &[p.into(), valid.into()]),
+                };
+                self.open();
+                self.store(out, &idx, &vals)?;
+                self.close_if(store);
+            }
+        }
+        Ok(nrows.div_ceil(rows_per_cta as u64).max(1) as u32)
+    }
+
+    /// A row's partial results combined across the `tpr` threads that hold it: the
+    /// butterfly within the warp (or the sub-warp of the row), then, for rows wider than a
+    /// warp, the warps' results in warp order through shared memory. Every thread of the
+    /// row gets the result (the register returned).
+    fn row_combine(
+        &mut self,
+        rop: ReduceOp,
+        cls: RegType,
+        acc: Reg,
+        (tpr, rows_per_cta): (u32, u32),
+        (lane, row_in_cta): (Ix, Ix),
+    ) -> Reg {
+        self.butterfly(rop, cls, acc, tpr);
+        if tpr > 32 {
+            let wpr = tpr / 32;
+            let smem = self.b.kernel.new_shared(4 * wpr * rows_per_cta, 4);
+            let base = self.b.op(RegType::U32, Op::SharedAddr(smem), &[]);
+            // Slot of this row's warp partials: (row_in_cta * wpr) * 4 bytes.
+            let slot0 = self.imul_c(row_in_cta, 4 * wpr as u64);
+            let slot0 = self.ix_op(slot0);
+            let row_base = self.b.op(RegType::U32, Op::IAdd, &[base.into(), slot0]);
+            let warp = self.idiv_c(lane, 32);
+            let woff = self.imul_c(warp, 4);
+            let woff = self.ix_op(woff);
+            let my_slot = self.b.op(RegType::U32, Op::IAdd, &[row_base.into(), woff]);
+            let lane32 = self.irem_c(lane, 32);
+            let lane32 = self.ix_op(lane32);
+            let leader = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::Eq),
+                &[lane32, Operand::U32(0)],
+            );
+            self.b.open();
+            self.b.push(Stmt::Store {
+                space: Space::Shared,
+                width: Width::B32,
+                addr: my_slot,
+                offset: 0,
+                values: vec![acc.into()],
+            });
+            let then_body = self.b.close();
+            self.b.push(Stmt::If {
+                cond: leader,
+                then_body,
+                else_body: vec![],
+            });
+            self.b.push(Stmt::Barrier);
+            self.b.push(Stmt::Load {
+                dsts: vec![acc],
+                space: Space::Shared,
+                width: Width::B32,
+                addr: row_base,
+                offset: 0,
+            });
+            for w in 1..wpr {
+                let t = self.b.kernel.new_reg(cls);
+                self.b.push(Stmt::Load {
+                    dsts: vec![t],
+                    space: Space::Shared,
+                    width: Width::B32,
+                    addr: row_base,
+                    offset: (4 * w) as i32,
+                });
+                self.combine(rop, cls, acc, t.into());
+            }
+        }
+        acc
     }
 
     /// `acc ⊕= shfl.bfly(acc, m)` for m = tpr / 2, .., 2, 1: the butterfly of a row held by
