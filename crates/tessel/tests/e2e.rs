@@ -384,7 +384,20 @@ fn examples_at_odd_token_counts_match_the_oracle() {
 fn odd_shapes_run_in_bounds_and_match_the_oracle() {
     let path = root().join("tests/programs/shapes.tsl");
     // D >= 2: `x[:, 1:]` of a one-column tensor is empty, which the language rejects.
-    for (t, d) in [(1, 2), (1, 7), (3, 5), (7, 33), (4, 129), (2, 5120)] {
+    // 1024, 1280 and 2056 straddle the row held in registers (lower/rows.rs): bf16 rows of
+    // 4 chunks per thread exactly, of 5 (looped), and of 257 chunks over 288 threads (one
+    // each, the last threads' past the row's end, the warps combined in shared memory).
+    for (t, d) in [
+        (1, 2),
+        (1, 7),
+        (3, 5),
+        (7, 33),
+        (4, 129),
+        (2, 5120),
+        (2, 1024),
+        (3, 1280),
+        (2, 2056),
+    ] {
         for (step, name, dt, rel) in semantics(&path, &[("T", t), ("D", d)], 3) {
             println!("T={t} D={d} {step}.{name} ({dt}): rel-RMS {rel:.3e}");
             let bound = if dt == DType::F32 {
