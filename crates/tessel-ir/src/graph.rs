@@ -954,9 +954,9 @@ pub enum TileConfig {
     Elementwise { threads: u32, vector: u32 },
     /// `threads_per_row` threads (a power of two ≤ 32, or a multiple of 32) share one row;
     /// a CTA holds `rows_per_cta` rows; each thread reads `vector` consecutive elements per
-    /// access, striding by `threads_per_row · vector` along the row. When a thread's chunks
-    /// of a row are at most 4 (rows up to 4 · `threads_per_row` · `vector` long), the
-    /// kernel holds them in registers: each value of the row is loaded or computed once and
+    /// access, striding by `threads_per_row · vector` along the row. When a thread's part
+    /// of a row is at most 32 elements (its chunks unrolled), the kernel holds it in
+    /// registers: each value of the row is loaded or computed once and
     /// read again by the later reductions and the epilogue (lower/rows.rs); the order of
     /// every sum is the same either way.
     RowReduction {

@@ -8,11 +8,13 @@ use tessel_ir::graph::{Op as GOp, ReduceOp};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{Reg, Shape, Value};
 
-/// Most chunks of a row one thread holds in registers ([`Gen::resident_rows`]): 4 chunks of
-/// 8 are 32 elements of each value the kernel keeps (the softmax backward's row keeps four:
-/// its two operands, `exp(x - max)` and the probability), within the 255 registers of a
-/// thread with room for the rest.
-const MAX_RESIDENT_CHUNKS: u64 = 4;
+/// Most elements of a row one thread holds in registers ([`Gen::resident_rows`]): 32, four
+/// chunks of 8 (the softmax backward's row keeps four values per element: its two
+/// operands, `exp(x - max)` and the probability, within the 255 registers of a thread with
+/// room for the rest), or up to 32 chunks of one element — short rows such as GQA's sum
+/// over a group's 5 heads, whose loads are then all in flight at once instead of one per
+/// loop iteration.
+const MAX_RESIDENT_ELEMENTS: u64 = 32;
 
 /// Where a row-reduction thread works: its row (maybe past the last), the rows, the
 /// shape of the leading dims, its lane within the row and its row within the CTA, the row
@@ -79,7 +81,7 @@ impl Gen<'_> {
         let cta_row0 = self.imul_c(Ix::R(cta), rows_per_cta as u64);
         let row = self.iadd(cta_row0, row_in_cta);
         let per_thread = d.div_ceil(tpr as u64 * v as u64);
-        if per_thread <= MAX_RESIDENT_CHUNKS && d % v as u64 == 0 {
+        if per_thread * v as u64 <= MAX_RESIDENT_ELEMENTS && d % v as u64 == 0 {
             let geometry = RowGeometry {
                 row,
                 nrows,
@@ -170,14 +172,14 @@ impl Gen<'_> {
     }
 
     /// The row reduction with every thread's chunks held in registers: the loops over a
-    /// row's chunks unrolled (at most [`MAX_RESIDENT_CHUNKS`] per thread), so each value of
-    /// the row — the loaded operands, `exp(x - max)` of a softmax — is computed once and
-    /// read again by the later reductions and the epilogue instead of being loaded and
-    /// recomputed per pass. The order of every sum is the looped kernel's (each thread its
-    /// chunks in order, then the butterfly), so the bits are too. Rows past the last are
-    /// read at the last row (so that no load or shuffle sits under a branch) and not
-    /// stored; a chunk past the row's end (when the threads' chunks overrun it) is read at
-    /// the row's last chunk and left out of the sums and the stores.
+    /// row's chunks unrolled (at most [`MAX_RESIDENT_ELEMENTS`] elements per thread), so
+    /// each value of the row — the loaded operands, `exp(x - max)` of a softmax — is
+    /// computed once and read again by the later reductions and the epilogue instead of
+    /// being loaded and recomputed per pass. The order of every sum is the looped
+    /// kernel's (each thread its chunks in order, then the butterfly), so the bits are
+    /// too. Rows past the last are read at the last row (so that no load or shuffle sits
+    /// under a branch) and not stored; a chunk past the row's end (when the threads' chunks
+    /// overrun it) is read at the row's last chunk and left out of the sums and the stores.
     fn resident_rows(
         &mut self,
         out: Value,

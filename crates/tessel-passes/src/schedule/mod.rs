@@ -103,13 +103,25 @@ fn choose(
                 ),
             }
         }
-        GroupOps::RowReduction { .. } => {
+        GroupOps::RowReduction { ref reductions } => {
             let rows_shape = crate::analysis::row_shape(g, out);
             let d = rows_shape.last();
             let rows = rows_shape.numel() / d.max(1);
-            let v = widest_vector(d, max_v_bytes.min(8));
+            let across = d <= 32 && reads_rows_across(g, fusion, reductions);
+            let v = if across {
+                1
+            } else {
+                widest_vector(d, max_v_bytes.min(8))
+            };
             let chunks = d / v as u64;
-            let (tpr, how) = threads_per_row(chunks);
+            let (tpr, how) = if across {
+                (
+                    1,
+                    "one: a short row read across memory (its axis permuted), so a warp's lanes take 32 consecutive rows and each load is contiguous across them",
+                )
+            } else {
+                threads_per_row(chunks)
+            };
             let rows_per_cta = (128 / tpr).max(1);
             Schedule {
                 tile: TileConfig::RowReduction {
@@ -123,6 +135,28 @@ fn choose(
             }
         }
     }
+}
+
+/// True when a reduction of the group reads its row across memory: its operand, under the
+/// elementwise ops on it, is a view of a materialised tensor in which the row's axis is not
+/// the contiguous one (GQA's sum over the query heads of a group, `[.., T, d, heads]` of a
+/// `[.., heads, T, d]` tensor). Lanes spread along such a row would each load from another
+/// row of memory; lanes along the rows load consecutive elements.
+fn reads_rows_across(g: &Graph, fusion: &Fusion, reductions: &[tessel_ir::Value]) -> bool {
+    reductions.iter().any(|&r| {
+        let Op::Reduce { mut arg, .. } = g.ops[r] else {
+            return false;
+        };
+        while let Op::Cast { arg: a } | Op::Unary { arg: a, .. } = g.ops[arg] {
+            arg = a;
+        }
+        if !crate::view::is_view_op(&g.ops[arg]) || fusion.is_materialized(g, arg) {
+            return false;
+        }
+        crate::view::strided_until(g, arg, &|v| fusion.is_materialized(g, v)).is_some_and(|view| {
+            view.shape.last().is_some_and(|&n| n > 1) && view.strides.last() != Some(&1)
+        })
+    })
 }
 
 /// A cumsum `c`: one CTA per row, a thread per chunk of the row up to 256 (whole warps);
