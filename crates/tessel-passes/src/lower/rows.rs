@@ -179,7 +179,7 @@ impl Gen<'_> {
     /// kernel's (each thread its chunks in order, then the butterfly), so the bits are
     /// too. Rows past the last are read at the last row (so that no load or shuffle sits
     /// under a branch) and not stored; a chunk past the row's end (when the threads' chunks
-    /// overrun it) is read at the row's last chunk and left out of the sums and the stores.
+    /// overrun it) is read at the row's first chunk and left out of the sums and the stores.
     fn resident_rows(
         &mut self,
         out: Value,
@@ -212,22 +212,15 @@ impl Gen<'_> {
         let lead = self.unflatten(row_c, &lead_shape);
         let first_chunk = self.imul_c(lane, v as u64);
         let overrun = per_thread * tpr as u64 * v as u64 > d;
-        // Each chunk's column (clamped to the last chunk when past the end) and whether
-        // it lies inside the row.
+        // Each chunk's column and, for the last when the threads' chunks overrun the row
+        // (only the last can: the others end before (per_thread - 1) · tpr · v < d),
+        // whether it lies inside; past the end it is read at column 0.
         let mut chunks: Vec<(Ix, Option<Reg>)> = Vec::new();
         for i in 0..per_thread {
             let c = self.iadd(first_chunk, Ix::C(i * tpr as u64 * v as u64));
-            if overrun {
-                let co = self.ix_op(c);
-                let inside = self
-                    .b
-                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[co, Self::imm_u(d)]);
-                let cc = self.b.op(
-                    RegType::U32,
-                    Op::Select,
-                    &[inside.into(), co, Self::imm_u(d - v as u64)],
-                );
-                chunks.push((Ix::R(cc), Some(inside)));
+            if overrun && i + 1 == per_thread {
+                let (inside, cc) = self.clamp_below(c, d);
+                chunks.push((cc, Some(inside)));
             } else {
                 chunks.push((c, None));
             }
