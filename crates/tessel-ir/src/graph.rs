@@ -15,7 +15,7 @@
 use crate::entities::{Group, Value};
 use crate::kernel::MmaShape;
 use crate::types::{DType, TensorType};
-use cranelift_entity::{packed_option::PackedOption, PrimaryMap, SecondaryMap};
+use cranelift_entity::{packed_option::PackedOption, EntityRef, PrimaryMap, SecondaryMap};
 use std::fmt;
 
 /// Elementwise ops of one operand. The result has the operand's shape; its dtype is the
@@ -749,6 +749,16 @@ pub enum GroupKind {
     /// or the cast that rounds it (its only use), written element by element as the
     /// running sum reaches it.
     Scan,
+    /// The query-major kernel of a fused attention backward ([`GroupOps::AttentionDq`]):
+    /// per query row, the row reductions of the score matrices (softmax's maximum and
+    /// sum, `rowsum(dP ∘ P)`) and the products whose left operand is score-shaped
+    /// (`dQ = dS·K`), the scores recomputed block by block from their matmuls and never
+    /// stored.
+    AttentionDq,
+    /// The key-major kernel of a fused attention backward ([`GroupOps::AttentionDkv`]):
+    /// per key row, the products contracting the score matrices over their queries
+    /// (`dV = Pᵀ·dO`, `dKᵀ = Qᵀ·dS`), the scores recomputed as their transposes.
+    AttentionDkv,
 }
 
 /// What a fusion group's kernel is built around, by kind: the ops its loops form, each
@@ -782,6 +792,25 @@ pub enum GroupOps {
     Update { row_reductions: Vec<Value> },
     /// One [`Op::Cumsum`].
     Scan { cumsum: Value },
+    /// A fused attention backward's query-major kernel. `scores`: the matmuls of score
+    /// shape `[.., M, N]` (`q·kᵀ`, `dO·vᵀ`) its cones start from, each an operand of
+    /// rows `[.., M, d]` and one of `[.., d, N]` read in place; `reductions`: the
+    /// [`Op::Reduce`]s over the last axis of score-shaped cones that it computes (and
+    /// writes, `[.., M, 1]`), in definition order; `products`: matmuls `X·B` with `X` a
+    /// score-shaped cone and `B` a view `[.., N, e]` (written `[.., M, e]`).
+    AttentionDq {
+        scores: Vec<Value>,
+        products: Vec<Value>,
+        reductions: Vec<Value>,
+    },
+    /// A fused attention backward's key-major kernel: `scores` as for
+    /// [`GroupOps::AttentionDq`]; `products`: matmuls contracting a score-shaped cone `X`
+    /// over its rows — `permute(X)·B` (`[.., N, e]`) or `A·X` (`[.., e, N]`), `A` and `B`
+    /// views of `M` rows read in place. The row reductions they read are materialised.
+    AttentionDkv {
+        scores: Vec<Value>,
+        products: Vec<Value>,
+    },
 }
 
 impl GroupOps {
@@ -794,6 +823,8 @@ impl GroupOps {
             GroupOps::Attention { .. } => GroupKind::Attention,
             GroupOps::Update { .. } => GroupKind::Update,
             GroupOps::Scan { .. } => GroupKind::Scan,
+            GroupOps::AttentionDq { .. } => GroupKind::AttentionDq,
+            GroupOps::AttentionDkv { .. } => GroupKind::AttentionDkv,
         }
     }
 
@@ -820,14 +851,70 @@ impl GroupOps {
                 .collect(),
             GroupOps::Update { row_reductions } => row_reductions.clone(),
             GroupOps::Scan { cumsum } => vec![*cumsum],
+            GroupOps::AttentionDq {
+                scores,
+                products,
+                reductions,
+            } => scores
+                .iter()
+                .chain(products)
+                .chain(reductions)
+                .copied()
+                .collect(),
+            GroupOps::AttentionDkv { scores, products } => {
+                scores.iter().chain(products).copied().collect()
+            }
         }
     }
 
     /// The ops of a `kind` group from the list [`GroupOps::listed`] writes; `Err` says what
     /// the list lacks (the text reader's message). Only the count is checked here; what
-    /// each op must be is the verifier's (`fusion.reductions`).
-    pub fn from_listed(kind: GroupKind, listed: Vec<Value>) -> Result<GroupOps, String> {
+    /// each op must be is the verifier's (`fusion.reductions`). An attention backward's
+    /// list is told apart with the graph `g`: its matmuls first, a product being a matmul
+    /// whose operands' cones reach another listed matmul (the scores), then the rest.
+    pub fn from_listed(kind: GroupKind, listed: Vec<Value>, g: &Graph) -> Result<GroupOps, String> {
+        let split = |listed: &[Value]| -> Result<(Vec<Value>, Vec<Value>, Vec<Value>), String> {
+            let is_mm = |v: Value| v.index() < g.ops.len() && matches!(g.ops[v], Op::MatMul { .. });
+            let mms: Vec<Value> = listed.iter().copied().take_while(|&v| is_mm(v)).collect();
+            let reaches_other = |p: Value| {
+                let mut stack = g.ops[p].args();
+                let mut seen = std::collections::HashSet::new();
+                while let Some(x) = stack.pop() {
+                    if !seen.insert(x) {
+                        continue;
+                    }
+                    if x != p && mms.contains(&x) {
+                        return true;
+                    }
+                    if !matches!(g.ops[x], Op::MatMul { .. }) {
+                        stack.extend(g.ops[x].args());
+                    }
+                }
+                false
+            };
+            let (products, scores): (Vec<Value>, Vec<Value>) =
+                mms.iter().copied().partition(|&m| reaches_other(m));
+            if scores.is_empty() {
+                return Err("an attention backward group lists its score matmuls first".into());
+            }
+            Ok((scores, products, listed[mms.len()..].to_vec()))
+        };
         Ok(match kind {
+            GroupKind::AttentionDq => {
+                let (scores, products, reductions) = split(&listed)?;
+                GroupOps::AttentionDq {
+                    scores,
+                    products,
+                    reductions,
+                }
+            }
+            GroupKind::AttentionDkv => {
+                let (scores, products, rest) = split(&listed)?;
+                if !rest.is_empty() {
+                    return Err("an attention_dkv group lists only matmuls".into());
+                }
+                GroupOps::AttentionDkv { scores, products }
+            }
             GroupKind::Elementwise if listed.is_empty() => GroupOps::Elementwise,
             GroupKind::Elementwise => return Err("an elementwise group lists no reductions".into()),
             GroupKind::RowReduction => GroupOps::RowReduction { reductions: listed },
@@ -868,7 +955,8 @@ impl GroupOps {
             GroupOps::Matmul { row_epilogue, .. } => row_epilogue,
             GroupOps::Attention { q_prologue, .. } => q_prologue,
             GroupOps::Update { row_reductions } => row_reductions,
-            GroupOps::Elementwise | GroupOps::Scan { .. } => &[],
+            GroupOps::AttentionDq { reductions, .. } => reductions,
+            GroupOps::Elementwise | GroupOps::Scan { .. } | GroupOps::AttentionDkv { .. } => &[],
         }
     }
 
@@ -1067,6 +1155,18 @@ pub enum TileConfig {
     /// then each thread runs through its chunks again from its chunk's prefix, storing each
     /// running sum. `chunk` is [`cumsum_chunk`] of the row length.
     Scan { threads: u32, chunk: u32 },
+    /// A fused attention backward kernel ([`GroupKind::AttentionDq`],
+    /// [`GroupKind::AttentionDkv`]) on `mma.sync` m16n8k16: a CTA of `warps` warps owns
+    /// `16 · warps` rows (queries for dq, keys for dkv), each warp 16, their operand tiles
+    /// (q and dO, or k and v) kept as A fragments in registers; the other side is walked in
+    /// blocks of `block_n` through a two-stage ring of shared-memory tiles filled by
+    /// `cp.async`. Every score is `q·kᵀ` (or `dO·vᵀ`) by one mma per 16 of the head dim,
+    /// in order from 0, in both kernels (tensor cores' products are symmetric in their
+    /// operands, so `k·qᵀ` gives the same bits transposed). dq: one sweep over the blocks
+    /// per level of its reductions (each lane folds its scores in key order, then the
+    /// row's four lanes by butterfly), then one for its products; dkv: one sweep, the
+    /// reductions read. Blocks no row of the CTA sees (the mask's key bound) are skipped.
+    AttentionBwd { warps: u32, block_n: u32 },
 }
 
 /// The chunk length of [`Op::Cumsum`]'s order for a row of `n`: [`CUMSUM_CHUNK`] (32)
@@ -1128,6 +1228,7 @@ impl TileConfig {
             TileConfig::Attention { warps, .. } => 32 * warps,
             TileConfig::Update { threads, .. } => threads,
             TileConfig::Scan { threads, .. } => threads,
+            TileConfig::AttentionBwd { warps, .. } => 32 * warps,
         }
     }
 
@@ -1213,6 +1314,9 @@ impl fmt::Display for TileConfig {
             }
             TileConfig::Scan { threads, chunk } => {
                 write!(f, "scan {{ threads: {threads}, chunk: {chunk} }}")
+            }
+            TileConfig::AttentionBwd { warps, block_n } => {
+                write!(f, "attention_bwd {{ warps: {warps}, block_n: {block_n} }}")
             }
         }
     }

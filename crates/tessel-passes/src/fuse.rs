@@ -76,6 +76,16 @@
 //!    those rows intact: the attention kernel computes it in its prologue, and the cone's
 //!    reductions are the group's `q_prologue` ([`GroupOps::Attention`]).
 //!
+//! 10. (Applied with rule 0, before the others.) An attention backward written out by
+//!    `grad` ([`crate::attention_bwd`]) becomes two kernels that recompute the scores
+//!    block by block: [`GroupOps::AttentionDq`] writes the reductions of the score cones
+//!    (softmax's maximum and sum, `rowsum(dP ∘ P)`, `[.., M, 1]`) and the products of
+//!    query rows (`dQ`); [`GroupOps::AttentionDkv`] the products of key rows (`dV`,
+//!    `dKᵀ`), reading those reductions. Their matmuls are left out of rule 0, the tensors
+//!    under their operands' views are materialised, and the views never are (rule 2). In
+//!    the `exact` profile, or where another rule would materialise a value inside the
+//!    cones, the ops stay unfused.
+//!
 //! Gathers ([`Op::Gather`]: `emb[ids]`, `take_along_axis`) need no rule of their own: a
 //! gather is computed inside the kernel that reads it, as a load at a computed address —
 //! its index at the reader's own index, its operand at the gathered position — so the
@@ -96,6 +106,22 @@ use tessel_ir::Value;
 
 /// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
 pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
+    let plans = if profile == Profile::Exact || target.compute_capability < (8, 0) {
+        vec![]
+    } else {
+        crate::attention_bwd::plans(g)
+    };
+    run_with(g, target, profile, plans)
+}
+
+/// [`run`] with the attention backward `plans` of rule 10; a plan another rule breaks (a
+/// value inside its cones materialised) is dropped and the partition made again.
+fn run_with(
+    g: &Graph,
+    target: &Target,
+    profile: Profile,
+    plans: Vec<crate::attention_bwd::Plan>,
+) -> Fusion {
     let mut mat: EntitySet<Value> = EntitySet::new();
     for (_, v) in &g.outputs {
         mat.insert(*v);
@@ -124,6 +150,24 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
                 }
                 mat.insert(view_base(g, x));
             }
+        }
+    }
+
+    // Rule 10: the attention backward's matmuls are its kernels'; their operands are read
+    // in place, their products and reductions written.
+    for plan in &plans {
+        for m in plan.matmuls() {
+            claimed.insert(m);
+        }
+        for &w in &plan.views {
+            attn_views.insert(w);
+        }
+        for &b in &plan.bases {
+            mat.insert(b);
+        }
+        let (dq, dkv) = plan.outputs();
+        for v in dq.into_iter().chain(dkv) {
+            mat.insert(v);
         }
     }
 
@@ -309,9 +353,26 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
         }
     }
 
+    // Rule 10's cones stay inside their kernels: a plan another rule cut is dropped.
+    if let Some(i) = plans
+        .iter()
+        .position(|p| p.inside.iter().any(|&x| mat.contains(x)))
+    {
+        let mut rest = plans;
+        rest.remove(i);
+        return run_with(g, target, profile, rest);
+    }
+
     let mut groups: Vec<GroupData> = Vec::new();
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
+            continue;
+        }
+        // Rule 10: a backward kernel is placed at its first output and writes them all.
+        if let Some((ops, outputs)) = backward_group(&plans, v) {
+            if outputs[0] == v {
+                groups.push(GroupData { ops, outputs });
+            }
             continue;
         }
         // An attention's logsumexp is its group's second output: the kernel forms it in
@@ -412,6 +473,37 @@ pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
         }
     }
     fusion
+}
+
+/// The attention backward group (rule 10) that writes `v`, with its outputs in op order.
+fn backward_group(
+    plans: &[crate::attention_bwd::Plan],
+    v: Value,
+) -> Option<(GroupOps, Vec<Value>)> {
+    for p in plans {
+        let (dq, dkv) = p.outputs();
+        if dq.contains(&v) {
+            let (scores, products, reductions) = p.dq.clone();
+            return Some((
+                GroupOps::AttentionDq {
+                    scores,
+                    products,
+                    reductions,
+                },
+                dq,
+            ));
+        }
+        if let (true, Some((scores, products))) = (dkv.contains(&v), &p.dkv) {
+            return Some((
+                GroupOps::AttentionDkv {
+                    scores: scores.clone(),
+                    products: products.clone(),
+                },
+                dkv,
+            ));
+        }
+    }
+    None
 }
 
 /// The value under the chain of reshapes ending at `x` (`x` itself if it is no reshape).

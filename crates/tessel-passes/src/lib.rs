@@ -16,6 +16,7 @@
 
 pub mod analysis;
 pub mod attention;
+pub mod attention_bwd;
 pub mod check;
 pub mod compiled;
 pub mod decompose;

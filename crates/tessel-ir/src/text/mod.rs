@@ -215,16 +215,20 @@ pub(crate) fn group_kind_name(k: GroupKind) -> &'static str {
         GroupKind::Attention => "attention",
         GroupKind::Update => "update",
         GroupKind::Scan => "scan",
+        GroupKind::AttentionDq => "attention_dq",
+        GroupKind::AttentionDkv => "attention_dkv",
     }
 }
 
-pub(crate) const GROUP_KINDS: [GroupKind; 6] = [
+pub(crate) const GROUP_KINDS: [GroupKind; 8] = [
     GroupKind::Elementwise,
     GroupKind::RowReduction,
     GroupKind::Matmul,
     GroupKind::Attention,
     GroupKind::Update,
     GroupKind::Scan,
+    GroupKind::AttentionDq,
+    GroupKind::AttentionDkv,
 ];
 
 pub(crate) fn reg_type_from_name(s: &str) -> Option<RegType> {

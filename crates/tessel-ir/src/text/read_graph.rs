@@ -94,7 +94,7 @@ impl GraphReader {
                 .find(|x| group_kind_name(*x) == k)
                 .ok_or_else(|| {
                     kpos.error(format!(
-                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul`, `attention`, `update` or `scan`)"
+                        "unknown group kind `{k}` (expected `elementwise`, `row_reduction`, `matmul`, `attention`, `update`, `scan` or `attention_bwd`)"
                     ))
                 })?;
             c.keyword("outputs")?;
@@ -191,7 +191,7 @@ impl GraphReader {
         let mut schedules = Schedules::new();
         for ((kind, kpos), outs, reds, sched) in &self.groups {
             let ops =
-                GroupOps::from_listed(*kind, self.values(reds)?).map_err(|e| kpos.error(e))?;
+                GroupOps::from_listed(*kind, self.values(reds)?, &g).map_err(|e| kpos.error(e))?;
             let grp = fusion.new_group(GroupData {
                 ops,
                 outputs: self.values(outs)?,
@@ -282,9 +282,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "attention" => &["warps", "block_n", "stages", "pack", "split"],
         "update" => &["threads", "vector"],
         "scan" => &["threads", "chunk"],
+        "attention_bwd" => &["warps", "block_n"],
         _ => {
             return Err(kpos.error(format!(
-            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention`, `update` or `scan`)"
+            "unknown tile kind `{k}` (expected `elementwise`, `row_reduction`, `gemv`, `simt`, `mma`, `gemv_mma`, `attention`, `update`, `scan` or `attention_bwd`)"
         )))
         }
     };
@@ -370,6 +371,10 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             warps: num("warps")?,
             unroll: num("unroll")?,
             min_ctas_per_sm: num("min_ctas_per_sm")?,
+        },
+        "attention_bwd" => TileConfig::AttentionBwd {
+            warps: num("warps")?,
+            block_n: num("block_n")?,
         },
         _ => TileConfig::Attention {
             warps: num("warps")?,

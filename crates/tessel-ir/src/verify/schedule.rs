@@ -42,6 +42,14 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             let s = &g.ty(v).shape;
             // An attention group's logsumexp output has its rows' shape (checked below); no
             // other kernel computes one.
+            // An attention backward writes products and row reductions of several shapes
+            // (checked below).
+            if matches!(
+                data.kind(),
+                GroupKind::AttentionDq | GroupKind::AttentionDkv
+            ) {
+                continue;
+            }
             if matches!(g.ops[v], Op::AttentionStat { .. }) {
                 if data.kind() != GroupKind::Attention {
                     e.push(
@@ -195,6 +203,12 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
                         );
                     }
                 }
+            }
+            GroupOps::AttentionDq {
+                scores, products, ..
+            }
+            | GroupOps::AttentionDkv { scores, products } => {
+                attention_bwd_checks(g, &data.ops, (scores, products), &data.outputs, &loc, e);
             }
             &GroupOps::Scan { cumsum: c } => {
                 let scan = exists(g, c)
@@ -463,6 +477,12 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         TileConfig::Attention { .. } => GroupKind::Attention,
                         TileConfig::Update { .. } => GroupKind::Update,
                         TileConfig::Scan { .. } => GroupKind::Scan,
+                        TileConfig::AttentionBwd { .. }
+                            if data.kind() == GroupKind::AttentionDkv =>
+                        {
+                            GroupKind::AttentionDkv
+                        }
+                        TileConfig::AttentionBwd { .. } => GroupKind::AttentionDq,
                     };
                     if kind != data.kind() {
                         e.push(
@@ -666,6 +686,25 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 }
                 (32 * warps as u64, 1)
             }
+            TileConfig::AttentionBwd { warps, block_n } => {
+                if !(1..=8).contains(&warps) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("attention_bwd warps {warps} outside 1..=8"),
+                    );
+                }
+                if !(block_n.is_power_of_two() && (16..=128).contains(&block_n)) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "attention_bwd block_n {block_n} is not a power of two in 16..=128"
+                        ),
+                    );
+                }
+                (32 * warps as u64, 1)
+            }
             TileConfig::Scan { threads, chunk } => {
                 let group = fusion.and_then(|f| f.groups.get(grp));
                 let row = group
@@ -810,6 +849,71 @@ fn update_vector_checks(g: &Graph, vector: u32, u: Value, grp: Group, e: &mut Er
             format!(
                 "vector {vector} for rows {shape} {along}: it must divide the last dim, and be 1 when the axis is the last"
             ),
+        );
+    }
+}
+
+/// `fusion.reductions` and `fusion.outputs` for an attention backward group: its scores
+/// are matmuls of one shape `[.., M, N]`, its products matmuls, a dq group's reductions
+/// `reduce`s over the last axis of `[.., M, N]` values; it writes its products and (dq)
+/// its reductions, each once, nothing else.
+fn attention_bwd_checks(
+    g: &Graph,
+    ops: &GroupOps,
+    (scores, products): (&[Value], &[Value]),
+    outputs: &[Value],
+    loc: &str,
+    e: &mut Errors,
+) {
+    let reductions = ops.row_reductions();
+    let all: Vec<Value> = ops.listed();
+    if !all.iter().all(|&v| exists(g, v)) {
+        e.push(
+            "fusion.reductions",
+            loc.to_string(),
+            "an attention backward group lists a value that does not exist",
+        );
+        return;
+    }
+    let mm = |v: &Value| matches!(g.ops[*v], Op::MatMul { .. });
+    let score_shape = scores.first().map(|&s| g.ty(s).shape.clone());
+    let same = scores
+        .iter()
+        .all(|&s| Some(&g.ty(s).shape) == score_shape.as_ref());
+    let rows_of = |v: Value| {
+        let sh = &g.ty(v).shape.0;
+        score_shape.as_ref().is_some_and(|s| {
+            let r = s.rank();
+            sh.len() == r && sh[..r - 1] == s.0[..r - 1] && sh[r - 1] == 1
+        })
+    };
+    let reductions_ok = reductions.iter().all(|&r| {
+        matches!(g.ops[r], Op::Reduce { arg, axis, .. }
+            if axis as usize + 1 == g.ty(arg).shape.rank()
+                && Some(&g.ty(arg).shape) == score_shape.as_ref())
+            && rows_of(r)
+    });
+    if scores.is_empty()
+        || !scores.iter().all(mm)
+        || !same
+        || !products.iter().all(mm)
+        || !reductions_ok
+    {
+        e.push(
+            "fusion.reductions",
+            loc.to_string(),
+            "an attention backward group lists matmuls of one score shape, then matmuls, then (dq) reductions over the last axis of score-shaped values",
+        );
+    }
+    let mut want: Vec<Value> = products.iter().chain(reductions).copied().collect();
+    want.sort();
+    let mut have = outputs.to_vec();
+    have.sort();
+    if want != have {
+        e.push(
+            "fusion.outputs",
+            loc.to_string(),
+            format!("an attention backward group writes exactly its products and reductions {want:?}, not {have:?}"),
         );
     }
 }

@@ -32,6 +32,7 @@
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
 mod attention;
+mod attention_bwd;
 mod attention_parts;
 mod epilogue;
 mod fragments;
@@ -572,6 +573,17 @@ fn lower_group(
                     "{tile}; {}",
                     crate::schedule::reduction_order(tile, rows.last())
                 ),
+            )
+        }
+        (
+            GroupOps::AttentionDq { .. } | GroupOps::AttentionDkv { .. },
+            &TileConfig::AttentionBwd { .. },
+        ) => {
+            let grid = gen.attention_bwd(&data.ops, tile)?;
+            (
+                tile.threads_per_cta(),
+                grid,
+                format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
         (&GroupOps::Scan { cumsum: c }, &TileConfig::Scan { threads, chunk }) => {

@@ -158,3 +158,45 @@ pub fn order(block_n: u32, split: u32) -> String {
     }
     o
 }
+
+/// Rows per CTA of the attention backward: 4 warps of 16 (FlashAttention-2's backward
+/// uses 64-row blocks at head dim 128 on sm_80+).
+const BWD_WARPS: u32 = 4;
+/// Columns per block of the dq kernel (keys) and the dkv kernel (queries): the dkv
+/// kernel holds two f32 accumulator tiles (dV, dK) beside its two score blocks, so its
+/// blocks are half as wide.
+const BWD_BLOCK_DQ: u32 = 64;
+const BWD_BLOCK_DKV: u32 = 32;
+
+/// The tile of an attention backward kernel (`dq`: rows = queries; else rows = keys)
+/// whose score matmuls are `scores`.
+pub(super) fn choose_bwd(g: &Graph, scores: &[Value], dq: bool, t: &Target) -> Schedule {
+    let sh = &g.ty(scores[0]).shape;
+    let r = sh.rank();
+    let (m, n) = (sh.0[r - 2], sh.0[r - 1]);
+    let batch: u64 = sh.0[..r - 2].iter().product();
+    let rows = if dq { m } else { n };
+    let warps = (rows.div_ceil(16) as u32).clamp(1, BWD_WARPS);
+    let block_n = if dq { BWD_BLOCK_DQ } else { BWD_BLOCK_DKV };
+    let ctas = rows.div_ceil(16 * warps as u64) * batch;
+    let side = if dq {
+        "query rows, keys"
+    } else {
+        "key rows, queries"
+    };
+    let _ = t;
+    Schedule {
+        tile: TileConfig::AttentionBwd { warps, block_n },
+        why: format!(
+            "attention backward over {m} queries × {n} keys, batch {batch}: {side} in blocks of {block_n} double-buffered, {warps} warps of 16 rows per CTA, the scores recomputed per block from {} matmul(s), {ctas} CTAs",
+            scores.len()
+        ),
+    }
+}
+
+/// The reduction order of the attention backward tile, in words (design §5).
+pub fn bwd_order(block_n: u32) -> String {
+    format!(
+        "each score: one mma.sync per 16 of the head dim in order into an f32 accumulator starting at 0 (q's fragments as A for query rows, k's as A for key rows: the same products), rounded to the matmul's dtype; each row reduction (query rows): per lane its 2 scores of each 8-column fragment, blocks of {block_n} columns from column 0 in order, folded into one f32 accumulator from the identity, then the row's 4 lanes by butterfly xor 1, 2 — one sweep over the blocks per reduction level; each product element: one f32 accumulator starting at 0, one mma.sync per 16 columns in column order of the block, blocks in order, rounded to the product's dtype at the end"
+    )
+}

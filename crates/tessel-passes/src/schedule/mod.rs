@@ -88,6 +88,8 @@ fn choose(
             update(g, out, !row_reductions.is_empty(), max_v_bytes)
         }
         GroupOps::Scan { cumsum } => scan(g, cumsum),
+        GroupOps::AttentionDq { ref scores, .. } => attention::choose_bwd(g, scores, true, t),
+        GroupOps::AttentionDkv { ref scores, .. } => attention::choose_bwd(g, scores, false, t),
         GroupOps::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
@@ -309,6 +311,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
         TileConfig::Elementwise { .. } | TileConfig::Update { .. } => "no reduction".to_string(),
         TileConfig::Scan { chunk, .. } => scan_order(chunk as u64, row_len),
         TileConfig::Attention { block_n, split, .. } => attention::order(block_n, split),
+        TileConfig::AttentionBwd { block_n, .. } => attention::bwd_order(block_n),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
             32 * vector
