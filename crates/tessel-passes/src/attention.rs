@@ -315,19 +315,19 @@ fn linear(g: &Graph, v: Value, ax: usize) -> Option<Linear> {
 /// A row's visible keys are `j < c + Σ coef · w`, with each `w` a value independent of the
 /// key (axis `ax` of its shape, the comparison's); `chain` are the view ops from the
 /// comparison up to the logits' shape, outermost first.
-struct Bound {
-    c: i64,
-    terms: Vec<(Value, i64)>,
-    ax: usize,
-    chain: Vec<Value>,
-    logits: Value,
+pub(crate) struct Bound {
+    pub(crate) c: i64,
+    pub(crate) terms: Vec<(Value, i64)>,
+    pub(crate) ax: usize,
+    pub(crate) chain: Vec<Value>,
+    pub(crate) logits: Value,
 }
 
 /// The key bound of logits `x = where(cond, s, -inf)` (or `where(cond, -inf, s)`, or
 /// either under casts), if `cond` compares two sums of the key index (with coefficient
 /// ±1 in all) and values independent of it: causal (`j <= i`, `j - i <= 0`), a cache's
 /// length (`j < len[b]`), both (`j <= len[b] + i`).
-fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
+pub(crate) fn key_bound(g: &Graph, x: Value) -> Option<Bound> {
     let mut top = x;
     while let Op::Cast { arg } = g.ops[top] {
         top = arg;

@@ -273,6 +273,7 @@ fn needs_scores(g: &Graph, v: Value) -> bool {
 /// their cones. A plan whose cones break a rule is left out (those ops compile unfused).
 pub fn plans(g: &Graph) -> Vec<Plan> {
     let outputs: BTreeSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
+    let users = crate::analysis::users(g);
     let mut by_first: std::collections::BTreeMap<Value, Vec<(Product, Cone)>> = Default::default();
     for (p, op) in g.ops.iter() {
         if !matches!(op, Op::MatMul { .. }) {
@@ -379,6 +380,36 @@ pub fn plans(g: &Graph) -> Vec<Plan> {
                 plan.bases.push(b);
             }
         }
+        // Everything the kernels compute stays inside them: a score or a cone value read
+        // by an op of no cone (another reduction, a slice of the logits) would need it in
+        // memory, which the plan never writes.
+        let mut ours: BTreeSet<Value> = plan.inside.iter().copied().collect();
+        ours.extend(plan.matmuls());
+        ours.extend(reductions.iter().copied());
+        for (prod, _) in &prods {
+            ours.insert(prod.matmul);
+            if let Op::MatMul { lhs, rhs } = g.ops[prod.matmul] {
+                // ColsLeft's permute of the cone.
+                for x in [lhs, rhs] {
+                    if crate::view::is_view_op(&g.ops[x]) && !plan.views.contains(&x) {
+                        ours.insert(x);
+                    }
+                }
+            }
+        }
+        let computed: Vec<Value> = plan
+            .inside
+            .iter()
+            .chain(plan.dq.0.iter())
+            .chain(plan.dkv.iter().flat_map(|d| d.0.iter()))
+            .copied()
+            .collect();
+        if computed
+            .iter()
+            .any(|&v| users[v].iter().any(|u| !ours.contains(u)))
+        {
+            continue;
+        }
         // The dq kernel runs where its first output is, the dkv kernel after it: each
         // reads only values defined before its first output.
         let (dq_out, dkv_out) = plan.outputs();
@@ -394,4 +425,100 @@ pub fn plans(g: &Graph) -> Vec<Plan> {
         out.push(plan);
     }
     out
+}
+
+/// The logits select whose key bound lets the kernels skip masked blocks, if skipping
+/// leaves every output as it is: `x = where(j < bound(row), s, -inf)`
+/// ([`crate::attention::key_bound`]) is `-inf` at every masked key, so a maximum over `x`
+/// (through casts) ignores them, and each sum's operand and each product's score operand
+/// in `xs` is zero there — built from `exp(x − row value)` (`exp(−inf) = 0`; a row with
+/// no visible key has `max = −inf` and softmax's own select gives it 0) by casts,
+/// negation, products with anything, quotients of it, and selects whose arms are zero
+/// there or the constant 0. (A product with an infinite or NaN other factor — `0 · inf` —
+/// is then read as 0: as the forward kernel never reads keys past the bound.) `None`
+/// where any of that does not hold: the kernels walk every block.
+pub fn mask_select(g: &Graph, reductions: &[Value], xs: &[Value]) -> Option<Value> {
+    let strip = |mut v: Value| {
+        while let Op::Cast { arg } = g.ops[v] {
+            v = arg;
+        }
+        v
+    };
+    // The select: a maximum's operand with a key bound.
+    let x = reductions.iter().find_map(|&r| match g.ops[r] {
+        Op::Reduce {
+            op: ReduceOp::Max,
+            arg,
+            ..
+        } => {
+            let a = strip(arg);
+            crate::attention::key_bound(g, a).map(|_| a)
+        }
+        _ => None,
+    })?;
+    let neg = |v: Value| strip(v) == x;
+    let row_value = |v: Value| match g.ops[v] {
+        Op::Broadcast { arg } => g.ty(arg).shape.last() == 1 && g.ty(v).shape.last() != 1,
+        _ => false,
+    };
+    fn zero(
+        g: &Graph,
+        v: Value,
+        neg: &dyn Fn(Value) -> bool,
+        row_value: &dyn Fn(Value) -> bool,
+        depth: u32,
+    ) -> bool {
+        use tessel_ir::graph::{BinaryOp, UnaryOp};
+        if depth > 64 {
+            return false;
+        }
+        let z = |w: Value| zero(g, w, neg, row_value, depth + 1);
+        let is_zero_const = |w: Value| crate::analysis::const_value(g, w) == Some(0.0);
+        match g.ops[v] {
+            Op::Cast { arg }
+            | Op::Unary {
+                op: UnaryOp::Neg,
+                arg,
+            } => z(arg),
+            Op::Unary {
+                op: UnaryOp::Exp,
+                arg,
+            } => match g.ops[arg] {
+                Op::Binary {
+                    op: BinaryOp::Sub,
+                    lhs,
+                    rhs,
+                } => neg(lhs) && row_value(rhs),
+                _ => false,
+            },
+            Op::Binary {
+                op: BinaryOp::Mul,
+                lhs,
+                rhs,
+            } => z(lhs) || z(rhs),
+            Op::Binary {
+                op: BinaryOp::Div,
+                lhs,
+                ..
+            } => z(lhs),
+            Op::Select {
+                on_true, on_false, ..
+            } => (z(on_true) || is_zero_const(on_true)) && (z(on_false) || is_zero_const(on_false)),
+            _ => false,
+        }
+    }
+    let sums_zero = reductions.iter().all(|&r| match g.ops[r] {
+        Op::Reduce {
+            op: ReduceOp::Max,
+            arg,
+            ..
+        } => neg(arg),
+        Op::Reduce {
+            op: ReduceOp::Sum,
+            arg,
+            ..
+        } => zero(g, arg, &neg, &row_value, 0),
+        _ => false,
+    });
+    (sums_zero && xs.iter().all(|&v| zero(g, v, &neg, &row_value, 0))).then_some(x)
 }

@@ -15,7 +15,7 @@
 //! accumulator to A fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's
 //! tile read transposed (`ldmatrix.trans`).
 
-use super::attention_parts::{KvCopy, LaneRow, QChunk};
+use super::attention_parts::{BoundAt, KvCopy, LaneRow, QChunk};
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring};
 use super::{Gen, Ix, LowerError};
@@ -241,8 +241,18 @@ impl Gen<'_> {
 
         // How many keys the CTA reads (the largest bound of its rows), and below which key
         // every row sees every key.
-        let (n_end, n_min) =
-            self.key_bounds(bound, &lane_rows, n, (warps, warp, lane), (base, shared))?;
+        let bound_at = bound.map(|bv| {
+            move |gen: &mut Gen<'_>, idx: &[Ix]| -> Result<Operand, LowerError> {
+                Ok(gen.value(bv, idx, 1)?[0])
+            }
+        });
+        let (n_end, n_min) = self.key_bounds(
+            bound_at.as_ref().map(|f| f as &BoundAt<'_>),
+            &lane_rows,
+            n,
+            (warps, warp, lane),
+            (base, shared),
+        )?;
         let blocks = match n_end {
             Operand::U32(x) => Operand::U32(x.div_ceil(block_n)),
             other => {

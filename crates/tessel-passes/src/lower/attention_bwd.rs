@@ -19,6 +19,7 @@
 //! block's tile read transposed (`ldmatrix.trans`); the dkv kernel reads the reductions
 //! and forms its products in one sweep.
 
+use super::attention_parts::{BoundAt, LaneRow};
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring};
 use super::rows::reduce_identity;
@@ -220,7 +221,11 @@ impl Gen<'_> {
             .iter()
             .map(|t| 2 * block_n * t.width * esz)
             .sum();
-        let buf = self.b.kernel.new_shared(res_bytes + st_bytes, 128);
+        // (8 bytes per warp after the rings: the warps' key bounds, combined.)
+        let buf = self
+            .b
+            .kernel
+            .new_shared(res_bytes + st_bytes + 8 * warps, 128);
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let mut at = 0u32;
         let mut res_rings = Vec::new();
@@ -302,7 +307,53 @@ impl Gen<'_> {
             let r = self.iadd(r, Ix::C(8 * half));
             lane_rows.push(self.clamp_below(r, nrows));
         }
-        let blocks = ncols.div_ceil(block_n as u64) as u32;
+        // Masked blocks: with a key bound that skipping leaves exact
+        // (`crate::attention_bwd::mask_select`), the dq kernel walks keys up to its rows'
+        // largest bound and the dkv kernel skips the query blocks that see none of its keys.
+        let xs: Vec<Value> = pmms.iter().map(|p| p.p.x).collect();
+        let mask_reds = if rows_are_keys {
+            xs.iter()
+                .flat_map(|&x| all_reductions(g, x))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect()
+        } else {
+            reductions.clone()
+        };
+        let bound = crate::attention_bwd::mask_select(g, &mask_reds, &xs)
+            .and_then(|x| crate::attention::key_bound(g, x));
+        let bound_fn = bound.as_ref().map(|b| {
+            move |gen: &mut Gen<'_>, idx: &[Ix]| -> Result<Operand, LowerError> {
+                gen.mask_bound(b, idx)
+            }
+        });
+        let all_blocks = ncols.div_ceil(block_n as u64) as u32;
+        let blocks: Operand = match (&bound_fn, rows_are_keys) {
+            (Some(f), false) => {
+                let rows: Vec<LaneRow> = lane_rows
+                    .iter()
+                    .map(|&(real, pos)| LaneRow {
+                        real,
+                        batch: batch.clone(),
+                        pos,
+                    })
+                    .collect();
+                let (n_end, _) = self.key_bounds(
+                    Some(f as &BoundAt<'_>),
+                    &rows,
+                    ncols,
+                    (warps, warp, lane),
+                    (base, res_bytes + st_bytes),
+                )?;
+                let p = self
+                    .b
+                    .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(block_n - 1)]);
+                self.b
+                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(block_n)])
+                    .into()
+            }
+            _ => Operand::U32(all_blocks),
+        };
 
         // Reductions by level: a level's reductions read only earlier levels'.
         let mut level: HashMap<Value, usize> = HashMap::new();
@@ -424,11 +475,7 @@ impl Gen<'_> {
             self.b.push(Stmt::Barrier);
             let next = self.iadd(Ix::R(jb), Ix::C(1));
             let no = self.ix_op(next);
-            let ok = self.b.op(
-                RegType::Pred,
-                Op::ICmp(ICmp::LtU),
-                &[no, Operand::U32(blocks)],
-            );
+            let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[no, blocks]);
             let wr = self
                 .b
                 .op(RegType::U32, Op::Xor, &[rd.into(), Operand::U32(1)]);
@@ -438,8 +485,49 @@ impl Gen<'_> {
             self.close_if(ok);
             self.b.push(Stmt::CpAsyncCommit);
             let j0 = self.imul_c(Ix::R(jb), block_n as u64);
+            // dkv: whether any query of the block sees a key of the CTA (bound > first
+            // key); every warp finds the same, so the branch is uniform.
+            let needed = match (&bound_fn, rows_are_keys) {
+                (Some(f), true) => {
+                    let mut mx: Operand = Operand::U32(0);
+                    for i in 0..block_n.div_ceil(32) {
+                        let q = self.iadd(j0, lane);
+                        let q = self.iadd(q, Ix::C(32 * i as u64));
+                        let (inside, qc) = self.clamp_below(q, ncols);
+                        let mut idx = batch.clone();
+                        idx.extend([qc, Ix::C(0)]);
+                        let bq = f(self, &idx)?;
+                        let r0 = self.ix_op(row0);
+                        let sees = self.b.op(RegType::Pred, Op::ICmp(ICmp::GtS), &[bq, r0]);
+                        let sees = self.b.op(
+                            RegType::U32,
+                            Op::Select,
+                            &[sees.into(), Operand::U32(1), Operand::U32(0)],
+                        );
+                        let sees = self.b.op(
+                            RegType::U32,
+                            Op::Select,
+                            &[inside.into(), sees.into(), Operand::U32(0)],
+                        );
+                        mx = self.umax(mx, sees.into());
+                    }
+                    for x in [16, 8, 4, 2, 1] {
+                        let o = self
+                            .b
+                            .op(RegType::U32, Op::ShflBfly, &[mx, Operand::U32(x)]);
+                        mx = self.umax(mx, o.into());
+                    }
+                    let p = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[mx, Operand::U32(0)]);
+                    self.open();
+                    Some(p)
+                }
+                _ => None,
+            };
 
             // The scores of the block, per used score matmul.
+
             let ni = (block_n / 8) as usize;
             let mut sacc: HashMap<Value, Vec<[Reg; 4]>> = HashMap::new();
             for s in &used {
@@ -603,9 +691,12 @@ impl Gen<'_> {
                     }
                 }
             }
+            if let Some(p) = needed {
+                self.close_if(p);
+            }
             // The next iteration's barrier comes before its copies refill stage `rd`.
             self.b.assign(rd, Op::Xor, &[rd.into(), Operand::U32(1)]);
-            self.close_for(jb, Operand::U32(0), Operand::U32(blocks), Operand::U32(1));
+            self.close_for(jb, Operand::U32(0), blocks, Operand::U32(1));
             self.b.push(Stmt::CpAsyncWaitAll);
 
             // The sweep's reductions: the row's 4 lanes combined by butterfly.
@@ -678,6 +769,63 @@ impl Gen<'_> {
         ])
     }
 
+    /// The key bound of logits row `idx` (`[.., row, 0]` in the logits' shape) from the
+    /// mask's comparison ([`crate::attention::key_bound`]): `c + Σ coef · w`, each term `w`
+    /// read at key 0 of the comparison's shape, the index taken down the condition's views.
+    fn mask_bound(
+        &mut self,
+        b: &crate::attention::Bound,
+        idx: &[Ix],
+    ) -> Result<Operand, LowerError> {
+        let g = self.g;
+        let mut ix = idx.to_vec();
+        for &w in &b.chain {
+            let arg = g.ops[w].args()[0];
+            let (sr, sa) = (g.ty(w).shape.clone(), g.ty(arg).shape.clone());
+            ix = match &g.ops[w] {
+                GOp::Broadcast { .. } => ix
+                    .iter()
+                    .zip(&sa.0)
+                    .map(|(&i, &d)| if d == 1 { Ix::C(0) } else { i })
+                    .collect(),
+                GOp::Permute { perm, .. } => {
+                    let mut a = vec![Ix::C(0); ix.len()];
+                    for (i, &p) in perm.iter().enumerate() {
+                        a[p as usize] = ix[i];
+                    }
+                    a
+                }
+                GOp::Reshape { .. } => {
+                    let flat = self.flatten(&ix, &sr);
+                    self.unflatten(flat, &sa)
+                }
+                _ => return Err(LowerError::Unsupported {
+                    what:
+                        "a mask condition under a view other than a broadcast, permute or reshape"
+                            .into(),
+                    value: w,
+                }),
+            };
+        }
+        let mut acc = Operand::U32(b.c as i32 as u32);
+        for &(w, coef) in &b.terms {
+            let v = self.value(w, &ix, 1)?[0];
+            let t = if coef == 1 {
+                v
+            } else {
+                self.b
+                    .op(
+                        RegType::U32,
+                        Op::IMulLo,
+                        &[v, Operand::U32(coef as i32 as u32)],
+                    )
+                    .into()
+            };
+            acc = self.b.op(RegType::U32, Op::IAdd, &[acc, t]).into();
+        }
+        Ok(acc)
+    }
+
     /// Copies rows `j0 .. j0 + block_n` of a streamed tile into ring stage `stage`, zero
     /// past row `limit`.
     fn copy_rows(
@@ -718,6 +866,24 @@ impl Gen<'_> {
             }
         }
     }
+}
+
+/// Every reduction `x`'s cone reaches (not looking inside them or matmuls).
+fn all_reductions(g: &tessel_ir::graph::Graph, x: Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut stack = vec![x];
+    let mut seen = BTreeSet::new();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
+        }
+        match g.ops[v] {
+            GOp::Reduce { .. } => out.push(v),
+            GOp::MatMul { .. } => {}
+            _ => stack.extend(g.ops[v].args()),
+        }
+    }
+    out
 }
 
 /// The listed reductions `x`'s cone reaches (not looking inside them).

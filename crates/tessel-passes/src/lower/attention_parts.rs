@@ -11,6 +11,10 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::{DType, Reg, Shape, Value};
 
+/// A row's key bound (i32) at its index `[.., row, 0]` in the logits' shape: keys at or
+/// past it are masked.
+pub(super) type BoundAt<'b> = dyn Fn(&mut Gen<'_>, &[Ix]) -> Result<Operand, LowerError> + 'b;
+
 /// The two rows a lane holds in every accumulator fragment (rows g and g + 8 of its
 /// warp's 16): whether each is a real row, its batch index and its query position
 /// (clamped into range for rows past the end, whose results are never stored).
@@ -128,7 +132,7 @@ impl Gen<'_> {
     /// at `base + at`. Without a bound: (N, none).
     pub(super) fn key_bounds(
         &mut self,
-        bound: Option<Value>,
+        bound: Option<&BoundAt<'_>>,
         lane_rows: &[LaneRow],
         n: u64,
         (warps, warp, lane): (u32, Ix, Ix),
@@ -139,12 +143,12 @@ impl Gen<'_> {
         // the mask).
         Ok(match bound {
             None => (Operand::U32(n as u32), None),
-            Some(bv) => {
+            Some(bound_at) => {
                 let (mut mx, mut mn) = (Operand::U32(0), Operand::U32(n as u32));
                 for row in lane_rows {
                     let mut idx = row.batch.clone();
                     idx.extend([row.pos, Ix::C(0)]);
-                    let l = self.value(bv, &idx, 1)?[0];
+                    let l = bound_at(self, &idx)?;
                     let neg = self
                         .b
                         .op(RegType::Pred, Op::ICmp(ICmp::LtS), &[l, Operand::U32(0)]);
