@@ -873,7 +873,9 @@ impl GroupOps {
     /// list is told apart with the graph `g`: its matmuls first, a product being a matmul
     /// whose operands' cones reach another listed matmul (the scores), then the rest.
     pub fn from_listed(kind: GroupKind, listed: Vec<Value>, g: &Graph) -> Result<GroupOps, String> {
-        let split = |listed: &[Value]| -> Result<(Vec<Value>, Vec<Value>, Vec<Value>), String> {
+        // (scores, products, the rest)
+        type Split = (Vec<Value>, Vec<Value>, Vec<Value>);
+        let split = |listed: &[Value]| -> Result<Split, String> {
             let is_mm = |v: Value| v.index() < g.ops.len() && matches!(g.ops[v], Op::MatMul { .. });
             let mms: Vec<Value> = listed.iter().copied().take_while(|&v| is_mm(v)).collect();
             let reaches_other = |p: Value| {

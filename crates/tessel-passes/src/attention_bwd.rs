@@ -217,7 +217,8 @@ fn walk(g: &Graph, x: Value, into_reductions: bool, outputs: &BTreeSet<Value>) -
                 cone.scores.insert(v);
             }
             Op::Reduce { op, arg, axis } => {
-                if at != At::Row
+                // (With one column, a row value is read at its own index: no broadcast.)
+                if (at != At::Row && shape.last() != 1)
                     || ty.dtype != DType::F32
                     || *axis as usize + 1 != rank
                     || !matches!(op, ReduceOp::Sum | ReduceOp::Max)

@@ -77,14 +77,14 @@
 //!    reductions are the group's `q_prologue` ([`GroupOps::Attention`]).
 //!
 //! 10. (Applied with rule 0, before the others.) An attention backward written out by
-//!    `grad` ([`crate::attention_bwd`]) becomes two kernels that recompute the scores
-//!    block by block: [`GroupOps::AttentionDq`] writes the reductions of the score cones
-//!    (softmax's maximum and sum, `rowsum(dP ∘ P)`, `[.., M, 1]`) and the products of
-//!    query rows (`dQ`); [`GroupOps::AttentionDkv`] the products of key rows (`dV`,
-//!    `dKᵀ`), reading those reductions. Their matmuls are left out of rule 0, the tensors
-//!    under their operands' views are materialised, and the views never are (rule 2). In
-//!    the `exact` profile, or where another rule would materialise a value inside the
-//!    cones, the ops stay unfused.
+//!     `grad` ([`crate::attention_bwd`]) becomes two kernels that recompute the scores
+//!     block by block: [`GroupOps::AttentionDq`] writes the reductions of the score cones
+//!     (softmax's maximum and sum, `rowsum(dP ∘ P)`, `[.., M, 1]`) and the products of
+//!     query rows (`dQ`); [`GroupOps::AttentionDkv`] the products of key rows (`dV`,
+//!     `dKᵀ`), reading those reductions. Their matmuls are left out of rule 0, the tensors
+//!     under their operands' views are materialised, and the views never are (rule 2). In
+//!     the `exact` profile, or where another rule would materialise a value inside the
+//!     cones, the ops stay unfused.
 //!
 //! Gathers ([`Op::Gather`]: `emb[ids]`, `take_along_axis`) need no rule of their own: a
 //! gather is computed inside the kernel that reads it, as a load at a computed address —

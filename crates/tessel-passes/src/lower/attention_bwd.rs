@@ -698,6 +698,9 @@ impl Gen<'_> {
             self.b.assign(rd, Op::Xor, &[rd.into(), Operand::U32(1)]);
             self.close_for(jb, Operand::U32(0), blocks, Operand::U32(1));
             self.b.push(Stmt::CpAsyncWaitAll);
+            // Every warp is done with the last block's stage before the next sweep's first
+            // copies refill stage 0.
+            self.b.push(Stmt::Barrier);
 
             // The sweep's reductions: the row's 4 lanes combined by butterfly.
             for (r, acc) in red_acc {
