@@ -165,7 +165,7 @@ const BWD_WARPS: u32 = 4;
 /// Columns per block of the dq kernel (keys) and the dkv kernel (queries): the dkv
 /// kernel holds two f32 accumulator tiles (dV, dK) beside its two score blocks, so its
 /// blocks are half as wide.
-const BWD_BLOCK_DQ: u32 = 64;
+const BWD_BLOCK_DQ: u32 = 16;
 const BWD_BLOCK_DKV: u32 = 32;
 
 /// The tile of an attention backward kernel (`dq`: rows = queries; else rows = keys)
