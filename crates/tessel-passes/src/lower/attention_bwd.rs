@@ -31,6 +31,10 @@ use tessel_ir::graph::{GroupOps, Op as GOp, TileConfig};
 use tessel_ir::kernel::{ICmp, MmaShape, Op, Operand, RegType, Stmt};
 use tessel_ir::{DType, Reg, Shape, Value};
 
+/// Keys (or queries) per sub-block: one loop body computes the scores of 16 columns, their
+/// cone and their products' k step; a block of `block_n` runs it `block_n / 16` times.
+const SUB_N: u32 = 16;
+
 /// A tile source: rows of `width` contiguous elements of `view`, row `r` at element
 /// `batch offset + r · row_stride`.
 #[derive(Clone)]
@@ -122,6 +126,7 @@ impl Gen<'_> {
         };
         let bm = 16 * warps;
         let threads = 32 * warps;
+        self.exp_single = true;
 
         // Tile sources: per score matmul a row-side (resident) and a streamed tile; per
         // product a streamed tile. Streamed tiles of one source share a ring.
@@ -389,6 +394,44 @@ impl Gen<'_> {
             })
             .collect();
 
+        // The streamed operands' fragment plans, once: a score matmul's B fragments for 16
+        // keys (K-contiguous), a product's B fragments for a k step of 16 keys (read
+        // transposed); offsets from the stage's first row.
+        let mut score_plans: HashMap<Value, Vec<Vec<FragSrc>>> = HashMap::new();
+        for s in &smms {
+            let st = &streamed[s.streamed];
+            let op = Operand2d {
+                base: st.src.view.base,
+                cols: s.d as u64,
+                k_contiguous: true,
+                view: None,
+            };
+            let plan = one_operand(self, mma, (&st.ring, &op), true, Ix::C(0), lane, 1, s.d);
+            score_plans.insert(s.value, plan);
+        }
+        let product_plans: Vec<Vec<Vec<FragSrc>>> = pmms
+            .iter()
+            .map(|pm| {
+                let st = &streamed[pm.streamed];
+                let op = Operand2d {
+                    base: st.src.view.base,
+                    cols: pm.e as u64,
+                    k_contiguous: false,
+                    view: None,
+                };
+                one_operand(
+                    self,
+                    mma,
+                    (&st.ring, &op),
+                    true,
+                    Ix::C(0),
+                    lane,
+                    pm.e / 16,
+                    SUB_N,
+                )
+            })
+            .collect();
+
         let sweeps: Vec<Option<usize>> = (0..levels)
             .map(Some)
             .chain((!pmms.is_empty()).then_some(None))
@@ -526,33 +569,46 @@ impl Gen<'_> {
                 _ => None,
             };
 
-            // The scores of the block, per used score matmul.
+            // The block in sub-blocks of 16 keys, one loop body for all of them (rolled
+            // when the block holds several): a sub-block's rows lie 16 row lengths further
+            // into each streamed stage, with the same swizzle (its period is 8 rows), so the
+            // fragment plans made once above serve every sub-block. The per-lane folds and
+            // the products' k steps run in column order either way: the same bits as one
+            // unrolled body.
+            let nsub = block_n / SUB_N;
+            let sb = (nsub > 1).then(|| {
+                let r = self.b.kernel.new_reg(RegType::U32);
+                self.open();
+                r
+            });
+            let j0 = match sb {
+                Some(r) => {
+                    let o = self.imul_c(Ix::R(r), SUB_N as u64);
+                    self.iadd(j0, o)
+                }
+                None => j0,
+            };
+            let stage_of = |gen: &mut Self, st: &Streamed| -> Reg {
+                let rs = gen.imul_c(Ix::R(rd), st.ring.stage_bytes() as u64);
+                let rs = match sb {
+                    Some(r) => {
+                        let o = gen.imul_c(Ix::R(r), (SUB_N * st.ring.row_bytes()) as u64);
+                        gen.iadd(rs, o)
+                    }
+                    None => rs,
+                };
+                gen.shared_addr(st.ring.base, rs)
+            };
 
-            let ni = (block_n / 8) as usize;
+            // The sub-block's scores, per used score matmul.
+            let ni = (SUB_N / 8) as usize;
             let mut sacc: HashMap<Value, Vec<[Reg; 4]>> = HashMap::new();
             for s in &used {
                 let acc: Vec<[Reg; 4]> = (0..ni)
                     .map(|_| std::array::from_fn(|_| f32reg(self, 0.0)))
                     .collect();
-                let st = &streamed[s.streamed];
-                let rs = self.imul_c(Ix::R(rd), st.ring.stage_bytes() as u64);
-                let stage = self.shared_addr(st.ring.base, rs);
-                let op = Operand2d {
-                    base: st.src.view.base,
-                    cols: s.d as u64,
-                    k_contiguous: true,
-                    view: None,
-                };
-                let plan = one_operand(
-                    self,
-                    mma,
-                    (&st.ring, &op),
-                    true,
-                    Ix::C(0),
-                    lane,
-                    block_n / 16,
-                    s.d,
-                );
+                let stage = stage_of(self, &streamed[s.streamed]);
+                let plan = &score_plans[&s.value];
                 let ring = &res_rings[s.resident];
                 let mut addrs_a = HashMap::new();
                 let mut addrs_b = HashMap::new();
@@ -646,27 +702,10 @@ impl Gen<'_> {
                     } else {
                         Op::PackF16x2
                     };
-                    let st = &streamed[pm.streamed];
-                    let rs = self.imul_c(Ix::R(rd), st.ring.stage_bytes() as u64);
-                    let stage = self.shared_addr(st.ring.base, rs);
-                    let op = Operand2d {
-                        base: st.src.view.base,
-                        cols: pm.e as u64,
-                        k_contiguous: false,
-                        view: None,
-                    };
-                    let plan = one_operand(
-                        self,
-                        mma,
-                        (&st.ring, &op),
-                        true,
-                        Ix::C(0),
-                        lane,
-                        pm.e / 16,
-                        block_n,
-                    );
+                    let stage = stage_of(self, &streamed[pm.streamed]);
+                    let plan = &product_plans[k];
                     let mut addrs = HashMap::new();
-                    for (ks, step) in plan.iter().enumerate().take(ni / 2) {
+                    for (ks, step) in plan.iter().enumerate() {
                         let pr = &pvals[k];
                         let pa: Vec<Reg> =
                             [(2 * ks, 0), (2 * ks, 2), (2 * ks + 1, 0), (2 * ks + 1, 2)]
@@ -690,6 +729,9 @@ impl Gen<'_> {
                         }
                     }
                 }
+            }
+            if let Some(r) = sb {
+                self.close_for(r, Operand::U32(0), Operand::U32(nsub), Operand::U32(1));
             }
             if let Some(p) = needed {
                 self.close_if(p);

@@ -282,6 +282,11 @@ struct Gen<'a> {
     /// In a row epilogue (`fuse` rule 8): the CTA's tile of the matmul's f32 accumulators
     /// in shared memory, which stands in for the matmul at any index inside the tile.
     staged: Option<StagedTile>,
+    /// The program's `exp` as `MathFn::ExpF32` (within 1 ulp, about 25 operations) rather
+    /// than `MathFn::Exp` (0.51 ulp, about 55): set by the fused attention backward, whose
+    /// per-score cone evaluates softmax's `exp` in every sweep (docs/numerics.md,
+    /// "The fused attention backward").
+    exp_single: bool,
 }
 
 /// The staged epilogue's f32 tile of matmul `mm`: element (`m0 + i`, `n0 + j`) of the
@@ -416,6 +421,7 @@ fn lower_group(
         row_value: HashMap::new(),
         lane_value: HashMap::new(),
         staged: None,
+        exp_single: false,
         chunk: None,
         flat_of: HashMap::new(),
         scratch: None,

@@ -110,7 +110,14 @@ impl Gen<'_> {
             }
             (UnaryOp::Not, RegType::Pred) => self.b.op(RegType::Pred, Op::PNot, &[x]),
             (UnaryOp::Sqrt, RegType::F32) => self.b.op(RegType::F32, Op::FSqrt, &[x]),
-            (UnaryOp::Exp, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Exp), &[x]),
+            (UnaryOp::Exp, RegType::F32) => {
+                let m = if self.exp_single {
+                    MathFn::ExpF32
+                } else {
+                    MathFn::Exp
+                };
+                self.b.op(RegType::F32, f(m), &[x])
+            }
             (UnaryOp::Log, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Log), &[x]),
             (UnaryOp::Rsqrt, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Rsqrt), &[x]),
             (UnaryOp::Sin, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Sin), &[x]),
