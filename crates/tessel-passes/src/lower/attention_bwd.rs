@@ -333,7 +333,9 @@ impl Gen<'_> {
             }
         });
         let all_blocks = ncols.div_ceil(block_n as u64) as u32;
-        let blocks: Operand = match (&bound_fn, rows_are_keys) {
+        // The blocks to walk, and (dq) the 16-column sub-blocks from column 0 holding a key
+        // some row of the CTA sees: a block's sub-blocks past them are skipped as well.
+        let (blocks, subs): (Operand, Option<Operand>) = match (&bound_fn, rows_are_keys) {
             (Some(f), false) => {
                 let rows: Vec<LaneRow> = lane_rows
                     .iter()
@@ -353,11 +355,18 @@ impl Gen<'_> {
                 let p = self
                     .b
                     .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(block_n - 1)]);
-                self.b
-                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(block_n)])
-                    .into()
+                let blocks = self
+                    .b
+                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(block_n)]);
+                let p = self
+                    .b
+                    .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(SUB_N - 1)]);
+                let subs = self
+                    .b
+                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(SUB_N)]);
+                (blocks.into(), Some(subs.into()))
             }
-            _ => Operand::U32(all_blocks),
+            _ => (Operand::U32(all_blocks), None),
         };
 
         // Reductions by level: a level's reductions read only earlier levels'.
@@ -576,6 +585,17 @@ impl Gen<'_> {
             // the products' k steps run in column order either way: the same bits as one
             // unrolled body.
             let nsub = block_n / SUB_N;
+            // (dq) up to the last sub-block holding a visible key: `subs` is past this
+            // block's first sub-block, as `jb` is below `blocks`.
+            let sub_end = match subs {
+                Some(total) if nsub > 1 => {
+                    let first = self.imul_c(Ix::R(jb), nsub as u64);
+                    let first = self.ix_op(first);
+                    let left = self.b.op(RegType::U32, Op::ISub, &[total, first]);
+                    self.umin(left.into(), Operand::U32(nsub))
+                }
+                _ => Operand::U32(nsub),
+            };
             let sb = (nsub > 1).then(|| {
                 let r = self.b.kernel.new_reg(RegType::U32);
                 self.open();
@@ -731,7 +751,7 @@ impl Gen<'_> {
                 }
             }
             if let Some(r) = sb {
-                self.close_for(r, Operand::U32(0), Operand::U32(nsub), Operand::U32(1));
+                self.close_for(r, Operand::U32(0), sub_end, Operand::U32(1));
             }
             if let Some(p) = needed {
                 self.close_if(p);

@@ -162,11 +162,15 @@ pub fn order(block_n: u32, split: u32) -> String {
 /// Rows per CTA of the attention backward: 4 warps of 16 (FlashAttention-2's backward
 /// uses 64-row blocks at head dim 128 on sm_80+).
 const BWD_WARPS: u32 = 4;
-/// Columns per block of the dq kernel (keys) and the dkv kernel (queries): the dkv
-/// kernel holds two f32 accumulator tiles (dV, dK) beside its two score blocks, so its
-/// blocks are half as wide.
+/// Columns per block of the dq kernel (keys) and the dkv kernel (queries). Either kernel
+/// runs one 16-column loop body per sub-block (`lower/attention_bwd.rs`), so the width sets
+/// the ring's stage size — copies and barriers per block — and shared memory, not the
+/// code size or the bits. Measured on an H100 (docs/perf/2026-12-06-h100-issue18.md run
+/// 15, prefill_grads, 40/8 heads, d 128, T = 2048): dq 1373 µs at 16, 1387 at 32, 1562 at
+/// 64 (98 KB of shared memory a CTA: 2 CTAs an SM instead of 4); dkv 1010 µs at 32, 973 at
+/// 64 (its 249 registers allow 2 CTAs an SM either way).
 const BWD_BLOCK_DQ: u32 = 16;
-const BWD_BLOCK_DKV: u32 = 32;
+const BWD_BLOCK_DKV: u32 = 64;
 
 /// The tile of an attention backward kernel (`dq`: rows = queries; else rows = keys)
 /// whose score matmuls are `scores`.
@@ -177,7 +181,11 @@ pub(super) fn choose_bwd(g: &Graph, scores: &[Value], dq: bool, t: &Target) -> S
     let batch: u64 = sh.0[..r - 2].iter().product();
     let rows = if dq { m } else { n };
     let warps = (rows.div_ceil(16) as u32).clamp(1, BWD_WARPS);
-    let block_n = if dq { BWD_BLOCK_DQ } else { BWD_BLOCK_DKV };
+    // No wider than the columns need (a power of two, 16 at least: the verifier's
+    // `schedule.tile` rule).
+    let cols = if dq { n } else { m };
+    let block_n =
+        if dq { BWD_BLOCK_DQ } else { BWD_BLOCK_DKV }.min(cols.next_power_of_two().max(16) as u32);
     let ctas = rows.div_ceil(16 * warps as u64) * batch;
     let side = if dq {
         "query rows, keys"
