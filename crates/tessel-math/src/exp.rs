@@ -99,7 +99,7 @@ pub(crate) fn exp_parts<O: MathOps>(o: &mut O, xh: O::F, xl: O::F) -> (O::F, O::
 }
 
 /// `2^k` as the product of two normal powers of two `2^k1 · 2^k2`, k in [-252, 254].
-fn pow2_pair<O: MathOps>(o: &mut O, ki: O::U) -> (O::F, O::F) {
+pub(crate) fn pow2_pair<O: MathOps>(o: &mut O, ki: O::U) -> (O::F, O::F) {
     let c1 = o.uconst(1);
     let k1 = o.sshr(ki, c1);
     let k2 = o.usub(ki, k1);
@@ -211,6 +211,19 @@ const EXP_TAYLOR: [f32; 6] = [
 /// (the f32 sum, then the scaling), stay below it too. Same clamping as [`exp`]: +inf above
 /// 88.7, 0 below -103.97, NaN in, NaN out.
 pub fn exp_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let (s, tail, k) = exp_f32_parts(o, x);
+    let y = o.fadd(s, tail);
+    let ki = o.cvt_rni_s32(k);
+    let (sc1, sc2) = pow2_pair(o, ki);
+    let y = o.fmul(y, sc1);
+    o.fmul(y, sc2)
+}
+
+/// [`exp_f32`] before its last addition and its scaling: `exp(x) ≈ (s + tail)·2^k` with
+/// `s = 1 + r` rounded, `|tail| < 0.1` (so `s + tail` splits exactly by Fast2Sum), the pair
+/// within the Taylor truncation's 2^-27 plus the roundings of `tail` (about 2^-26 of the
+/// result), and `k` an integer-valued f32 in [-173, 144].
+pub(crate) fn exp_f32_parts<O: MathOps>(o: &mut O, x: O::F) -> (O::F, O::F, O::F) {
     let lo = o.fconst(X_MIN);
     let hi = o.fconst(X_MAX);
     let x = o.fmax(x, lo);
@@ -229,9 +242,5 @@ pub fn exp_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let (s, e) = fast_two_sum(o, one, r);
     let tail = o.ffma(r2, p, e);
     let tail = o.ffma(c, s, tail);
-    let y = o.fadd(s, tail);
-    let ki = o.cvt_rni_s32(k);
-    let (sc1, sc2) = pow2_pair(o, ki);
-    let y = o.fmul(y, sc1);
-    o.fmul(y, sc2)
+    (s, tail, k)
 }

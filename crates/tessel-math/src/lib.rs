@@ -56,6 +56,6 @@ pub use log::log;
 pub use ops::{MathOps, Native};
 pub use pow::pow;
 pub use rsqrt::{rsqrt, sqrt};
-pub use sigmoid::{sigmoid, silu};
+pub use sigmoid::{sigmoid, silu, silu_f32};
 pub use sincos::{cos, sin, sincos};
 pub use tanh::tanh;

@@ -13,7 +13,7 @@
 //! `1/(1+e^x)` differs from 1 by less than 2^-92 there.
 
 use crate::dd::{fast_two_sum, two_prod, two_sum};
-use crate::exp::{exp_parts, ldexp_dd, scale_dd};
+use crate::exp::{exp_f32_parts, exp_parts, ldexp_dd, pow2_pair, scale_dd};
 use crate::log::log_dd;
 use crate::tanh::div_dd;
 use crate::MathOps;
@@ -63,15 +63,7 @@ pub fn silu<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let tail = o.flt(x, lim);
     let [y] = o.cond(
         tail,
-        |o| {
-            let nx = o.fneg(x);
-            let (lh, ll) = log_dd(o, nx);
-            let (sh, sl) = two_sum(o, x, lh);
-            let sl = o.fadd(sl, ll);
-            let (ph, pl, k) = exp_parts(o, sh, sl);
-            let e = ldexp_dd(o, ph, pl, k);
-            [o.fneg(e)]
-        },
+        |o| [silu_tail(o, x)],
         |o| {
             // x·(q0 + qc)·2^k with the product kept double-f32 until the scaling.
             let (q0, qc, k) = sigmoid_parts(o, x);
@@ -80,6 +72,23 @@ pub fn silu<O: MathOps>(o: &mut O, x: O::F) -> O::F {
             [ldexp_dd(o, yh, yl, k)]
         },
     );
+    silu_special(o, x, y)
+}
+
+/// silu in the far negative tail (x < [`SILU_TAIL`]): `-exp(x + log(-x))`, `log(-x)` and the
+/// sum in double-f32, the result rounded once (denormals included).
+fn silu_tail<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let nx = o.fneg(x);
+    let (lh, ll) = log_dd(o, nx);
+    let (sh, sl) = two_sum(o, x, lh);
+    let sl = o.fadd(sl, ll);
+    let (ph, pl, k) = exp_parts(o, sh, sl);
+    let e = ldexp_dd(o, ph, pl, k);
+    o.fneg(e)
+}
+
+/// silu's special values over `y`: +inf at +inf, NaN at -inf, ±0 at ±0.
+fn silu_special<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
     // ±inf: x·corr is inf·0 on the main path, log(+inf) on the tail path.
     let inf = o.fconst(f32::INFINITY);
     let ninf = o.fconst(f32::NEG_INFINITY);
@@ -92,4 +101,52 @@ pub fn silu<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let zero = o.fconst(0.0);
     let is_zero = o.feq(x, zero);
     o.select(is_zero, x, y)
+}
+
+/// SiLU in single f32 values, for 16-bit results (a SwiGLU's `silu(gate)` rounded to bf16,
+/// often in a GEMM's epilogue): about 45 operations and two divisions where [`silu`]
+/// takes about 300. `e = exp(-|x|)` as the unrounded pair of [`exp_f32`] (within about
+/// 2^-26), scaled by `2^k` exactly; `d = 1 + e` split exactly by Fast2Sum; the numerator `x`
+/// (x >= 0) or `x·e` (x < 0, an exact product); the quotient `q0 = n/d` corrected once by its
+/// fma residual, `q0 + (n - q0·d)/d`. Below [`SILU_TAIL`] it takes [`silu`]'s own tail
+/// (`-exp(x + log(-x))`, rounded once), and its special values are [`silu`]'s.
+///
+/// Error (exhaustive over every f32, `tests/exhaustive.rs`, see `docs/numerics.md`): within
+/// the design's 1 ulp.
+pub fn silu_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let lim = o.fconst(SILU_TAIL);
+    let tail = o.flt(x, lim);
+    let [y] = o.cond(
+        tail,
+        |o| [silu_tail(o, x)],
+        |o| {
+            let ax = o.fabs(x);
+            let nax = o.fneg(ax);
+            let (s, t, k) = exp_f32_parts(o, nax);
+            let (yh, yl) = fast_two_sum(o, s, t);
+            let ki = o.cvt_rni_s32(k);
+            let (sc1, sc2) = pow2_pair(o, ki);
+            let eh = o.fmul(yh, sc1);
+            let eh = o.fmul(eh, sc2);
+            let el = o.fmul(yl, sc1);
+            let el = o.fmul(el, sc2);
+            let one = o.fconst(1.0);
+            let (dh, dl) = fast_two_sum(o, one, eh);
+            let dl = o.fadd(dl, el);
+            let (ph, pl) = two_prod(o, x, eh);
+            let pl = o.ffma(x, el, pl);
+            let zero = o.fconst(0.0);
+            let pos = o.fge(x, zero);
+            let nh = o.select(pos, x, ph);
+            let nl = o.select(pos, zero, pl);
+            let q0 = o.fdiv(nh, dh);
+            let nq0 = o.fneg(q0);
+            let r = o.ffma(nq0, dh, nh);
+            let r = o.fadd(r, nl);
+            let r = o.ffma(nq0, dl, r);
+            let c = o.fdiv(r, dh);
+            [o.fadd(q0, c)]
+        },
+    );
+    silu_special(o, x, y)
 }

@@ -421,6 +421,46 @@ fn silu_accuracy() {
     assert_eq!(s(-f32::MAX).to_bits(), (-0.0f32).to_bits());
 }
 
+/// The single-f32 silu for 16-bit results: within 1 ulp on the samples (the exhaustive
+/// run in tests/exhaustive.rs covers every f32), its tail and special values as [`silu`]'s.
+#[test]
+fn silu_f32_accuracy() {
+    unary(
+        "silu_f32",
+        14,
+        |x| tm::silu_f32(&mut Native, x),
+        silu64,
+        -120.0,
+        30.0,
+        1.0,
+    );
+    let s = |x: f32| tm::silu_f32(&mut Native, x);
+    for x in [
+        -90.0f32,
+        -100.0,
+        -103.0,
+        -64.0,
+        -63.99999,
+        -17.0,
+        -1.278_464_5,
+        88.0,
+        100.0,
+    ] {
+        let y = s(x);
+        assert!(
+            common::ulp_err(y, silu64(x as f64)) < 1.0,
+            "silu_f32({x}) = {y:e}"
+        );
+    }
+    assert_eq!(s(-0.0).to_bits(), (-0.0f32).to_bits());
+    assert_eq!(s(0.0).to_bits(), 0);
+    assert_eq!(s(f32::INFINITY), f32::INFINITY);
+    assert!(s(f32::NEG_INFINITY).is_nan());
+    assert!(s(f32::NAN).is_nan());
+    assert_eq!(s(f32::MAX), f32::MAX);
+    assert_eq!(s(-f32::MAX).to_bits(), (-0.0f32).to_bits());
+}
+
 /// erf over 10M+ samples (uniform on [-5, 5], log-uniform tiny to large, random bit
 /// patterns), plus every f32 within 4096 ulp of the branch point 1 and of the tail's end
 /// 3.92, and the tail where erf rounds to ±1. libm's f64 erf is the reference.

@@ -94,6 +94,22 @@ fn exhaustive_exp_f32() {
     );
 }
 
+/// The single-f32 silu for 16-bit results: below 1 ulp (the design's bound) over every f32.
+#[test]
+#[ignore]
+fn exhaustive_silu_f32() {
+    report(
+        "silu_f32",
+        sweep(
+            0,
+            ALL,
+            |x| tm::silu_f32(&mut Native, x),
+            |x| x / (1.0 + (-x).exp()),
+        ),
+        1.0,
+    );
+}
+
 #[test]
 #[ignore]
 fn exhaustive_exp_log() {

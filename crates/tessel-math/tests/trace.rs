@@ -336,6 +336,20 @@ fn recorded_programs_match_native() {
         &s,
     );
     check(
+        "exp_f32",
+        1,
+        |o, a| tm::exp_f32(o, a[0]),
+        |x| tm::exp_f32(&mut Native, x[0]),
+        &s,
+    );
+    check(
+        "silu_f32",
+        1,
+        |o, a| tm::silu_f32(o, a[0]),
+        |x| tm::silu_f32(&mut Native, x[0]),
+        &s,
+    );
+    check(
         "erf",
         1,
         |o, a| tm::erf(o, a[0]),

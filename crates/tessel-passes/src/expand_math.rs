@@ -53,6 +53,7 @@ fn emit(b: &mut Builder, f: MathFn, args: &[Operand]) -> Operand {
         MathFn::Tanh => tessel_math::tanh(&mut o, x),
         MathFn::Sigmoid => tessel_math::sigmoid(&mut o, x),
         MathFn::Silu => tessel_math::silu(&mut o, x),
+        MathFn::SiluF32 => tessel_math::silu_f32(&mut o, x),
         MathFn::Erf => tessel_math::erf(&mut o, x),
         MathFn::Fmod => tessel_math::fmod(&mut o, x, args[1]),
     }

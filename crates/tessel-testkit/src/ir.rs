@@ -445,6 +445,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
         MathFn::Tanh,
         MathFn::Sigmoid,
         MathFn::Silu,
+        MathFn::SiluF32,
         MathFn::Erf,
         MathFn::Fmod,
     ] {

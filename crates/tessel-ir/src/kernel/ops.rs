@@ -79,6 +79,9 @@ pub enum MathFn {
     Tanh,
     Sigmoid,
     Silu,
+    /// silu in single f32 values, within 1 ulp (tessel_math::silu_f32): a silu whose
+    /// result is rounded to bf16 or f16 (a SwiGLU's gate).
+    SiluF32,
     /// The error function (tessel_math::erf, within 1 ulp).
     Erf,
     /// `fmod(a, b)`, two operands, exact (tessel_math::fmod).

@@ -319,12 +319,13 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
         MathFn::Tanh => "tanh",
         MathFn::Sigmoid => "sigmoid",
         MathFn::Silu => "silu",
+        MathFn::SiluF32 => "silu_f32",
         MathFn::Erf => "erf",
         MathFn::Fmod => "fmod",
     }
 }
 
-pub(crate) const MATH_FNS: [MathFn; 12] = [
+pub(crate) const MATH_FNS: [MathFn; 13] = [
     MathFn::Sin,
     MathFn::Cos,
     MathFn::Exp,
@@ -335,6 +336,7 @@ pub(crate) const MATH_FNS: [MathFn; 12] = [
     MathFn::Tanh,
     MathFn::Sigmoid,
     MathFn::Silu,
+    MathFn::SiluF32,
     MathFn::Erf,
     MathFn::Fmod,
 ];

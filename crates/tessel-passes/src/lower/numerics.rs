@@ -124,7 +124,17 @@ impl Gen<'_> {
             (UnaryOp::Cos, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Cos), &[x]),
             (UnaryOp::Tanh, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Tanh), &[x]),
             (UnaryOp::Sigmoid, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Sigmoid), &[x]),
-            (UnaryOp::Silu, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Silu), &[x]),
+            // A silu rounded to 16 bits needs no more than the 1-ulp single-f32 form (a
+            // seventh of the operations: the SwiGLU gate GEMM's epilogue,
+            // docs/numerics.md); an f32 silu keeps the 0.51-ulp one.
+            (UnaryOp::Silu, RegType::F32) => {
+                let m = if matches!(dt, DType::Bf16 | DType::F16) {
+                    MathFn::SiluF32
+                } else {
+                    MathFn::Silu
+                };
+                self.b.op(RegType::F32, f(m), &[x])
+            }
             (UnaryOp::Erf, RegType::F32) => self.b.op(RegType::F32, f(MathFn::Erf), &[x]),
             (UnaryOp::Gelu, RegType::F32) => {
                 // x·0.5·(1 + erf(x·kAlpha)), ActivationGeluKernel.cu's order.
