@@ -20,6 +20,9 @@ use crate::MathOps;
 
 /// Below this, silu takes the `-exp(x + log(-x))` path.
 const SILU_TAIL: f32 = -64.0;
+/// Below this, [`silu_f32`] is -0: `|x|·e^x < 2^-150` already from about -103.3, and the
+/// clamp of [`crate::exp_f32`]'s argument (-120) is not reached.
+const SILU_F32_FLUSH: f32 = -110.0;
 
 /// sigmoid(x) = (q0 + qc)·2^k: for x >= 0, k = 0 and `q = 1/(1+e)`; for x < 0, `e = p·2^k`
 /// and `q = p/(1+e)`, so a tiny result keeps its low word until the one final rounding.
@@ -104,49 +107,56 @@ fn silu_special<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
 }
 
 /// SiLU in single f32 values, for 16-bit results (a SwiGLU's `silu(gate)` rounded to bf16,
-/// often in a GEMM's epilogue): about 45 operations and two divisions where [`silu`]
-/// takes about 300. `e = exp(-|x|)` as the unrounded pair of [`exp_f32`] (within about
-/// 2^-26), scaled by `2^k` exactly; `d = 1 + e` split exactly by Fast2Sum; the numerator `x`
-/// (x >= 0) or `x·e` (x < 0, an exact product); the quotient `q0 = n/d` corrected once by its
-/// fma residual, `q0 + (n - q0·d)/d`. Below [`SILU_TAIL`] it takes [`silu`]'s own tail
-/// (`-exp(x + log(-x))`, rounded once), and its special values are [`silu`]'s.
+/// often in a GEMM's epilogue): straight-line code of about 50 operations and two divisions,
+/// where [`silu`] takes about 300 and a branch for its tail. With `e = exp(-|x|) = y·2^k`,
+/// `y` the unrounded pair of [`exp_f32`] (within about 2^-26):
+/// `silu(x) = x/(1 + e)` for x >= 0 and `(x·y/(1 + e))·2^k` for x < 0 — the numerator `x·y`
+/// an exact product, never tiny, so the quotient keeps full precision until the one scaling
+/// by `2^k` at the end (a denormal result is rounded twice: the quotient, then the
+/// scaling). `1 + e` is split exactly by Fast2Sum and the quotient corrected once by its fma
+/// residual. Below -110 the result is -0 (silu is below 2^-150 from about -103.3 on), and
+/// the special values are [`silu`]'s.
 ///
 /// Error (exhaustive over every f32, `tests/exhaustive.rs`, see `docs/numerics.md`): within
 /// the design's 1 ulp.
 pub fn silu_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
-    let lim = o.fconst(SILU_TAIL);
-    let tail = o.flt(x, lim);
-    let [y] = o.cond(
-        tail,
-        |o| [silu_tail(o, x)],
-        |o| {
-            let ax = o.fabs(x);
-            let nax = o.fneg(ax);
-            let (s, t, k) = exp_f32_parts(o, nax);
-            let (yh, yl) = fast_two_sum(o, s, t);
-            let ki = o.cvt_rni_s32(k);
-            let (sc1, sc2) = pow2_pair(o, ki);
-            let eh = o.fmul(yh, sc1);
-            let eh = o.fmul(eh, sc2);
-            let el = o.fmul(yl, sc1);
-            let el = o.fmul(el, sc2);
-            let one = o.fconst(1.0);
-            let (dh, dl) = fast_two_sum(o, one, eh);
-            let dl = o.fadd(dl, el);
-            let (ph, pl) = two_prod(o, x, eh);
-            let pl = o.ffma(x, el, pl);
-            let zero = o.fconst(0.0);
-            let pos = o.fge(x, zero);
-            let nh = o.select(pos, x, ph);
-            let nl = o.select(pos, zero, pl);
-            let q0 = o.fdiv(nh, dh);
-            let nq0 = o.fneg(q0);
-            let r = o.ffma(nq0, dh, nh);
-            let r = o.fadd(r, nl);
-            let r = o.ffma(nq0, dl, r);
-            let c = o.fdiv(r, dh);
-            [o.fadd(q0, c)]
-        },
-    );
+    let ax = o.fabs(x);
+    let nax = o.fneg(ax);
+    let (s, t, k) = exp_f32_parts(o, nax);
+    let (yh, yl) = fast_two_sum(o, s, t);
+    let ki = o.cvt_rni_s32(k);
+    let (sc1, sc2) = pow2_pair(o, ki);
+    // e = exp(-|x|), for the denominator only (its low word may underflow: it is then far
+    // below the sum's last bit).
+    let eh = o.fmul(yh, sc1);
+    let eh = o.fmul(eh, sc2);
+    let el = o.fmul(yl, sc1);
+    let el = o.fmul(el, sc2);
+    let one = o.fconst(1.0);
+    let (dh, dl) = fast_two_sum(o, one, eh);
+    let dl = o.fadd(dl, el);
+    // The numerator: x, or x·y (the 2^k left for the end).
+    let (ph, pl) = two_prod(o, x, yh);
+    let pl = o.ffma(x, yl, pl);
+    let zero = o.fconst(0.0);
+    let pos = o.fge(x, zero);
+    let nh = o.select(pos, x, ph);
+    let nl = o.select(pos, zero, pl);
+    let q0 = o.fdiv(nh, dh);
+    let nq0 = o.fneg(q0);
+    let r = o.ffma(nq0, dh, nh);
+    let r = o.fadd(r, nl);
+    let r = o.ffma(nq0, dl, r);
+    let c = o.fdiv(r, dh);
+    let q = o.fadd(q0, c);
+    let s1 = o.select(pos, one, sc1);
+    let s2 = o.select(pos, one, sc2);
+    let y = o.fmul(q, s1);
+    let y = o.fmul(y, s2);
+    // Far below: -0 (x·y would overflow for huge |x|).
+    let lim = o.fconst(SILU_F32_FLUSH);
+    let far = o.flt(x, lim);
+    let nzero = o.fconst(-0.0);
+    let y = o.select(far, nzero, y);
     silu_special(o, x, y)
 }
