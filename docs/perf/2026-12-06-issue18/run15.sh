@@ -1,7 +1,8 @@
 #!/bin/bash
-# Issue 18, device run 15 (one H200): the attention backward with the program's exp as
+# Issue 18, device run 15 (asked for an H200; an H100 80GB HBM3 came): the attention backward with the program's exp as
 # exp_f32 and one 16-column loop body per block (rolled sub-blocks), at several block
-# widths (TESSEL_BWD_BLOCK=dq,dkv, an experiment-only override of the schedule's widths).
+# widths (TESSEL_BWD_BLOCK=dq,dkv: a temporary patch of schedule/attention.rs `choose_bwd`
+# reading the widths from the environment, used for this run only and not committed).
 #   1. tessel check on the GPU of the backward at small shapes at the widths tried;
 #   2. bench prefill_grads (40/8 heads, d 128, causal) at T = 2048 per width and at 4096 for
 #      two, beside torch SDPA's backward in the same run; the Qwen3-14B LoRA train step;
