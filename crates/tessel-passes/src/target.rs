@@ -1,7 +1,7 @@
 //! The machine a step is compiled for: the one source of machine facts. `schedule` reads
-//! the SM count, occupancy limits and shared memory from it; the CLI fills it from the GPU
-//! it finds (or a named preset without one) and derives the PTX target from it; `bench`
-//! reads its datasheet peaks.
+//! the SM count, occupancy limits, shared memory and instruction-set [`Features`] from it;
+//! the CLI fills it from the GPU it finds (or a named preset without one) and derives the PTX
+//! target from it; `bench` reads its datasheet peaks.
 
 /// The facts about a GPU that compilation and measurement depend on.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +26,108 @@ pub struct Target {
     pub max_warps_per_sm: u32,
     /// L2 cache, bytes.
     pub l2_bytes: u64,
+    /// The instructions beyond sm_80's that schedules may choose (wgmma, TMA, ...), and
+    /// with them the PTX target ([`Target::ptx_target`]).
+    pub features: Features,
     /// Dense peak rates from the part's datasheet, when it is a known part: the compute
     /// floor `bench` reports (never a measured rate).
     pub peaks: Option<Peaks>,
+}
+
+/// Instruction-set facts beyond what every supported machine has (sm_80's `mma.sync`,
+/// `ldmatrix`, `cp.async`): what a schedule may choose on the target. A schedule that needs
+/// one is chosen only where it is `true` (`schedule`'s candidate rows say which they need).
+/// Sources: the PTX ISA (8.x), each instruction's
+/// "Target ISA notes", and its "Target Directives: `.target`" on the `a` targets ("include
+/// architecture-accelerated features that are supported on the specified architecture
+/// only": their PTX does not run on later GPUs); the CUDA C++ Programming Guide, "Thread
+/// Block Clusters" and "Compute Capabilities" (9.0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Features {
+    /// Warpgroup MMA: `wgmma.mma_async` with `wgmma.fence`, `commit_group` and
+    /// `wait_group`, operands in shared memory through matrix descriptors (PTX ISA §9.7.15,
+    /// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"; the 128-byte
+    /// swizzle of their shared-memory layout is `lower/ring`'s `Swizzle::Tma128`).
+    /// Architecture-specific: needs `.target sm_90a`.
+    pub wgmma: bool,
+    /// The Tensor Memory Accelerator: `cp.async.bulk.tensor` copies between global and
+    /// shared memory through a tensor map (`CUtensorMap`, encoded on the host by the driver's
+    /// `cuTensorMapEncodeTiled`, with `CU_TENSOR_MAP_SWIZZLE_32B/64B/128B`), completing on
+    /// an `mbarrier` armed with `expect_tx` (PTX ISA "Data Movement and Conversion
+    /// Instructions: cp.async.bulk.tensor", "Parallel Synchronization and Communication
+    /// Instructions: mbarrier"). `sm_90` or later.
+    pub tma: bool,
+    /// `setmaxnreg.{inc,dec}`: the warps of a warpgroup raise or lower their register limit
+    /// (a producer warpgroup gives registers to its consumers; PTX ISA "Miscellaneous
+    /// Instructions: setmaxnreg"). Architecture-specific: needs `.target sm_90a`.
+    pub setmaxnreg: bool,
+    /// Thread-block clusters: CTAs co-scheduled on one GPC that share distributed shared
+    /// memory and barriers, launched with a cluster shape (`.reqnctapercluster`,
+    /// `barrier.cluster`) and fed by TMA multicast (CUDA C++ Programming Guide, "Thread
+    /// Block Clusters"; PTX ISA "Cluster of Cooperative Thread Arrays"). `sm_90` or later.
+    pub clusters: bool,
+}
+
+impl Features {
+    /// None of the features: an sm_80-class machine (mma.sync, ldmatrix, cp.async only).
+    pub const NONE: Features = Features {
+        wgmma: false,
+        tma: false,
+        setmaxnreg: false,
+        clusters: false,
+    };
+
+    /// Every feature: compute capability 9.0 (H100, H200) compiled for `sm_90a`.
+    pub const SM_90A: Features = Features {
+        wgmma: true,
+        tma: true,
+        setmaxnreg: true,
+        clusters: true,
+    };
+
+    /// The features of a machine of compute capability `cc`: all of them at 9.0 (through
+    /// `sm_90a`); on later machines TMA and clusters only, which their family-portable
+    /// target keeps (wgmma is 9.0's alone; setmaxnreg would need that machine's own `a`
+    /// target, which tessel does not emit); none before 9.0.
+    pub fn of_compute_capability(cc: (u32, u32)) -> Features {
+        match cc {
+            (9, 0) => Features::SM_90A,
+            cc if cc >= (9, 0) => Features {
+                tma: true,
+                clusters: true,
+                ..Features::NONE
+            },
+            _ => Features::NONE,
+        }
+    }
+
+    /// Whether every feature `needed` names is here.
+    pub fn covers(self, needed: Features) -> bool {
+        (!needed.wgmma || self.wgmma)
+            && (!needed.tma || self.tma)
+            && (!needed.setmaxnreg || self.setmaxnreg)
+            && (!needed.clusters || self.clusters)
+    }
+
+    /// Whether any feature is architecture-specific (wgmma, setmaxnreg): PTX that uses
+    /// them must say `.target sm_90a`.
+    pub fn arch_specific(self) -> bool {
+        self.wgmma || self.setmaxnreg
+    }
+
+    /// The features that are on, by name (`wgmma`, `TMA`, `setmaxnreg`, `clusters`), for
+    /// `explain` and reasons.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.wgmma, "wgmma"),
+            (self.tma, "TMA"),
+            (self.setmaxnreg, "setmaxnreg"),
+            (self.clusters, "clusters"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
 }
 
 /// Datasheet dense peak rates, FLOP/s.
@@ -59,6 +158,7 @@ fn hopper(name: &str, sm_count: u32, peaks: Peaks) -> Target {
         max_registers_per_thread: 255,
         max_warps_per_sm: 64,
         l2_bytes: 50 * 1024 * 1024,
+        features: Features::SM_90A,
         peaks: Some(peaks),
     }
 }

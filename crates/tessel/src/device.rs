@@ -46,6 +46,7 @@ pub fn target_of(p: &tessel_cuda::Properties) -> Target {
         max_registers_per_thread: 255,
         max_warps_per_sm: p.max_threads_per_sm / 32,
         l2_bytes: p.l2_bytes,
+        features: tessel_passes::Features::of_compute_capability(p.compute_capability),
         peaks: preset.and_then(|t| t.peaks),
     }
 }

@@ -19,12 +19,18 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
     let gpu = device::gpu_unless(args.target.is_some()).ok();
     let (target, from) = target_for(args, gpu.as_ref());
+    let features = target.features.names();
     println!(
-        "target: {} ({}, {} SMs, {} KiB shared memory per CTA; from {from})",
+        "target: {} ({}, {} SMs, {} KiB shared memory per CTA, {}; from {from})",
         target.name,
         target.ptx_target(),
         target.sm_count,
-        target.max_shared_per_cta / 1024
+        target.max_shared_per_cta / 1024,
+        if features.is_empty() {
+            "none of wgmma, TMA, setmaxnreg, clusters".to_string()
+        } else {
+            features.join(", ")
+        }
     );
     for step in compile_steps(&src, args, &options(&target), &Weights::none())? {
         let c = &step.compiled;

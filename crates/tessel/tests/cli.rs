@@ -958,6 +958,10 @@ fn build_and_explain_take_a_named_target_without_a_gpu() {
         let o = tessel(&d, &["explain", "n.tsl", "--dim", "N=8", "--target", name]);
         let t = text(&o);
         assert!(o.status.success() && t.contains("target: NVIDIA H"), "{t}");
+        assert!(
+            t.contains("132 SMs, 227 KiB shared memory per CTA, wgmma, TMA, setmaxnreg, clusters"),
+            "{t}"
+        );
     }
     let o = tessel(&d, &["build", "n.tsl", "--dim", "N=8", "--target", "a100"]);
     assert_eq!(o.status.code(), Some(2));
