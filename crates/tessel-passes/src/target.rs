@@ -1,7 +1,8 @@
 //! The machine a step is compiled for: the one source of machine facts. `schedule` reads
 //! the SM count, occupancy limits, shared memory and instruction-set [`Features`] from it;
-//! the CLI fills it from the GPU it finds (or a named preset without one) and derives the PTX
-//! target from it; `bench` reads its datasheet peaks.
+//! the CLI fills it from the GPU it finds (or a named preset without one); the PTX header
+//! ([`PtxHeader`], from [`Target::ptx_header`]) is derived from it once per compiled step;
+//! `bench` reads its datasheet peaks.
 
 /// The facts about a GPU that compilation and measurement depend on.
 #[derive(Clone, Debug, PartialEq)]
@@ -36,8 +37,9 @@ pub struct Target {
 
 /// Instruction-set facts beyond what every supported machine has (sm_80's `mma.sync`,
 /// `ldmatrix`, `cp.async`): what a schedule may choose on the target. A schedule that needs
-/// one is chosen only where it is `true` (`schedule`'s candidate rows say which they need).
-/// Sources: the PTX ISA (8.x), each instruction's
+/// one is chosen only where it is `true` (`schedule`'s candidate rows say which they need),
+/// and the PTX header follows ([`Target::ptx_target`]: `sm_90a` where [`Features::wgmma`]
+/// or [`Features::setmaxnreg`] is on). Sources: the PTX ISA (8.x), each instruction's
 /// "Target ISA notes", and its "Target Directives: `.target`" on the `a` targets ("include
 /// architecture-accelerated features that are supported on the specified architecture
 /// only": their PTX does not run on later GPUs); the CUDA C++ Programming Guide, "Thread
@@ -130,6 +132,18 @@ impl Features {
     }
 }
 
+/// The header of the PTX module of a compiled step: the ISA version and the target
+/// architecture, derived from the [`Target`] by [`Target::ptx_header`] and carried by the
+/// compiled step, so that `build`, `explain` (ptxas) and the runtime's module load print
+/// and assemble the same (the CLI makes the writer's options from it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PtxHeader {
+    /// PTX ISA version `(major, minor)`, printed `.version 8.0`.
+    pub version: (u32, u32),
+    /// Target architecture, printed `.target sm_90a`; also ptxas's `-arch`.
+    pub target: String,
+}
+
 /// Datasheet dense peak rates, FLOP/s.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Peaks {
@@ -199,13 +213,35 @@ impl Target {
     }
 
     /// The PTX `.target` for kernels compiled for this machine: `sm_XY` from the compute
-    /// capability (PTX ISA §11.1.2; `sm_90a` would be needed only by wgmma/setmaxnreg,
-    /// which no schedule emits yet).
+    /// capability (PTX ISA §11.1.2 "Target Directives"), with the `a` suffix where the
+    /// target has an architecture-specific feature ([`Features::arch_specific`]: wgmma,
+    /// setmaxnreg) — `sm_90a` for every kernel on the Hopper presets, whether or not it
+    /// uses one, so that the header is a function of the target alone.
     pub fn ptx_target(&self) -> String {
-        format!(
-            "sm_{}{}",
-            self.compute_capability.0, self.compute_capability.1
-        )
+        let (major, minor) = self.compute_capability;
+        let a = if self.features.arch_specific() {
+            "a"
+        } else {
+            ""
+        };
+        format!("sm_{major}{minor}{a}")
+    }
+
+    /// The PTX ISA version of the header: 8.0 (CUDA 12.0), the oldest that has everything
+    /// the writer prints (`min.NaN` and `cvt.rn.bf16x2.f32` need 7.0, `.target sm_90` 7.8)
+    /// and the first with `sm_90a`, wgmma, setmaxnreg and `cp.async.bulk.tensor` (PTX ISA
+    /// §11.1.2 and the release notes of 8.0).
+    pub fn ptx_version(&self) -> (u32, u32) {
+        (8, 0)
+    }
+
+    /// The PTX module header of kernels compiled for this machine: the one place it is
+    /// derived ([`PtxHeader`]).
+    pub fn ptx_header(&self) -> PtxHeader {
+        PtxHeader {
+            version: self.ptx_version(),
+            target: self.ptx_target(),
+        }
     }
 
     /// Warps the whole GPU holds resident at once.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use tessel_ir::graph::{MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
-use tessel_passes::{check, decompose, fuse, schedule, Features, Profile, Target};
+use tessel_passes::{check, decompose, fuse, schedule, Features, Profile, PtxHeader, Target};
 
 /// The schedule of the one matmul of `x @ w^T` at (M, N, K) in `dt`.
 fn matmul_schedule(dt: &str, mnk: (u64, u64, u64), t: &Target, p: Profile) -> Schedule {
@@ -129,17 +129,25 @@ fn sm_count_and_resident_warps_come_from_the_target() {
 fn presets_name_the_machines_and_their_ptx_target() {
     for name in Target::PRESETS {
         let t = Target::preset(name).expect("a preset");
-        assert_eq!(t.ptx_target(), "sm_90");
+        assert_eq!(t.ptx_target(), "sm_90a");
         assert_eq!(t.features, Features::SM_90A, "{name}");
+        assert_eq!(
+            t.ptx_header(),
+            PtxHeader {
+                version: (8, 0),
+                target: "sm_90a".into()
+            }
+        );
         assert!(t.peaks.is_some(), "{name} has datasheet peaks");
     }
     assert!(Target::preset("a100").is_none());
 }
 
 /// The sm_90a features are facts of the target: all of them at compute capability 9.0,
-/// TMA and clusters after it, none before.
+/// TMA and clusters after it, none before; the PTX target carries the `a` only where an
+/// architecture-specific one (wgmma, setmaxnreg) is on.
 #[test]
-fn features_follow_the_compute_capability() {
+fn features_follow_the_compute_capability_and_set_the_ptx_target() {
     let at = |cc: (u32, u32)| Target {
         name: format!("cc {}.{}", cc.0, cc.1),
         compute_capability: cc,
@@ -152,6 +160,7 @@ fn features_follow_the_compute_capability() {
     assert!(sm80.features.names().is_empty());
     let h = at((9, 0));
     assert_eq!(h.features, Features::SM_90A);
+    assert_eq!(h.ptx_target(), "sm_90a");
     assert_eq!(
         h.features.names(),
         ["wgmma", "TMA", "setmaxnreg", "clusters"]
@@ -160,7 +169,18 @@ fn features_follow_the_compute_capability() {
     assert!(later.features.tma && later.features.clusters);
     assert!(!later.features.wgmma && !later.features.setmaxnreg);
     assert_eq!(later.ptx_target(), "sm_100");
-    assert!(h.features.arch_specific() && !later.features.arch_specific());
+    // A Hopper machine described without its `a` features gets the portable target.
+    let plain = Target {
+        features: Features {
+            wgmma: false,
+            setmaxnreg: false,
+            ..Features::SM_90A
+        },
+        ..Target::h200()
+    };
+    assert_eq!(plain.ptx_target(), "sm_90");
+    assert_eq!(plain.ptx_header().version, (8, 0));
+
     let wgmma = Features {
         wgmma: true,
         ..Features::NONE

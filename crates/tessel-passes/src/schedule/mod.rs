@@ -55,7 +55,7 @@ pub fn run(
 /// Whether `t` has every feature `needed` (a candidate schedule's wgmma, TMA, setmaxnreg,
 /// clusters: [`Features`]), or the ones it lacks in words, for the reason of the schedule
 /// chosen instead: a schedule that needs an sm_90a feature is never chosen for a target
-/// without it.
+/// without it, and the PTX header (`Target::ptx_target`) follows the target.
 pub fn offers(t: &Target, needed: Features) -> Result<(), String> {
     if t.features.covers(needed) {
         return Ok(());
