@@ -11,6 +11,7 @@ use tessel_ir::kernel::{BufferRole, Program};
 use tessel_ir::{BufferId, DType, Group, Value};
 
 use crate::schedule::{self, MatmulShape};
+use crate::target::PtxHeader;
 
 /// Every stage of one compiled step, for `--emit` and `explain`.
 #[derive(Clone, Debug)]
@@ -27,6 +28,12 @@ pub struct Compiled {
     pub buffer_of: HashMap<Value, BufferId>,
     /// The fusion group of every kernel, by kernel index (a split-K matmul group has two).
     pub group_of_kernel: Vec<Group>,
+    /// The PTX header the kernels are written under, from the [`Options::target`] they were
+    /// compiled for ([`crate::Target::ptx_header`]): what `build` prints, `explain` hands
+    /// ptxas and the runtime loads, so that the three never disagree.
+    ///
+    /// [`Options::target`]: crate::Options::target
+    pub ptx: PtxHeader,
 }
 
 /// The work of one matmul group.

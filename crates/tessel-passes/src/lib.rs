@@ -35,7 +35,7 @@ use tessel_ir::graph::Graph;
 
 pub use compiled::Compiled;
 pub use pipeline::{pass, run_passes, Ir, Level, PassInfo, Run};
-pub use target::{Peaks, Profile, Target};
+pub use target::{Features, Peaks, Profile, PtxHeader, Target};
 
 /// The pipeline, in order: [`compile`] runs exactly these, one after the other, each on the
 /// IR the one before gave ([`Run`] says which level each takes).

@@ -211,6 +211,7 @@ pub fn run_passes(
                     program: l.program,
                     buffer_of: l.buffer_of,
                     group_of_kernel: l.group_of_kernel,
+                    ptx: opts.target.ptx_header(),
                 }))
             }
             (Run::Kernel { run, expands_math }, Some(Ir::Kernel(mut c))) => {

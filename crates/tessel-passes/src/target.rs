@@ -1,7 +1,8 @@
 //! The machine a step is compiled for: the one source of machine facts. `schedule` reads
-//! the SM count, occupancy limits and shared memory from it; the CLI fills it from the GPU
-//! it finds (or a named preset without one) and derives the PTX target from it; `bench`
-//! reads its datasheet peaks.
+//! the SM count, occupancy limits, shared memory and instruction-set [`Features`] from it;
+//! the CLI fills it from the GPU it finds (or a named preset without one); the PTX header
+//! ([`PtxHeader`], from [`Target::ptx_header`]) is derived from it once per compiled step;
+//! `bench` reads its datasheet peaks.
 
 /// The facts about a GPU that compilation and measurement depend on.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,9 +27,121 @@ pub struct Target {
     pub max_warps_per_sm: u32,
     /// L2 cache, bytes.
     pub l2_bytes: u64,
+    /// The instructions beyond sm_80's that schedules may choose (wgmma, TMA, ...), and
+    /// with them the PTX target ([`Target::ptx_target`]).
+    pub features: Features,
     /// Dense peak rates from the part's datasheet, when it is a known part: the compute
     /// floor `bench` reports (never a measured rate).
     pub peaks: Option<Peaks>,
+}
+
+/// Instruction-set facts beyond what every supported machine has (sm_80's `mma.sync`,
+/// `ldmatrix`, `cp.async`): what a schedule may choose on the target. A schedule that needs
+/// one is chosen only where it is `true` (`schedule`'s candidate rows say which they need),
+/// and the PTX header follows ([`Target::ptx_target`]: `sm_90a` where [`Features::wgmma`]
+/// or [`Features::setmaxnreg`] is on). Sources: the PTX ISA (8.x), each instruction's
+/// "Target ISA notes", and its "Target Directives: `.target`" on the `a` targets ("include
+/// architecture-accelerated features that are supported on the specified architecture
+/// only": their PTX does not run on later GPUs); the CUDA C++ Programming Guide, "Thread
+/// Block Clusters" and "Compute Capabilities" (9.0).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Features {
+    /// Warpgroup MMA: `wgmma.mma_async` with `wgmma.fence`, `commit_group` and
+    /// `wait_group`, operands in shared memory through matrix descriptors (PTX ISA §9.7.15,
+    /// "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"; the 128-byte
+    /// swizzle of their shared-memory layout is `lower/ring`'s `Swizzle::Tma128`).
+    /// Architecture-specific: needs `.target sm_90a`.
+    pub wgmma: bool,
+    /// The Tensor Memory Accelerator: `cp.async.bulk.tensor` copies between global and
+    /// shared memory through a tensor map (`CUtensorMap`, encoded on the host by the driver's
+    /// `cuTensorMapEncodeTiled`, with `CU_TENSOR_MAP_SWIZZLE_32B/64B/128B`), completing on
+    /// an `mbarrier` armed with `expect_tx` (PTX ISA "Data Movement and Conversion
+    /// Instructions: cp.async.bulk.tensor", "Parallel Synchronization and Communication
+    /// Instructions: mbarrier"). `sm_90` or later.
+    pub tma: bool,
+    /// `setmaxnreg.{inc,dec}`: the warps of a warpgroup raise or lower their register limit
+    /// (a producer warpgroup gives registers to its consumers; PTX ISA "Miscellaneous
+    /// Instructions: setmaxnreg"). Architecture-specific: needs `.target sm_90a`.
+    pub setmaxnreg: bool,
+    /// Thread-block clusters: CTAs co-scheduled on one GPC that share distributed shared
+    /// memory and barriers, launched with a cluster shape (`.reqnctapercluster`,
+    /// `barrier.cluster`) and fed by TMA multicast (CUDA C++ Programming Guide, "Thread
+    /// Block Clusters"; PTX ISA "Cluster of Cooperative Thread Arrays"). `sm_90` or later.
+    pub clusters: bool,
+}
+
+impl Features {
+    /// None of the features: an sm_80-class machine (mma.sync, ldmatrix, cp.async only).
+    pub const NONE: Features = Features {
+        wgmma: false,
+        tma: false,
+        setmaxnreg: false,
+        clusters: false,
+    };
+
+    /// Every feature: compute capability 9.0 (H100, H200) compiled for `sm_90a`.
+    pub const SM_90A: Features = Features {
+        wgmma: true,
+        tma: true,
+        setmaxnreg: true,
+        clusters: true,
+    };
+
+    /// The features of a machine of compute capability `cc`: all of them at 9.0 (through
+    /// `sm_90a`); on later machines TMA and clusters only, which their family-portable
+    /// target keeps (wgmma is 9.0's alone; setmaxnreg would need that machine's own `a`
+    /// target, which tessel does not emit); none before 9.0.
+    pub fn of_compute_capability(cc: (u32, u32)) -> Features {
+        match cc {
+            (9, 0) => Features::SM_90A,
+            cc if cc >= (9, 0) => Features {
+                tma: true,
+                clusters: true,
+                ..Features::NONE
+            },
+            _ => Features::NONE,
+        }
+    }
+
+    /// Whether every feature `needed` names is here.
+    pub fn covers(self, needed: Features) -> bool {
+        (!needed.wgmma || self.wgmma)
+            && (!needed.tma || self.tma)
+            && (!needed.setmaxnreg || self.setmaxnreg)
+            && (!needed.clusters || self.clusters)
+    }
+
+    /// Whether any feature is architecture-specific (wgmma, setmaxnreg): PTX that uses
+    /// them must say `.target sm_90a`.
+    pub fn arch_specific(self) -> bool {
+        self.wgmma || self.setmaxnreg
+    }
+
+    /// The features that are on, by name (`wgmma`, `TMA`, `setmaxnreg`, `clusters`), for
+    /// `explain` and reasons.
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.wgmma, "wgmma"),
+            (self.tma, "TMA"),
+            (self.setmaxnreg, "setmaxnreg"),
+            (self.clusters, "clusters"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+/// The header of the PTX module of a compiled step: the ISA version and the target
+/// architecture, derived from the [`Target`] by [`Target::ptx_header`] and carried by the
+/// compiled step, so that `build`, `explain` (ptxas) and the runtime's module load print
+/// and assemble the same (the CLI makes the writer's options from it).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PtxHeader {
+    /// PTX ISA version `(major, minor)`, printed `.version 8.0`.
+    pub version: (u32, u32),
+    /// Target architecture, printed `.target sm_90a`; also ptxas's `-arch`.
+    pub target: String,
 }
 
 /// Datasheet dense peak rates, FLOP/s.
@@ -59,6 +172,7 @@ fn hopper(name: &str, sm_count: u32, peaks: Peaks) -> Target {
         max_registers_per_thread: 255,
         max_warps_per_sm: 64,
         l2_bytes: 50 * 1024 * 1024,
+        features: Features::SM_90A,
         peaks: Some(peaks),
     }
 }
@@ -99,13 +213,35 @@ impl Target {
     }
 
     /// The PTX `.target` for kernels compiled for this machine: `sm_XY` from the compute
-    /// capability (PTX ISA §11.1.2; `sm_90a` would be needed only by wgmma/setmaxnreg,
-    /// which no schedule emits yet).
+    /// capability (PTX ISA §11.1.2 "Target Directives"), with the `a` suffix where the
+    /// target has an architecture-specific feature ([`Features::arch_specific`]: wgmma,
+    /// setmaxnreg) — `sm_90a` for every kernel on the Hopper presets, whether or not it
+    /// uses one, so that the header is a function of the target alone.
     pub fn ptx_target(&self) -> String {
-        format!(
-            "sm_{}{}",
-            self.compute_capability.0, self.compute_capability.1
-        )
+        let (major, minor) = self.compute_capability;
+        let a = if self.features.arch_specific() {
+            "a"
+        } else {
+            ""
+        };
+        format!("sm_{major}{minor}{a}")
+    }
+
+    /// The PTX ISA version of the header: 8.0 (CUDA 12.0), the oldest that has everything
+    /// the writer prints (`min.NaN` and `cvt.rn.bf16x2.f32` need 7.0, `.target sm_90` 7.8)
+    /// and the first with `sm_90a`, wgmma, setmaxnreg and `cp.async.bulk.tensor` (PTX ISA
+    /// §11.1.2 and the release notes of 8.0).
+    pub fn ptx_version(&self) -> (u32, u32) {
+        (8, 0)
+    }
+
+    /// The PTX module header of kernels compiled for this machine: the one place it is
+    /// derived ([`PtxHeader`]).
+    pub fn ptx_header(&self) -> PtxHeader {
+        PtxHeader {
+            version: self.ptx_version(),
+            target: self.ptx_target(),
+        }
     }
 
     /// Warps the whole GPU holds resident at once.

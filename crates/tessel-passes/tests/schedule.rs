@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use tessel_ir::graph::{MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
-use tessel_passes::{check, decompose, fuse, schedule, Profile, Target};
+use tessel_passes::{check, decompose, fuse, schedule, Features, Profile, PtxHeader, Target};
 
 /// The schedule of the one matmul of `x @ w^T` at (M, N, K) in `dt`.
 fn matmul_schedule(dt: &str, mnk: (u64, u64, u64), t: &Target, p: Profile) -> Schedule {
@@ -129,10 +129,99 @@ fn sm_count_and_resident_warps_come_from_the_target() {
 fn presets_name_the_machines_and_their_ptx_target() {
     for name in Target::PRESETS {
         let t = Target::preset(name).expect("a preset");
-        assert_eq!(t.ptx_target(), "sm_90");
+        assert_eq!(t.ptx_target(), "sm_90a");
+        assert_eq!(t.features, Features::SM_90A, "{name}");
+        assert_eq!(
+            t.ptx_header(),
+            PtxHeader {
+                version: (8, 0),
+                target: "sm_90a".into()
+            }
+        );
         assert!(t.peaks.is_some(), "{name} has datasheet peaks");
     }
     assert!(Target::preset("a100").is_none());
+}
+
+/// The sm_90a features are facts of the target: all of them at compute capability 9.0,
+/// TMA and clusters after it, none before; the PTX target carries the `a` only where an
+/// architecture-specific one (wgmma, setmaxnreg) is on.
+#[test]
+fn features_follow_the_compute_capability_and_set_the_ptx_target() {
+    let at = |cc: (u32, u32)| Target {
+        name: format!("cc {}.{}", cc.0, cc.1),
+        compute_capability: cc,
+        features: Features::of_compute_capability(cc),
+        ..Target::h200()
+    };
+    let sm80 = at((8, 0));
+    assert_eq!(sm80.features, Features::NONE);
+    assert_eq!(sm80.ptx_target(), "sm_80");
+    assert!(sm80.features.names().is_empty());
+    let h = at((9, 0));
+    assert_eq!(h.features, Features::SM_90A);
+    assert_eq!(h.ptx_target(), "sm_90a");
+    assert_eq!(
+        h.features.names(),
+        ["wgmma", "TMA", "setmaxnreg", "clusters"]
+    );
+    let later = at((10, 0));
+    assert!(later.features.tma && later.features.clusters);
+    assert!(!later.features.wgmma && !later.features.setmaxnreg);
+    assert_eq!(later.ptx_target(), "sm_100");
+    // A Hopper machine described without its `a` features gets the portable target.
+    let plain = Target {
+        features: Features {
+            wgmma: false,
+            setmaxnreg: false,
+            ..Features::SM_90A
+        },
+        ..Target::h200()
+    };
+    assert_eq!(plain.ptx_target(), "sm_90");
+    assert_eq!(plain.ptx_header().version, (8, 0));
+
+    let wgmma = Features {
+        wgmma: true,
+        ..Features::NONE
+    };
+    assert!(Features::SM_90A.covers(wgmma) && Features::SM_90A.covers(Features::NONE));
+    assert!(!later.features.covers(wgmma) && !sm80.features.covers(wgmma));
+    assert!(schedule::offers(&h, Features::SM_90A).is_ok());
+    assert_eq!(
+        schedule::offers(&sm80, wgmma).unwrap_err(),
+        "wgmma, which the target (cc 8.0, sm_80) lacks"
+    );
+    assert_eq!(
+        schedule::offers(&later, Features::SM_90A).unwrap_err(),
+        "wgmma, setmaxnreg, which the target (cc 10.0, sm_100) lacks"
+    );
+}
+
+/// A target without the sm_90a features gets today's schedules: the tensor-core tiles are
+/// `mma.sync`, which need none of them (a later wgmma row would be left out there).
+#[test]
+fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
+    let sm80 = Target {
+        name: "an sm_80 machine".into(),
+        compute_capability: (8, 0),
+        features: Features::NONE,
+        ..Target::h200()
+    };
+    for (dt, mnk) in [
+        ("bf16", (4096, 5120, 5120)),
+        ("bf16", (8192, 16, 4096)),
+        ("f32", (300, 200, 100)),
+    ] {
+        for p in Profile::ALL {
+            let (a, b) = (
+                matmul_schedule(dt, mnk, &sm80, p),
+                matmul_schedule(dt, mnk, &Target::h200(), p),
+            );
+            assert_eq!(a.tile, b.tile, "{dt} {mnk:?} {p:?}");
+            assert_eq!(a.why, b.why, "{dt} {mnk:?} {p:?}");
+        }
+    }
 }
 
 /// A GEMM whose tiles leave SMs idle cuts K into ranges in `exact` and `fast` — unless the

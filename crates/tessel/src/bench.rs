@@ -103,7 +103,7 @@ fn cublas_baseline(
 /// set of buffers), and each all-gather against NCCL's all-reduce of the same bytes.
 fn bench_ranks(
     file: &str,
-    step: &str,
+    (step, ptx): (&str, &tessel_passes::PtxHeader),
     ranks: &[tessel_ir::ranks::Rank<tessel_ir::kernel::Program>],
     inputs: &[tessel_ref::Tensor],
     rounds: u32,
@@ -111,7 +111,7 @@ fn bench_ranks(
     use crate::ranks::{run, time_reductions, Transport};
     let tp = ranks.len() as u32;
     let (transport, how) = Transport::choose(tp);
-    let (_, t) = run(ranks, inputs, transport, Some((rounds, 5)))?;
+    let (_, t) = run(ranks, ptx, inputs, transport, Some((rounds, 5)))?;
     let t = t.expect("timed");
     let note = if transport == Transport::Loopback {
         " — the ranks run one after another: not a tensor-parallel time"
@@ -143,7 +143,7 @@ fn bench_ranks(
         None => println!("  (not captured as a CUDA graph over several GPUs)"),
     }
     let gpu = open_gpu().map_err(|why| anyhow::anyhow!("{why}"))?;
-    let times = crate::ranks::time_kernels(&gpu, &ranks[0], inputs, rounds)?;
+    let times = crate::ranks::time_kernels(&gpu, (&ranks[0], ptx), inputs, rounds)?;
     let sum: f64 = times.iter().map(|(_, _, t)| t.median_us).sum();
     println!(
         "  rank 0's kernels one at a time (graph-captured, on GPU 0): {:.2} µs together",
@@ -210,10 +210,16 @@ pub fn bench(
         let inputs = make_inputs(p, in_args, &step.weights)?;
         if let Some(ranks) = ranks {
             // What runs is the ranks: time them.
-            recs.extend(bench_ranks(&src.name, &step.name, &ranks, &inputs, rounds)?);
+            recs.extend(bench_ranks(
+                &src.name,
+                (&step.name, &step.compiled.ptx),
+                &ranks,
+                &inputs,
+                rounds,
+            )?);
             continue;
         }
-        let l = device::load(&gpu, p, &inputs)?;
+        let l = device::load(&gpu, p, &step.compiled.ptx, &inputs)?;
         // Rotate over enough copies of every buffer that one pass exceeds 4x L2, so the
         // timing measures HBM and not the cache (design §10).
         let step_bytes: u64 = p.buffers.values().map(|b| b.ty.size_bytes()).sum();

@@ -228,7 +228,7 @@ pub fn build(
                 Stage::Ast => continue,
                 Stage::Pass(p) => dumps[p.name].clone(),
                 Stage::Ptx => match &ir {
-                    Ir::Kernel(c) => device::ptx_of(&c.program, &target)?,
+                    Ir::Kernel(c) => device::ptx_of(&c.program, &c.ptx)?,
                     _ => bail!("internal error: the last pass does not give kernel IR"),
                 },
             };

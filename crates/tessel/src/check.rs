@@ -297,7 +297,7 @@ fn check_step(
     let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
     let exec_s = t0.elapsed().as_secs_f64();
     let gpu_out = match gpu {
-        Some(g) => Some(device::run_once(g, p, &inputs)?),
+        Some(g) => Some(device::run_once(g, p, &step.compiled.ptx, &inputs)?),
         None => None,
     };
     let judged =

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result};
 use tessel_cuda::{Arg, Buffer, Gpu, KernelCall, Launch, Module};
 use tessel_ir::kernel::{BufferRole, LaunchArg, Program};
-use tessel_passes::Target;
+use tessel_passes::{PtxHeader, Target};
 use tessel_ptx::PtxOptions;
 use tessel_ref::Tensor;
 
@@ -14,14 +14,18 @@ pub struct Loaded<'g> {
     pub program: &'g Program,
 }
 
-/// The PTX module of all of a program's kernels, for `target`'s architecture.
-pub fn ptx_of(p: &Program, target: &Target) -> Result<String> {
+/// The PTX writer's options for the header `h` a compiled step carries
+/// (`tessel_passes::Compiled::ptx`, from its Target): the one way `build`, `explain` and
+/// [`load`] make them.
+pub fn ptx_options(h: &PtxHeader) -> PtxOptions {
+    PtxOptions::with_header(h.version, &h.target)
+}
+
+/// The PTX module of all of a program's kernels under the header `h` of the step they were
+/// compiled in.
+pub fn ptx_of(p: &Program, h: &PtxHeader) -> Result<String> {
     let ks: Vec<_> = p.kernels.values().collect();
-    let opts = PtxOptions {
-        target: target.ptx_target(),
-        ..PtxOptions::default()
-    };
-    Ok(tessel_ptx::write_module(&ks, &opts)?)
+    Ok(tessel_ptx::write_module(&ks, &ptx_options(h))?)
 }
 
 /// The [`Target`] of a GPU, from its properties; the per-thread register limit is the ISA's
@@ -46,17 +50,18 @@ pub fn target_of(p: &tessel_cuda::Properties) -> Target {
         max_registers_per_thread: 255,
         max_warps_per_sm: p.max_threads_per_sm / 32,
         l2_bytes: p.l2_bytes,
+        features: tessel_passes::Features::of_compute_capability(p.compute_capability),
         peaks: preset.and_then(|t| t.peaks),
     }
 }
 
-/// Loads `p` and allocates its buffers (inputs uploaded, everything else poisoned with
-/// 0xFF bytes so that an element no kernel writes reads back as NaN). An `inout` input is
-/// one buffer: uploaded here, updated in place by the kernels, and read back by
-/// [`Loaded::outputs`] as the step output of its name.
-pub fn load<'g>(gpu: &Gpu, p: &'g Program, inputs: &[Tensor]) -> Result<Loaded<'g>> {
-    let module = Module::load(gpu, &ptx_of(p, &target_of(gpu.properties()))?)
-        .context("loading the PTX module")?;
+/// Loads `p` under the PTX header `h` of the step it was compiled in, and allocates its
+/// buffers (inputs uploaded, everything else poisoned with 0xFF bytes so that an element no
+/// kernel writes reads back as NaN). An `inout` input is one buffer: uploaded here, updated
+/// in place by the kernels, and read back by [`Loaded::outputs`] as the step output of its
+/// name.
+pub fn load<'g>(gpu: &Gpu, p: &'g Program, h: &PtxHeader, inputs: &[Tensor]) -> Result<Loaded<'g>> {
+    let module = Module::load(gpu, &ptx_of(p, h)?).context("loading the PTX module")?;
     let mut buffers = Vec::new();
     for (_, decl) in p.buffers.iter() {
         let bytes = decl.ty.size_bytes() as usize;
@@ -152,9 +157,10 @@ pub fn gpu_unless(cpu: bool) -> std::result::Result<Gpu, String> {
     }
 }
 
-/// Loads `p`, runs it once on `inputs` and reads its outputs back.
-pub fn run_once(gpu: &Gpu, p: &Program, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
-    let l = load(gpu, p, inputs)?;
+/// Loads `p` (under `h`, its step's PTX header), runs it once on `inputs` and reads its
+/// outputs back.
+pub fn run_once(gpu: &Gpu, p: &Program, h: &PtxHeader, inputs: &[Tensor]) -> Result<Vec<Tensor>> {
+    let l = load(gpu, p, h, inputs)?;
     l.run(gpu)?;
     l.outputs()
 }

@@ -19,12 +19,18 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate().ok();
     let gpu = device::gpu_unless(args.target.is_some()).ok();
     let (target, from) = target_for(args, gpu.as_ref());
+    let features = target.features.names();
     println!(
-        "target: {} ({}, {} SMs, {} KiB shared memory per CTA; from {from})",
+        "target: {} ({}, {} SMs, {} KiB shared memory per CTA, {}; from {from})",
         target.name,
         target.ptx_target(),
         target.sm_count,
-        target.max_shared_per_cta / 1024
+        target.max_shared_per_cta / 1024,
+        if features.is_empty() {
+            "none of wgmma, TMA, setmaxnreg, clusters".to_string()
+        } else {
+            features.join(", ")
+        }
     );
     for step in compile_steps(&src, args, &options(&target), &Weights::none())? {
         let c = &step.compiled;
@@ -35,7 +41,8 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
                 plural(c.program.kernels.len(), "kernel"),
                 crate::memory::footprint(&c.program)
             );
-            print_kernels(c, ptxas.as_ref(), &target, "  ")?;
+            print_header(c, "  ");
+            print_kernels(c, ptxas.as_ref(), "  ")?;
             continue;
         };
         let (g, n) = (&step.checked, ranks.len() as u32);
@@ -50,12 +57,15 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             plural(r0.exchanges().count(), "all-gather"),
             plural(c.program.kernels.len(), "kernel"),
         );
+        if let Some(first) = r0.phases.first() {
+            print_header(&first.body, "  ");
+        }
         for (k, phase) in r0.phases.iter().enumerate() {
             println!(
                 "  phase {k}: {}",
                 plural(phase.body.program.kernels.len(), "kernel")
             );
-            print_kernels(&phase.body, ptxas.as_ref(), &target, "    ")?;
+            print_kernels(&phase.body, ptxas.as_ref(), "    ")?;
             for e in &phase.exchanges {
                 println!(
                     "    then all-gather: every rank sends `{}` ({}, {} bytes), receives `{}` on every rank",
@@ -70,17 +80,26 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
     Ok(())
 }
 
+/// The PTX header `c` carries (from its target): the one `build` writes, ptxas assembles
+/// below and the runtime loads.
+fn print_header(c: &tessel_passes::Compiled, indent: &str) {
+    let (major, minor) = c.ptx.version;
+    println!(
+        "{indent}PTX header: .version {major}.{minor}, .target {}",
+        c.ptx.target
+    );
+}
+
 /// Every kernel of `c`: its group, what it writes, its schedule and why, its launch, and
 /// with ptxas its registers, shared memory and spills; each line after `indent`.
 fn print_kernels(
     c: &tessel_passes::Compiled,
     ptxas: Option<&tessel_ptx::ptxas::Ptxas>,
-    target: &tessel_passes::Target,
     indent: &str,
 ) -> Result<()> {
-    let arch = target.ptx_target();
+    let arch = &c.ptx.target;
     let report = match ptxas {
-        Some(p) => Some(p.assemble(&device::ptx_of(&c.program, target)?, &arch)?),
+        Some(p) => Some(p.assemble(&device::ptx_of(&c.program, &c.ptx)?, arch)?),
         None => None,
     };
     for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {

@@ -53,7 +53,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     };
     let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
-        device::run_once(g, p, inputs).map_err(|e| format!("{e:#}"))
+        device::run_once(g, p, &target.ptx_header(), inputs).map_err(|e| format!("{e:#}"))
     };
     let config = match (a.attention, a.large) {
         (true, _) if a.grad => Config::grad_attention(),
@@ -194,9 +194,16 @@ pub fn fuzz_tp(count: u64, seed: u64, cpu: bool, save: Option<&Path>) -> Result<
     }
     let run_on_gpu = |ranks: &[tessel_ir::ranks::Rank<Program>], whole: &[Tensor]| {
         let (t, _) = crate::ranks::Transport::choose(ranks.len() as u32);
-        crate::ranks::run(ranks, whole, t, None)
-            .map(|(o, _)| o)
-            .map_err(|e| format!("{e:#}"))
+        // tessel-fuzz compiles the ranks for the H200 preset (`tp::tp_case_on`).
+        crate::ranks::run(
+            ranks,
+            &tessel_passes::Target::h200().ptx_header(),
+            whole,
+            t,
+            None,
+        )
+        .map(|(o, _)| o)
+        .map_err(|e| format!("{e:#}"))
     };
     let device: Option<tessel_fuzz::tp::RunRanks> = match &gpu {
         Ok(_) => Some(&run_on_gpu),

@@ -100,9 +100,11 @@ pub fn invariance(
         a.dims.push((batch_dim.to_string(), m));
         compile_steps(&src, &a, &options(&target), &weights)
     };
+    // Every size is compiled for `target`, so every program's PTX header is this one.
+    let ptx = target.ptx_header();
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {
-            Some(g) => device::run_once(g, p, inputs),
+            Some(g) => device::run_once(g, p, &ptx, inputs),
             None => execute(p, inputs, "executor"),
         }
     };

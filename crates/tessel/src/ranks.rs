@@ -5,13 +5,14 @@
 //! another with the all-gathers as device copies ([`Transport::Loopback`]: the same
 //! kernels, to check their bits; not a measure of speed).
 
-use crate::device::{calls_over, ptx_of, target_of};
+use crate::device::{calls_over, ptx_of};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use tessel_cuda::nccl::{Communicator, UniqueId};
 use tessel_cuda::{Buffer, Gpu, KernelCall, Module, Timing};
 use tessel_ir::kernel::{BufferRole, Program};
 use tessel_ir::ranks::Rank;
+use tessel_passes::PtxHeader;
 use tessel_ref::ranks::{assemble, shard};
 use tessel_ref::Tensor;
 
@@ -72,9 +73,15 @@ struct Loaded<'r> {
 }
 
 impl<'r> Loaded<'r> {
-    /// Loads `rank` on `gpu` with its step inputs `inputs` (the rank's blocks, from
-    /// [`shard`]); every other slot is poisoned with 0xFF.
-    fn new(gpu: &Gpu, rank: &'r Rank<Program>, inputs: &[Tensor]) -> Result<Loaded<'r>> {
+    /// Loads `rank` on `gpu` under `ptx`, the PTX header of the step its phases were
+    /// compiled in, with its step inputs `inputs` (the rank's blocks, from [`shard`]); every
+    /// other slot is poisoned with 0xFF.
+    fn new(
+        gpu: &Gpu,
+        rank: &'r Rank<Program>,
+        ptx: &PtxHeader,
+        inputs: &[Tensor],
+    ) -> Result<Loaded<'r>> {
         let mut storage = Vec::new();
         let mut types = Vec::new();
         let mut slot = HashMap::new();
@@ -92,7 +99,7 @@ impl<'r> Loaded<'r> {
         let mut bound = Vec::new();
         for (k, phase) in rank.phases.iter().enumerate() {
             let p = &phase.body;
-            let module = Module::load(gpu, &ptx_of(p, &target_of(gpu.properties()))?)
+            let module = Module::load(gpu, &ptx_of(p, ptx)?)
                 .with_context(|| format!("loading rank {}'s phase {k}", rank.rank))?;
             modules.push(module);
             let mut map = Vec::with_capacity(p.buffers.len());
@@ -298,13 +305,15 @@ fn time_step(
     Ok(StepTimes { events, graph })
 }
 
-/// The step run on the ranks, on GPUs: each rank's inputs cut from `whole`, its outputs
+/// The step run on the ranks, on GPUs, their phases loaded under `ptx` (the PTX header of
+/// the step they were compiled in): each rank's inputs cut from `whole`, its outputs
 /// read back and assembled ([`assemble`]: the ranks must agree bit for bit on every whole
 /// output). With `timing = Some((rounds, reps))`, also the step's time per repetition on
 /// rank 0 after its first run (NCCL: every rank runs the repetitions; the collectives
 /// keep them in step).
 pub fn run(
     ranks: &[Rank<Program>],
+    ptx: &PtxHeader,
     whole: &[Tensor],
     transport: Transport,
     timing: Option<(u32, u32)>,
@@ -318,7 +327,7 @@ pub fn run(
         Transport::Nccl => {
             let results = on_every_rank(
                 tp,
-                |r, gpu| Loaded::new(gpu, &ranks[r], &inputs[r]),
+                |r, gpu| Loaded::new(gpu, &ranks[r], ptx, &inputs[r]),
                 |_, gpu, comm, mut l| {
                     step_nccl(&mut l, comm)?;
                     gpu.synchronize()?;
@@ -341,7 +350,7 @@ pub fn run(
             let mut loaded: Vec<Loaded<'_>> = ranks
                 .iter()
                 .zip(&inputs)
-                .map(|(r, i)| Loaded::new(&gpu, r, i))
+                .map(|(r, i)| Loaded::new(&gpu, r, ptx, i))
                 .collect::<Result<_>>()?;
             // One staging buffer per exchange: the stacked tensor, copied to every rank.
             let mut stages: Vec<Buffer> = ranks[0]
@@ -454,12 +463,12 @@ pub fn time_reductions(rank0: &Rank<Program>, rounds: u32, reps: u32) -> Result<
 /// not depend on the values). Returns (phase, kernel, time).
 pub fn time_kernels(
     gpu: &Gpu,
-    rank: &Rank<Program>,
+    (rank, ptx): (&Rank<Program>, &PtxHeader),
     inputs: &[Tensor],
     rounds: u32,
 ) -> Result<Vec<(usize, String, Timing)>> {
     let mine = shard(rank, inputs)?;
-    let mut loaded = [Loaded::new(gpu, rank, &mine)?];
+    let mut loaded = [Loaded::new(gpu, rank, ptx, &mine)?];
     let mut stages: Vec<Buffer> = rank
         .exchanges()
         .map(|e| Buffer::alloc(gpu, (e.ty.size_bytes() * rank.tp as u64).max(1) as usize))

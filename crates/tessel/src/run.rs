@@ -113,7 +113,7 @@ pub fn run(
                 let (transport, how) = crate::ranks::Transport::choose(ranks.len() as u32);
                 println!("  ranks: {how}");
                 (
-                    crate::ranks::run(ranks, &inputs, transport, None)?.0,
+                    crate::ranks::run(ranks, &step.compiled.ptx, &inputs, transport, None)?.0,
                     "on the GPU, wall clock: upload, kernels, all-gathers and download",
                 )
             }
@@ -129,7 +129,7 @@ pub fn run(
                 )
             }
             (Ok(g), None) => (
-                device::run_once(g, p, &inputs)?,
+                device::run_once(g, p, &step.compiled.ptx, &inputs)?,
                 "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
                  the kernels alone",
             ),

@@ -105,7 +105,7 @@ pub fn tp_check(
                 let (got, how) = match &gpu {
                     Some(_) => {
                         let (t, how) = Transport::choose(*n);
-                        (ranks::run(rs, &inputs, t, None)?.0, how)
+                        (ranks::run(rs, &step.compiled.ptx, &inputs, t, None)?.0, how)
                     }
                     None => (
                         tessel_ref::ranks::run_ranks(rs, &inputs)?,

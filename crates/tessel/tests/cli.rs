@@ -954,10 +954,22 @@ fn build_and_explain_take_a_named_target_without_a_gpu() {
         assert!(o.status.success(), "{t}");
         assert!(t.contains(&format!("from preset `{name}`")), "{t}");
         let ptx = std::fs::read_to_string(d.join("out/s.ptx")).expect("ptx written");
-        assert!(ptx.contains(".target sm_90"), "{ptx}");
+        // The header comes from the target, through the compiled step: Hopper's `a` target,
+        // whose wgmma and setmaxnreg the presets have.
+        assert!(ptx.contains("\n.version 8.0\n.target sm_90a\n"), "{ptx}");
         let o = tessel(&d, &["explain", "n.tsl", "--dim", "N=8", "--target", name]);
         let t = text(&o);
         assert!(o.status.success() && t.contains("target: NVIDIA H"), "{t}");
+        assert!(
+            t.contains(
+                "sm_90a, 132 SMs, 227 KiB shared memory per CTA, wgmma, TMA, setmaxnreg, clusters"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("PTX header: .version 8.0, .target sm_90a"),
+            "{t}"
+        );
     }
     let o = tessel(&d, &["build", "n.tsl", "--dim", "N=8", "--target", "a100"]);
     assert_eq!(o.status.code(), Some(2));

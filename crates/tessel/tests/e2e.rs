@@ -1,6 +1,7 @@
 //! End-to-end tests through the whole pipeline, without a GPU (design §9):
-//! - every example's PTX is snapshotted in `golden/` and assembled by ptxas 13.0 for sm_90,
-//!   with registers and spills reported;
+//! - every example's PTX is snapshotted in `golden/` and assembled by ptxas 13.0 for the
+//!   target its header names (`sm_90a`, the default H200 preset's), with registers and
+//!   spills reported;
 //! - every example's outputs, in every profile, for fixed seeds, as digests in `golden/`
 //!   (`digests__*.snap`), so a change in numerics shows in review as a PTX change does;
 //! - no emitted PTX uses an approximate instruction or flushes denormals;
@@ -12,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessel_ir::DType;
-use tessel_passes::{check, compile, Options};
+use tessel_passes::{check, compile, Options, PtxHeader};
 use tessel_ptx::PtxOptions;
 use tessel_ref::{error_stats, eval_graph, run_program, Tensor};
 
@@ -45,6 +46,8 @@ struct Step {
     name: String,
     checked: tessel_ir::graph::Graph,
     program: tessel_ir::kernel::Program,
+    /// The PTX header the step was compiled under (from the default target).
+    header: PtxHeader,
 }
 
 fn compile_file_with(
@@ -80,14 +83,17 @@ fn compile_file_with(
                 name,
                 checked,
                 program: c.program,
+                header: c.ptx,
             }
         })
         .collect()
 }
 
-fn ptx(p: &tessel_ir::kernel::Program) -> String {
+/// The PTX module of `p` under `h`, the header of the step it was compiled in (as the CLI
+/// writes it).
+fn ptx(p: &tessel_ir::kernel::Program, h: &PtxHeader) -> String {
     let ks: Vec<_> = p.kernels.values().collect();
-    tessel_ptx::write_module(&ks, &PtxOptions::default()).expect("ptx")
+    tessel_ptx::write_module(&ks, &PtxOptions::with_header(h.version, &h.target)).expect("ptx")
 }
 
 /// The golden cases: every Qwen3-14B example at T = 4096 in the default (`exact`) profile,
@@ -136,7 +142,7 @@ fn golden_ptx_of_every_example_assembles() {
             format!("__{}_{}", profile.name(), d.join("_"))
         };
         for step in compile_file_with(&path, &dims, profile) {
-            let text = ptx(&step.program);
+            let text = ptx(&step.program, &step.header);
             let mut settings = insta::Settings::clone_current();
             settings.set_snapshot_path(root().join("golden"));
             settings.set_prepend_module_to_snapshot(false);
@@ -154,9 +160,11 @@ fn golden_ptx_of_every_example_assembles() {
                 )
             });
             if let Some(ptxas) = &ptxas {
-                let report = ptxas.assemble(&text, "sm_90").unwrap_or_else(|e| {
-                    panic!("{stem}:{}: ptxas rejected the PTX: {e}", step.name)
-                });
+                let report = ptxas
+                    .assemble(&text, &step.header.target)
+                    .unwrap_or_else(|e| {
+                        panic!("{stem}:{}: ptxas rejected the PTX: {e}", step.name)
+                    });
                 for k in report.kernels() {
                     println!(
                         "{stem}:{} {}: {} registers, {} B stack, spills {} B stored / {} B loaded",
@@ -196,7 +204,7 @@ fn no_approximate_instructions_in_any_emitted_ptx() {
         .flat_map(|f| profiles.iter().map(move |&p| (f, p)))
     {
         for step in compile_file_with(path, &dims, profile) {
-            let text = ptx(&step.program);
+            let text = ptx(&step.program, &step.header);
             for bad in [
                 "sin.approx",
                 "cos.approx",
@@ -228,8 +236,8 @@ fn no_approximate_instructions_in_any_emitted_ptx() {
 
 /// Matmuls of widening casts of 16-bit tensors (tests/programs/widened_matmul.tsl) in every
 /// schedule — the SIMT GEMV and tile, split-K, the tensor-core GEMV and tile on bf16/f16
-/// fragments — assemble with ptxas for sm_90 without spills, with no approximate
-/// instruction.
+/// fragments — assemble with ptxas for their target (sm_90a) without spills, with no
+/// approximate instruction.
 #[test]
 fn widened_matmul_ptx_assembles() {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
@@ -245,14 +253,14 @@ fn widened_matmul_ptx_assembles() {
             let dims = [("M", m), ("K", k), ("N", n)];
             for step in compile_file_with(&path, &dims, profile) {
                 let what = format!("{} M={m} K={k} N={n} {}", step.name, profile.name());
-                let text = ptx(&step.program);
+                let text = ptx(&step.program, &step.header);
                 assert!(
                     !text.contains(".approx") && !text.contains(".ftz"),
                     "{what}"
                 );
                 if let Some(ptxas) = &ptxas {
                     let report = ptxas
-                        .assemble(&text, "sm_90")
+                        .assemble(&text, &step.header.target)
                         .unwrap_or_else(|e| panic!("{what}: ptxas rejected the PTX: {e}"));
                     for kr in report.kernels() {
                         assert!(!kr.spills(), "{what}: {} spills", kr.name);
@@ -264,8 +272,9 @@ fn widened_matmul_ptx_assembles() {
 }
 
 /// The ops along an axis (tests/programs/select_scan.tsl: argmax/argmin, topk, logsumexp and
-/// the cumsum scan kernel) assemble with ptxas for sm_90 in every profile, without spills or
-/// approximate instructions, at a row length that is no multiple of a chunk or vector.
+/// the cumsum scan kernel) assemble with ptxas for their target (sm_90a) in every profile,
+/// without spills or approximate instructions, at a row length that is no multiple of a
+/// chunk or vector.
 #[test]
 fn select_scan_ptx_assembles() {
     let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
@@ -274,14 +283,14 @@ fn select_scan_ptx_assembles() {
         for &profile in &tessel_passes::Profile::ALL {
             for step in compile_file_with(&path, &[("T", t), ("D", d)], profile) {
                 let what = format!("{} T={t} D={d} {}", step.name, profile.name());
-                let text = ptx(&step.program);
+                let text = ptx(&step.program, &step.header);
                 assert!(
                     !text.contains(".approx") && !text.contains(".ftz"),
                     "{what}"
                 );
                 if let Some(ptxas) = &ptxas {
                     let report = ptxas
-                        .assemble(&text, "sm_90")
+                        .assemble(&text, &step.header.target)
                         .unwrap_or_else(|e| panic!("{what}: ptxas rejected the PTX: {e}"));
                     for kr in report.kernels() {
                         assert!(!kr.spills(), "{what}: {} spills", kr.name);
@@ -508,7 +517,7 @@ fn mutated_programs_never_panic_anywhere_in_the_pipeline() {
                     let Ok(c) = compile(&g, &opts) else {
                         return false;
                     };
-                    let _ = ptx(&c.program);
+                    let _ = ptx(&c.program, &c.ptx);
                     let inputs: Vec<Tensor> = c
                         .program
                         .inputs

@@ -6,18 +6,18 @@
 //! A CTA owns 16 query rows per warp of one batch entry of K and V; row `r` is query
 //! position `r / pack` of packed head `r mod pack` (the query heads sharing a K/V head),
 //! so K and V are read once for all of them. Q's tile is copied once and kept in registers
-//! as A fragments. Keys go in blocks of `block_n` through a double-buffered ring of K and V
-//! tiles (16-byte `cp.async`, zero-filled past the last key, 16-byte chunks swizzled as in
-//! `ring.rs`). Per block a warp computes its 16 × block_n scores with K's tile as the B
-//! operand (`ldmatrix`), evaluates the logits' elementwise cone per score (with the
-//! matmul's value standing in, rounded to its dtype), updates the running maximum and sum
-//! of its rows, and multiplies the probabilities — rounded to V's dtype and repacked from
-//! accumulator to A fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's
-//! tile read transposed (`ldmatrix.trans`).
+//! as A fragments. Keys go in blocks of `block_n` through a double-buffered ring of K and V tiles
+//! (16-byte `cp.async`, zero-filled past the last key, 16-byte chunks swizzled by the ring's
+//! `StageLayout`, `ring/layout.rs`). Per block a warp computes its 16 × block_n scores with K's
+//! tile as the B operand (`ldmatrix`), evaluates the logits' elementwise cone per score (with the
+//! matmul's value standing in, rounded to its dtype), updates the running maximum and sum of its
+//! rows, and multiplies the probabilities — rounded to V's dtype and repacked from accumulator to A
+//! fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's tile read transposed
+//! (`ldmatrix.trans`).
 
 use super::attention_parts::{BoundAt, KvCopy, LaneRow, QChunk};
 use super::fragments::{one_operand, FragSrc};
-use super::ring::{Operand2d, Ring};
+use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::analysis::attention_shape;
 use crate::schedule::attention_shared_bytes;
@@ -152,20 +152,16 @@ impl Gen<'_> {
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_q = Ring {
             base,
-            rows: bm,
-            cols: d,
-            esz,
+            layout: StageLayout::rows(bm, d, esz),
         };
         let k_at = self.b.op(
             RegType::U32,
             Op::IAdd,
-            &[base.into(), Operand::U32(bm * d * esz)],
+            &[base.into(), Operand::U32(ring_q.stage_bytes())],
         );
         let ring_k = Ring {
             base: k_at,
-            rows: block_n,
-            cols: d,
-            esz,
+            layout: StageLayout::rows(block_n, d, esz),
         };
         let v_at = self.b.op(
             RegType::U32,
@@ -174,9 +170,7 @@ impl Gen<'_> {
         );
         let ring_v = Ring {
             base: v_at,
-            rows: block_n,
-            cols: e,
-            esz,
+            layout: StageLayout::rows(block_n, e, esz),
         };
 
         // Packed row r of the batch entry: whether it is a real row, its batch index (the

@@ -7,7 +7,7 @@
 //! dkv kernel). Its tiles of the score matmuls' row-side operands (q and dO, or k and v)
 //! are copied once into shared memory; the other side is walked in blocks of `block_n`
 //! through a two-stage ring of 16-byte `cp.async` copies (zero past the end, chunks
-//! swizzled as in `ring.rs`). Per block a warp computes its 16 × block_n scores of each
+//! swizzled as in `ring/layout.rs`). Per block a warp computes its 16 × block_n scores of each
 //! score matmul — one mma per 16 of the head dim, in order from 0, row-side fragments as
 //! A: the dkv kernel's `k·qᵀ` is the dq kernel's `q·kᵀ` transposed, bit for bit (tensor
 //! cores' products are symmetric in their operands; tests/gpu/mma_symmetry.sh) — then
@@ -21,7 +21,7 @@
 
 use super::attention_parts::{BoundAt, LaneRow};
 use super::fragments::{one_operand, FragSrc};
-use super::ring::{Operand2d, Ring};
+use super::ring::{Operand2d, Ring, StageLayout};
 use super::rows::reduce_identity;
 use super::{Gen, Ix, LowerError};
 use crate::attention_bwd::{product, Product, Side};
@@ -240,9 +240,7 @@ impl Gen<'_> {
                 .op(RegType::U32, Op::IAdd, &[base.into(), Operand::U32(at)]);
             let ring = Ring {
                 base: rb,
-                rows: bm,
-                cols: t.width,
-                esz,
+                layout: StageLayout::rows(bm, t.width, esz),
             };
             at += ring.stage_bytes();
             res_rings.push(ring);
@@ -254,9 +252,7 @@ impl Gen<'_> {
                 .op(RegType::U32, Op::IAdd, &[base.into(), Operand::U32(at)]);
             let ring = Ring {
                 base: rb,
-                rows: block_n,
-                cols: t.width,
-                esz,
+                layout: StageLayout::rows(block_n, t.width, esz),
             };
             at += 2 * ring.stage_bytes();
             let base_off = self.view_offset(&t.view, &batch);
@@ -612,7 +608,7 @@ impl Gen<'_> {
                 let rs = gen.imul_c(Ix::R(rd), st.ring.stage_bytes() as u64);
                 let rs = match sb {
                     Some(r) => {
-                        let o = gen.imul_c(Ix::R(r), (SUB_N * st.ring.row_bytes()) as u64);
+                        let o = gen.imul_c(Ix::R(r), (SUB_N * st.ring.layout.row_pitch()) as u64);
                         gen.iadd(rs, o)
                     }
                     None => rs,

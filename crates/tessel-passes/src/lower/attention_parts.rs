@@ -2,13 +2,11 @@
 //! the copies of Q, K and V tiles into shared memory, index and bound helpers, and
 //! flash-decoding's second kernel, which merges the key ranges.
 
-use super::ring::Ring;
+use super::ring::{Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::analysis::attention_shape;
 use crate::view::StridedView;
-use tessel_ir::kernel::{
-    CpAsyncCache, FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width,
-};
+use tessel_ir::kernel::{FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width};
 use tessel_ir::{DType, Reg, Shape, Value};
 
 /// A row's key bound (i32) at its index `[.., row, 0]` in the logits' shape: keys at or
@@ -102,13 +100,13 @@ impl Gen<'_> {
     }
 
     /// [`KvCopy::origins`] for K and V: a thread's first chunk, when the threads' passes over
-    /// a tile cover whole rows in multiples of 8 (the swizzle repeats every 8 rows, so a
-    /// later pass's shared offset is the first's plus whole rows).
+    /// a tile cover whole rows in multiples of the swizzle's period ([`StageLayout::PERIOD`]
+    /// rows, so a later pass's shared offset is the first's plus whole row pitches).
     pub(super) fn kv_origins(&mut self, c: &KvCopy<'_>) -> [Option<ChunkOrigin>; 2] {
         [c.k, c.v].map(|(_, base_off, _, ring, width)| {
             let chunks = width / 8;
             let regular = c.threads % chunks == 0
-                && (c.threads / chunks) % 8 == 0
+                && (c.threads / chunks) % StageLayout::PERIOD == 0
                 && (c.block_n * chunks) % c.threads == 0;
             regular.then(|| {
                 let row = self.idiv_c(Ix::R(c.tid), chunks as u64);
@@ -416,45 +414,6 @@ impl Gen<'_> {
         off
     }
 
-    /// One 16-byte `cp.async.cg` of elements `off ..` of `base` into shared memory at
-    /// `sbase + soff`, zero-filled unless `inside`.
-    pub(super) fn cp_async_16(
-        &mut self,
-        base: Value,
-        off: Ix,
-        (sbase, soff): (Reg, Ix),
-        inside: Reg,
-    ) {
-        let oo = self.ix_op(off);
-        let bytes = self
-            .b
-            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
-        let ptr = self.ptr[&base];
-        let src = self
-            .b
-            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
-        let src = self.b.op(
-            RegType::U64,
-            Op::Select,
-            &[inside.into(), src.into(), ptr.into()],
-        );
-        let nbytes = self.b.op(
-            RegType::U32,
-            Op::Select,
-            &[inside.into(), Operand::U32(16), Operand::U32(0)],
-        );
-        let dst = self.shared_addr(sbase, soff);
-        self.b.push(Stmt::CpAsync {
-            cache: CpAsyncCache::Cg,
-            bytes: 16,
-            dst,
-            dst_offset: 0,
-            src,
-            src_offset: 0,
-            src_bytes: Some(nbytes.into()),
-        });
-    }
-
     /// Issues the copies of the K and V tiles of keys `j0 .. j0 + block_n` into stage
     /// `stage` of their rings.
     pub(super) fn issue_kv(&mut self, c: &KvCopy<'_>, stage: Ix, j0: Ix) -> Result<(), LowerError> {
@@ -474,7 +433,8 @@ impl Gen<'_> {
                     let ko = self.imul_c(kc, key_stride);
                     let off = self.iadd(o.global, ko);
                     let so = self.iadd(st, o.shared);
-                    let so = self.iadd(so, Ix::C(i * rows_per_pass * ring.row_bytes() as u64));
+                    let pitch = ring.layout.row_pitch() as u64;
+                    let so = self.iadd(so, Ix::C(i * rows_per_pass * pitch));
                     self.cp_async_16(view.base, off, (ring.base, so), inside);
                 }
                 continue;
@@ -523,7 +483,7 @@ pub(super) struct KvCopy<'v> {
     pub(super) k: (&'v StridedView, Ix, u64, Ring, u32),
     pub(super) v: (&'v StridedView, Ix, u64, Ring, u32),
     /// For K and V, where every pass of the threads over a tile covers whole rows, a
-    /// multiple of the swizzle's period of 8 (`kv_origins`): the thread's first chunk,
+    /// multiple of the swizzle's period (`kv_origins`): the thread's first chunk,
     /// computed once before the key loop, from which every other chunk is a constant
     /// number of rows further on. `None`: each chunk is computed from scratch.
     pub(super) origins: [Option<ChunkOrigin>; 2],

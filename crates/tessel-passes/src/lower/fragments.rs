@@ -126,10 +126,11 @@ pub(super) fn one_operand(
 /// The sources of one operand's `count` fragments (A) or fragment pairs (B), 16 outer rows
 /// apart from `outer0`, for every k step of a slice of `bk`.
 ///
-/// Rows 16 apart have the same swizzle (its period is at most 8 rows), so a fragment 16·f
-/// rows further down is the same offset plus 16·f row lengths, an immediate: the
-/// K-contiguous layouts (rows are m or n) need one offset per k step, the transposed ones
-/// (rows are k, steps of 8 or 16 rows) one per fragment.
+/// Rows 16 apart have the same swizzle (its period, `StageLayout::PERIOD`, is 8 rows), so a
+/// fragment 16·f rows further down is the same offset plus 16·f row pitches
+/// (`StageLayout::row_pitch`), an immediate: the K-contiguous layouts (rows are m or n) need
+/// one offset per k step, the transposed ones (rows are k, steps of 8 or 16 rows) one per
+/// fragment.
 fn operand_frags(
     gen: &mut Gen<'_>,
     (shape, bk): (MmaShape, u32),
@@ -142,7 +143,7 @@ fn operand_frags(
     let kstep = shape.k() as u64;
     // Element columns per 8-wide ldmatrix matrix column: 8 16-bit or 4 f32 elements.
     let half = if tf32 { 4 } else { 8 };
-    let row_bytes = ring.row_bytes() as i32;
+    let pitch = ring.layout.row_pitch() as i32;
     let (o_sel, k_sel) = role.halves(lane.j_lo, lane.j_hi);
     // The lane's ldmatrix row, once: (outer row, k column) stored K-contiguous, (k row,
     // outer column offset) stored transposed. TF32 stored transposed has none: ldmatrix
@@ -174,13 +175,13 @@ fn operand_frags(
             step.push(match row_of_lane {
                 Some(_) if op.k_contiguous => {
                     let off = step_off.expect("computed for K-contiguous operands");
-                    FragSrc::Ldmatrix(off, 16 * f as i32 * row_bytes)
+                    FragSrc::Ldmatrix(off, 16 * f as i32 * pitch)
                 }
                 Some((row, oc)) => {
                     let outer = gen.iadd(outer0, Ix::C(16 * f));
                     let col = gen.iadd(outer, oc);
                     let off = gen.ring_offset(ring, row, col);
-                    FragSrc::Ldmatrix(off, kk as i32 * row_bytes)
+                    FragSrc::Ldmatrix(off, kk as i32 * pitch)
                 }
                 None => {
                     // Register r: outer g + 8·o, k t + 4·q, with (o, q) the halves of r.

@@ -1,6 +1,7 @@
 //! The tensor-core tile ([`TileConfig::Mma`]): `mma.sync` over the shared-memory ring of
-//! `ring.rs`, fragments from `fragments.rs`, the epilogue of `epilogue.rs`. When it is
-//! chosen: `schedule.rs`; the order of every sum: `schedule::reduction_order`.
+//! `ring/` (stages in its `StageLayout`, filled by its `cp.async` loader), fragments from
+//! `fragments.rs`, the epilogue of `epilogue.rs`. When it is chosen: `schedule.rs`; the
+//! order of every sum: `schedule::reduction_order`.
 //!
 //! Measured on the H200 and chosen against alternatives: docs/perf/2026-11-29-h200-issue3-part2.md.
 //!
@@ -12,7 +13,7 @@
 use super::epilogue::WarpTile;
 use super::fragments::FragPlan;
 use super::matmul::split_range;
-use super::ring::{Operand2d, Ring};
+use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
@@ -130,9 +131,7 @@ impl Gen<'_> {
             };
             Ring {
                 base,
-                rows,
-                cols,
-                esz,
+                layout: StageLayout::rows(rows, cols, esz),
             }
         };
         let ra = ring_of(&a, bm, base);

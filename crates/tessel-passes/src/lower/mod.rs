@@ -28,7 +28,9 @@
 //! main loop; `attention_parts`: tile copies, key bounds, flash-decoding's merge kernel),
 //! `update` (an in-place update, over its rows only), `scan` (a cumsum); the pieces the
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
-//! (shared-memory ring, swizzle, `cp.async`), `fragments` (tensor-core operand fragments).
+//! (shared-memory ring: `ring/layout.rs` the stage layout and swizzle, `ring/cp_async.rs`
+//! the `cp.async` loader, `ring/source.rs` what a tile is read from), `fragments`
+//! (tensor-core operand fragments).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
 mod attention;

@@ -65,8 +65,8 @@
 //!    every M — LoRA's `x·Aᵀ` and `dY·B` at decode sizes, which one CTA would otherwise walk
 //!    alone.
 
-use super::widest_vector;
-use crate::target::{Profile, Target};
+use super::{offers, widest_vector};
+use crate::target::{Features, Profile, Target};
 use tessel_ir::graph::{Graph, MatmulRead, MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
 use tessel_ir::{DType, Value};
@@ -232,11 +232,27 @@ pub fn mma_shared_bytes(
     }
 }
 
-/// A candidate tensor-core tile: when it applies, and its `(bm, bn, warps_m, warps_n)`.
+/// A candidate tensor-core tile: the target features its kernel needs, when it applies, and
+/// its `(bm, bn, warps_m, warps_n)`.
 struct MmaRow {
     name: &'static str,
+    /// Tried only on a target that has these ([`offers`]); none for the `mma.sync` tiles.
+    needs: Features,
     applies: fn(&MatmulShape, &Target) -> bool,
     tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
+}
+
+/// The rows of `rows` that apply to `s`, in order, leaving out those that need a feature
+/// the target lacks ([`offers`]) — with, for each of these, why, in words.
+fn tried<'r>(rows: &'r [MmaRow], s: &MatmulShape, t: &Target) -> (Vec<&'r MmaRow>, Vec<String>) {
+    let (mut ok, mut lacking) = (Vec::new(), Vec::new());
+    for row in rows.iter().filter(|r| (r.applies)(s, t)) {
+        match offers(t, row.needs) {
+            Ok(()) => ok.push(row),
+            Err(missing) => lacking.push(format!("{} needs {missing}", row.name)),
+        }
+    }
+    (ok, lacking)
 }
 
 /// A side of a skinny tile: the dim rounded up to a power of two, at least 16.
@@ -248,26 +264,31 @@ fn pow2(x: u64) -> u32 {
 const MMA_TILES: [MmaRow; 5] = [
     MmaRow {
         name: "skinny-N",
+        needs: Features::NONE,
         applies: |s, _| s.n <= 64,
         tile: |s| (64, pow2(s.n), 4, 1),
     },
     MmaRow {
         name: "skinny-M",
+        needs: Features::NONE,
         applies: |s, _| s.m <= 64,
         tile: |s| (pow2(s.m), 128, 1, 4),
     },
     MmaRow {
         name: "short-K (the output's stores dominate: many small CTAs)",
+        needs: Features::NONE,
         applies: |s, _| s.k <= 32,
         tile: |_| (64, 64, 2, 2),
     },
     MmaRow {
         name: "large",
+        needs: Features::NONE,
         applies: |s, t| s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= t.sm_count as u64,
         tile: |_| (128, 256, 2, 4),
     },
     MmaRow {
         name: "mid-size (128-tiles would leave SMs idle)",
+        needs: Features::NONE,
         applies: |_, _| true,
         tile: |_| (64, 64, 2, 2),
     },
@@ -548,7 +569,8 @@ fn mma(
     let slices = s.k.div_ceil(bk as u64).max(1) as u32;
     let sms = t.sm_count as u64;
     let mut too_big = Vec::new();
-    for row in MMA_TILES.iter().filter(|r| (r.applies)(s, t)) {
+    let (rows_tried, lacking) = tried(&MMA_TILES, s, t);
+    for row in rows_tried {
         let (bm, mut bn, warps_m, warps_n) = (row.tile)(s);
         if let Some(d) = rows {
             bn = bn.max(d as u32);
@@ -624,8 +646,13 @@ fn mma(
         };
         return Ok((tile, why));
     }
+    let lacking = if lacking.is_empty() {
+        String::new()
+    } else {
+        format!("; {}", lacking.join(", "))
+    };
     Err(NotApplicable(format!(
-        "no tile fits the {} bytes of shared memory a CTA may have ({})",
+        "no tile fits the {} bytes of shared memory a CTA may have ({}){lacking}",
         t.max_shared_per_cta,
         too_big.join(", ")
     )))
@@ -688,5 +715,89 @@ fn split_why(split: u32, tiles: u64) -> String {
         )
     } else {
         String::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(m: u64, n: u64, k: u64) -> MatmulShape {
+        MatmulShape {
+            batch: 1,
+            m,
+            n,
+            k,
+            rhs_k_contiguous: true,
+            lhs_k_contiguous: true,
+            operands_2d: true,
+            read: DType::Bf16,
+            widened: false,
+            views: false,
+        }
+    }
+
+    /// A row that needs an sm_90a feature is tried on the Hopper presets and left out, with
+    /// the reason, on a target without it; rows that need nothing are tried everywhere.
+    #[test]
+    fn rows_needing_a_feature_are_tried_only_where_the_target_has_it() {
+        let rows = [
+            MmaRow {
+                name: "warpgroup",
+                needs: Features {
+                    wgmma: true,
+                    tma: true,
+                    ..Features::NONE
+                },
+                applies: |_, _| true,
+                tile: |_| (128, 256, 2, 4),
+            },
+            MmaRow {
+                name: "mma.sync",
+                needs: Features::NONE,
+                applies: |_, _| true,
+                tile: |_| (64, 64, 2, 2),
+            },
+        ];
+        let s = shape(4096, 4096, 4096);
+        let (ok, lacking) = tried(&rows, &s, &Target::h200());
+        let names: Vec<&str> = ok.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["warpgroup", "mma.sync"]);
+        assert!(lacking.is_empty(), "{lacking:?}");
+
+        let sm80 = Target {
+            name: "an sm_80 machine".into(),
+            compute_capability: (8, 0),
+            features: Features::NONE,
+            ..Target::h200()
+        };
+        let (ok, lacking) = tried(&rows, &s, &sm80);
+        let names: Vec<&str> = ok.iter().map(|r| r.name).collect();
+        assert_eq!(names, ["mma.sync"]);
+        assert_eq!(
+            lacking,
+            ["warpgroup needs wgmma, TMA, which the target (an sm_80 machine, sm_80) lacks"]
+        );
+
+        // A later machine keeps TMA but not wgmma (sm_90a's alone).
+        let later = Target {
+            name: "a later machine".into(),
+            compute_capability: (10, 0),
+            features: Features::of_compute_capability((10, 0)),
+            ..Target::h200()
+        };
+        let (_, lacking) = tried(&rows, &s, &later);
+        assert_eq!(
+            lacking,
+            ["warpgroup needs wgmma, which the target (a later machine, sm_100) lacks"]
+        );
+    }
+
+    /// Today's tensor-core tiles are `mma.sync` (sm_80): they need no feature.
+    #[test]
+    fn the_mma_sync_tiles_need_no_feature() {
+        for row in &MMA_TILES {
+            assert_eq!(row.needs, Features::NONE, "{}", row.name);
+        }
     }
 }

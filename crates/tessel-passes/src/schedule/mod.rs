@@ -28,7 +28,7 @@ pub use matmul::{
     swaps_last_two, MatmulShape, STAGED_ROW_PAD,
 };
 
-use crate::target::{Profile, Target};
+use crate::target::{Features, Profile, Target};
 use tessel_ir::graph::{
     cumsum_chunk, Fusion, Graph, GroupOps, Op, Schedule, Schedules, TileConfig,
 };
@@ -50,6 +50,28 @@ pub fn run(
         s[grp] = Some(choose(g, fusion, grp, target, (profile, split_k)));
     }
     s
+}
+
+/// Whether `t` has every feature `needed` (a candidate schedule's wgmma, TMA, setmaxnreg,
+/// clusters: [`Features`]), or the ones it lacks in words, for the reason of the schedule
+/// chosen instead: a schedule that needs an sm_90a feature is never chosen for a target
+/// without it, and the PTX header (`Target::ptx_target`) follows the target.
+pub fn offers(t: &Target, needed: Features) -> Result<(), String> {
+    if t.features.covers(needed) {
+        return Ok(());
+    }
+    let have = t.features.names();
+    let missing: Vec<&str> = needed
+        .names()
+        .into_iter()
+        .filter(|n| !have.contains(n))
+        .collect();
+    Err(format!(
+        "{}, which the target ({}, {}) lacks",
+        missing.join(", "),
+        t.name,
+        t.ptx_target()
+    ))
 }
 
 fn choose(
