@@ -1,0 +1,191 @@
+//! Tests of the executor's internals: the per-warp scheduler's waits (no kernel-IR
+//! statement polls yet, so a test-only instruction stands in for `mbarrier.try_wait`) and
+//! the lockstep order against the structured interpreter it replaced.
+
+use super::cta::Cta;
+use super::flat::Inst;
+use super::memory::{GlobalBuf, GlobalMem};
+use super::slots::{assign_slots, Action, SlotKernel};
+use super::{launch_params, ExecError};
+use tessel_ir::kernel::{
+    Builder, ICmp, Kernel, LaunchArg, Op, Operand, ParamKind, RegType, Space, Special, Stmt, Width,
+};
+use tessel_ir::{BufferId, DType, Reg};
+use tessel_testkit::build::{kernel, param_gaddr, ptr, r, store, u};
+
+/// The `r32` slot of a 32-bit register: its place among the kernel's 32-bit registers.
+fn slot32(k: &Kernel, reg: Reg) -> u32 {
+    k.regs
+        .iter()
+        .take_while(|(x, _)| *x != reg)
+        .filter(|(_, t)| **t != RegType::U64)
+        .count() as u32
+}
+
+/// Runs CTA 0 of `sk` over `bufs` (every buffer writable); the buffers after the run.
+fn run_cta(
+    sk: &SlotKernel,
+    bufs: &[Vec<u8>],
+    args: &[LaunchArg],
+    legacy: bool,
+) -> (Result<u64, ExecError>, Vec<Vec<u8>>) {
+    let mem = GlobalMem {
+        bufs: bufs
+            .iter()
+            .enumerate()
+            .map(|(i, b)| GlobalBuf::new(format!("buf{i}"), b, false))
+            .collect(),
+    };
+    let params = launch_params(sk, &mem, args).unwrap();
+    let mut cta = Cta::new(sk, &mem, &params, legacy);
+    let mut res = Ok(0);
+    let grid: u64 = sk.grid.iter().map(|&g| g as u64).product();
+    for c in 0..grid {
+        if let Err(e) = cta.run(c) {
+            res = Err(e);
+            break;
+        }
+    }
+    let res = res.map(|_| cta.lane_instructions);
+    (res, mem.bufs.iter().map(|b| b.to_bytes()).collect())
+}
+
+/// Warp 0 waits until the shared flag of its lane is `want`, then copies the shared data
+/// word of its lane to `out`; warp 1 writes the data (`100 + lane`), then the flag
+/// (`flag`). The wait stands where the marker `cp.async.wait 77` is.
+fn flag_kernel(flag: u32) -> SlotKernel {
+    let mut k = kernel("flag", vec![ptr("out", DType::F32, true)], 64, 1);
+    let flags = k.new_shared(128, 4);
+    let data = k.new_shared(128, 4);
+    let mut b = Builder::new(&mut k);
+    let tid = b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+    let lane = b.op(RegType::U32, Op::Special(Special::LaneId), &[]);
+    let warp = b.op(RegType::U32, Op::ShrU, &[r(tid), u(5)]);
+    let l4 = b.op(RegType::U32, Op::Shl, &[r(lane), u(2)]);
+    let fbase = b.op(RegType::U32, Op::SharedAddr(flags), &[]);
+    let fa = b.op(RegType::U32, Op::IAdd, &[r(fbase), r(l4)]);
+    let dbase = b.op(RegType::U32, Op::SharedAddr(data), &[]);
+    let da = b.op(RegType::U32, Op::IAdd, &[r(dbase), r(l4)]);
+    let want = b.op(RegType::U32, Op::Mov, &[u(1)]);
+    let w0 = b.op(RegType::Pred, Op::ICmp(ICmp::Eq), &[r(warp), u(0)]);
+    // Warp 0: wait, read, store.
+    b.open();
+    b.push(Stmt::CpAsyncWait(77));
+    let v = b.kernel.new_reg(RegType::U32);
+    b.push(Stmt::Load {
+        dsts: vec![v],
+        space: Space::Shared,
+        width: Width::B32,
+        addr: da,
+        offset: 0,
+    });
+    let oa = param_gaddr(&mut b, 0, lane, 4);
+    store(&mut b, Width::B32, Space::Global, oa, &[r(v)]);
+    let then_body = b.close();
+    // Warp 1: data, then flag.
+    b.open();
+    let d = b.op(RegType::U32, Op::IAdd, &[r(lane), u(100)]);
+    store(&mut b, Width::B32, Space::Shared, da, &[r(d)]);
+    store(&mut b, Width::B32, Space::Shared, fa, &[Operand::U32(flag)]);
+    let else_body = b.close();
+    b.push(Stmt::If {
+        cond: w0,
+        then_body,
+        else_body,
+    });
+    b.finish();
+    let (addr, value) = (slot32(&k, fa), slot32(&k, want));
+    let mut sk = assign_slots(&k).unwrap();
+    let at = sk
+        .code
+        .insts
+        .iter()
+        .position(|i| matches!(i, Inst::Do(Action::CpAsyncWait(77))))
+        .unwrap();
+    sk.code.sites.push("body[13].then[0] `wait`".into());
+    let site = sk.code.sites.len() as u32 - 1;
+    sk.code.insts[at] = Inst::WaitWord { addr, value, site };
+    sk
+}
+
+#[test]
+fn a_failed_wait_yields_to_the_other_warps() {
+    // Warp 0 comes first and its flag is not set: it must let warp 1 run, then go on.
+    let sk = flag_kernel(1);
+    let (res, bufs) = run_cta(
+        &sk,
+        &[vec![0; 128]],
+        &[LaunchArg::Buffer(BufferId::from_u32(0))],
+        false,
+    );
+    res.unwrap();
+    let out: Vec<u32> = bufs[0]
+        .chunks(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(out, (100..132).collect::<Vec<u32>>());
+}
+
+#[test]
+fn a_wait_that_nothing_satisfies_is_a_deadlock() {
+    let sk = flag_kernel(2);
+    let (res, _) = run_cta(
+        &sk,
+        &[vec![0; 128]],
+        &[LaunchArg::Buffer(BufferId::from_u32(0))],
+        false,
+    );
+    assert_eq!(
+        res.unwrap_err().to_string(),
+        "kernel `flag`, CTA 0: deadlock: warp 0 waiting at body[13].then[0] `wait` (its condition does not hold); warp 1 exited"
+    );
+}
+
+/// Buffers and arguments for any kernel: 64 KiB of seeded bytes per pointer, `n` for
+/// every scalar.
+fn inputs(k: &Kernel, seed: u64, n: u32) -> (Vec<Vec<u8>>, Vec<LaunchArg>) {
+    let mut bufs = Vec::new();
+    let mut args = Vec::new();
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for p in &k.params {
+        match p.kind {
+            ParamKind::Ptr { .. } => {
+                let bytes = (0..65536)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        // Mostly small f32 and bf16 values, some raw bits.
+                        (x >> 56) as u8 & if x & 3 == 0 { 0xFF } else { 0x3F }
+                    })
+                    .collect();
+                args.push(LaunchArg::Buffer(BufferId::from_u32(bufs.len() as u32)));
+                bufs.push(bytes);
+            }
+            ParamKind::U32 => args.push(LaunchArg::U32(n)),
+        }
+    }
+    (bufs, args)
+}
+
+#[test]
+fn the_lockstep_order_matches_the_tree_interpreter() {
+    let mut kernels = tessel_testkit::kernels::all();
+    kernels.extend(tessel_testkit::mma::all());
+    kernels.push(tessel_testkit::ir::kitchen_sink_kernel());
+    let mut checked = 0;
+    for k in &kernels {
+        let Ok(sk) = assign_slots(k) else { continue };
+        if sk.code.insts.iter().any(|i| matches!(i, Inst::Bar { .. })) {
+            continue;
+        }
+        for (seed, n) in [(1, 64), (2, 1000), (3, 4099)] {
+            let (bufs, args) = inputs(k, seed, n);
+            let old = run_cta(&sk, &bufs, &args, true);
+            let new = run_cta(&sk, &bufs, &args, false);
+            assert_eq!(old, new, "kernel {} seed {seed}", k.name);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "{checked}");
+}
