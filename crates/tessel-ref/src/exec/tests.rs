@@ -189,3 +189,85 @@ fn the_lockstep_order_matches_the_tree_interpreter() {
     }
     assert!(checked >= 30, "{checked}");
 }
+
+/// FNV-1a 64 of a run: its lane count or fault, then every buffer's bytes.
+fn digest(run: &(Result<u64, ExecError>, Vec<Vec<u8>>)) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |bytes: &[u8]| {
+        for &b in bytes {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    match &run.0 {
+        Ok(lanes) => eat(&lanes.to_le_bytes()),
+        Err(e) => eat(e.to_string().as_bytes()),
+    }
+    for b in &run.1 {
+        eat(b);
+    }
+    h
+}
+
+/// Digests ([`digest`]) of every testkit kernel's run on [`inputs`] by the structured
+/// interpreter in CTA-wide lockstep, recorded from it before it was removed: the per-warp
+/// interpreter's default order must give the same lane counts, faults and bytes.
+const LOCKSTEP_DIGESTS: &[(&str, u64, u32, u64)] = &[
+    ("float_ops", 1, 64, 0x6d800bfd2155f255),
+    ("float_ops", 2, 1000, 0x804df457f1e42aaf),
+    ("float_ops", 3, 4099, 0xe6df7a3fbce4395d),
+    ("int_ops", 1, 64, 0xfface2f0db9f9279),
+    ("int_ops", 2, 1000, 0xb3e9c7cf7d4aac67),
+    ("int_ops", 3, 4099, 0x5b43112b2d0f0422),
+    ("memory", 1, 64, 0x4e1576ea8b6a7686),
+    ("memory", 2, 1000, 0xc0740ee8e0b425ba),
+    ("memory", 3, 4099, 0x708ed9eecde36fb7),
+    ("control", 1, 64, 0xc0fa3201939c8623),
+    ("control", 2, 1000, 0xb5f10203bf99c533),
+    ("control", 3, 4099, 0x2c29e4bf3b81fb7a),
+    ("row_sum", 1, 64, 0xdf02b04383fb4ceb),
+    ("row_sum", 2, 1000, 0x2ce01fbb9f6ed596),
+    ("row_sum", 3, 4099, 0xd8a96e56ef6acf4b),
+    ("square_bf16", 1, 64, 0x9657a54b0309b5a0),
+    ("square_bf16", 2, 1000, 0x622b5fb2e458729a),
+    ("square_bf16", 3, 4099, 0xd00f6dcb06661126),
+    ("immediates", 1, 64, 0xc7c2ce0408b32db3),
+    ("immediates", 2, 1000, 0x3332b1e9bb656567),
+    ("immediates", 3, 4099, 0x7c409dbd0371f06c),
+    ("mma_bf16", 1, 64, 0xf4caf1cca4adadc6),
+    ("mma_bf16", 2, 1000, 0xd75a13b2f733aba3),
+    ("mma_bf16", 3, 4099, 0x96b8a998250ae539),
+    ("mma_f16", 1, 64, 0x497404843008b4ce),
+    ("mma_f16", 2, 1000, 0xa41aea9e8793e088),
+    ("mma_f16", 3, 4099, 0xd933580a7c873b14),
+    ("mma_tf32", 1, 64, 0x752d3c83c541176f),
+    ("mma_tf32", 2, 1000, 0xb8fcb07d2f551620),
+    ("mma_tf32", 3, 4099, 0x588f89cc3c40e9f7),
+    ("ldmatrix_all", 1, 64, 0x846d15bdc51bf25d),
+    ("ldmatrix_all", 2, 1000, 0x9174b721d24f8590),
+    ("ldmatrix_all", 3, 4099, 0x2df4bdb0f9591d75),
+    ("cp_async_tail", 1, 64, 0xdea9e1659939848a),
+    ("cp_async_tail", 2, 1000, 0x4d3dc771d1cf0f0f),
+    ("cp_async_tail", 3, 4099, 0x7d3a00799e23c1e9),
+    ("gemm_bf16", 1, 64, 0xaaf3751fa7d60b93),
+    ("gemm_bf16", 2, 1000, 0x05eed0044f1045d1),
+    ("gemm_bf16", 3, 4099, 0x2f856977a0670ec4),
+];
+
+#[test]
+fn the_lockstep_order_keeps_the_structured_interpreters_results() {
+    let mut kernels = tessel_testkit::kernels::all();
+    kernels.extend(tessel_testkit::mma::all());
+    let mut runs = LOCKSTEP_DIGESTS.iter();
+    for k in &kernels {
+        let sk = assign_slots(k).unwrap();
+        for (seed, n) in [(1, 64), (2, 1000), (3, 4099)] {
+            let &(name, s, nn, want) = runs.next().expect("a digest per run");
+            assert_eq!((name, s, nn), (k.name.as_str(), seed, n));
+            let (bufs, args) = inputs(k, seed, n);
+            let got = digest(&run_cta(&sk, &bufs, &args, false));
+            assert_eq!(got, want, "kernel {} seed {seed}: {got:#018x}", k.name);
+        }
+    }
+    assert!(runs.next().is_none());
+}
