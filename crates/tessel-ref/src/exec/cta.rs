@@ -19,10 +19,9 @@
 //! answer here; such races are for `compute-sanitizer racecheck`. Barriers block a warp
 //! until their phase completes; a CTA whose warps all wait is a deadlock error.
 //!
-//! Layout: this file holds the CTA's state, the structured interpreter kept while the
-//! per-warp one is proven, and `Cta::op`, the evaluation of every kernel-IR op; that one
-//! match over every op stays whole (about 330 lines), which is why the file is a little
-//! over 800 lines. The per-warp scheduler is `cta/sched.rs`; memory accesses (`ld`, `st`,
+//! Layout: this file holds the CTA's state, the straight-line statements (`Cta::action`)
+//! and `Cta::op`, the evaluation of every kernel-IR op; that one match over every op stays
+//! whole (about 330 lines), which is why the file is a little over 700 lines. The per-warp scheduler is `cta/sched.rs`; memory accesses (`ld`, `st`,
 //! `cp.async`) are in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`.
 
 mod access;
@@ -31,7 +30,7 @@ mod warp;
 
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
-use super::slots::{Action, SlotKernel, SlotStmt};
+use super::slots::{Action, SlotKernel};
 use super::ExecError;
 use std::collections::VecDeque;
 use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special};
@@ -53,8 +52,6 @@ pub(crate) struct Cta<'a> {
     /// Then-masks per depth, and else-masks saved while the then-arm runs.
     masks: Vec<Vec<u32>>,
     else_masks: Vec<Vec<u32>>,
-    /// Active threads per depth.
-    active: Vec<u32>,
     shared: Vec<u8>,
     ctaid: [u32; 3],
     cta: u64,
@@ -80,9 +77,6 @@ pub(crate) struct Cta<'a> {
     welse: Vec<u32>,
     /// Barrier 0 (`barrier`) and the named barriers 1..=15.
     bars: [sched::Bar; 16],
-    /// Run the structured body in CTA-wide lockstep (the interpreter before per-warp
-    /// contexts), for comparing the two.
-    legacy: bool,
 }
 
 #[inline(always)]
@@ -156,7 +150,7 @@ enum Out {
 }
 
 impl<'a> Cta<'a> {
-    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64], legacy: bool) -> Cta<'a> {
+    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
         let n = k.threads;
         let nw = n.div_ceil(32);
         let mut r32 = vec![!0u32; k.slots32 * n];
@@ -179,7 +173,6 @@ impl<'a> Cta<'a> {
             t64: vec![0; n],
             masks: vec![vec![!0u32; n]; depths],
             else_masks: vec![vec![0u32; n]; depths],
-            active: vec![n as u32; depths],
             shared: vec![0xFF; k.shared_size as usize],
             ctaid: [0; 3],
             cta: 0,
@@ -201,7 +194,6 @@ impl<'a> Cta<'a> {
             wact: vec![0; depths * nw],
             welse: vec![0; depths * nw],
             bars: [sched::Bar::default(); 16],
-            legacy,
         }
     }
 
@@ -226,12 +218,7 @@ impl<'a> Cta<'a> {
         self.cp_open.iter_mut().for_each(Vec::clear);
         self.cp_groups.iter_mut().for_each(VecDeque::clear);
         self.masks[0].fill(!0);
-        self.active[0] = n as u32;
-        if self.legacy {
-            self.block(&self.k.body, 0)
-        } else {
-            self.run_warps()
-        }
+        self.run_warps()
     }
 
     fn fault(
@@ -354,87 +341,6 @@ impl<'a> Cta<'a> {
         }
     }
 
-    /// The whole CTA at depth `d`, for the tree interpreter.
-    fn cta_span(&self, d: usize) -> Span {
-        Span {
-            lo: 0,
-            hi: self.n,
-            d,
-            full: self.active[d] as usize == self.n,
-        }
-    }
-
-    fn block(&mut self, body: &[SlotStmt], d: usize) -> Result<(), ExecError> {
-        for s in body {
-            match s {
-                SlotStmt::Do(a) => {
-                    if a.counts() {
-                        self.lane_instructions += self.active[d] as u64;
-                    }
-                    self.action(a, self.cta_span(d))?;
-                }
-                SlotStmt::If {
-                    cond,
-                    then_body,
-                    else_body,
-                } => {
-                    let n = self.n;
-                    let c = &self.r32[*cond as usize * n..][..n];
-                    let (outer, inner) = self.masks.split_at_mut(d + 1);
-                    let (m, tm, em) = (&outer[d], &mut inner[0], &mut self.else_masks[d + 1]);
-                    let (mut nt, mut ne) = (0u32, 0u32);
-                    for i in 0..n {
-                        let ci = 0u32.wrapping_sub((c[i] != 0) as u32);
-                        tm[i] = m[i] & ci;
-                        em[i] = m[i] & !ci;
-                        nt += tm[i] & 1;
-                        ne += em[i] & 1;
-                    }
-                    if nt > 0 {
-                        self.active[d + 1] = nt;
-                        self.block(then_body, d + 1)?;
-                    }
-                    if ne > 0 && !else_body.is_empty() {
-                        std::mem::swap(&mut self.masks[d + 1], &mut self.else_masks[d + 1]);
-                        self.active[d + 1] = ne;
-                        self.block(else_body, d + 1)?;
-                    }
-                }
-                SlotStmt::For {
-                    var,
-                    start,
-                    end,
-                    step,
-                    body,
-                } => self.for_loop(
-                    *var as usize,
-                    *start as usize,
-                    *end as usize,
-                    *step as usize,
-                    body,
-                    d,
-                )?,
-                SlotStmt::Barrier => {
-                    if self.active[d] as usize != self.n {
-                        return Err(ExecError::DivergentBarrier {
-                            kernel: self.k.name.clone(),
-                            cta: self.cta,
-                            active: self.active[d],
-                            threads: self.n as u32,
-                        });
-                    }
-                }
-                SlotStmt::BarSync { .. } | SlotStmt::BarArrive { .. } => {
-                    return Err(ExecError::Malformed {
-                        kernel: self.k.name.clone(),
-                        msg: "named barriers need the per-warp executor".into(),
-                    })
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// `var = start` for the active threads `lo..hi` at depth `d`, which all enter the
     /// loop: their mask at depth `d + 1` is the one at `d`.
     fn for_init(&mut self, var: usize, start: usize, lo: usize, hi: usize, d: usize, full: bool) {
@@ -463,58 +369,6 @@ impl<'a> Cta<'a> {
             &self.masks[d][lo..hi],
             full,
         );
-    }
-
-    fn for_loop(
-        &mut self,
-        var: usize,
-        start: usize,
-        end: usize,
-        step: usize,
-        body: &[SlotStmt],
-        d: usize,
-    ) -> Result<(), ExecError> {
-        let n = self.n;
-        {
-            // var = start, for the threads active at the loop.
-            let full = self.active[d] as usize == n;
-            self.t32.copy_from_slice(&self.r32[start * n..][..n]);
-            commit32(
-                &mut self.r32[var * n..][..n],
-                &self.t32,
-                &self.masks[d],
-                full,
-            );
-            let (outer, inner) = self.masks.split_at_mut(d + 1);
-            inner[0].copy_from_slice(&outer[d]);
-        }
-        loop {
-            // Narrow to the threads still iterating: var < end (unsigned), end re-read
-            // each iteration as the PTX loop does.
-            let mut cnt = 0u32;
-            {
-                let v = &self.r32[var * n..][..n];
-                let e = &self.r32[end * n..][..n];
-                let m = &mut self.masks[d + 1];
-                for i in 0..n {
-                    m[i] &= 0u32.wrapping_sub((v[i] < e[i]) as u32);
-                    cnt += m[i] & 1;
-                }
-            }
-            if cnt == 0 {
-                return Ok(());
-            }
-            self.active[d + 1] = cnt;
-            self.block(body, d + 1)?;
-            // The body's nested blocks may have swapped in else-masks at depth d + 2, but
-            // depth d + 1 is only written by this loop: its mask is intact.
-            let full = self.active[d + 1] as usize == n;
-            let (v, s) = (var * n, step * n);
-            for i in 0..n {
-                self.t32[i] = self.r32[v + i].wrapping_add(self.r32[s + i]);
-            }
-            commit32(&mut self.r32[v..][..n], &self.t32, &self.masks[d + 1], full);
-        }
     }
 
     /// `dst = op(args)` for every active thread of `sp`: the executor's evaluation of each

@@ -62,16 +62,6 @@ impl GlobalBuf {
     }
 
     /// The buffer's bytes.
-    /// Transitional (with the structured interpreter): puts back bytes taken by
-    /// [`GlobalBuf::to_bytes`].
-    pub fn restore(&self, bytes: &[u8]) {
-        for (w, c) in self.words.iter().zip(bytes.chunks(4)) {
-            let mut b = [0xFFu8; 4];
-            b[..c.len()].copy_from_slice(c);
-            w.store(u32::from_le_bytes(b), Relaxed);
-        }
-    }
-
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out: Vec<u8> = self
             .words

@@ -299,43 +299,6 @@ fn run_launches(
     launches: &[(&Kernel, &[LaunchArg])],
     opts: &ExecOptions,
 ) -> Result<ExecStats, ExecError> {
-    // Transitional: the structured interpreter in CTA-wide lockstep, as before per-warp
-    // contexts, to compare the two while the new one is proven.
-    let legacy = std::env::var_os("TESSEL_EXEC_LEGACY").is_some();
-    // Transitional: TESSEL_EXEC_COMPARE=1 runs every launch by both interpreters and
-    // panics unless memory, lane counts and faults are identical.
-    if std::env::var_os("TESSEL_EXEC_COMPARE").is_some() {
-        let mut stats = ExecStats::default();
-        for &l in launches {
-            let before: Vec<Vec<u8>> = mem.bufs.iter().map(|b| b.to_bytes()).collect();
-            let old = run_launches_in(mem, &[l], opts, true);
-            let old_mem: Vec<Vec<u8>> = mem.bufs.iter().map(|b| b.to_bytes()).collect();
-            for (b, bytes) in mem.bufs.iter().zip(&before) {
-                b.restore(bytes);
-            }
-            let new = run_launches_in(mem, &[l], opts, false);
-            let new_mem: Vec<Vec<u8>> = mem.bufs.iter().map(|b| b.to_bytes()).collect();
-            assert_eq!(old, new, "kernel `{}`: the interpreters disagree", l.0.name);
-            assert!(
-                old_mem == new_mem,
-                "kernel `{}`: the interpreters leave different memory",
-                l.0.name
-            );
-            let s = new?;
-            stats.ctas += s.ctas;
-            stats.lane_instructions += s.lane_instructions;
-        }
-        return Ok(stats);
-    }
-    run_launches_in(mem, launches, opts, legacy)
-}
-
-fn run_launches_in(
-    mem: &GlobalMem,
-    launches: &[(&Kernel, &[LaunchArg])],
-    opts: &ExecOptions,
-    legacy: bool,
-) -> Result<ExecStats, ExecError> {
     let ctas = |k: &Kernel| k.grid.iter().map(|&g| g as u64).product::<u64>();
     let total: u64 = launches.iter().map(|(k, _)| ctas(k)).sum();
     let done = AtomicU64::new(0);
@@ -359,7 +322,7 @@ fn run_launches_in(
         let fault: Mutex<Option<(u64, ExecError)>> = Mutex::new(None);
         let lanes = AtomicU64::new(0);
         (0..n).into_par_iter().for_each_init(
-            || cta::Cta::new(sk, mem, &params, legacy),
+            || cta::Cta::new(sk, mem, &params),
             |st, c| {
                 if c > first_fault.load(Ordering::Relaxed) {
                     return;

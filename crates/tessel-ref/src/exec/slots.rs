@@ -134,8 +134,7 @@ pub(crate) struct SlotKernel {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
-    pub body: Vec<SlotStmt>,
-    /// `body` flattened, for the per-warp interpreter.
+    /// The body, flattened.
     pub code: Code,
 }
 
@@ -519,6 +518,5 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         max_depth: l.max_depth,
         uses_cp_async: l.uses_cp_async,
         code: Code::new(&body),
-        body,
     })
 }

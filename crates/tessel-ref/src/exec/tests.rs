@@ -1,6 +1,6 @@
 //! Tests of the executor's internals: the per-warp scheduler's waits (no kernel-IR
 //! statement polls yet, so a test-only instruction stands in for `mbarrier.try_wait`) and
-//! the lockstep order against the structured interpreter it replaced.
+//! the lockstep order against digests of the structured interpreter it replaced.
 
 use super::cta::Cta;
 use super::flat::Inst;
@@ -27,7 +27,6 @@ fn run_cta(
     sk: &SlotKernel,
     bufs: &[Vec<u8>],
     args: &[LaunchArg],
-    legacy: bool,
 ) -> (Result<u64, ExecError>, Vec<Vec<u8>>) {
     let mem = GlobalMem {
         bufs: bufs
@@ -37,7 +36,7 @@ fn run_cta(
             .collect(),
     };
     let params = launch_params(sk, &mem, args).unwrap();
-    let mut cta = Cta::new(sk, &mem, &params, legacy);
+    let mut cta = Cta::new(sk, &mem, &params);
     let mut res = Ok(0);
     let grid: u64 = sk.grid.iter().map(|&g| g as u64).product();
     for c in 0..grid {
@@ -116,7 +115,6 @@ fn a_failed_wait_yields_to_the_other_warps() {
         &sk,
         &[vec![0; 128]],
         &[LaunchArg::Buffer(BufferId::from_u32(0))],
-        false,
     );
     res.unwrap();
     let out: Vec<u32> = bufs[0]
@@ -133,7 +131,6 @@ fn a_wait_that_nothing_satisfies_is_a_deadlock() {
         &sk,
         &[vec![0; 128]],
         &[LaunchArg::Buffer(BufferId::from_u32(0))],
-        false,
     );
     assert_eq!(
         res.unwrap_err().to_string(),
@@ -166,28 +163,6 @@ fn inputs(k: &Kernel, seed: u64, n: u32) -> (Vec<Vec<u8>>, Vec<LaunchArg>) {
         }
     }
     (bufs, args)
-}
-
-#[test]
-fn the_lockstep_order_matches_the_tree_interpreter() {
-    let mut kernels = tessel_testkit::kernels::all();
-    kernels.extend(tessel_testkit::mma::all());
-    kernels.push(tessel_testkit::ir::kitchen_sink_kernel());
-    let mut checked = 0;
-    for k in &kernels {
-        let Ok(sk) = assign_slots(k) else { continue };
-        if sk.code.insts.iter().any(|i| matches!(i, Inst::Bar { .. })) {
-            continue;
-        }
-        for (seed, n) in [(1, 64), (2, 1000), (3, 4099)] {
-            let (bufs, args) = inputs(k, seed, n);
-            let old = run_cta(&sk, &bufs, &args, true);
-            let new = run_cta(&sk, &bufs, &args, false);
-            assert_eq!(old, new, "kernel {} seed {seed}", k.name);
-            checked += 1;
-        }
-    }
-    assert!(checked >= 30, "{checked}");
 }
 
 /// FNV-1a 64 of a run: its lane count or fault, then every buffer's bytes.
@@ -265,7 +240,7 @@ fn the_lockstep_order_keeps_the_structured_interpreters_results() {
             let &(name, s, nn, want) = runs.next().expect("a digest per run");
             assert_eq!((name, s, nn), (k.name.as_str(), seed, n));
             let (bufs, args) = inputs(k, seed, n);
-            let got = digest(&run_cta(&sk, &bufs, &args, false));
+            let got = digest(&run_cta(&sk, &bufs, &args));
             assert_eq!(got, want, "kernel {} seed {seed}: {got:#018x}", k.name);
         }
     }
