@@ -324,16 +324,21 @@ impl<'a> Cta<'a> {
     /// Calls `f(w)` for each warp of `warps`, which gives the warp's next position; the
     /// common position if they agree, or `None` after recording each warp's own.
     fn each_warp(&mut self, warps: u32, mut f: impl FnMut(&mut Self, usize) -> u32) -> Option<u32> {
-        let mut next = Vec::with_capacity(32);
+        // At most 32 warps (1024 threads); no allocation on this path, loops take it
+        // every iteration.
+        let mut next = [u32::MAX; 32];
+        let mut common = None;
+        let mut agree = true;
         for w in (0..self.nw).filter(|w| warps >> w & 1 != 0) {
-            next.push((w, f(self, w)));
+            let p = f(self, w);
+            next[w] = p;
+            agree &= *common.get_or_insert(p) == p;
         }
-        let first = next[0].1;
-        if next.iter().all(|&(_, p)| p == first) {
-            return Some(first);
+        if agree {
+            return common;
         }
-        for (w, p) in next {
-            self.pc[w] = p;
+        for w in (0..self.nw).filter(|w| warps >> w & 1 != 0) {
+            self.pc[w] = next[w];
             self.state[w] = WarpState::Ready;
         }
         None
