@@ -414,3 +414,63 @@ fn named_barriers_are_checked_before_the_run() {
         );
     }
 }
+
+#[test]
+fn the_default_order_is_cta_wide_lockstep_even_for_a_race() {
+    // Lane 0 of warp w writes `100w + it` to one shared word in each of its 7 - 2w
+    // iterations, and to a second word `1 + w` (warps 0, 1: the then-arm) or `10 + w`
+    // (warps 2, 3: the else-arm). A race, which a GPU leaves to its scheduling; the
+    // executor's order is lockstep over the CTA: every warp's iteration i before any
+    // warp's i + 1 (the last write is warp 0's iteration 6), the then-arm before the
+    // else-arm (the last write is warp 3's). Warp after warp would give 300 and 2.
+    let mut k = kernel("race", vec![ptr("out", DType::F32, true)], 128, 1);
+    let smem = k.new_shared(8, 4);
+    let mut b = Builder::new(&mut k);
+    let (tid, lane, warp) = ids(&mut b);
+    let base = b.op(U32, Op::SharedAddr(smem), &[]);
+    let lane0 = b.op(Pred, Op::ICmp(ICmp::Eq), &[r(lane), u(0)]);
+    let trips = b.op(U32, Op::Shl, &[r(warp), u(1)]);
+    let trips = b.op(U32, Op::ISub, &[u(7), r(trips)]);
+    let it = b.kernel.new_reg(U32);
+    b.open();
+    b.open();
+    let v = b.op(U32, Op::IMulLo, &[r(warp), u(100)]);
+    let v = b.op(U32, Op::IAdd, &[r(v), r(it)]);
+    store(&mut b, Width::B32, Space::Shared, base, &[r(v)]);
+    close_if(&mut b, lane0);
+    close_for(&mut b, it, u(0), r(trips), u(1));
+    let low = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(warp), u(2)]);
+    let arm = |b: &mut Builder, add: u32| {
+        b.open();
+        b.open();
+        let v = b.op(U32, Op::IAdd, &[r(warp), u(add)]);
+        tessel_testkit::build::store_at(b, Width::B32, Space::Shared, base, 4, &[r(v)]);
+        close_if(b, lane0);
+        b.close()
+    };
+    let then_body = arm(&mut b, 1);
+    let else_body = arm(&mut b, 10);
+    b.push(Stmt::If {
+        cond: low,
+        then_body,
+        else_body,
+    });
+    b.push(Stmt::Barrier);
+    let t0 = b.op(Pred, Op::ICmp(ICmp::LtU), &[r(tid), u(2)]);
+    b.open();
+    let off = b.op(U32, Op::Shl, &[r(tid), u(2)]);
+    let a = b.op(U32, Op::IAdd, &[r(base), r(off)]);
+    let v = b.kernel.new_reg(U32);
+    b.push(Stmt::Load {
+        dsts: vec![v],
+        space: Space::Shared,
+        width: Width::B32,
+        addr: a,
+        offset: 0,
+    });
+    let oa = param_gaddr(&mut b, 0, tid, 4);
+    store(&mut b, Width::B32, Space::Global, oa, &[r(v)]);
+    close_if(&mut b, t0);
+    b.finish();
+    assert_eq!(&run(&k, 2).unwrap()[..], &[6, 13]);
+}
