@@ -276,8 +276,25 @@ pub enum Stmt {
         then_body: Vec<Stmt>,
         else_body: Vec<Stmt>,
     },
-    /// CTA-wide barrier (PTX `bar.sync 0`); every thread of the CTA must reach it.
+    /// CTA-wide barrier (PTX `bar.sync 0`); every thread of the CTA must reach it, at this
+    /// one statement, with no lane of its warp inactive.
     Barrier,
+    /// Named barrier `id` (1 to 15), waiting (PTX `bar.sync id, threads`): the warp arrives
+    /// and waits until `threads` threads have arrived at barrier `id`, by `bar.sync` or
+    /// [`Stmt::BarArrive`], from this statement or any other. Barriers count whole warps:
+    /// `threads` is a nonzero multiple of 32 (at most the CTA's threads), and every lane of
+    /// an arriving warp executes the statement together (PTX's `.aligned` form). Every
+    /// arrival of one phase names the same `threads`; the phase completes when they have
+    /// all arrived, and the barrier is then free for the next. Memory: what a thread wrote
+    /// before it arrived is visible to every thread of the phase after it waits (PTX ISA
+    /// §9.7.13.1, "bar, barrier"). Barrier 0 is [`Stmt::Barrier`]'s.
+    ///
+    /// This is how the roles of a warp-specialised kernel meet: a producer warp arrives
+    /// with `bar.arrive` where its consumers wait with `bar.sync`.
+    BarSync { id: u32, threads: u32 },
+    /// Named barrier `id`, arriving without waiting (PTX `bar.arrive id, threads`): as
+    /// [`Stmt::BarSync`], but the warp goes on at once.
+    BarArrive { id: u32, threads: u32 },
     /// Warp-level matrix multiply-accumulate, `D = A·B + C` on a 16×N×K tile held in the
     /// registers of the warp's 32 lanes (PTX `mma.sync.aligned.<shape>.row.col.f32.<t>.<t>.f32`).
     /// Every lane of the warp must execute it together (no lane inactive or absent: the

@@ -1148,3 +1148,30 @@ fn schedule_mma_shape_of_widened_operands() {
     assert_eq!(check(F32, MmaShape::M16N8K8Tf32), Vec::<&str>::new());
     assert_eq!(check(F32, MmaShape::M16N8K16Bf16), vec!["schedule.mma"]);
 }
+
+#[test]
+fn named_barrier_rules() {
+    // copy_kernel has 32 threads.
+    for s in [
+        Stmt::BarSync { id: 1, threads: 32 },
+        Stmt::BarArrive {
+            id: 15,
+            threads: 32,
+        },
+    ] {
+        let mut k = copy_kernel("k");
+        k.body.push(s);
+        verify_kernel(&k, true).unwrap();
+    }
+    for (id, threads) in [(0, 32), (16, 32), (1, 0), (1, 16), (1, 64)] {
+        kernel_fails("kernel.bar", |k| k.body.push(Stmt::BarSync { id, threads }));
+        kernel_fails("kernel.bar", |k| {
+            k.body.push(Stmt::BarArrive { id, threads })
+        });
+    }
+    // Barriers count whole warps.
+    kernel_fails("kernel.geometry", |k| {
+        k.block = [48, 1, 1];
+        k.body.push(Stmt::BarArrive { id: 1, threads: 32 });
+    });
+}

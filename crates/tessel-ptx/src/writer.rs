@@ -374,6 +374,20 @@ impl<W: fmt::Write> Writer<W> {
                 else_body,
             } => self.write_if(k, level, *cond, then_body, else_body),
             Stmt::Barrier => self.write_barrier(level),
+            Stmt::BarSync { id, threads } => self.write_instr(
+                level,
+                &Instr::new("bar")
+                    .m(&["sync"])
+                    .arg(Arg::Uint(u64::from(*id)))
+                    .arg(Arg::Uint(u64::from(*threads))),
+            ),
+            Stmt::BarArrive { id, threads } => self.write_instr(
+                level,
+                &Instr::new("bar")
+                    .m(&["arrive"])
+                    .arg(Arg::Uint(u64::from(*id)))
+                    .arg(Arg::Uint(u64::from(*threads))),
+            ),
             Stmt::Mma { shape, d, a, b, c } => self.write_mma(k, level, *shape, d, a, b, c),
             Stmt::Ldmatrix {
                 dsts,

@@ -555,3 +555,28 @@ fn snapshot_control() {
         insta::assert_snapshot!("control", ptx);
     });
 }
+
+#[test]
+fn named_barrier_rows() {
+    // Warp 0 arrives at barrier 1 where warp 1 waits (a producer and its consumer).
+    let mut k = tessel_testkit::build::kernel("named_bar", vec![], 64, 1);
+    let mut b = Builder::new(&mut k);
+    let tid = b.op(
+        RegType::U32,
+        Op::Special(tessel_ir::kernel::Special::TidX),
+        &[],
+    );
+    let w0 = b.op(
+        RegType::Pred,
+        Op::ICmp(tessel_ir::kernel::ICmp::LtU),
+        &[r(tid), u(32)],
+    );
+    b.push(Stmt::If {
+        cond: w0,
+        then_body: vec![Stmt::BarArrive { id: 1, threads: 64 }],
+        else_body: vec![Stmt::BarSync { id: 1, threads: 64 }],
+    });
+    b.finish();
+    let (ptx, _) = emit(&k);
+    assert_rows(&ptx, &["bar.arrive 1, 64;", "bar.sync 1, 64;"]);
+}

@@ -605,6 +605,11 @@ pub fn kitchen_sink_kernel() -> Kernel {
             then_body: inner,
             else_body: vec![
                 Stmt::Barrier,
+                Stmt::BarArrive { id: 1, threads: 64 },
+                Stmt::BarSync {
+                    id: 15,
+                    threads: 32,
+                },
                 Stmt::For {
                     var: v[3],
                     start: Operand::Reg(u),

@@ -368,6 +368,16 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
     };
     match w.as_str() {
         "barrier" => return Ok(Stmt::Barrier),
+        "bar.sync" | "bar.arrive" => {
+            let id = c.u32("a barrier id")?;
+            c.punct(',')?;
+            let threads = c.u32("a thread count")?;
+            return Ok(if w == "bar.sync" {
+                Stmt::BarSync { id, threads }
+            } else {
+                Stmt::BarArrive { id, threads }
+            });
+        }
         "for" => {
             let var = names.reg(c)?;
             c.punct('=')?;

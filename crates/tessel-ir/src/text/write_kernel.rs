@@ -248,6 +248,12 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
             Stmt::Barrier => {
                 let _ = writeln!(out, "{indent}barrier");
             }
+            Stmt::BarSync { id, threads } => {
+                let _ = writeln!(out, "{indent}bar.sync {id}, {threads}");
+            }
+            Stmt::BarArrive { id, threads } => {
+                let _ = writeln!(out, "{indent}bar.arrive {id}, {threads}");
+            }
             Stmt::Mma { shape, d, a, b, c } => {
                 let _ = writeln!(
                     out,

@@ -60,7 +60,7 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
             "kernel.geometry",
             kloc,
             format!(
-                "{threads} threads per CTA is not a multiple of 32, but the body has a warp-wide instruction (shfl.bfly, mma, ldmatrix) or a barrier"
+                "{threads} threads per CTA is not a multiple of 32, but the body has a warp-wide instruction (shfl.bfly, mma, ldmatrix) or a barrier (barrier, bar.sync, bar.arrive)"
             ),
         );
     }
@@ -109,7 +109,11 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
 
 fn uses_whole_warps(body: &[Stmt]) -> bool {
     body.iter().any(|s| match s {
-        Stmt::Barrier | Stmt::Mma { .. } | Stmt::Ldmatrix { .. } => true,
+        Stmt::Barrier
+        | Stmt::BarSync { .. }
+        | Stmt::BarArrive { .. }
+        | Stmt::Mma { .. }
+        | Stmt::Ldmatrix { .. } => true,
         Stmt::Op { op, .. } => *op == Op::ShflBfly,
         Stmt::For { body, .. } => uses_whole_warps(body),
         Stmt::If {
@@ -151,6 +155,8 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             }
             Stmt::Store { .. }
             | Stmt::Barrier
+            | Stmt::BarSync { .. }
+            | Stmt::BarArrive { .. }
             | Stmt::CpAsync { .. }
             | Stmt::CpAsyncCommit
             | Stmt::CpAsyncWait(_)
@@ -312,6 +318,25 @@ impl Cx<'_, '_> {
                 self.block(else_body, &format!("{path}.else"));
             }
             Stmt::Barrier | Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll => {}
+            Stmt::BarSync { id, threads } | Stmt::BarArrive { id, threads } => {
+                let cta = self.k.threads_per_cta();
+                if !(1..=15).contains(id) {
+                    self.err(
+                        "kernel.bar",
+                        path,
+                        format!("named barrier {id} is not in 1..=15 (0 is `barrier`'s)"),
+                    );
+                }
+                if *threads == 0 || threads % 32 != 0 || *threads as u64 > cta as u64 {
+                    self.err(
+                        "kernel.bar",
+                        path,
+                        format!(
+                            "barrier {id} counts {threads} threads: a nonzero multiple of 32, at most the CTA's {cta}, is needed"
+                        ),
+                    );
+                }
+            }
             Stmt::Mma { shape, d, a, b, c } => {
                 let groups: [(&str, &[Reg], usize, RegType); 4] = [
                     ("destination", d, 4, RegType::F32),

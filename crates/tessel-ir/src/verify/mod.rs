@@ -112,9 +112,9 @@
 //!   `[_$%][a-zA-Z0-9_$]+`, PTX ISA §4.4).
 //! - `kernel.geometry`: every block and grid dim ≥ 1; block x, y ≤ 1024, z ≤ 64 and
 //!   threads per CTA in `1..=1024`; grid x < 2^31, y and z ≤ 65535; threads per CTA a
-//!   multiple of 32 when the body has a `shfl.bfly`, `mma`, `ldmatrix` or a `barrier`
-//!   (whole warps: these need every lane of the warp; the executor checks at run time that
-//!   none is inactive).
+//!   multiple of 32 when the body has a `shfl.bfly`, `mma`, `ldmatrix` or a barrier
+//!   (`barrier`, `bar.sync`, `bar.arrive`: whole warps, these need every lane of the warp;
+//!   the executor checks at run time that none is inactive).
 //! - `kernel.shared`: each shared buffer has a power-of-two alignment and a nonzero size;
 //!   together ≤ 48 KiB (the static shared-memory limit).
 //! - `kernel.reg`: every register used (destination, operand, address, loop variable,
@@ -136,6 +136,8 @@
 //! - `kernel.mma`: an `mma` has four `f32` destinations and four `f32` accumulators,
 //!   `shape.a_regs()` / `shape.b_regs()` `u32` registers of A and B.
 //! - `kernel.ldmatrix`: 1, 2 or 4 `u32` destinations; a `u32` (shared) address.
+//! - `kernel.bar`: a named barrier (`bar.sync`, `bar.arrive`) has an id in 1..=15 (0 is
+//!   `barrier`'s) and counts a nonzero multiple of 32 threads, at most the CTA's.
 //! - `kernel.cp_async`: the size is 4, 8 or 16 bytes for `ca`, 16 for `cg`; the destination
 //!   address is `u32` (shared), the source `u64` (global); `src_bytes` is `u32`, and at most
 //!   the size when immediate.

@@ -193,7 +193,12 @@ impl Remap {
                 self.reg(src);
                 src_bytes.iter_mut().for_each(|o| self.operand(o));
             }
-            Stmt::Barrier | Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll => {}
+            Stmt::Barrier
+            | Stmt::BarSync { .. }
+            | Stmt::BarArrive { .. }
+            | Stmt::CpAsyncCommit
+            | Stmt::CpAsyncWait(_)
+            | Stmt::CpAsyncWaitAll => {}
         }
     }
 }

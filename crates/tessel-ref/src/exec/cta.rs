@@ -1,30 +1,36 @@
-//! The SIMT interpreter: runs one CTA of a kernel in slot form, all threads in lockstep.
+//! The SIMT interpreter: runs one CTA of a kernel in slot form, warp by warp.
 //!
 //! Data model: register files are slot-major (`r32[slot * threads + thread]`), so one
-//! statement is one tight loop over the CTA's threads: the op is matched once per
-//! statement, the loop body is a closure the compiler inlines (and usually vectorises).
-//! Results are computed for every thread into a scratch row, then committed under the
-//! active mask (`0` / `!0` per thread), a blend the compiler vectorises too. Ops that can
-//! fault (division by zero, shifts ≥ 32, shuffles, memory) check the active threads first.
+//! statement is one tight loop over the threads of the warps that run it together: the op
+//! is matched once per statement, the loop body is a closure the compiler inlines (and
+//! usually vectorises). Results are computed for every thread of the [`Span`] into a
+//! scratch row, then committed under the active mask (`0` / `!0` per thread), a blend the
+//! compiler vectorises too. Ops that can fault (division by zero, shifts ≥ 32, shuffles,
+//! memory) check the active threads first.
 //!
-//! Control flow keeps one mask per nesting depth. `If` computes the then- and else-masks
+//! Control flow: the body is flattened once per kernel into a program with jumps
+//! (`exec/flat.rs`); each warp has its own position in it and its lanes' masks, one per
+//! nesting depth (`cta/sched.rs` runs them). `If` computes a warp's then- and else-masks
 //! from the condition before running either arm (an arm may assign the condition); `For`
-//! narrows its mask each iteration to the threads with `var < end` and stops when none is
-//! left. `Barrier` requires every thread of the CTA to be active. Lockstep execution makes
-//! every statement a CTA-wide barrier, so a kernel with a shared-memory race still gives
-//! one deterministic answer here; such races are for `compute-sanitizer racecheck`.
+//! narrows its mask each iteration to the lanes with `var < end` and the warp leaves when
+//! none is left. The warps at the lowest position run next, together, which replays
+//! CTA-wide lockstep wherever warps do not wait on each other: every statement is then a
+//! CTA-wide barrier, so a kernel with a shared-memory race still gives one deterministic
+//! answer here; such races are for `compute-sanitizer racecheck`. Barriers block a warp
+//! until their phase completes; a CTA whose warps all wait is a deadlock error.
 //!
-//! Layout: this file holds the CTA's state, control flow and `Cta::op`, the evaluation of
-//! every kernel-IR op; that one match over every op stays whole (about 330 lines), which
-//! is why the file is a little over 700 lines. Memory accesses (`ld`, `st`, `cp.async`) are
-//! in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`.
+//! Layout: this file holds the CTA's state, the straight-line statements (`Cta::action`)
+//! and `Cta::op`, the evaluation of every kernel-IR op; that one match over every op stays
+//! whole (about 330 lines), which is why the file is a little over 700 lines. The per-warp scheduler is `cta/sched.rs`; memory accesses (`ld`, `st`,
+//! `cp.async`) are in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`.
 
 mod access;
+mod sched;
 mod warp;
 
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
-use super::slots::{SlotKernel, SlotStmt};
+use super::slots::{Action, SlotKernel};
 use super::ExecError;
 use std::collections::VecDeque;
 use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special};
@@ -46,8 +52,6 @@ pub(crate) struct Cta<'a> {
     /// Then-masks per depth, and else-masks saved while the then-arm runs.
     masks: Vec<Vec<u32>>,
     else_masks: Vec<Vec<u32>>,
-    /// Active threads per depth.
-    active: Vec<u32>,
     shared: Vec<u8>,
     ctaid: [u32; 3],
     cta: u64,
@@ -62,6 +66,17 @@ pub(crate) struct Cta<'a> {
     /// first.
     cp_open: Vec<Vec<PendingCopy>>,
     cp_groups: Vec<VecDeque<Vec<PendingCopy>>>,
+    /// Warps of the CTA (the last has fewer than 32 lanes when `n` is not a multiple of 32).
+    nw: usize,
+    /// Per warp: its position in `k.code` and whether it can run (module `sched`).
+    pc: Vec<u32>,
+    state: Vec<sched::WarpState>,
+    /// Active lanes per depth and warp (`wact[d * nw + w]`), and the else-arm lanes of the
+    /// `if` that opened depth `d` (`welse`, same layout).
+    wact: Vec<u32>,
+    welse: Vec<u32>,
+    /// Barrier 0 (`barrier`) and the named barriers 1..=15.
+    bars: [sched::Bar; 16],
 }
 
 #[inline(always)]
@@ -118,6 +133,16 @@ fn pred(b: bool) -> u32 {
     b as u32
 }
 
+/// The threads `lo..hi` of the CTA (`lo` a warp's first lane) at mask depth `d`; `full`
+/// when every one of them is active there (results are then committed without the mask).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Span {
+    pub lo: usize,
+    pub hi: usize,
+    pub d: usize,
+    pub full: bool,
+}
+
 /// Which register file an op's result goes to.
 enum Out {
     R32,
@@ -127,6 +152,7 @@ enum Out {
 impl<'a> Cta<'a> {
     pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
         let n = k.threads;
+        let nw = n.div_ceil(32);
         let mut r32 = vec![!0u32; k.slots32 * n];
         for &(s, v) in &k.consts32 {
             r32[s as usize * n..][..n].fill(v);
@@ -147,7 +173,6 @@ impl<'a> Cta<'a> {
             t64: vec![0; n],
             masks: vec![vec![!0u32; n]; depths],
             else_masks: vec![vec![0u32; n]; depths],
-            active: vec![n as u32; depths],
             shared: vec![0xFF; k.shared_size as usize],
             ctaid: [0; 3],
             cta: 0,
@@ -163,6 +188,12 @@ impl<'a> Cta<'a> {
             cp_outstanding: 0,
             cp_open: vec![Vec::new(); if k.uses_cp_async { n } else { 0 }],
             cp_groups: vec![VecDeque::new(); if k.uses_cp_async { n } else { 0 }],
+            nw,
+            pc: vec![0; nw],
+            state: vec![sched::WarpState::Ready; nw],
+            wact: vec![0; depths * nw],
+            welse: vec![0; depths * nw],
+            bars: [sched::Bar::default(); 16],
         }
     }
 
@@ -187,8 +218,7 @@ impl<'a> Cta<'a> {
         self.cp_open.iter_mut().for_each(Vec::clear);
         self.cp_groups.iter_mut().for_each(VecDeque::clear);
         self.masks[0].fill(!0);
-        self.active[0] = n as u32;
-        self.block(&self.k.body, 0)
+        self.run_warps()
     }
 
     fn fault(
@@ -243,212 +273,128 @@ impl<'a> Cta<'a> {
         }
     }
 
-    fn block(&mut self, body: &[SlotStmt], d: usize) -> Result<(), ExecError> {
-        for s in body {
-            match s {
-                SlotStmt::Op {
-                    dst,
-                    op,
-                    args,
-                    wide,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.op(*dst as usize, *op, args, *wide, d)?;
-                }
-                SlotStmt::Load {
-                    dsts,
-                    space,
-                    width,
-                    addr,
-                    offset,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.load(dsts, *space, *width, *addr as usize, *offset, d)?;
-                }
-                SlotStmt::Store {
-                    values,
-                    space,
-                    width,
-                    addr,
-                    offset,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.store(values, *space, *width, *addr as usize, *offset, d)?;
-                }
-                SlotStmt::If {
-                    cond,
-                    then_body,
-                    else_body,
-                } => {
-                    let n = self.n;
-                    let c = &self.r32[*cond as usize * n..][..n];
-                    let (outer, inner) = self.masks.split_at_mut(d + 1);
-                    let (m, tm, em) = (&outer[d], &mut inner[0], &mut self.else_masks[d + 1]);
-                    let (mut nt, mut ne) = (0u32, 0u32);
-                    for i in 0..n {
-                        let ci = 0u32.wrapping_sub((c[i] != 0) as u32);
-                        tm[i] = m[i] & ci;
-                        em[i] = m[i] & !ci;
-                        nt += tm[i] & 1;
-                        ne += em[i] & 1;
-                    }
-                    if nt > 0 {
-                        self.active[d + 1] = nt;
-                        self.block(then_body, d + 1)?;
-                    }
-                    if ne > 0 && !else_body.is_empty() {
-                        std::mem::swap(&mut self.masks[d + 1], &mut self.else_masks[d + 1]);
-                        self.active[d + 1] = ne;
-                        self.block(else_body, d + 1)?;
-                    }
-                }
-                SlotStmt::For {
-                    var,
-                    start,
-                    end,
-                    step,
-                    body,
-                } => self.for_loop(
-                    *var as usize,
-                    *start as usize,
-                    *end as usize,
-                    *step as usize,
-                    body,
-                    d,
-                )?,
-                SlotStmt::Mma {
-                    shape,
-                    d: dd,
-                    a,
-                    b,
-                    c,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.mma(*shape, dd, a, b, c, d)?;
-                }
-                SlotStmt::Ldmatrix {
-                    dsts,
-                    count,
-                    trans,
-                    addr,
-                    offset,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.ldmatrix(&dsts[..*count], *trans, *addr as usize, *offset, d)?;
-                }
-                SlotStmt::CpAsync {
-                    bytes,
-                    dst,
-                    dst_offset,
-                    src,
-                    src_offset,
-                    src_bytes,
-                } => {
-                    self.lane_instructions += self.active[d] as u64;
-                    self.cp_async(
-                        *bytes,
-                        (*dst as usize, *dst_offset),
-                        (*src as usize, *src_offset),
-                        *src_bytes,
-                        d,
-                    )?;
-                }
-                SlotStmt::CpAsyncCommit => self.cp_commit(d),
-                SlotStmt::CpAsyncWait(keep) => self.cp_wait(*keep as usize, d),
-                SlotStmt::CpAsyncWaitAll => {
-                    self.cp_commit(d);
-                    self.cp_wait(0, d);
-                }
-                SlotStmt::Barrier => {
-                    if self.active[d] as usize != self.n {
-                        return Err(ExecError::DivergentBarrier {
-                            kernel: self.k.name.clone(),
-                            cta: self.cta,
-                            active: self.active[d],
-                            threads: self.n as u32,
-                        });
-                    }
-                }
+    /// Runs the straight-line statement `a` for the active lanes of `sp`.
+    #[inline]
+    pub(super) fn action(&mut self, a: &Action, sp: Span) -> Result<(), ExecError> {
+        match a {
+            Action::Op {
+                dst,
+                op,
+                args,
+                wide,
+            } => self.op(*dst as usize, *op, args, *wide, sp),
+            Action::Load {
+                dsts,
+                space,
+                width,
+                addr,
+                offset,
+            } => self.load(dsts, *space, *width, *addr as usize, *offset, sp),
+            Action::Store {
+                values,
+                space,
+                width,
+                addr,
+                offset,
+            } => self.store(values, *space, *width, *addr as usize, *offset, sp),
+            Action::Mma {
+                shape,
+                d: dd,
+                a,
+                b,
+                c,
+            } => self.mma(*shape, dd, a, b, c, sp),
+            Action::Ldmatrix {
+                dsts,
+                count,
+                trans,
+                addr,
+                offset,
+            } => self.ldmatrix(&dsts[..*count], *trans, *addr as usize, *offset, sp),
+            Action::CpAsync {
+                bytes,
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                src_bytes,
+            } => self.cp_async(
+                *bytes,
+                (*dst as usize, *dst_offset),
+                (*src as usize, *src_offset),
+                *src_bytes,
+                sp,
+            ),
+            Action::CpAsyncCommit => {
+                self.cp_commit(sp);
+                Ok(())
+            }
+            Action::CpAsyncWait(keep) => {
+                self.cp_wait(*keep as usize, sp);
+                Ok(())
+            }
+            Action::CpAsyncWaitAll => {
+                self.cp_commit(sp);
+                self.cp_wait(0, sp);
+                Ok(())
             }
         }
-        Ok(())
     }
 
-    fn for_loop(
-        &mut self,
-        var: usize,
-        start: usize,
-        end: usize,
-        step: usize,
-        body: &[SlotStmt],
-        d: usize,
-    ) -> Result<(), ExecError> {
+    /// `var = start` for the active threads `lo..hi` at depth `d`, which all enter the
+    /// loop: their mask at depth `d + 1` is the one at `d`.
+    fn for_init(&mut self, var: usize, start: usize, lo: usize, hi: usize, d: usize, full: bool) {
         let n = self.n;
-        {
-            // var = start, for the threads active at the loop.
-            let full = self.active[d] as usize == n;
-            self.t32.copy_from_slice(&self.r32[start * n..][..n]);
-            commit32(
-                &mut self.r32[var * n..][..n],
-                &self.t32,
-                &self.masks[d],
-                full,
-            );
-            let (outer, inner) = self.masks.split_at_mut(d + 1);
-            inner[0].copy_from_slice(&outer[d]);
-        }
-        loop {
-            // Narrow to the threads still iterating: var < end (unsigned), end re-read
-            // each iteration as the PTX loop does.
-            let mut cnt = 0u32;
-            {
-                let v = &self.r32[var * n..][..n];
-                let e = &self.r32[end * n..][..n];
-                let m = &mut self.masks[d + 1];
-                for i in 0..n {
-                    m[i] &= 0u32.wrapping_sub((v[i] < e[i]) as u32);
-                    cnt += m[i] & 1;
-                }
-            }
-            if cnt == 0 {
-                return Ok(());
-            }
-            self.active[d + 1] = cnt;
-            self.block(body, d + 1)?;
-            // The body's nested blocks may have swapped in else-masks at depth d + 2, but
-            // depth d + 1 is only written by this loop: its mask is intact.
-            let full = self.active[d + 1] as usize == n;
-            let (v, s) = (var * n, step * n);
-            for i in 0..n {
-                self.t32[i] = self.r32[v + i].wrapping_add(self.r32[s + i]);
-            }
-            commit32(&mut self.r32[v..][..n], &self.t32, &self.masks[d + 1], full);
-        }
+        self.t32[lo..hi].copy_from_slice(&self.r32[start * n + lo..start * n + hi]);
+        commit32(
+            &mut self.r32[var * n + lo..var * n + hi],
+            &self.t32[lo..hi],
+            &self.masks[d][lo..hi],
+            full,
+        );
+        let (outer, inner) = self.masks.split_at_mut(d + 1);
+        inner[0][lo..hi].copy_from_slice(&outer[d][lo..hi]);
     }
 
-    /// `dst = op(args)` for every active thread at depth `d`: the executor's evaluation of
-    /// each kernel-IR op, one arm per op.
+    /// `var += step` for the active threads `lo..hi` of a loop body at depth `d`.
+    fn for_step(&mut self, var: usize, step: usize, lo: usize, hi: usize, d: usize, full: bool) {
+        let n = self.n;
+        let (v, s) = (var * n, step * n);
+        for i in lo..hi {
+            self.t32[i] = self.r32[v + i].wrapping_add(self.r32[s + i]);
+        }
+        commit32(
+            &mut self.r32[v + lo..v + hi],
+            &self.t32[lo..hi],
+            &self.masks[d][lo..hi],
+            full,
+        );
+    }
+
+    /// `dst = op(args)` for every active thread of `sp`: the executor's evaluation of each
+    /// kernel-IR op, one arm per op.
     fn op(
         &mut self,
         dst: usize,
         op: Op,
         a: &[u32; 3],
         wide: bool,
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
-        let mask = &self.masks[d][..];
-        let full = self.active[d] as usize == n;
+        let (lo, len) = (sp.lo, sp.hi - sp.lo);
+        let mask = &self.masks[sp.d][lo..sp.hi];
+        let full = sp.full;
         let r32 = &self.r32;
         let r64 = &self.r64;
-        let s = |k: usize| &r32[a[k] as usize * n..][..n];
-        let s64 = |k: usize| &r64[a[k] as usize * n..][..n];
-        let t = &mut self.t32[..];
-        let t64 = &mut self.t64[..];
+        let s = |k: usize| &r32[a[k] as usize * n + lo..][..len];
+        let s64 = |k: usize| &r64[a[k] as usize * n + lo..][..len];
+        let t = &mut self.t32[..len];
+        let t64 = &mut self.t64[..len];
         let kname = &self.k.name;
         let cta = self.cta;
-        // The first active thread for which `bad(i)` holds, if any.
-        let first_bad = |bad: &dyn Fn(usize) -> bool| (0..n).find(|&i| mask[i] != 0 && bad(i));
+        // The first active thread (index in the span) for which `bad(i)` holds, if any.
+        let first_bad = |bad: &dyn Fn(usize) -> bool| (0..len).find(|&i| mask[i] != 0 && bad(i));
         let out = match op {
             Op::Mov if wide => {
                 t64.copy_from_slice(s64(0));
@@ -460,7 +406,7 @@ impl<'a> Cta<'a> {
             }
             Op::Select if wide => {
                 let (c, x, y) = (s(0), s64(1), s64(2));
-                for i in 0..n {
+                for i in 0..len {
                     t64[i] = if c[i] != 0 { x[i] } else { y[i] };
                 }
                 Out::R64
@@ -560,7 +506,7 @@ impl<'a> Cta<'a> {
                     return Err(ExecError::DivisionByZero {
                         kernel: kname.clone(),
                         cta,
-                        thread: i as u32,
+                        thread: (lo + i) as u32,
                     });
                 }
                 if op == Op::UDiv {
@@ -576,7 +522,7 @@ impl<'a> Cta<'a> {
                     return Err(ExecError::ShiftOutOfRange {
                         kernel: kname.clone(),
                         cta,
-                        thread: i as u32,
+                        thread: (lo + i) as u32,
                         shift: y[i],
                     });
                 }
@@ -689,12 +635,12 @@ impl<'a> Cta<'a> {
             Op::Special(sp) => {
                 let [bx, _, _] = self.k.block;
                 match sp {
-                    Special::TidX => (0..n).for_each(|i| t[i] = (i as u32) % bx),
+                    Special::TidX => (0..len).for_each(|i| t[i] = ((lo + i) as u32) % bx),
                     Special::NtidX => t.fill(bx),
                     Special::CtaidX => t.fill(self.ctaid[0]),
                     Special::CtaidY => t.fill(self.ctaid[1]),
                     Special::NctaidX => t.fill(self.k.grid[0]),
-                    Special::LaneId => (0..n).for_each(|i| t[i] = (i % 32) as u32),
+                    Special::LaneId => (0..len).for_each(|i| t[i] = ((lo + i) % 32) as u32),
                 }
                 Out::R32
             }
@@ -714,18 +660,19 @@ impl<'a> Cta<'a> {
             }
             Op::ShflBfly => {
                 let (x, y) = (s(0), s(1));
-                for warp in (0..n).step_by(32) {
-                    if (warp..(warp + 32).min(n)).all(|j| mask[j] == 0) {
+                // Spans start at a warp's first lane: `warp` is warp-aligned in the CTA.
+                for warp in (0..len).step_by(32) {
+                    if (warp..(warp + 32).min(len)).all(|j| mask[j] == 0) {
                         continue;
                     }
                     // `shfl.sync` with a full member mask: every lane of the warp must be
                     // present and executing it.
-                    if let Some(j) = (warp..warp + 32).find(|&j| j >= n || mask[j] == 0) {
+                    if let Some(j) = (warp..warp + 32).find(|&j| j >= len || mask[j] == 0) {
                         return Err(ExecError::ShuffleDivergent {
                             kernel: kname.clone(),
                             cta,
-                            warp: (warp / 32) as u32,
-                            inactive: j as u32,
+                            warp: ((lo + warp) / 32) as u32,
+                            inactive: (lo + j) as u32,
                         });
                     }
                     for i in warp..warp + 32 {
@@ -733,7 +680,7 @@ impl<'a> Cta<'a> {
                             return Err(ExecError::ShuffleOutOfRange {
                                 kernel: kname.clone(),
                                 cta,
-                                thread: i as u32,
+                                thread: (lo + i) as u32,
                                 lane_mask: y[i],
                             });
                         }
@@ -753,17 +700,18 @@ impl<'a> Cta<'a> {
                 })
             }
         };
+        let mask = &self.masks[sp.d][lo..sp.hi];
         match out {
             Out::R32 => commit32(
-                &mut self.r32[dst * n..][..n],
-                &self.t32,
-                &self.masks[d],
+                &mut self.r32[dst * n + lo..][..len],
+                &self.t32[..len],
+                mask,
                 full,
             ),
             Out::R64 => commit64(
-                &mut self.r64[dst * n..][..n],
-                &self.t64,
-                &self.masks[d],
+                &mut self.r64[dst * n + lo..][..len],
+                &self.t64[..len],
+                mask,
                 full,
             ),
         }

@@ -8,8 +8,13 @@
 //! Execution model (the semantics in `tessel_ir::kernel`'s docs):
 //! - launches run in order; the CTAs of a launch run in parallel on rayon's pool, each from
 //!   a fresh, poisoned state, so results never depend on scheduling;
-//! - inside a CTA all `block` threads run in SIMT lockstep under an active mask
-//!   (module `cta`); warps are 32 consecutive threads;
+//! - inside a CTA each warp (32 consecutive threads) runs the kernel body, flattened into a
+//!   program with jumps (module `flat`), from its own position, its lanes under an active
+//!   mask (module `cta`); the warps at the lowest position run next, together, which is
+//!   SIMT lockstep over the whole CTA wherever warps do not wait on each other. A warp
+//!   blocks at a barrier (`barrier`, `bar.sync`) until its phase completes, and the other
+//!   warps run meanwhile, so a producer warp and the consumers it feeds through named
+//!   barriers both run; a CTA whose warps all wait is an [`ExecError::Deadlock`];
 //! - global memory is the program's buffers behind fake base addresses (module `memory`), step
 //!   outputs and temporaries poisoned with `0xFF` bytes before the run like the GPU
 //!   harness does; an `inout` input is one buffer, filled from its input, written in place
@@ -26,13 +31,17 @@
 //!
 //! Faults the GPU would turn into an error, a hang or silent garbage are [`ExecError`]s
 //! naming the kernel, CTA and thread: out-of-bounds or misaligned accesses, stores to step
-//! inputs, divergent barriers, shuffles and warp-wide matrix instructions, division by zero,
+//! inputs, divergent barriers (and barriers misused or deadlocked), shuffles and warp-wide
+//! matrix instructions, division by zero,
 //! shifts ≥ 32, and shared bytes used before their `cp.async` completes.
 
 mod cta;
+mod flat;
 mod memory;
 pub mod numerics;
 mod slots;
+#[cfg(test)]
+mod tests;
 
 use crate::tensor::Tensor;
 use memory::{GlobalBuf, GlobalMem};
@@ -101,6 +110,24 @@ pub enum ExecError {
         active: u32,
         threads: u32,
     },
+    /// Warps that can no longer move: each waits at a barrier that the others will never
+    /// complete, or for a condition none of them will make true (or has exited). A GPU
+    /// hangs here.
+    #[error("kernel `{kernel}`, CTA {cta}: deadlock: {msg}")]
+    Deadlock {
+        kernel: String,
+        cta: u64,
+        /// Each group of waiting warps with the statement it waits at, and the exited ones.
+        msg: String,
+    },
+    /// A barrier used in a way the GPU leaves undefined: `barrier` reached at two
+    /// statements, or one phase of a named barrier given two thread counts.
+    #[error("kernel `{kernel}`, CTA {cta}: {msg}")]
+    BarrierMismatch {
+        kernel: String,
+        cta: u64,
+        msg: String,
+    },
     #[error("kernel `{kernel}`, CTA {cta}, warp {warp}: shuffle while thread {inactive} of the warp is inactive or absent")]
     ShuffleDivergent {
         kernel: String,
@@ -114,7 +141,7 @@ pub enum ExecError {
         cta: u64,
         warp: u32,
         inactive: u32,
-        /// `mma` or `ldmatrix`.
+        /// `mma`, `ldmatrix`, `bar.sync` or `bar.arrive`.
         op: &'static str,
     },
     /// A misused `cp.async`: shared bytes accessed before the wait that completes the copy

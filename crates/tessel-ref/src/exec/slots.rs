@@ -9,6 +9,7 @@
 //! checks; a mismatch is an [`ExecError::Malformed`].
 //! Shared buffers are laid out in declaration order, each at its alignment.
 
+use super::flat::Code;
 use super::ExecError;
 use std::collections::HashMap;
 use tessel_ir::kernel::{
@@ -16,9 +17,10 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::Reg;
 
-/// A statement in slot form. Slots index `r32` unless the op's signature says 64-bit.
+/// A straight-line statement in slot form: it runs for the active lanes and goes on to the
+/// next. Slots index `r32` unless the op's signature says 64-bit.
 #[derive(Clone, Debug)]
-pub(crate) enum SlotStmt {
+pub(crate) enum Action {
     Op {
         dst: u32,
         op: Op,
@@ -40,19 +42,6 @@ pub(crate) enum SlotStmt {
         addr: u32,
         offset: i32,
     },
-    For {
-        var: u32,
-        start: u32,
-        end: u32,
-        step: u32,
-        body: Vec<SlotStmt>,
-    },
-    If {
-        cond: u32,
-        then_body: Vec<SlotStmt>,
-        else_body: Vec<SlotStmt>,
-    },
-    Barrier,
     /// Slots of D, A, B, C (all 32-bit).
     Mma {
         shape: MmaShape,
@@ -83,6 +72,46 @@ pub(crate) enum SlotStmt {
     CpAsyncWaitAll,
 }
 
+impl Action {
+    /// Whether the statement counts in [`super::ExecStats::lane_instructions`] (the waits
+    /// and commits of `cp.async` do not).
+    pub fn counts(&self) -> bool {
+        !matches!(
+            self,
+            Action::CpAsyncCommit | Action::CpAsyncWait(_) | Action::CpAsyncWaitAll
+        )
+    }
+}
+
+/// A statement in slot form, structured as the kernel IR's.
+#[derive(Clone, Debug)]
+pub(crate) enum SlotStmt {
+    Do(Action),
+    For {
+        var: u32,
+        start: u32,
+        end: u32,
+        step: u32,
+        body: Vec<SlotStmt>,
+    },
+    If {
+        cond: u32,
+        then_body: Vec<SlotStmt>,
+        else_body: Vec<SlotStmt>,
+    },
+    /// `barrier`: barrier 0, every warp of the CTA.
+    Barrier,
+    /// `bar.sync id` / `bar.arrive id` counting `warps` warps (the IR's threads / 32).
+    BarSync {
+        id: u32,
+        warps: u32,
+    },
+    BarArrive {
+        id: u32,
+        warps: u32,
+    },
+}
+
 /// A kernel ready to run: every register and immediate a slot of `r32` or `r64`.
 pub(crate) struct SlotKernel {
     pub name: String,
@@ -105,7 +134,8 @@ pub(crate) struct SlotKernel {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
-    pub body: Vec<SlotStmt>,
+    /// The body, flattened.
+    pub code: Code,
 }
 
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -139,6 +169,20 @@ impl SlotAssigner<'_> {
             *o = self.reg(r, Class::B32)?;
         }
         Ok(out)
+    }
+
+    /// Warps counted by named barrier `id` of `threads` threads; the verifier's
+    /// `kernel.bar` rule, checked again because the executor also runs unverified IR.
+    fn bar_warps(&self, id: u32, threads: u32) -> Result<u32, ExecError> {
+        if !(1..=15).contains(&id) {
+            return Err(self.err(format!("named barrier {id} is not in 1..=15")));
+        }
+        if threads == 0 || threads % 32 != 0 || threads > self.k.threads_per_cta() {
+            return Err(self.err(format!(
+                "barrier {id} counts {threads} threads, not a nonzero multiple of 32 within the CTA"
+            )));
+        }
+        Ok(threads / 32)
     }
 
     fn err(&self, msg: String) -> ExecError {
@@ -241,12 +285,12 @@ impl SlotAssigner<'_> {
                         return Err(self.err(format!("shared buffer {b} is not declared")));
                     }
                 }
-                SlotStmt::Op {
+                SlotStmt::Do(Action::Op {
                     dst: d,
                     op: *op,
                     args: a,
                     wide: dclass == Class::B64,
-                }
+                })
             }
             Stmt::Load {
                 dsts,
@@ -264,13 +308,13 @@ impl SlotAssigner<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                SlotStmt::Load {
+                SlotStmt::Do(Action::Load {
                     dsts: d,
                     space: *space,
                     width: *width,
                     addr: self.reg(*addr, addr_class(*space))?,
                     offset: *offset,
-                }
+                })
             }
             Stmt::Store {
                 space,
@@ -286,13 +330,13 @@ impl SlotAssigner<'_> {
                 for (i, &o) in values.iter().enumerate() {
                     v[i] = self.operand(o, Class::B32)?;
                 }
-                SlotStmt::Store {
+                SlotStmt::Do(Action::Store {
                     values: v,
                     space: *space,
                     width: *width,
                     addr: self.reg(*addr, addr_class(*space))?,
                     offset: *offset,
-                }
+                })
             }
             Stmt::For {
                 var,
@@ -317,15 +361,23 @@ impl SlotAssigner<'_> {
                 else_body: self.block(else_body, depth + 1)?,
             },
             Stmt::Barrier => SlotStmt::Barrier,
+            Stmt::BarSync { id, threads } => SlotStmt::BarSync {
+                id: *id,
+                warps: self.bar_warps(*id, *threads)?,
+            },
+            Stmt::BarArrive { id, threads } => SlotStmt::BarArrive {
+                id: *id,
+                warps: self.bar_warps(*id, *threads)?,
+            },
             Stmt::Mma { shape, d, a, b, c } => {
                 let what = format!("mma.{}", shape.name());
-                SlotStmt::Mma {
+                SlotStmt::Do(Action::Mma {
                     shape: *shape,
                     d: self.regs32(d, &format!("{what} D"))?,
                     a: self.regs32(a, &format!("{what} A"))?,
                     b: self.regs32(b, &format!("{what} B"))?,
                     c: self.regs32(c, &format!("{what} C"))?,
-                }
+                })
             }
             Stmt::Ldmatrix {
                 dsts,
@@ -340,13 +392,13 @@ impl SlotAssigner<'_> {
                 for (i, &r) in dsts.iter().enumerate() {
                     d[i] = self.reg(r, Class::B32)?;
                 }
-                SlotStmt::Ldmatrix {
+                SlotStmt::Do(Action::Ldmatrix {
                     dsts: d,
                     count: dsts.len(),
                     trans: *trans,
                     addr: self.reg(*addr, Class::B32)?,
                     offset: *offset,
-                }
+                })
             }
             Stmt::CpAsync {
                 cache,
@@ -361,18 +413,18 @@ impl SlotAssigner<'_> {
                     return Err(self.err(format!("cp.async.{} of {bytes} bytes", cache.name())));
                 }
                 self.uses_cp_async = true;
-                SlotStmt::CpAsync {
+                SlotStmt::Do(Action::CpAsync {
                     bytes: *bytes,
                     dst: self.reg(*dst, Class::B32)?,
                     dst_offset: *dst_offset,
                     src: self.reg(*src, Class::B64)?,
                     src_offset: *src_offset,
                     src_bytes: src_bytes.map(|o| self.operand(o, Class::B32)).transpose()?,
-                }
+                })
             }
-            Stmt::CpAsyncCommit => SlotStmt::CpAsyncCommit,
-            Stmt::CpAsyncWait(n) => SlotStmt::CpAsyncWait(*n),
-            Stmt::CpAsyncWaitAll => SlotStmt::CpAsyncWaitAll,
+            Stmt::CpAsyncCommit => SlotStmt::Do(Action::CpAsyncCommit),
+            Stmt::CpAsyncWait(n) => SlotStmt::Do(Action::CpAsyncWait(*n)),
+            Stmt::CpAsyncWaitAll => SlotStmt::Do(Action::CpAsyncWaitAll),
         })
     }
 }
@@ -465,6 +517,6 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         shared_size: off as u32,
         max_depth: l.max_depth,
         uses_cp_async: l.uses_cp_async,
-        body,
+        code: Code::new(&body),
     })
 }

@@ -2,7 +2,7 @@
 //! `cp.async` with the per-thread groups that keep its destination bytes pending until a
 //! `cp.async.wait` completes them.
 
-use super::Cta;
+use super::{Cta, Span};
 use crate::exec::ExecError;
 use tessel_ir::kernel::{Space, Width};
 
@@ -51,14 +51,14 @@ impl Cta<'_> {
         width: Width,
         addr: usize,
         offset: i32,
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
         let bytes = width.bytes();
         let nregs = width.regs();
         let mut v = [0u32; 4];
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
                 continue;
             }
             match space {
@@ -100,7 +100,7 @@ impl Cta<'_> {
         width: Width,
         addr: usize,
         offset: i32,
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
         let bytes = width.bytes();
@@ -108,8 +108,8 @@ impl Cta<'_> {
         let mut v = [0u32; 4];
         // Threads store in increasing order: when several write one address, the highest
         // thread wins (the GPU picks one unspecified writer).
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
                 continue;
             }
             for k in 0..nregs {
@@ -184,12 +184,12 @@ impl Cta<'_> {
         (dst, dst_offset): (usize, i32),
         (src, src_offset): (usize, i32),
         src_bytes: Option<u32>,
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
         let mut buf = [0u8; 16];
-        for i in 0..n {
-            if self.masks[d][i] == 0 {
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
                 continue;
             }
             let a = self.r32[dst * n + i].wrapping_add(dst_offset as u32);
@@ -223,12 +223,12 @@ impl Cta<'_> {
 
     /// `cp.async.commit_group` for every active thread: its open copies (maybe none)
     /// become its newest group.
-    pub(super) fn cp_commit(&mut self, d: usize) {
+    pub(super) fn cp_commit(&mut self, sp: Span) {
         if !self.k.uses_cp_async {
             return;
         }
-        for i in 0..self.n {
-            if self.masks[d][i] != 0 {
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] != 0 {
                 let group = std::mem::take(&mut self.cp_open[i]);
                 self.cp_groups[i].push_back(group);
             }
@@ -237,12 +237,12 @@ impl Cta<'_> {
 
     /// `cp.async.wait_group keep` for every active thread: all but its `keep` newest groups
     /// complete.
-    pub(super) fn cp_wait(&mut self, keep: usize, d: usize) {
+    pub(super) fn cp_wait(&mut self, keep: usize, sp: Span) {
         if !self.k.uses_cp_async {
             return;
         }
-        for i in 0..self.n {
-            if self.masks[d][i] == 0 {
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
                 continue;
             }
             while self.cp_groups[i].len() > keep {

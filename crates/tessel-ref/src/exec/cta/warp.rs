@@ -1,18 +1,18 @@
 //! Warp-wide statements of the SIMT interpreter: `mma` by the model in `Stmt::Mma`'s docs
 //! and `ldmatrix`, each run once per warp with all 32 lanes active.
 
-use super::Cta;
+use super::{Cta, Span};
 use crate::exec::numerics as nm;
 use crate::exec::ExecError;
 use tessel_ir::kernel::MmaShape;
 
 impl Cta<'_> {
-    /// The first thread of each warp that reaches a warp-wide statement at depth `d`; a
-    /// warp with some but not all of its 32 lanes active (or present) is an error.
-    pub(super) fn full_warps(&self, d: usize, op: &'static str) -> Result<Vec<usize>, ExecError> {
-        let (n, mask) = (self.n, &self.masks[d]);
+    /// The first thread of each warp of `sp` that reaches a warp-wide statement; a warp
+    /// with some but not all of its 32 lanes active (or present) is an error.
+    pub(super) fn full_warps(&self, sp: Span, op: &'static str) -> Result<Vec<usize>, ExecError> {
+        let (n, mask) = (sp.hi, &self.masks[sp.d]);
         let mut out = Vec::new();
-        for warp in (0..n).step_by(32) {
+        for warp in (sp.lo..n).step_by(32) {
             if (warp..(warp + 32).min(n)).all(|j| mask[j] == 0) {
                 continue;
             }
@@ -40,7 +40,7 @@ impl Cta<'_> {
         a: &[u32; 4],
         b: &[u32; 2],
         c: &[u32; 4],
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
         let elem = |h: u32| match shape {
@@ -49,7 +49,7 @@ impl Cta<'_> {
             MmaShape::M16N8K8Tf32 => nm::tf32_operand(h),
         };
         let packed = shape != MmaShape::M16N8K8Tf32;
-        for warp in self.full_warps(d, "mma")? {
+        for warp in self.full_warps(sp, "mma")? {
             // f32 bits: am[row][k], bm[k][col], acc[row][col].
             let mut am = [[0u32; 16]; 16];
             let mut bm = [[0u32; 8]; 16];
@@ -108,10 +108,10 @@ impl Cta<'_> {
         trans: bool,
         addr: usize,
         offset: i32,
-        d: usize,
+        sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
-        for warp in self.full_warps(d, "ldmatrix")? {
+        for warp in self.full_warps(sp, "ldmatrix")? {
             // mats[m][row][col], 16-bit elements.
             let mut mats = [[[0u16; 8]; 8]; 4];
             for (m, mat) in mats.iter_mut().enumerate().take(dsts.len()) {
