@@ -7,16 +7,19 @@
 //! dkv kernel). Its tiles of the score matmuls' row-side operands (q and dO, or k and v)
 //! are copied once into shared memory; the other side is walked in blocks of `block_n`
 //! through a two-stage ring of 16-byte `cp.async` copies (zero past the end, chunks
-//! swizzled as in `ring/layout.rs`). Per block a warp computes its 16 × block_n scores of each
+//! swizzled as in `ring/layout.rs`). A block is walked in sub-blocks of 16 columns by one
+//! loop body (rolled when `block_n > 16`, so the code does not grow with the block and the
+//! bits do not change with it). Per sub-block a warp computes its 16 × 16 scores of each
 //! score matmul — one mma per 16 of the head dim, in order from 0, row-side fragments as
 //! A: the dkv kernel's `k·qᵀ` is the dq kernel's `q·kᵀ` transposed, bit for bit (tensor
 //! cores' products are symmetric in their operands; tests/gpu/mma_symmetry.sh) — then
 //! evaluates the program's elementwise cone per score with each matmul's value standing
-//! in, rounded to its dtype. The dq kernel folds its reductions per row (one sweep over
+//! in, rounded to its dtype (the program's `exp` as `exp_f32`: docs/numerics.md, "The
+//! fused attention backward"). The dq kernel folds its reductions per row (one sweep over
 //! the blocks per level: softmax's maximum, then its sum, then `rowsum(dP ∘ P)`) and in a
 //! last sweep multiplies its score-shaped products' operand — rounded to 16 bits and
 //! repacked from accumulator to A fragments in registers (PTX ISA §9.7.14.5.8) — by the
-//! block's tile read transposed (`ldmatrix.trans`); the dkv kernel reads the reductions
+//! sub-block's tile read transposed (`ldmatrix.trans`); the dkv kernel reads the reductions
 //! and forms its products in one sweep.
 
 use super::attention_parts::{BoundAt, LaneRow};
