@@ -475,7 +475,7 @@ fn the_fused_attention_backward_is_right_and_batch_invariant() {
 #[test]
 fn the_attention_backward_bits_do_not_depend_on_its_block_width() {
     use tessel_ir::graph::{GroupOps, TileConfig};
-    use tessel_passes::pipeline::{pass, run_passes, Ir};
+    use tessel_passes::pipeline::{pass, run_passes, Ir, Run};
     let file = "tests/programs/grad_small.tsl";
     let path = root().join(file);
     let module = tessel_syntax::load::load(&path).expect("loads").module;
@@ -506,12 +506,22 @@ fn the_attention_backward_bits_do_not_depend_on_its_block_width() {
                     }
                 }
                 assert_eq!(seen, 2, "{profile:?} T = {t}: the dq and dkv kernels");
-                let mut p = tessel_passes::lower::run(&g, &f, &s).expect("lowers");
-                for (_, k) in p.kernels.iter_mut() {
-                    tessel_passes::expand_math::run(k);
-                    tessel_passes::legalize::run(k).expect("legalizes");
+                // `lower` and every kernel pass after it, as the registry lists them.
+                let mut p = None;
+                for info in tessel_passes::PASSES {
+                    match (&info.run, &mut p) {
+                        (Run::Lower(run), None) => {
+                            p = Some(run(&g, &f, &s).expect("lowers").program)
+                        }
+                        (Run::Kernel { run, .. }, Some(p)) => {
+                            for (_, k) in p.kernels.iter_mut() {
+                                run(k).expect("kernel pass");
+                            }
+                        }
+                        _ => {}
+                    }
                 }
-                p
+                p.expect("a lower pass")
             };
             let base = lowered(16, 16);
             let ins = inputs(&base, 11 + t);

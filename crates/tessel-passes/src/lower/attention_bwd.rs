@@ -351,19 +351,15 @@ impl Gen<'_> {
                     (warps, warp, lane),
                     (base, res_bytes + st_bytes),
                 )?;
-                let p = self
-                    .b
-                    .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(block_n - 1)]);
-                let blocks = self
-                    .b
-                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(block_n)]);
-                let p = self
-                    .b
-                    .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(SUB_N - 1)]);
-                let subs = self
-                    .b
-                    .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(SUB_N)]);
-                (blocks.into(), Some(subs.into()))
+                let mut ceil_div = |d: u32| -> Operand {
+                    let p = self
+                        .b
+                        .op(RegType::U32, Op::IAdd, &[n_end, Operand::U32(d - 1)]);
+                    self.b
+                        .op(RegType::U32, Op::UDiv, &[p.into(), Operand::U32(d)])
+                        .into()
+                };
+                (ceil_div(block_n), Some(ceil_div(SUB_N)))
             }
             _ => (Operand::U32(all_blocks), None),
         };
