@@ -16,8 +16,10 @@
 //! implement exactly these semantics, so a kernel's result is the same bits on either —
 //! except [`Stmt::Mma`], whose accumulation NVIDIA does not specify: the executor runs a
 //! documented model of it and the GPU is compared with that by tolerance (the `exact`
-//! profile never uses it). Warp-wide statements ([`Op::ShflBfly`], [`Stmt::Mma`],
-//! [`Stmt::Ldmatrix`]) are executed by all 32 lanes of a warp together.
+//! profile never uses it), and [`Stmt::Wgmma`], the same. Warp-wide statements
+//! ([`Op::ShflBfly`], [`Stmt::Mma`], [`Stmt::Ldmatrix`]) are executed by all 32 lanes of a
+//! warp together, warpgroup-wide ones ([`Stmt::Wgmma`] and its fence, commit and wait) by
+//! the four warps of an aligned group of 128 threads.
 //!
 //! A [`Program`] is a step: the buffers (inputs, outputs, intermediates), the kernels, and
 //! the launches in order.
@@ -165,6 +167,189 @@ impl MmaShape {
     /// `(g + 8·(i / 2), 2t + i % 2)` (the same for every shape).
     pub fn cd_pos(lane: usize, i: usize) -> (usize, usize) {
         (lane / 4 + 8 * (i >> 1), 2 * (lane % 4) + (i & 1))
+    }
+}
+
+/// The input type of a [`Stmt::Wgmma`]: bf16 or f16 (`k16`), or tf32 (`k8`; f32 bit
+/// patterns of which the tensor core reads bits 31..13, as for
+/// [`MmaShape::M16N8K8Tf32`]).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum WgmmaInput {
+    Bf16,
+    F16,
+    Tf32,
+}
+
+impl WgmmaInput {
+    pub const ALL: [WgmmaInput; 3] = [WgmmaInput::Bf16, WgmmaInput::F16, WgmmaInput::Tf32];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WgmmaInput::Bf16 => "bf16",
+            WgmmaInput::F16 => "f16",
+            WgmmaInput::Tf32 => "tf32",
+        }
+    }
+
+    /// Bytes of one element in shared memory.
+    pub fn bytes(self) -> u32 {
+        match self {
+            WgmmaInput::Bf16 | WgmmaInput::F16 => 2,
+            WgmmaInput::Tf32 => 4,
+        }
+    }
+
+    /// The reduction length of one instruction: 16 for 16-bit inputs, 8 for tf32 — 32
+    /// bytes of K either way.
+    pub fn k(self) -> u32 {
+        32 / self.bytes()
+    }
+}
+
+/// The shape of a warpgroup-level [`Stmt::Wgmma`]: `D[64×n] += A[64×k]·B[k×n]`, `k` 16
+/// (bf16, f16) or 8 (tf32), `n` a multiple of 8 from 8 to 256 (PTX ISA §9.7.15.5.1,
+/// "Matrix shape": `.m64nNk16`, `.m64nNk8`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct WgmmaShape {
+    pub n: u32,
+    pub input: WgmmaInput,
+}
+
+impl WgmmaShape {
+    /// Rows of A and D.
+    pub const M: u32 = 64;
+
+    /// Whether PTX has this shape: `n` in 8, 16, ..., 256.
+    pub fn is_valid(self) -> bool {
+        self.n % 8 == 0 && (8..=256).contains(&self.n)
+    }
+
+    /// The reduction length.
+    pub fn k(self) -> u32 {
+        self.input.k()
+    }
+
+    /// F32 accumulator registers per thread: the 64·n outputs over the warpgroup's 128
+    /// threads.
+    pub fn d_regs(self) -> usize {
+        self.n as usize / 2
+    }
+
+    /// The textual name: `m64n128k16.bf16`, `m64n64k8.tf32`.
+    pub fn name(self) -> String {
+        format!("m64n{}k{}.{}", self.n, self.k(), self.input.name())
+    }
+
+    /// Where thread `t` (0..128) of the warpgroup holds accumulator register `i`: row
+    /// `16·(t / 32) + g + 8·((i / 2) mod 2)` and column `8·(i / 4) + 2·(t mod 4) + i mod 2`,
+    /// with `g = (t mod 32) / 4` — warp `w` of the warpgroup holds rows `16w .. 16w + 16`,
+    /// each 8 columns of them as one [`MmaShape::cd_pos`] fragment (PTX ISA §9.7.15.5.1,
+    /// "Register Fragments", the D matrix of `.m64nNk16`).
+    pub fn d_pos(t: usize, i: usize) -> (usize, usize) {
+        let (r, c) = MmaShape::cd_pos(t % 32, i % 4);
+        (16 * (t / 32) + r, 8 * (i / 4) + c)
+    }
+}
+
+/// The swizzle mode of a [`SmemDesc`] (the descriptor's bits 63..62): how the 16-byte
+/// chunks of each row of a K-major operand are permuted, as TMA's
+/// `CU_TENSOR_MAP_SWIZZLE_32B/64B/128B` write them (chunk `c` of the `span`-byte row `r`
+/// at chunk `c ^ (r mod span/16)`, on shared-memory address bits).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum WgmmaSwizzle {
+    B128,
+    B64,
+    B32,
+}
+
+impl WgmmaSwizzle {
+    /// Bytes of one swizzled row: 128, 64 or 32.
+    pub fn span(self) -> u32 {
+        match self {
+            WgmmaSwizzle::B128 => 128,
+            WgmmaSwizzle::B64 => 64,
+            WgmmaSwizzle::B32 => 32,
+        }
+    }
+
+    /// The descriptor's mode field (PTX ISA §9.7.15.5.1.2.2, "Matrix Descriptor Format":
+    /// 1 128-byte, 2 64-byte, 3 32-byte swizzle; 0, no swizzle, is not used).
+    fn code(self) -> u64 {
+        match self {
+            WgmmaSwizzle::B128 => 1,
+            WgmmaSwizzle::B64 => 2,
+            WgmmaSwizzle::B32 => 3,
+        }
+    }
+
+    /// The byte address of byte `logical` of a swizzled operand: address bits 4.. of the
+    /// 16-byte chunk XORed with bits 7.. (the row within the 8-row pattern), as many bits
+    /// as the span has chunks (3, 2, 1) — CUTLASS's `Swizzle<3|2|1, 4, 3>`.
+    pub fn apply(self, logical: u32) -> u32 {
+        let mask = self.span() / 16 - 1;
+        logical ^ (((logical >> 7) & mask) << 4)
+    }
+}
+
+/// A wgmma shared-memory matrix descriptor for a K-major swizzled operand (PTX ISA
+/// §9.7.15.5.1.2.2, "Matrix Descriptor Format"), each byte count stored divided by 16:
+/// bits 13..0 the start address, 29..16 the leading-dimension byte offset, 45..32 the
+/// stride-dimension byte offset, 51..49 the base offset (0: every pattern starts at a
+/// multiple of its `8 · span` bytes), 63..62 the swizzle mode.
+///
+/// The operand it describes: row `r` (of M or N), byte `b` of its K slice at the logical
+/// address `start + (r / 8)·sbo + (r mod 8)·span + b`, stored at that address swizzled
+/// ([`WgmmaSwizzle::apply`]). `lbo` is not read by the swizzled K-major layouts (one
+/// instruction's K, 32 bytes, never leaves a row's span); it is encoded as given.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct SmemDesc {
+    /// Shared-window byte address, a multiple of 16, below 2^18.
+    pub start: u32,
+    pub lbo: u32,
+    pub sbo: u32,
+    pub swizzle: WgmmaSwizzle,
+}
+
+impl SmemDesc {
+    /// The 64-bit descriptor. Fields are taken modulo their widths; [`SmemDesc::decode`]
+    /// of the result gives `self` back when each is in range (16-byte multiples below
+    /// 2^18).
+    pub fn encode(self) -> u64 {
+        let f = |x: u32| (x as u64 >> 4) & 0x3fff;
+        f(self.start) | f(self.lbo) << 16 | f(self.sbo) << 32 | self.swizzle.code() << 62
+    }
+
+    /// The bits of the descriptor that do not depend on the start address: what a
+    /// kernel adds to `start >> 4` to make one.
+    pub fn fixed_bits(self) -> u64 {
+        SmemDesc { start: 0, ..self }.encode()
+    }
+
+    /// Reads a descriptor, or says why it is not one of the layouts the model knows
+    /// (no swizzle, or a nonzero base offset).
+    pub fn decode(d: u64) -> Result<SmemDesc, String> {
+        let f = |shift: u32| (((d >> shift) & 0x3fff) << 4) as u32;
+        let swizzle = match d >> 62 {
+            1 => WgmmaSwizzle::B128,
+            2 => WgmmaSwizzle::B64,
+            3 => WgmmaSwizzle::B32,
+            _ => return Err(format!("descriptor {d:#018x} has no swizzle (mode 0)")),
+        };
+        if (d >> 49) & 7 != 0 {
+            return Err(format!("descriptor {d:#018x} has a nonzero base offset"));
+        }
+        Ok(SmemDesc {
+            start: f(0),
+            lbo: f(16),
+            sbo: f(32),
+            swizzle,
+        })
+    }
+
+    /// The shared-memory address of byte `b` (below the span) of row `r`.
+    pub fn address(self, r: u32, b: u32) -> u32 {
+        let logical = self.start + (r / 8) * self.sbo + (r % 8) * self.swizzle.span() + b;
+        self.swizzle.apply(logical)
     }
 }
 
@@ -337,6 +522,49 @@ pub enum Stmt {
         addr: Reg,
         offset: i32,
     },
+    /// Warpgroup-level asynchronous matrix multiply-accumulate, `D += A·B` on a
+    /// `64 × n × k` tile with both operands in shared memory, K-major, described by the
+    /// [`SmemDesc`] in the `U64` registers `a_desc` (A: 64 rows of K) and `b_desc` (B: n
+    /// rows of K) (PTX `wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t> {d}, a, b, 1, 1,
+    /// 1, 0, 0` — D accumulated, no negation, no transpose; tf32 takes no transpose
+    /// operands). The four warps of a warpgroup (threads `128g .. 128g + 128`) execute it
+    /// together, each lane with the same descriptors; `d` is the `shape.d_regs()` `F32`
+    /// registers, laid out by [`WgmmaShape::d_pos`].
+    ///
+    /// Asynchronous: the instruction belongs to the warpgroup's next
+    /// [`Stmt::WgmmaCommit`] group, and until a [`Stmt::WgmmaWait`] completes that group
+    /// its `d` registers may not be read or written by other statements (a later wgmma may
+    /// accumulate into them: the tensor core keeps issue order), nor the shared memory it
+    /// reads written. A [`Stmt::WgmmaFence`] must come between any other access to `d`
+    /// and the first wgmma after it, and shared memory written by ordinary stores or
+    /// `cp.async` is visible to it only after the writing thread's
+    /// [`Stmt::FenceProxyAsync`] (wgmma reads through the async proxy; PTX ISA
+    /// §9.7.15.5.2, "Asynchronous warpgroup level matrix multiply-accumulate").
+    ///
+    /// Numerics as [`Stmt::Mma`]: exact products, an accumulation order NVIDIA does not
+    /// specify; the executor's model is the same per-element fma chain over k, in order
+    /// (compared with the GPU by tolerance). The executor computes at issue, reports a
+    /// store into shared memory that a wgmma not yet waited for reads, and a read of bytes
+    /// written by the generic proxy without a proxy fence.
+    Wgmma {
+        shape: WgmmaShape,
+        d: Vec<Reg>,
+        a_desc: Reg,
+        b_desc: Reg,
+    },
+    /// Orders the warpgroup's earlier register and shared-memory accesses before its next
+    /// wgmma (PTX `wgmma.fence.sync.aligned`).
+    WgmmaFence,
+    /// Closes the warpgroup's group of wgmma issued since the last commit (PTX
+    /// `wgmma.commit_group.sync.aligned`).
+    WgmmaCommit,
+    /// Waits until at most `n` of the warpgroup's committed wgmma groups are pending (PTX
+    /// `wgmma.wait_group.sync.aligned n`).
+    WgmmaWait(u32),
+    /// Orders the thread's earlier shared-memory accesses through the generic proxy (loads,
+    /// stores, `cp.async`) with later ones through the async proxy (wgmma operand reads,
+    /// TMA) (PTX `fence.proxy.async.shared::cta`, PTX ISA §9.7.13.4, "membar/fence").
+    FenceProxyAsync,
     /// Per-thread asynchronous copy of `bytes` bytes from global to shared memory (PTX
     /// `cp.async.{ca,cg}.shared.global [dst], [src], bytes{, src_bytes}`). `dst` is a `U32`
     /// shared address, `src` a `U64` global address, both aligned to `bytes`; `bytes` is
@@ -602,10 +830,10 @@ pub struct Program {
 /// Which tensor-core instructions a program issues (see [`Program::tensor_cores`]).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct TensorCoreUse {
-    /// Any `mma.sync`: its accumulation order inside one instruction is not specified by
+    /// Any `mma.sync` or `wgmma`: its accumulation order inside one instruction is not specified by
     /// NVIDIA, so such kernels are checked by tolerance, not against the executor's bits.
     pub mma: bool,
-    /// Any TF32 `mma.sync` (m16n8k8): f32 operands rounded to 10 fraction bits.
+    /// Any TF32 `mma.sync` (m16n8k8) or `wgmma` (m64nNk8): f32 operands rounded to 10 fraction bits.
     pub tf32: bool,
 }
 
@@ -618,6 +846,10 @@ impl Program {
                     Stmt::Mma { shape, .. } => {
                         found.mma = true;
                         found.tf32 |= *shape == MmaShape::M16N8K8Tf32;
+                    }
+                    Stmt::Wgmma { shape, .. } => {
+                        found.mma = true;
+                        found.tf32 |= shape.input == WgmmaInput::Tf32;
                     }
                     Stmt::For { body, .. } => walk(body, found),
                     Stmt::If {

@@ -303,3 +303,162 @@ fn verifier_rules_for_tensor_core_statements() {
     });
     fails(&k, "kernel.signature");
 }
+
+/// A warpgroup kernel with every wgmma statement: each input type at n = 8 and 256, the
+/// fence, commit, wait and the async-proxy fence.
+fn wgmma_kernel() -> Kernel {
+    use tessel_ir::kernel::{WgmmaInput, WgmmaShape};
+    let mut k = Kernel {
+        name: "wg".into(),
+        block: [256, 1, 1],
+        grid: [1, 1, 1],
+        ..Default::default()
+    };
+    let da = k.new_reg(RegType::U64);
+    let db = k.new_reg(RegType::U64);
+    let f: Vec<_> = (0..128).map(|_| k.new_reg(RegType::F32)).collect();
+    let mut body = vec![
+        Stmt::Op {
+            dst: da,
+            op: Op::Mov,
+            args: vec![Operand::U64(1 << 62)],
+        },
+        Stmt::Op {
+            dst: db,
+            op: Op::Mov,
+            args: vec![Operand::U64(1 << 62 | 64)],
+        },
+        Stmt::FenceProxyAsync,
+        Stmt::WgmmaFence,
+    ];
+    for input in WgmmaInput::ALL {
+        for n in [8, 256] {
+            let shape = WgmmaShape { n, input };
+            body.push(Stmt::Wgmma {
+                shape,
+                d: f[..shape.d_regs()].to_vec(),
+                a_desc: da,
+                b_desc: db,
+            });
+        }
+    }
+    body.extend([Stmt::WgmmaCommit, Stmt::WgmmaWait(1), Stmt::WgmmaWait(0)]);
+    k.body = body;
+    k
+}
+
+#[test]
+fn wgmma_statements_round_trip_and_verify() {
+    let k = wgmma_kernel();
+    verify_kernel(&k, true).unwrap();
+    let text = write_kernel(&k);
+    let k2 = read_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(k2, k, "{text}");
+    for needle in [
+        "r2, r3, r4, r5 = wgmma.m64n8k16.bf16 r0, r1\n",
+        "= wgmma.m64n256k8.tf32 r0, r1\n",
+        "wgmma.fence\n",
+        "wgmma.commit\n",
+        "wgmma.wait 1\n",
+        "fence.proxy.async\n",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    // Shapes PTX does not have, and a k that is not the input's, do not read.
+    for bad in [
+        "m64n12k16.bf16",
+        "m64n264k16.bf16",
+        "m64n8k8.bf16",
+        "m64n8k16.tf32",
+    ] {
+        let t = text.replacen("m64n8k16.bf16", bad, 1);
+        assert!(read_kernel(&t).is_err(), "{bad} read");
+    }
+}
+
+#[test]
+fn verifier_rules_for_wgmma() {
+    use tessel_ir::kernel::{WgmmaInput, WgmmaShape};
+    let first = |k: &mut Kernel| {
+        k.body
+            .iter_mut()
+            .find(|s| matches!(s, Stmt::Wgmma { .. }))
+            .unwrap()
+            .clone()
+    };
+    let set = |k: &mut Kernel, s: Stmt| {
+        let i = k
+            .body
+            .iter()
+            .position(|s| matches!(s, Stmt::Wgmma { .. }))
+            .unwrap();
+        k.body[i] = s;
+    };
+    // Too few accumulators.
+    let mut k = wgmma_kernel();
+    if let Stmt::Wgmma {
+        shape,
+        a_desc,
+        b_desc,
+        d,
+    } = first(&mut k)
+    {
+        set(
+            &mut k,
+            Stmt::Wgmma {
+                shape,
+                a_desc,
+                b_desc,
+                d: d[..3].to_vec(),
+            },
+        );
+    }
+    fails(&k, "kernel.wgmma");
+    // An n PTX does not have.
+    let mut k = wgmma_kernel();
+    if let Stmt::Wgmma {
+        a_desc, b_desc, d, ..
+    } = first(&mut k)
+    {
+        let shape = WgmmaShape {
+            n: 12,
+            input: WgmmaInput::Bf16,
+        };
+        set(
+            &mut k,
+            Stmt::Wgmma {
+                shape,
+                a_desc,
+                b_desc,
+                d: d.iter().chain(&d[..2]).copied().collect(),
+            },
+        );
+    }
+    fails(&k, "kernel.wgmma");
+    // A u32 accumulator and a u32 descriptor.
+    let mut k = wgmma_kernel();
+    let bad = k.new_reg(RegType::U32);
+    if let Stmt::Wgmma {
+        shape,
+        b_desc,
+        mut d,
+        ..
+    } = first(&mut k)
+    {
+        d[0] = bad;
+        set(
+            &mut k,
+            Stmt::Wgmma {
+                shape,
+                a_desc: bad,
+                b_desc,
+                d,
+            },
+        );
+    }
+    fails(&k, "kernel.wgmma");
+    // A CTA that is not whole warpgroups.
+    let mut k = wgmma_kernel();
+    k.block = [96, 1, 1];
+    fails(&k, "kernel.wgmma");
+}

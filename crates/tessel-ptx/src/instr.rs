@@ -3,6 +3,7 @@
 //! instruction text of the crate is produced by the `Display` impls here, so spelling and
 //! spacing live in one place.
 
+use std::borrow::Cow;
 use std::fmt;
 
 /// A PTX register class: the declared type and the name prefix of its registers.
@@ -152,7 +153,7 @@ impl fmt::Display for Arg {
 pub(crate) struct Instr {
     guard: Option<(RegName, bool)>,
     opcode: &'static str,
-    mods: Vec<&'static str>,
+    mods: Vec<Cow<'static, str>>,
     args: Vec<Arg>,
 }
 
@@ -168,7 +169,13 @@ impl Instr {
 
     /// Appends modifiers (`.rn`, `.f32`, ...), given without the dot.
     pub(crate) fn m(mut self, mods: &[&'static str]) -> Instr {
-        self.mods.extend_from_slice(mods);
+        self.mods.extend(mods.iter().map(|&m| Cow::Borrowed(m)));
+        self
+    }
+
+    /// Appends one modifier made at run time (`m64n128k16`).
+    pub(crate) fn m_owned(mut self, m: String) -> Instr {
+        self.mods.push(Cow::Owned(m));
         self
     }
 

@@ -22,7 +22,7 @@ use std::fmt;
 
 use tessel_ir::kernel::{
     is_ptx_followsym, is_ptx_identifier, Kernel, MmaShape, Operand, ParamKind, Program, RegType,
-    Stmt,
+    Stmt, WgmmaInput, WgmmaShape,
 };
 use tessel_ir::{Reg, SharedBuf};
 
@@ -412,6 +412,29 @@ impl<W: fmt::Write> Writer<W> {
                 (*src, *src_offset),
                 *src_bytes,
             ),
+            Stmt::Wgmma {
+                shape,
+                d,
+                a_desc,
+                b_desc,
+            } => self.write_wgmma(k, level, *shape, d, [*a_desc, *b_desc]),
+            Stmt::WgmmaFence => {
+                self.write_instr(level, &Instr::new("wgmma").m(&["fence", "sync", "aligned"]))
+            }
+            Stmt::WgmmaCommit => self.write_instr(
+                level,
+                &Instr::new("wgmma").m(&["commit_group", "sync", "aligned"]),
+            ),
+            Stmt::WgmmaWait(n) => self.write_instr(
+                level,
+                &Instr::new("wgmma")
+                    .m(&["wait_group", "sync", "aligned"])
+                    .arg(Arg::Uint(u64::from(*n))),
+            ),
+            Stmt::FenceProxyAsync => self.write_instr(
+                level,
+                &Instr::new("fence").m(&["proxy", "async", "shared::cta"]),
+            ),
             Stmt::CpAsyncCommit => {
                 self.write_instr(level, &Instr::new("cp").m(&["async", "commit_group"]))
             }
@@ -487,6 +510,45 @@ impl<W: fmt::Write> Writer<W> {
             .arg(Arg::Vector(a))
             .arg(Arg::Vector(b))
             .arg(Arg::Vector(c));
+        self.write_instr(level, &instr)
+    }
+
+    /// `wgmma.mma_async.sync.aligned.m64nNkK.f32.<t>.<t> {d}, a_desc, b_desc, 1, 1, 1{, 0,
+    /// 0}`: D accumulated (scale-d 1), A and B not negated (1, 1), both K-major (the
+    /// transpose immediates 0, 0, which tf32 does not take).
+    fn write_wgmma(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        shape: WgmmaShape,
+        d: &[Reg],
+        descs: [Reg; 2],
+    ) -> Result<(), PtxError> {
+        if !shape.is_valid() || d.len() != shape.d_regs() {
+            return Err(malformed(
+                k,
+                &format!("wgmma.{} with {} accumulators", shape.name(), d.len()),
+            ));
+        }
+        let what = format!("Wgmma({})", shape.name());
+        let d = self.typed_regs(k, d, RegType::F32, &format!("{what} D"))?;
+        let descs = self.typed_regs(k, &descs, RegType::U64, &format!("{what} descriptors"))?;
+        let ty = shape.input.name();
+        let mut instr = Instr::new("wgmma")
+            .m(&["mma_async", "sync", "aligned"])
+            .m_owned(format!("m64n{}k{}", shape.n, shape.k()))
+            .m(&["f32", ty, ty])
+            .arg(Arg::Vector(d));
+        for r in descs {
+            instr = instr.arg(Arg::Reg(r));
+        }
+        let imms: &[u64] = match shape.input {
+            WgmmaInput::Tf32 => &[1, 1, 1],
+            WgmmaInput::Bf16 | WgmmaInput::F16 => &[1, 1, 1, 0, 0],
+        };
+        for &x in imms {
+            instr = instr.arg(Arg::Uint(x));
+        }
         self.write_instr(level, &instr)
     }
 

@@ -196,3 +196,46 @@ fn ill_typed_statements_have_no_row() {
         Err(PtxError::NoRow { .. })
     ));
 }
+
+/// The warpgroup kernels (`tessel_testkit::wgmma`), headed `.target sm_90a` (wgmma exists
+/// only there), assembled for sm_90a with no spill.
+#[test]
+fn wgmma_kernels_assemble_for_sm_90a() {
+    use tessel_ir::kernel::WgmmaInput;
+    use tessel_testkit::wgmma as wk;
+    let opts = PtxOptions::with_header((8, 0), "sm_90a");
+    for k in wk::all() {
+        let ptx = write_kernel(&common::legalized(&k), &opts).unwrap_or_else(|e| panic!("{e}"));
+        for op in [
+            "fence.proxy.async.shared::cta;",
+            "wgmma.fence.sync.aligned;",
+            "wgmma.commit_group.sync.aligned;",
+            "wgmma.wait_group.sync.aligned 0;",
+        ] {
+            assert!(ptx.contains(op), "{}: missing {op}:\n{ptx}", k.name);
+        }
+        let l = line_with(&ptx, "wgmma.mma_async");
+        let tail = if k.name.contains("tf32") {
+            "1, 1, 1;"
+        } else {
+            "1, 1, 1, 0, 0;"
+        };
+        assert!(l.ends_with(tail), "{l}");
+        common::assemble_for(&ptx, "sm_90a");
+    }
+    // The row of the n = 256 bf16 shape: 128 accumulators, two u64 descriptors.
+    let k = wk::wgmma_gemm(WgmmaInput::Bf16, 256, 2);
+    let ptx = write_kernel(&common::legalized(&k), &opts).unwrap();
+    let l = line_with(&ptx, "wgmma.mma_async");
+    assert!(
+        l.starts_with("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%f"),
+        "{l}"
+    );
+    let d = l
+        .split('{')
+        .nth(1)
+        .and_then(|g| g.split('}').next())
+        .unwrap();
+    assert_eq!(d.split(", ").count(), 128, "{l}");
+    assert!(l.contains("}, %rd"), "{l}");
+}

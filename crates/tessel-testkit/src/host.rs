@@ -3,7 +3,7 @@
 //! executor tests and the GPU tests so that both run one case.
 
 use half::{bf16, f16};
-use tessel_ir::kernel::{LaunchArg, MmaShape};
+use tessel_ir::kernel::{LaunchArg, MmaShape, WgmmaInput};
 use tessel_ir::{BufferId, DType, TensorType};
 use tessel_ref::tensor::SplitMix64;
 use tessel_ref::Tensor;
@@ -159,6 +159,40 @@ pub fn gemm_bf16_case(kk: usize, seed: u64) -> MatmulCase {
         b,
         c: vec![0.0; m * n],
         bufs: vec![at, bt, poison_f32(m * n)],
+        args: vec![buf(0), buf(1), buf(2), LaunchArg::U32(kk as u32)],
+    }
+}
+
+/// The inputs of [`crate::wgmma::wgmma_gemm`]`(input, n, warpgroups)` at reduction length
+/// `kk` from `seed`: A `[64·warpgroups, kk]` and B `[n, kk]` (tf32 values rounded to tf32
+/// on the host, so that the tensor core's reading of the low bits does not matter), D
+/// poisoned, and `k`. `b` is B transposed, `[kk, n]`, as [`MatmulCase`] holds it.
+pub fn wgmma_case(
+    input: WgmmaInput,
+    n: usize,
+    warpgroups: usize,
+    kk: usize,
+    seed: u64,
+) -> MatmulCase {
+    let m = 64 * warpgroups;
+    let mut rng = SplitMix64::new(seed);
+    let operand = |rng: &mut SplitMix64, len: usize| match input {
+        WgmmaInput::Bf16 => bf16_operand(rng, len),
+        WgmmaInput::F16 => f16_operand(rng, len),
+        WgmmaInput::Tf32 => {
+            let v: Vec<f32> = values(rng, len).into_iter().map(rna_tf32).collect();
+            let t = f32_tensor(&v);
+            (v, t)
+        }
+    };
+    let (a, at) = operand(&mut rng, m * kk);
+    let (bt, btt) = operand(&mut rng, n * kk);
+    let b = (0..kk * n).map(|i| bt[(i % n) * kk + i / n]).collect();
+    MatmulCase {
+        a,
+        b,
+        c: vec![0.0; m * n],
+        bufs: vec![at, btt, poison_f32(m * n)],
         args: vec![buf(0), buf(1), buf(2), LaunchArg::U32(kk as u32)],
     }
 }

@@ -17,15 +17,16 @@
 //!   truncating accumulation); the maximum |GPU − executor| is printed for the record.
 
 use tessel_cuda::{Arg, Buffer, Gpu, Launch, Module};
-use tessel_ir::kernel::{Kernel, LaunchArg, MmaShape};
+use tessel_ir::kernel::{Kernel, LaunchArg, MmaShape, WgmmaInput};
 use tessel_ir::DType;
 use tessel_ptx::PtxOptions;
 use tessel_ref::tensor::SplitMix64;
 use tessel_ref::{run_kernel, ExecOptions, Tensor};
 use tessel_testkit::host::{
-    buf, f32_tensor, f32s, gemm_bf16_case, mma_single_case, poison_f32, raw, MatmulCase,
+    buf, f32_tensor, f32s, gemm_bf16_case, mma_single_case, poison_f32, raw, wgmma_case, MatmulCase,
 };
 use tessel_testkit::mma as mk;
+use tessel_testkit::wgmma as wk;
 
 fn gpu() -> Gpu {
     Gpu::open(0).expect("an NVIDIA GPU (these tests are --ignored for machines without one)")
@@ -39,12 +40,23 @@ fn run_both(
     bufs: &[Tensor],
     args: &[LaunchArg],
 ) -> (Vec<Tensor>, Vec<Vec<u8>>) {
+    run_both_with(gpu, k, bufs, args, &PtxOptions::default())
+}
+
+/// [`run_both`] with the PTX headed by `opts` (`sm_90a` for wgmma).
+fn run_both_with(
+    gpu: &Gpu,
+    k: &Kernel,
+    bufs: &[Tensor],
+    args: &[LaunchArg],
+    opts: &PtxOptions,
+) -> (Vec<Tensor>, Vec<Vec<u8>>) {
     let mut exec = bufs.to_vec();
     run_kernel(k, &mut exec, args, &ExecOptions::default()).expect("executor");
 
     let mut legal = k.clone();
     tessel_passes::legalize::run(&mut legal).expect("legalize");
-    let ptx = tessel_ptx::write_kernel(&legal, &PtxOptions::default()).expect("PTX");
+    let ptx = tessel_ptx::write_kernel(&legal, opts).expect("PTX");
     let module = Module::load(gpu, &ptx).unwrap_or_else(|e| panic!("{e}\n{ptx}"));
     let dev: Vec<Buffer> = bufs
         .iter()
@@ -190,6 +202,37 @@ fn gpu_tiled_gemm_bf16() {
         check_matmul(
             &format!("gemm_bf16 32x16x{kk}"),
             (m, n, kk),
+            &case.a,
+            &case.b,
+            None,
+            &f32s(&dev[2]),
+            &exec[2].to_f32_vec(),
+        );
+    }
+}
+
+/// The warpgroup GEMM of `tessel_testkit::wgmma` (bf16, f16, tf32; n 8 to 256; one and two
+/// warpgroups; K over several 128-byte slices): the GPU's wgmma reading the 128-byte
+/// swizzle through the descriptors the kernel builds, against the executor's model and
+/// f64, by the tolerance of the module doc. A wrong descriptor or swizzle reads other
+/// elements and fails by far more than the tolerance.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn gpu_wgmma_gemm() {
+    let gpu = gpu();
+    let opts = PtxOptions::with_header((8, 0), "sm_90a");
+    for (input, n, wg, kk, seed) in [
+        (WgmmaInput::Bf16, 64usize, 1usize, 128usize, 21u64),
+        (WgmmaInput::F16, 8, 1, 64, 22),
+        (WgmmaInput::Tf32, 32, 1, 96, 23),
+        (WgmmaInput::Bf16, 256, 2, 192, 24),
+    ] {
+        let k = wk::wgmma_gemm(input, n as u32, wg as u32);
+        let case = wgmma_case(input, n, wg, kk, seed);
+        let (exec, dev) = run_both_with(&gpu, &k, &case.bufs, &case.args, &opts);
+        check_matmul(
+            &format!("wgmma {} {}x{n}x{kk}", input.name(), 64 * wg),
+            (64 * wg, n, kk),
             &case.a,
             &case.b,
             None,

@@ -9,7 +9,7 @@ use super::{
 use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
 use crate::kernel::{
     BufferDecl, BufferRole, CpAsyncCache, Kernel, Launch, LaunchArg, MmaShape, Op, Operand, Param,
-    ParamKind, Program, Space, Stmt, Width,
+    ParamKind, Program, Space, Stmt, WgmmaInput, WgmmaShape, Width,
 };
 use std::collections::HashMap;
 
@@ -427,6 +427,10 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
         });
     }
     match w.as_str() {
+        "wgmma.fence" => return Ok(Stmt::WgmmaFence),
+        "wgmma.commit" => return Ok(Stmt::WgmmaCommit),
+        "wgmma.wait" => return Ok(Stmt::WgmmaWait(c.u32("a group count")?)),
+        "fence.proxy.async" => return Ok(Stmt::FenceProxyAsync),
         "cp.async.commit" => return Ok(Stmt::CpAsyncCommit),
         "cp.async.wait_all" => return Ok(Stmt::CpAsyncWaitAll),
         "cp.async.wait" => return Ok(Stmt::CpAsyncWait(c.u32("a group count")?)),
@@ -526,6 +530,22 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
             c: cs,
         });
     }
+    if let Some(rest) = m.strip_prefix("wgmma.") {
+        let shape = wgmma_shape(rest).ok_or_else(|| {
+            mpos.error(format!(
+                "unknown wgmma shape `{rest}` (expected m64nNk16.bf16, m64nNk16.f16 or m64nNk8.tf32, N a multiple of 8 up to 256)"
+            ))
+        })?;
+        let a_desc = names.reg(c)?;
+        c.punct(',')?;
+        let b_desc = names.reg(c)?;
+        return Ok(Stmt::Wgmma {
+            shape,
+            d: dsts,
+            a_desc,
+            b_desc,
+        });
+    }
     if let Some(rest) = m.strip_prefix("ldmatrix.") {
         let (num, trans) = match rest.strip_suffix(".trans") {
             Some(x) => (x, true),
@@ -556,7 +576,9 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
         });
     }
     if dsts.len() > 1 {
-        return Err(pos.error("only a load, an mma or an ldmatrix assigns several registers"));
+        return Err(
+            pos.error("only a load, an mma, a wgmma or an ldmatrix assigns several registers")
+        );
     }
     let (op, has_attr) = match m.as_str() {
         "special" => {
@@ -613,4 +635,16 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
 fn four(regs: Vec<Reg>, pos: Pos, what: &str) -> Result<[Reg; 4], ReadError> {
     let n = regs.len();
     <[Reg; 4]>::try_from(regs).map_err(|_| pos.error(format!("{what} four f32 registers, not {n}")))
+}
+
+/// `m64nNk16.bf16` and friends: a [`WgmmaShape`] PTX has, by its text name.
+fn wgmma_shape(name: &str) -> Option<WgmmaShape> {
+    let (mnk, ty) = name.split_once('.')?;
+    let input = WgmmaInput::ALL.into_iter().find(|x| x.name() == ty)?;
+    let (n, k) = mnk.strip_prefix("m64n")?.split_once('k')?;
+    let shape = WgmmaShape {
+        n: n.parse().ok()?,
+        input,
+    };
+    (k.parse::<u32>().ok()? == shape.k() && shape.is_valid()).then_some(shape)
 }

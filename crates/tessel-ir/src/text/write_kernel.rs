@@ -301,6 +301,31 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
                 }
                 let _ = writeln!(out, "{line}");
             }
+            Stmt::Wgmma {
+                shape,
+                d,
+                a_desc,
+                b_desc,
+            } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}{} = wgmma.{} {a_desc}, {b_desc}",
+                    reg_list(d),
+                    shape.name()
+                );
+            }
+            Stmt::WgmmaFence => {
+                let _ = writeln!(out, "{indent}wgmma.fence");
+            }
+            Stmt::WgmmaCommit => {
+                let _ = writeln!(out, "{indent}wgmma.commit");
+            }
+            Stmt::WgmmaWait(n) => {
+                let _ = writeln!(out, "{indent}wgmma.wait {n}");
+            }
+            Stmt::FenceProxyAsync => {
+                let _ = writeln!(out, "{indent}fence.proxy.async");
+            }
             Stmt::CpAsyncCommit => {
                 let _ = writeln!(out, "{indent}cp.async.commit");
             }

@@ -5,7 +5,7 @@ use super::{Errors, VerifyError};
 use crate::entities::Reg;
 use crate::kernel::{
     is_ptx_identifier, ArgRule, CpAsyncCache, Kernel, Op, Operand, RegType, SigType, Space, Stmt,
-    Width,
+    WgmmaShape, Width,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
@@ -113,7 +113,11 @@ fn uses_whole_warps(body: &[Stmt]) -> bool {
         | Stmt::BarSync { .. }
         | Stmt::BarArrive { .. }
         | Stmt::Mma { .. }
-        | Stmt::Ldmatrix { .. } => true,
+        | Stmt::Ldmatrix { .. }
+        | Stmt::Wgmma { .. }
+        | Stmt::WgmmaFence
+        | Stmt::WgmmaCommit
+        | Stmt::WgmmaWait(_) => true,
         Stmt::Op { op, .. } => *op == Op::ShflBfly,
         Stmt::For { body, .. } => uses_whole_warps(body),
         Stmt::If {
@@ -126,7 +130,8 @@ fn uses_whole_warps(body: &[Stmt]) -> bool {
         | Stmt::CpAsync { .. }
         | Stmt::CpAsyncCommit
         | Stmt::CpAsyncWait(_)
-        | Stmt::CpAsyncWaitAll => false,
+        | Stmt::CpAsyncWaitAll
+        | Stmt::FenceProxyAsync => false,
     })
 }
 
@@ -141,6 +146,7 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
                 out.extend(dsts.iter().copied())
             }
             Stmt::Mma { d, .. } => out.extend(d.iter().copied()),
+            Stmt::Wgmma { d, .. } => out.extend(d.iter().copied()),
             Stmt::For { var, body, .. } => {
                 out.insert(*var);
                 assigned(body, out);
@@ -160,7 +166,11 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             | Stmt::CpAsync { .. }
             | Stmt::CpAsyncCommit
             | Stmt::CpAsyncWait(_)
-            | Stmt::CpAsyncWaitAll => {}
+            | Stmt::CpAsyncWaitAll
+            | Stmt::WgmmaFence
+            | Stmt::WgmmaCommit
+            | Stmt::WgmmaWait(_)
+            | Stmt::FenceProxyAsync => {}
         }
     }
 }
@@ -193,6 +203,59 @@ impl Cx<'_, '_> {
             Operand::U32(_) => Some(RegType::U32),
             Operand::U64(_) => Some(RegType::U64),
             Operand::F32(_) => Some(RegType::F32),
+        }
+    }
+
+    /// Rule `kernel.wgmma`: a shape PTX has, its accumulator registers (`F32`, as many as
+    /// the shape has per thread), `U64` descriptors, and a CTA of whole warpgroups.
+    fn wgmma(&mut self, shape: WgmmaShape, d: &[Reg], descs: [Reg; 2], path: &str) {
+        let name = shape.name();
+        if !shape.is_valid() {
+            self.err(
+                "kernel.wgmma",
+                path,
+                format!("wgmma.{name}: n must be a multiple of 8 from 8 to 256"),
+            );
+        } else if d.len() != shape.d_regs() {
+            self.err(
+                "kernel.wgmma",
+                path,
+                format!(
+                    "wgmma.{name} accumulates into {} registers, not {}",
+                    shape.d_regs(),
+                    d.len()
+                ),
+            );
+        }
+        for r in d {
+            if let Some(t) = self.reg(*r, path, "accumulator") {
+                if t != RegType::F32 {
+                    self.err(
+                        "kernel.wgmma",
+                        path,
+                        format!("accumulator {r} is {}, not f32", t.name()),
+                    );
+                }
+            }
+        }
+        for (what, r) in ["A", "B"].into_iter().zip(descs) {
+            if let Some(t) = self.reg(r, path, "descriptor") {
+                if t != RegType::U64 {
+                    self.err(
+                        "kernel.wgmma",
+                        path,
+                        format!("the {what} descriptor {r} is {}, not u64", t.name()),
+                    );
+                }
+            }
+        }
+        let threads = self.k.threads_per_cta();
+        if threads % 128 != 0 {
+            self.err(
+                "kernel.wgmma",
+                path,
+                format!("a CTA of {threads} threads is not whole warpgroups of 128"),
+            );
         }
     }
 
@@ -317,7 +380,20 @@ impl Cx<'_, '_> {
                 self.block(then_body, &format!("{path}.then"));
                 self.block(else_body, &format!("{path}.else"));
             }
-            Stmt::Barrier | Stmt::CpAsyncCommit | Stmt::CpAsyncWait(_) | Stmt::CpAsyncWaitAll => {}
+            Stmt::Barrier
+            | Stmt::CpAsyncCommit
+            | Stmt::CpAsyncWait(_)
+            | Stmt::CpAsyncWaitAll
+            | Stmt::WgmmaFence
+            | Stmt::WgmmaCommit
+            | Stmt::WgmmaWait(_)
+            | Stmt::FenceProxyAsync => {}
+            Stmt::Wgmma {
+                shape,
+                d,
+                a_desc,
+                b_desc,
+            } => self.wgmma(*shape, d, [*a_desc, *b_desc], path),
             Stmt::BarSync { id, threads } | Stmt::BarArrive { id, threads } => {
                 let cta = self.k.threads_per_cta();
                 if !(1..=15).contains(id) {

@@ -183,6 +183,11 @@ impl Remap {
             Stmt::Mma { d, a, b, c, .. } => {
                 self.regs(d.iter_mut().chain(a).chain(b).chain(c));
             }
+            Stmt::Wgmma {
+                d, a_desc, b_desc, ..
+            } => {
+                self.regs(d.iter_mut().chain([a_desc, b_desc]));
+            }
             Stmt::CpAsync {
                 dst,
                 src,
@@ -198,7 +203,11 @@ impl Remap {
             | Stmt::BarArrive { .. }
             | Stmt::CpAsyncCommit
             | Stmt::CpAsyncWait(_)
-            | Stmt::CpAsyncWaitAll => {}
+            | Stmt::CpAsyncWaitAll
+            | Stmt::WgmmaFence
+            | Stmt::WgmmaCommit
+            | Stmt::WgmmaWait(_)
+            | Stmt::FenceProxyAsync => {}
         }
     }
 }

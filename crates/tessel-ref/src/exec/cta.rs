@@ -22,11 +22,13 @@
 //! Layout: this file holds the CTA's state, the straight-line statements (`Cta::action`)
 //! and `Cta::op`, the evaluation of every kernel-IR op; that one match over every op stays
 //! whole (about 330 lines), which is why the file is a little over 700 lines. The per-warp scheduler is `cta/sched.rs`; memory accesses (`ld`, `st`,
-//! `cp.async`) are in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`.
+//! `cp.async`) are in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`,
+//! the warpgroup's `wgmma` and the async proxy in `cta/wgmma.rs`.
 
 mod access;
 mod sched;
 mod warp;
+mod wgmma;
 
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
@@ -77,6 +79,8 @@ pub(crate) struct Cta<'a> {
     welse: Vec<u32>,
     /// Barrier 0 (`barrier`) and the named barriers 1..=15.
     bars: [sched::Bar; 16],
+    /// The async proxy's view of shared memory (empty unless the kernel uses wgmma).
+    proxy: wgmma::AsyncProxy,
 }
 
 #[inline(always)]
@@ -194,6 +198,11 @@ impl<'a> Cta<'a> {
             wact: vec![0; depths * nw],
             welse: vec![0; depths * nw],
             bars: [sched::Bar::default(); 16],
+            proxy: if k.uses_wgmma {
+                wgmma::AsyncProxy::new(k.shared_size as usize, n, nw)
+            } else {
+                wgmma::AsyncProxy::default()
+            },
         }
     }
 
@@ -217,6 +226,7 @@ impl<'a> Cta<'a> {
         self.cp_outstanding = 0;
         self.cp_open.iter_mut().for_each(Vec::clear);
         self.cp_groups.iter_mut().for_each(VecDeque::clear);
+        self.proxy.reset();
         self.masks[0].fill(!0);
         self.run_warps()
     }
@@ -336,6 +346,20 @@ impl<'a> Cta<'a> {
             Action::CpAsyncWaitAll => {
                 self.cp_commit(sp);
                 self.cp_wait(0, sp);
+                Ok(())
+            }
+            Action::Wgmma {
+                shape,
+                d,
+                a_desc,
+                b_desc,
+            } => self.wgmma(*shape, d, (*a_desc as usize, *b_desc as usize), sp),
+            // The model runs in program order: nothing is left for the fence to order.
+            Action::WgmmaFence => self.full_warps(sp, "wgmma.fence").map(|_| ()),
+            Action::WgmmaCommit => self.wgmma_commit(sp),
+            Action::WgmmaWait(keep) => self.wgmma_wait(*keep as usize, sp),
+            Action::FenceProxyAsync => {
+                self.fence_proxy_async(sp);
                 Ok(())
             }
         }

@@ -153,6 +153,17 @@ pub enum ExecError {
         thread: u32,
         msg: String,
     },
+    /// A misused `wgmma` or async-proxy access: a descriptor the model does not know or
+    /// that differs across a warp, an operand outside shared memory, an operand byte
+    /// written through the generic proxy without the writer's `fence.proxy.async`, or a
+    /// store into bytes a wgmma not yet waited for reads.
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {msg}")]
+    Wgmma {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        msg: String,
+    },
     #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: shuffle lane mask {lane_mask} ≥ 32")]
     ShuffleOutOfRange {
         kernel: String,

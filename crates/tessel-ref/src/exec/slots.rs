@@ -13,7 +13,7 @@ use super::flat::Code;
 use super::ExecError;
 use std::collections::HashMap;
 use tessel_ir::kernel::{
-    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, Width,
+    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, WgmmaShape, Width,
 };
 use tessel_ir::Reg;
 
@@ -70,15 +70,32 @@ pub(crate) enum Action {
     CpAsyncCommit,
     CpAsyncWait(u32),
     CpAsyncWaitAll,
+    /// `d` the accumulators' 32-bit slots, the descriptors 64-bit slots.
+    Wgmma {
+        shape: WgmmaShape,
+        d: Box<[u32]>,
+        a_desc: u32,
+        b_desc: u32,
+    },
+    WgmmaFence,
+    WgmmaCommit,
+    WgmmaWait(u32),
+    FenceProxyAsync,
 }
 
 impl Action {
-    /// Whether the statement counts in [`super::ExecStats::lane_instructions`] (the waits
-    /// and commits of `cp.async` do not).
+    /// Whether the statement counts in [`super::ExecStats::lane_instructions`] (the waits,
+    /// commits and fences of `cp.async` and `wgmma` do not).
     pub fn counts(&self) -> bool {
         !matches!(
             self,
-            Action::CpAsyncCommit | Action::CpAsyncWait(_) | Action::CpAsyncWaitAll
+            Action::CpAsyncCommit
+                | Action::CpAsyncWait(_)
+                | Action::CpAsyncWaitAll
+                | Action::WgmmaFence
+                | Action::WgmmaCommit
+                | Action::WgmmaWait(_)
+                | Action::FenceProxyAsync
         )
     }
 }
@@ -134,6 +151,9 @@ pub(crate) struct SlotKernel {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
+    /// Whether the body has a `wgmma` (the CTA then tracks which shared bytes its
+    /// operands may be read from: `cta/wgmma.rs`).
+    pub uses_wgmma: bool,
     /// The body, flattened.
     pub code: Code,
 }
@@ -156,6 +176,7 @@ struct SlotAssigner<'k> {
     consts64: Vec<(u32, u64)>,
     max_depth: usize,
     uses_cp_async: bool,
+    uses_wgmma: bool,
 }
 
 impl SlotAssigner<'_> {
@@ -425,6 +446,39 @@ impl SlotAssigner<'_> {
             Stmt::CpAsyncCommit => SlotStmt::Do(Action::CpAsyncCommit),
             Stmt::CpAsyncWait(n) => SlotStmt::Do(Action::CpAsyncWait(*n)),
             Stmt::CpAsyncWaitAll => SlotStmt::Do(Action::CpAsyncWaitAll),
+            Stmt::Wgmma {
+                shape,
+                d,
+                a_desc,
+                b_desc,
+            } => {
+                if !shape.is_valid() || d.len() != shape.d_regs() {
+                    return Err(self.err(format!(
+                        "wgmma.{} with {} accumulators",
+                        shape.name(),
+                        d.len()
+                    )));
+                }
+                if self.k.threads_per_cta() % 128 != 0 {
+                    return Err(self.err(format!(
+                        "wgmma in a CTA of {} threads, not whole warpgroups",
+                        self.k.threads_per_cta()
+                    )));
+                }
+                self.uses_wgmma = true;
+                SlotStmt::Do(Action::Wgmma {
+                    shape: *shape,
+                    d: d.iter()
+                        .map(|&r| self.reg(r, Class::B32))
+                        .collect::<Result<_, _>>()?,
+                    a_desc: self.reg(*a_desc, Class::B64)?,
+                    b_desc: self.reg(*b_desc, Class::B64)?,
+                })
+            }
+            Stmt::WgmmaFence => SlotStmt::Do(Action::WgmmaFence),
+            Stmt::WgmmaCommit => SlotStmt::Do(Action::WgmmaCommit),
+            Stmt::WgmmaWait(n) => SlotStmt::Do(Action::WgmmaWait(*n)),
+            Stmt::FenceProxyAsync => SlotStmt::Do(Action::FenceProxyAsync),
         })
     }
 }
@@ -499,6 +553,7 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         consts64: Vec::new(),
         max_depth: 0,
         uses_cp_async: false,
+        uses_wgmma: false,
     };
     let body = l.block(&k.body, 0)?;
     Ok(SlotKernel {
@@ -517,6 +572,7 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         shared_size: off as u32,
         max_depth: l.max_depth,
         uses_cp_async: l.uses_cp_async,
+        uses_wgmma: l.uses_wgmma,
         code: Code::new(&body),
     })
 }

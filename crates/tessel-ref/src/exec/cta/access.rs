@@ -128,6 +128,7 @@ impl Cta<'_> {
                         return Err(self.shared_fault(i, a, bytes, true));
                     }
                     self.check_not_pending(i, a, bytes, "store")?;
+                    self.generic_write(i, a, bytes)?;
                     let sh = &mut self.shared[a as usize..][..bytes as usize];
                     match bytes {
                         1 => sh[0] = v[0] as u8,
@@ -197,6 +198,7 @@ impl Cta<'_> {
                 return Err(self.shared_fault(i, a, bytes, true));
             }
             self.check_not_pending(i, a, bytes, "cp.async destination")?;
+            self.generic_write(i, a, bytes)?;
             let read = src_bytes.map_or(bytes, |s| self.r32[s as usize * n + i]);
             if read > bytes {
                 return Err(self.cp_error(

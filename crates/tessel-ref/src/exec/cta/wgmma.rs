@@ -1,0 +1,264 @@
+//! Warpgroup `wgmma` by the model in `Stmt::Wgmma`'s docs, and the async proxy's view of
+//! shared memory that it reads through.
+//!
+//! Data model ([`AsyncProxy`], allocated only for kernels with a wgmma): per shared byte,
+//! the thread whose generic-proxy write (a store or a `cp.async`) no `fence.proxy.async` of
+//! that thread has yet ordered before async-proxy reads, and how many issued, not yet
+//! waited-for wgmma read it; per thread the ranges it wrote since its last fence; per warp
+//! the ranges its wgmma read, grouped as its commits group them.
+//!
+//! Each warp of a warpgroup computes its own 16 rows of D at issue (the product is row by
+//! row, so no warp needs another's registers); the fence, commit and wait order nothing
+//! else in the model, which executes in program order. What the model checks instead is
+//! what the GPU would leave undefined: an operand byte written through the generic proxy
+//! and not fenced, and a store into bytes that a wgmma not yet waited for reads. It does
+//! not check reads of the accumulator registers before the wait.
+
+use super::{Cta, Span};
+use crate::exec::numerics as nm;
+use crate::exec::ExecError;
+use std::collections::VecDeque;
+use tessel_ir::kernel::{SmemDesc, WgmmaInput, WgmmaShape};
+
+/// A shared-memory range, `(address, bytes)`.
+type Range = (u32, u32);
+
+/// The async proxy's view of a CTA's shared memory (see the module doc).
+#[derive(Default)]
+pub(super) struct AsyncProxy {
+    /// Per shared byte: 1 + the thread whose write is not yet fenced, or 0.
+    unfenced: Vec<u32>,
+    /// Per thread: ranges written since its last `fence.proxy.async`.
+    written: Vec<Vec<Range>>,
+    /// Per shared byte: wgmma reads not yet waited for.
+    reading: Vec<u16>,
+    /// Per warp: ranges read by wgmma since its last commit, and its committed groups.
+    open: Vec<Vec<Range>>,
+    groups: Vec<VecDeque<Vec<Range>>>,
+    /// Wgmma reads not yet waited for, over the CTA: when 0, stores skip the check.
+    outstanding: usize,
+}
+
+impl AsyncProxy {
+    pub(super) fn new(shared: usize, threads: usize, warps: usize) -> AsyncProxy {
+        AsyncProxy {
+            unfenced: vec![0; shared],
+            written: vec![Vec::new(); threads],
+            reading: vec![0; shared],
+            open: vec![Vec::new(); warps],
+            groups: vec![VecDeque::new(); warps],
+            outstanding: 0,
+        }
+    }
+
+    /// Back to a fresh CTA's state.
+    pub(super) fn reset(&mut self) {
+        self.unfenced.fill(0);
+        self.written.iter_mut().for_each(Vec::clear);
+        self.reading.fill(0);
+        self.open.iter_mut().for_each(Vec::clear);
+        self.groups.iter_mut().for_each(VecDeque::clear);
+        self.outstanding = 0;
+    }
+}
+
+impl Cta<'_> {
+    fn wgmma_error(&self, thread: usize, msg: String) -> ExecError {
+        ExecError::Wgmma {
+            kernel: self.k.name.clone(),
+            cta: self.cta,
+            thread: thread as u32,
+            msg,
+        }
+    }
+
+    /// A generic-proxy write by `thread` of `bytes` bytes at `addr` (a shared store or a
+    /// `cp.async`): fails if an issued wgmma not yet waited for reads any of them, else
+    /// marks them unfenced. Nothing to do in a kernel without wgmma.
+    pub(super) fn generic_write(
+        &mut self,
+        thread: usize,
+        addr: u32,
+        bytes: u32,
+    ) -> Result<(), ExecError> {
+        if !self.k.uses_wgmma {
+            return Ok(());
+        }
+        let range = addr as usize..(addr + bytes) as usize;
+        if self.proxy.outstanding > 0 && self.proxy.reading[range.clone()].iter().any(|&c| c > 0) {
+            return Err(self.wgmma_error(
+                thread,
+                format!(
+                    "shared store of {bytes} bytes at {addr:#x} into the operand of a wgmma that no wgmma.wait has completed"
+                ),
+            ));
+        }
+        self.proxy.unfenced[range].fill(thread as u32 + 1);
+        self.proxy.written[thread].push((addr, bytes));
+        Ok(())
+    }
+
+    /// `fence.proxy.async.shared::cta` for every active thread of `sp`: its earlier writes
+    /// become visible to the async proxy.
+    pub(super) fn fence_proxy_async(&mut self, sp: Span) {
+        if !self.k.uses_wgmma {
+            return;
+        }
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
+                continue;
+            }
+            for (a, b) in std::mem::take(&mut self.proxy.written[i]) {
+                for u in &mut self.proxy.unfenced[a as usize..][..b as usize] {
+                    if *u == i as u32 + 1 {
+                        *u = 0;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `wgmma.mma_async` per warp of `sp`: warp `w` of its warpgroup computes rows
+    /// `16w .. 16w + 16` of `D += A·B` with A and B read through the descriptors, each
+    /// output `acc = d; acc = fma(a[r][k], b[k][c], acc)` for k = 0, 1, ..., K-1.
+    pub(super) fn wgmma(
+        &mut self,
+        shape: WgmmaShape,
+        d: &[u32],
+        (a_desc, b_desc): (usize, usize),
+        sp: Span,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        let (cols, kk) = (shape.n as usize, shape.k() as usize);
+        let esz = shape.input.bytes();
+        for warp in self.full_warps(sp, "wgmma")? {
+            let mut descs: [Option<SmemDesc>; 2] = [None; 2];
+            for (which, slot) in [a_desc, b_desc].into_iter().enumerate() {
+                let v = self.r64[slot * n + warp];
+                if let Some(l) = (warp..warp + 32).find(|&l| self.r64[slot * n + l] != v) {
+                    return Err(self.wgmma_error(
+                        l,
+                        format!(
+                            "the wgmma's {} descriptor differs across the warp ({:#x} in lane 0, {:#x} here)",
+                            ["A", "B"][which],
+                            v,
+                            self.r64[slot * n + l]
+                        ),
+                    ));
+                }
+                let desc = SmemDesc::decode(v).map_err(|m| self.wgmma_error(warp, m))?;
+                descs[which] = Some(desc);
+            }
+            let [Some(da), Some(db)] = descs else {
+                unreachable!("both descriptors decoded above")
+            };
+            let w = (warp / 32) % 4;
+            let mut ranges = Vec::new();
+            // am[r][k] for the warp's 16 rows, bm[c][k]: f32 bits.
+            let mut am = vec![[0u32; 16]; 16];
+            for (r, row) in am.iter_mut().enumerate() {
+                self.operand_row(da, (16 * w + r) as u32, shape.input, &mut row[..kk], warp)?;
+                ranges.extend((0..2).map(|h| (da.address((16 * w + r) as u32, 16 * h), 16)));
+            }
+            let mut bm = vec![[0u32; 16]; cols];
+            for (c, col) in bm.iter_mut().enumerate() {
+                self.operand_row(db, c as u32, shape.input, &mut col[..kk], warp)?;
+                ranges.extend((0..2).map(|h| (db.address(c as u32, 16 * h), 16)));
+            }
+            debug_assert_eq!(esz * kk as u32, 32);
+            for lane in 0..32 {
+                let th = warp + lane;
+                for (i, &slot) in d.iter().enumerate() {
+                    let (row, col) = WgmmaShape::d_pos(32 * w + lane, i);
+                    let acc = &mut self.r32[slot as usize * n + th];
+                    for k in 0..kk {
+                        *acc = nm::ffma(am[row - 16 * w][k], bm[col][k], *acc);
+                    }
+                }
+            }
+            for &(a, b) in &ranges {
+                for c in &mut self.proxy.reading[a as usize..][..b as usize] {
+                    *c += 1;
+                }
+            }
+            self.proxy.outstanding += ranges.len();
+            self.proxy.open[warp / 32].extend(ranges);
+        }
+        Ok(())
+    }
+
+    /// The `K` elements (32 bytes) of row `r` of an operand, as f32 bits, checking that
+    /// each byte lies in shared memory, is not the destination of a pending `cp.async`, and
+    /// was fenced after its last generic write.
+    fn operand_row(
+        &self,
+        desc: SmemDesc,
+        r: u32,
+        input: WgmmaInput,
+        out: &mut [u32],
+        warp: usize,
+    ) -> Result<(), ExecError> {
+        let esz = input.bytes();
+        for (k, o) in out.iter_mut().enumerate() {
+            let a = desc.address(r, k as u32 * esz);
+            if a % esz != 0 || !self.shared_range(a, esz) {
+                return Err(self.wgmma_error(
+                    warp,
+                    format!(
+                        "wgmma operand row {r}, element {k} at shared {a:#x} (descriptor {desc:?}) is outside shared memory"
+                    ),
+                ));
+            }
+            self.check_not_pending(warp, a, esz, "wgmma operand read")?;
+            let range = a as usize..(a + esz) as usize;
+            if let Some(&t) = self.proxy.unfenced[range.clone()].iter().find(|&&t| t != 0) {
+                return Err(self.wgmma_error(
+                    warp,
+                    format!(
+                        "wgmma reads shared {a:#x}, written by thread {} through the generic proxy with no fence.proxy.async since",
+                        t - 1
+                    ),
+                ));
+            }
+            let sh = &self.shared[range];
+            let bits = if esz == 2 {
+                u16::from_le_bytes([sh[0], sh[1]]) as u32
+            } else {
+                u32::from_le_bytes([sh[0], sh[1], sh[2], sh[3]])
+            };
+            *o = match input {
+                WgmmaInput::Bf16 => bits << 16,
+                WgmmaInput::F16 => nm::f16_to_f32(bits),
+                WgmmaInput::Tf32 => nm::tf32_operand(bits),
+            };
+        }
+        Ok(())
+    }
+
+    /// `wgmma.commit_group` per warp of `sp`.
+    pub(super) fn wgmma_commit(&mut self, sp: Span) -> Result<(), ExecError> {
+        for warp in self.full_warps(sp, "wgmma.commit_group")? {
+            let group = std::mem::take(&mut self.proxy.open[warp / 32]);
+            self.proxy.groups[warp / 32].push_back(group);
+        }
+        Ok(())
+    }
+
+    /// `wgmma.wait_group keep` per warp of `sp`: all but its `keep` newest groups complete.
+    pub(super) fn wgmma_wait(&mut self, keep: usize, sp: Span) -> Result<(), ExecError> {
+        for warp in self.full_warps(sp, "wgmma.wait_group")? {
+            while self.proxy.groups[warp / 32].len() > keep {
+                let Some(group) = self.proxy.groups[warp / 32].pop_front() else {
+                    break;
+                };
+                for (a, b) in group {
+                    for c in &mut self.proxy.reading[a as usize..][..b as usize] {
+                        *c -= 1;
+                    }
+                    self.proxy.outstanding -= 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
