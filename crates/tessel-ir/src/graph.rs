@@ -1104,6 +1104,14 @@ pub enum TileConfig {
         shape: MmaShape,
         epilogue: MmaEpilogue,
         min_ctas_per_sm: u32,
+        /// Warpgroup MMA (sm_90a): the CTA's `warps_m` warps (`warps_n` 1, `bm = 16 ·
+        /// warps_m`, a multiple of 64) act as `bm / 64` warpgroups, each computing 64 rows
+        /// × `bn` (≤ 256) with one `wgmma.m64n{bn}k16` per 16 of K, both operands read
+        /// K-major from the ring (128-byte rows, the 128-byte swizzle, `bk · esz` = 128)
+        /// through shared-memory descriptors, one wgmma group kept in flight while the next
+        /// slice's copies are issued (`stages` ≥ 3, no split-K). Warp `w` holds rows
+        /// `16w .. 16w + 16` of the tile, as a `16 × bn` warp tile for the epilogue.
+        wgmma: bool,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
     /// read along K, K a multiple of 8 elements, 16-bit operands or widening casts of
@@ -1287,11 +1295,13 @@ impl fmt::Display for TileConfig {
                 shape,
                 epilogue,
                 min_ctas_per_sm,
+                wgmma,
             } => write!(
                 f,
-                "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k}, shape: {}, epilogue: {}, min_ctas_per_sm: {min_ctas_per_sm} }}",
+                "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k}, shape: {}, epilogue: {}, min_ctas_per_sm: {min_ctas_per_sm}{} }}",
                 shape.name(),
-                epilogue.name()
+                epilogue.name(),
+                if *wgmma { ", wgmma: 1" } else { "" }
             ),
             TileConfig::GemvMma {
                 warps,

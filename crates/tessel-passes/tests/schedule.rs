@@ -198,8 +198,9 @@ fn features_follow_the_compute_capability_and_set_the_ptx_target() {
     );
 }
 
-/// A target without the sm_90a features gets today's schedules: the tensor-core tiles are
-/// `mma.sync`, which need none of them (a later wgmma row would be left out there).
+/// A target without the sm_90a features gets the `mma.sync` schedules, which need none of
+/// them; the H200 gets the same except where the wgmma tile applies (the large bf16 GEMM,
+/// in `fast` only), which the sm_80 target leaves out for lack of wgmma.
 #[test]
 fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
     let sm80 = Target {
@@ -218,8 +219,32 @@ fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
                 matmul_schedule(dt, mnk, &sm80, p),
                 matmul_schedule(dt, mnk, &Target::h200(), p),
             );
-            assert_eq!(a.tile, b.tile, "{dt} {mnk:?} {p:?}");
-            assert_eq!(a.why, b.why, "{dt} {mnk:?} {p:?}");
+            let wgmma = |t: &TileConfig| matches!(t, TileConfig::Mma { wgmma: true, .. });
+            assert!(!wgmma(&a.tile), "{dt} {mnk:?} {p:?}: {}", a.why);
+            if wgmma(&b.tile) {
+                assert_eq!((dt, mnk, p), ("bf16", (4096, 5120, 5120), Profile::Fast));
+                let TileConfig::Mma {
+                    bm,
+                    bn,
+                    warps_m,
+                    warps_n,
+                    stages,
+                    split_k,
+                    ..
+                } = b.tile
+                else {
+                    unreachable!()
+                };
+                assert_eq!(
+                    (bm, bn, warps_m, warps_n, stages, split_k),
+                    (128, 256, 8, 1, 4, 1)
+                );
+                assert!(b.why.contains("wgmma m64n256k16"), "{}", b.why);
+                assert!(matches!(a.tile, TileConfig::Mma { .. }), "{}", a.why);
+            } else {
+                assert_eq!(a.tile, b.tile, "{dt} {mnk:?} {p:?}");
+                assert_eq!(a.why, b.why, "{dt} {mnk:?} {p:?}");
+            }
         }
     }
 }

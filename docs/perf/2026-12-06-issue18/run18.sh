@@ -5,7 +5,7 @@
 #   tessel check on the GPU (exact: GPU == executor bit for bit; fast: judged by the reference)
 #   and `tessel fuzz` on the GPU (exact, GPU against the executor).
 # Usage (device): bash docs/perf/2026-12-06-issue18/run18.sh   (writes under $OUT)
-B=./target/release/tessel_s
+B=${B:-./target/release/tessel_s}
 L=$OUT/logs; mkdir -p $L
 nvidia-smi > $L/nvidia-smi.txt 2>&1
 t() { local name=$1; shift; echo "== $*" >> $L/$name.txt; timeout ${TMO:-120} "$@" >> $L/$name.txt 2>&1; echo "rc $?" >> $L/$name.txt; }

@@ -277,6 +277,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "shape",
             "epilogue",
             "min_ctas_per_sm",
+            "wgmma",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split"],
@@ -357,6 +358,17 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 shape,
                 epilogue,
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
+                // Written only when set: `wgmma: 1`.
+                wgmma: match fields.iter().find(|(f, ..)| f == "wgmma") {
+                    None => false,
+                    Some(_) => match num("wgmma")? {
+                        0 => false,
+                        1 => true,
+                        x => {
+                            return Err(kpos.error(format!("`wgmma` is 0 or 1, found {x}")));
+                        }
+                    },
+                },
             }
         }
         "update" => TileConfig::Update {

@@ -352,9 +352,16 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
 /// the epilogue's vector stores fit the output's rows.
 fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e: &mut Errors) {
     let TileConfig::Mma {
+        bm,
+        bn,
         bk,
+        warps_m,
+        warps_n,
+        stages,
+        split_k,
         shape,
         epilogue,
+        wgmma,
         ..
     } = *tile
     else {
@@ -364,6 +371,39 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
         return;
     }
     let loc = format!("group {grp}");
+    if wgmma {
+        // The warpgroup layout and the one K-major slice layout the wgmma kernel reads.
+        let problems = [
+            (shape == MmaShape::M16N8K8Tf32, "tf32 operands".to_string()),
+            (warps_n != 1, format!("warps_n {warps_n}, not 1")),
+            (
+                bm != 16 * warps_m || bm % 64 != 0,
+                format!("bm {bm} over {warps_m} warps: 16 rows a warp, whole warpgroups of 64"),
+            ),
+            (
+                bn % 8 != 0 || !(8..=256).contains(&bn),
+                format!("bn {bn}: a wgmma n is a multiple of 8 up to 256"),
+            ),
+            (
+                bk != 64,
+                format!("bk {bk}: one 128-byte swizzle span of 16-bit K is 64"),
+            ),
+            (
+                stages < 3,
+                format!("{stages} stages: one wgmma group in flight needs 3"),
+            ),
+            (split_k != 1, format!("split_k {split_k}")),
+        ];
+        for (bad, what) in problems {
+            if bad {
+                e.push(
+                    "schedule.mma",
+                    loc.clone(),
+                    format!("a wgmma tile with {what}"),
+                );
+            }
+        }
+    }
     // The operands as the kernel reads them: 16-bit under widening casts (`f32(x) @ f32(w)^T`).
     let read = g.matmul_read_dtype(mm).unwrap_or(g.ty(mm).dtype);
     let want = match read {

@@ -13,6 +13,7 @@
 use super::epilogue::WarpTile;
 use super::fragments::FragPlan;
 use super::matmul::split_range;
+use super::ring::cp_async::CopyPlan;
 use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
@@ -70,6 +71,7 @@ impl Gen<'_> {
             split_k,
             shape,
             epilogue,
+            wgmma,
             ..
         } = *tile
         else {
@@ -81,7 +83,6 @@ impl Gen<'_> {
         let [ra, rb] = self.operand_reads(mm);
         // The dtype the operands are read in: 16-bit under widening casts.
         let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
-        let kstep = shape.k() as u32;
         // Each operand a stored tensor or its transpose, else a strided view read in place.
         let a = self
             .operand_2d(&ra, true)
@@ -121,7 +122,12 @@ impl Gen<'_> {
         // Shared rings: A as [bm][bk] (K contiguous) or [bk][bm]; B as [bn][bk] or [bk][bn].
         // Both rings in one buffer (A's stages, then B's), so that beyond 48 KiB it can be
         // the launch's dynamic shared memory.
-        let buf = self.b.kernel.new_shared(shared, 128);
+        // wgmma's 128-byte swizzle is of shared-memory address bits: each stage starts at a
+        // multiple of its 1024-byte pattern.
+        let buf = self
+            .b
+            .kernel
+            .new_shared(shared, if wgmma { 1024 } else { 128 });
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_of = |op: &Operand2d, outer: u32, base: Reg| -> Ring {
             let (rows, cols) = if op.k_contiguous {
@@ -150,6 +156,103 @@ impl Gen<'_> {
         let ca = self.copy_plan(&a, &ra, &lead, (m0, m, bm), thr, k_whole)?;
         let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), thr, k_whole)?;
 
+        let (accs, mi, ni) = if wgmma {
+            if !(a.k_contiguous && b.k_contiguous) {
+                return Err(LowerError::Unsupported {
+                    what: "a wgmma tile whose operands are not both read along K".into(),
+                    value: mm,
+                });
+            }
+            let accs = self.wgmma_slices(
+                (&ra, &rb),
+                (&ca, &cb),
+                (stages, bk, bn),
+                (k_start, k_end, k_whole),
+                Ix::R(tid),
+                shape,
+            )?;
+            (accs, 1, bn / 8)
+        } else {
+            let frags = (&ra, &a, &rb, &b);
+            let accs = self.mma_sync_slices(
+                frags,
+                (&ca, &cb),
+                (stages, bk),
+                (k_start, k_end, k_whole),
+                (wm0, wn0, lane),
+                (mi, ni),
+                shape,
+            )?;
+            (accs, mi, ni)
+        };
+
+        if staged {
+            let tile = (base, bm, bn, threads);
+            let warp_tile = WarpTile {
+                tid,
+                lane,
+                wm0,
+                wn0,
+            };
+            let edges = (&lead[..], m0, n0, m, n);
+            if self.g.matmul_layout(mm, out) == Some(MatmulLayout::Rows) {
+                self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
+            } else {
+                let group = (out, mm, row_reductions);
+                self.row_epilogue(group, tile, (&accs, mi, ni), warp_tile, edges)?;
+            }
+            return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
+        }
+        // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
+        let g = self.idiv_c(lane, 4);
+        let t = self.irem_c(lane, 4);
+        let t2 = self.imul_c(t, 2);
+        let row0 = self.iadd(m0, wm0);
+        let row0 = self.iadd(row0, g);
+        let col0 = self.iadd(n0, wn0);
+        let col0 = self.iadd(col0, t2);
+        // Registers q = 2h, 2h + 1 are columns 2t, 2t + 1 of one row: one two-element store
+        // when rows have an even length (the pair is then aligned), else one each.
+        let pairs = epilogue == MmaEpilogue::Pairs;
+        for i in 0..mi as usize {
+            for j in 0..ni as usize {
+                let frag = accs[i * ni as usize + j];
+                let groups: Vec<(usize, Vec<Reg>)> = if pairs {
+                    vec![(0, frag[..2].to_vec()), (2, frag[2..].to_vec())]
+                } else {
+                    frag.iter()
+                        .enumerate()
+                        .map(|(q, &a)| (q, vec![a]))
+                        .collect()
+                };
+                for (q, regs) in groups {
+                    let (dr, dc) = MmaShape::cd_pos(0, q);
+                    let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
+                    let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
+                    self.guarded_epilogue((out, mm), &lead, (row, m), (col, n), &regs)?;
+                }
+            }
+        }
+        Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)))
+    }
+
+    /// The `mma.sync` main loop of the tensor-core tile: per slice, wait for it, barrier,
+    /// issue the copies of the slice `stages - 1` ahead into the stage multiplied one
+    /// iteration ago, then per k step `ldmatrix.x4` (or element loads for transposed TF32)
+    /// and one `mma.sync` per 16 × 8 fragment of the warp's `mi × ni` fragments, which it
+    /// returns.
+    #[allow(clippy::too_many_arguments)]
+    fn mma_sync_slices(
+        &mut self,
+        (ra, a, rb, b): (&Ring, &Operand2d, &Ring, &Operand2d),
+        (ca, cb): (&CopyPlan, &CopyPlan),
+        (stages, bk): (u32, u32),
+        (k_start, k_end, k_whole): (Operand, Operand, bool),
+        (wm0, wn0, lane): (Ix, Ix, Ix),
+        (mi, ni): (u32, u32),
+        shape: MmaShape,
+    ) -> Result<Vec<[Reg; 4]>, LowerError> {
+        let kstep = shape.k() as u32;
         // Fragment addresses (offsets within a stage) for every k step of a slice.
         let frag = FragPlan::new(
             self,
@@ -241,54 +344,6 @@ impl Gen<'_> {
         self.close_for(kt, k_start, k_end, Operand::U32(bk));
         // Copies past the end (zero-filled, never read) must land before the CTA exits.
         self.b.push(Stmt::CpAsyncWaitAll);
-
-        if staged {
-            let tile = (base, bm, bn, threads);
-            let warp_tile = WarpTile {
-                tid,
-                lane,
-                wm0,
-                wn0,
-            };
-            let edges = (&lead[..], m0, n0, m, n);
-            if self.g.matmul_layout(mm, out) == Some(MatmulLayout::Rows) {
-                self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
-            } else {
-                let group = (out, mm, row_reductions);
-                self.row_epilogue(group, tile, (&accs, mi, ni), warp_tile, edges)?;
-            }
-            return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
-        }
-        // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
-        let g = self.idiv_c(lane, 4);
-        let t = self.irem_c(lane, 4);
-        let t2 = self.imul_c(t, 2);
-        let row0 = self.iadd(m0, wm0);
-        let row0 = self.iadd(row0, g);
-        let col0 = self.iadd(n0, wn0);
-        let col0 = self.iadd(col0, t2);
-        // Registers q = 2h, 2h + 1 are columns 2t, 2t + 1 of one row: one two-element store
-        // when rows have an even length (the pair is then aligned), else one each.
-        let pairs = epilogue == MmaEpilogue::Pairs;
-        for i in 0..mi as usize {
-            for j in 0..ni as usize {
-                let frag = accs[i * ni as usize + j];
-                let groups: Vec<(usize, Vec<Reg>)> = if pairs {
-                    vec![(0, frag[..2].to_vec()), (2, frag[2..].to_vec())]
-                } else {
-                    frag.iter()
-                        .enumerate()
-                        .map(|(q, &a)| (q, vec![a]))
-                        .collect()
-                };
-                for (q, regs) in groups {
-                    let (dr, dc) = MmaShape::cd_pos(0, q);
-                    let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
-                    let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
-                    self.guarded_epilogue((out, mm), &lead, (row, m), (col, n), &regs)?;
-                }
-            }
-        }
-        Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)))
+        Ok(accs)
     }
 }

@@ -51,6 +51,7 @@ mod scan;
 mod simt;
 mod update;
 mod values;
+mod wgmma;
 
 use crate::analysis::row_shape;
 use std::collections::HashMap;

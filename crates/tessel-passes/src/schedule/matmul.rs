@@ -238,6 +238,9 @@ struct MmaRow {
     name: &'static str,
     /// Tried only on a target that has these ([`offers`]); none for the `mma.sync` tiles.
     needs: Features,
+    /// A warpgroup tile (`TileConfig::Mma::wgmma`): tried only in `fast`, for 16-bit
+    /// operands both read along K.
+    wgmma: bool,
     applies: fn(&MatmulShape, &Target) -> bool,
     tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
 }
@@ -261,34 +264,56 @@ fn pow2(x: u64) -> u32 {
 }
 
 /// The tensor-core tiles, tried in order (the module doc gives the measurements).
-const MMA_TILES: [MmaRow; 5] = [
+const MMA_TILES: [MmaRow; 6] = [
+    MmaRow {
+        name: "wgmma large (sm_90a: 2 warpgroups of m64n256k16)",
+        needs: Features {
+            wgmma: true,
+            ..Features::NONE
+        },
+        wgmma: true,
+        applies: |s, t| {
+            s.lhs_k_contiguous
+                && s.rhs_k_contiguous
+                && s.n > 64
+                && s.m > 64
+                && s.k > 32
+                && s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= t.sm_count as u64
+        },
+        tile: |_| (128, 256, 8, 1),
+    },
     MmaRow {
         name: "skinny-N",
         needs: Features::NONE,
+        wgmma: false,
         applies: |s, _| s.n <= 64,
         tile: |s| (64, pow2(s.n), 4, 1),
     },
     MmaRow {
         name: "skinny-M",
         needs: Features::NONE,
+        wgmma: false,
         applies: |s, _| s.m <= 64,
         tile: |s| (pow2(s.m), 128, 1, 4),
     },
     MmaRow {
         name: "short-K (the output's stores dominate: many small CTAs)",
         needs: Features::NONE,
+        wgmma: false,
         applies: |s, _| s.k <= 32,
         tile: |_| (64, 64, 2, 2),
     },
     MmaRow {
         name: "large",
         needs: Features::NONE,
+        wgmma: false,
         applies: |s, t| s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= t.sm_count as u64,
         tile: |_| (128, 256, 2, 4),
     },
     MmaRow {
         name: "mid-size (128-tiles would leave SMs idle)",
         needs: Features::NONE,
+        wgmma: false,
         applies: |_, _| true,
         tile: |_| (64, 64, 2, 2),
     },
@@ -571,6 +596,11 @@ fn mma(
     let mut too_big = Vec::new();
     let (rows_tried, lacking) = tried(&MMA_TILES, s, t);
     for row in rows_tried {
+        // The warpgroup tile reads both operands K-major as 16-bit elements; `invariant`
+        // keeps `mma.sync` for every M (one instruction, one accumulation order).
+        if row.wgmma && !(sixteen_bit && profile == Profile::Fast) {
+            continue;
+        }
         let (bm, mut bn, warps_m, warps_n) = (row.tile)(s);
         if let Some(d) = rows {
             bn = bn.max(d as u32);
@@ -580,14 +610,20 @@ fn mma(
             }
         }
         let stage = (bm + bn) * bk * esz;
-        let stages = (RING_BUDGET / stage).min(4).min(slices + 1).max(2);
+        // The warpgroup tile runs one CTA per SM with as many stages as fit (4 of 48 KiB
+        // for 128 × 256), at least 3: two slices in flight while one wgmma group runs.
+        let stages = if row.wgmma {
+            (t.max_shared_per_cta / stage).min(4).max(3)
+        } else {
+            (RING_BUDGET / stage).min(4).min(slices + 1).max(2)
+        };
         let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
         if shared > t.max_shared_per_cta {
             too_big.push(format!("{} {bm}×{bn} needs {shared} bytes", row.name));
             continue;
         }
         let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64) * s.batch;
-        let split = if rows.is_some() || !split_k_ok {
+        let split = if rows.is_some() || !split_k_ok || row.wgmma {
             1
         } else if profile == Profile::Invariant {
             invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
@@ -598,12 +634,14 @@ fn mma(
         // copies: registers capped at 65536 / (2 · threads) when the shared memory allows
         // two. Not for TF32 tiles, whose transposed operands load fragments element by
         // element and spill under the cap.
-        let min_ctas_per_sm = if sixteen_bit && 2 * shared <= t.max_shared_per_cta {
+        let min_ctas_per_sm = if sixteen_bit && !row.wgmma && 2 * shared <= t.max_shared_per_cta {
             2
         } else {
             0
         };
-        let mma_name = if dt == DType::F32 {
+        let mma_name = if row.wgmma {
+            "wgmma m64n256k16, operands K-major through 128-byte-swizzled descriptors"
+        } else if dt == DType::F32 {
             "m16n8k8 on TF32-rounded f32"
         } else {
             "m16n8k16"
@@ -643,6 +681,7 @@ fn mma(
             shape,
             epilogue,
             min_ctas_per_sm,
+            wgmma: row.wgmma,
         };
         return Ok((tile, why));
     }
@@ -749,12 +788,14 @@ mod tests {
                     tma: true,
                     ..Features::NONE
                 },
+                wgmma: true,
                 applies: |_, _| true,
                 tile: |_| (128, 256, 2, 4),
             },
             MmaRow {
                 name: "mma.sync",
                 needs: Features::NONE,
+                wgmma: false,
                 applies: |_, _| true,
                 tile: |_| (64, 64, 2, 2),
             },
@@ -793,11 +834,16 @@ mod tests {
         );
     }
 
-    /// Today's tensor-core tiles are `mma.sync` (sm_80): they need no feature.
+    /// The `mma.sync` tiles (sm_80) need no feature; the warpgroup tiles need wgmma.
     #[test]
     fn the_mma_sync_tiles_need_no_feature() {
         for row in &MMA_TILES {
-            assert_eq!(row.needs, Features::NONE, "{}", row.name);
+            let want = Features {
+                wgmma: row.wgmma,
+                ..Features::NONE
+            };
+            assert_eq!(row.needs, want, "{}", row.name);
         }
+        assert!(MMA_TILES.iter().any(|r| r.wgmma));
     }
 }

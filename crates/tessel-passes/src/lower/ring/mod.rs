@@ -7,7 +7,7 @@
 //! (`attention.rs`, `attention_parts.rs`) and its backward (`attention_bwd.rs`) take their
 //! stages through [`Ring`], so every kernel addresses shared memory by one layout.
 
-mod cp_async;
+pub(super) mod cp_async;
 pub(super) mod layout;
 mod source;
 

@@ -1,0 +1,155 @@
+//! The warpgroup main loop of the tensor-core tile (`TileConfig::Mma` with `wgmma`): the
+//! ring of `ring/` (stages of 128-byte K-major rows in the 128-byte swizzle, filled by the
+//! `cp.async` loader) read by `wgmma.mma_async` through shared-memory matrix descriptors
+//! instead of `ldmatrix` + `mma.sync`. What comes before (the CTA's tile, the copy plans)
+//! and after (the epilogues) is `mma.rs`'s.
+//!
+//! The layouts: a stage of A is `bm` rows of 128 bytes, chunk `c` of row `r` at chunk
+//! `c ^ (r mod 8)` ([`StageLayout`](super::ring::StageLayout)'s rows swizzle, which for
+//! 128-byte rows is wgmma's 128-byte swizzle: `layout.rs`'s tests check it), so the
+//! descriptor of warpgroup `g`'s 64 rows starts at `stage + 64g · 128`, 8-row groups 1024
+//! bytes apart (the stride-dimension offset); one k step of 16 moves the start by 32
+//! bytes inside the span (PTX ISA §9.7.15.5.1.2, "Shared Memory Matrix Layout").
+//!
+//! The pipeline, with `P = stages - 2` slices in flight ahead of the one multiplied and
+//! one wgmma group kept in flight behind it. Slice `kt`:
+//!
+//! 1. `cp.async.wait_group P - 1` (slice `kt` has landed, for this thread's copies),
+//!    `fence.proxy.async` (its generic-proxy writes made visible to wgmma's async-proxy
+//!    reads), `bar.sync` (everyone's copies; and every warpgroup has waited for slice
+//!    `kt - 2`'s wgmma group, step 3 of the iteration before);
+//! 2. the copies of slice `kt + P` into the stage slice `kt - 2` was read from, committed;
+//! 3. `wgmma.fence`, one wgmma per 16 of K, `commit_group`, `wait_group 1` (slice `kt - 1`'s
+//!    group done; slice `kt`'s runs on while the next iteration waits for its copies).
+//!
+//! After the last slice, `wait_group 0` and `cp.async.wait_all`, and the epilogue reuses
+//! the ring. Each output element is one accumulation over k in order, slice after slice,
+//! in the tensor core's order within an instruction — as `mma.sync`'s, by tolerance.
+
+use super::ring::cp_async::CopyPlan;
+use super::ring::Ring;
+use super::{Gen, Ix, LowerError};
+use tessel_ir::kernel::{
+    MmaShape, Op, Operand, RegType, SmemDesc, Stmt, WgmmaInput, WgmmaShape, WgmmaSwizzle,
+};
+use tessel_ir::Reg;
+
+impl Gen<'_> {
+    /// The main loop of a wgmma tile over K range `k_start .. k_end` in slices of `bk`
+    /// (64 16-bit elements, one 128-byte span), through `stages` ring stages of `ra`/`rb`
+    /// filled by the copy plans `ca`/`cb`. The CTA's warps are `bm / 64` warpgroups, each
+    /// computing 64 rows × `bn` with `m64n{bn}k16`; returns each thread's accumulators as
+    /// the `bn / 8` fragments of its warp's `16 × bn` rows (register `4j + i` of the
+    /// wgmma is element `i` of fragment `j`, [`WgmmaShape::d_pos`]).
+    pub(super) fn wgmma_slices(
+        &mut self,
+        (ra, rb): (&Ring, &Ring),
+        (ca, cb): (&CopyPlan, &CopyPlan),
+        (stages, bk, bn): (u32, u32, u32),
+        (k_start, k_end, k_whole): (Operand, Operand, bool),
+        tid: Ix,
+        shape: MmaShape,
+    ) -> Result<Vec<[Reg; 4]>, LowerError> {
+        let input = match shape {
+            MmaShape::M16N8K16Bf16 => WgmmaInput::Bf16,
+            MmaShape::M16N8K16F16 => WgmmaInput::F16,
+            MmaShape::M16N8K8Tf32 => WgmmaInput::Tf32,
+        };
+        let wshape = WgmmaShape { n: bn, input };
+        let span = WgmmaSwizzle::B128.span();
+        debug_assert_eq!(bk * input.bytes(), span, "one swizzle span of K per slice");
+        let ahead = stages - 2;
+        let d: Vec<Reg> = (0..wshape.d_regs())
+            .map(|_| {
+                let r = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                r
+            })
+            .collect();
+        // This warpgroup's first row of A in a stage: 64g rows of 128 bytes on.
+        let wg = self.idiv_c(tid, 128);
+        let a_rows = self.imul_c(wg, 64 * span as u64);
+        let fixed = SmemDesc {
+            start: 0,
+            lbo: 16,
+            sbo: 8 * span,
+            swizzle: WgmmaSwizzle::B128,
+        }
+        .fixed_bits();
+
+        // Prologue: slices 0 .. P - 1 in flight.
+        for s in 0..ahead {
+            let k0 = match k_start {
+                Operand::U32(x) => Ix::C((x + s * bk) as u64),
+                Operand::Reg(r) => self.iadd(Ix::R(r), Ix::C((s * bk) as u64)),
+                _ => unreachable!("K range starts are u32"),
+            };
+            let sa = Ix::C((s * ra.stage_bytes()) as u64);
+            let sb = Ix::C((s * rb.stage_bytes()) as u64);
+            self.issue_copies(ca, ra, sa, k0, k_end, k_whole)?;
+            self.issue_copies(cb, rb, sb, k0, k_end, k_whole)?;
+            self.b.push(Stmt::CpAsyncCommit);
+        }
+        let rd = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
+        let wr = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(wr, Op::Mov, &[Operand::U32(ahead)]);
+
+        let kt = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        self.b.push(Stmt::CpAsyncWait(ahead - 1));
+        self.b.push(Stmt::FenceProxyAsync);
+        self.b.push(Stmt::Barrier);
+        let k_ahead = self.iadd(Ix::R(kt), Ix::C((ahead * bk) as u64));
+        let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
+        let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
+        self.issue_copies(ca, ra, wra, k_ahead, k_end, k_whole)?;
+        self.issue_copies(cb, rb, wrb, k_ahead, k_end, k_whole)?;
+        self.b.push(Stmt::CpAsyncCommit);
+        // The descriptors' start fields (address / 16) of this stage; a k step of 32
+        // bytes adds 2.
+        let rda = self.imul_c(Ix::R(rd), ra.stage_bytes() as u64);
+        let rda = self.iadd(rda, a_rows);
+        let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
+        let start_a = self.shared_addr(ra.base, rda);
+        let start_b = self.shared_addr(rb.base, rdb);
+        let field = |g: &mut Self, addr: Reg| {
+            g.b.op(RegType::U32, Op::ShrU, &[addr.into(), Operand::U32(4)])
+        };
+        let (fa, fb) = (field(self, start_a), field(self, start_b));
+        self.b.push(Stmt::WgmmaFence);
+        for step in 0..span / 32 {
+            let desc = |g: &mut Self, f: Reg| {
+                let f = if step == 0 {
+                    f
+                } else {
+                    g.b.op(RegType::U32, Op::IAdd, &[f.into(), Operand::U32(2 * step)])
+                };
+                let wide = g.b.op(RegType::U64, Op::CvtU64U32, &[f.into()]);
+                g.b.op(
+                    RegType::U64,
+                    Op::AddU64,
+                    &[wide.into(), Operand::U64(fixed)],
+                )
+            };
+            let (a_desc, b_desc) = (desc(self, fa), desc(self, fb));
+            self.b.push(Stmt::Wgmma {
+                shape: wshape,
+                d: d.clone(),
+                a_desc,
+                b_desc,
+            });
+        }
+        self.b.push(Stmt::WgmmaCommit);
+        self.b.push(Stmt::WgmmaWait(1));
+        self.advance_stages(&[rd, wr], stages);
+        self.close_for(kt, k_start, k_end, Operand::U32(bk));
+        self.b.push(Stmt::WgmmaWait(0));
+        // Copies past the end (zero-filled, never read) must land before the ring is
+        // reused and the CTA exits.
+        self.b.push(Stmt::CpAsyncWaitAll);
+        Ok(d.chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect())
+    }
+}
