@@ -257,8 +257,8 @@ impl Gen<'_> {
         let frag = FragPlan::new(
             self,
             shape,
-            (&ra, &a),
-            (&rb, &b),
+            (ra, a),
+            (rb, b),
             (wm0, wn0),
             lane,
             (mi, ni),
@@ -284,8 +284,8 @@ impl Gen<'_> {
             };
             let sa = Ix::C((s * ra.stage_bytes()) as u64);
             let sb = Ix::C((s * rb.stage_bytes()) as u64);
-            self.issue_copies(&ca, &ra, sa, k0, k_end, k_whole)?;
-            self.issue_copies(&cb, &rb, sb, k0, k_end, k_whole)?;
+            self.issue_copies(ca, ra, sa, k0, k_end, k_whole)?;
+            self.issue_copies(cb, rb, sb, k0, k_end, k_whole)?;
             self.b.push(Stmt::CpAsyncCommit);
         }
         let rd = self.b.kernel.new_reg(RegType::U32);
@@ -303,8 +303,8 @@ impl Gen<'_> {
         let k_ahead = self.iadd(Ix::R(kt), Ix::C(((stages - 1) * bk) as u64));
         let wra = self.imul_c(Ix::R(wr), ra.stage_bytes() as u64);
         let wrb = self.imul_c(Ix::R(wr), rb.stage_bytes() as u64);
-        self.issue_copies(&ca, &ra, wra, k_ahead, k_end, k_whole)?;
-        self.issue_copies(&cb, &rb, wrb, k_ahead, k_end, k_whole)?;
+        self.issue_copies(ca, ra, wra, k_ahead, k_end, k_whole)?;
+        self.issue_copies(cb, rb, wrb, k_ahead, k_end, k_whole)?;
         self.b.push(Stmt::CpAsyncCommit);
         let rda = self.imul_c(Ix::R(rd), ra.stage_bytes() as u64);
         let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
