@@ -613,7 +613,7 @@ fn mma(
         // The warpgroup tile runs one CTA per SM with as many stages as fit (4 of 48 KiB
         // for 128 × 256), at least 3: two slices in flight while one wgmma group runs.
         let stages = if row.wgmma {
-            (t.max_shared_per_cta / stage).min(4).max(3)
+            (t.max_shared_per_cta / stage).clamp(3, 4)
         } else {
             (RING_BUDGET / stage).min(4).min(slices + 1).max(2)
         };
