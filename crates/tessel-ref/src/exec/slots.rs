@@ -70,15 +70,43 @@ pub(crate) enum Action {
     CpAsyncCommit,
     CpAsyncWait(u32),
     CpAsyncWaitAll,
+    // --- mbarrier, TMA and setmaxnreg (module `cta/mbarrier.rs`). ---
+    /// `mbarrier.init`: the barrier's address and arrival count (32-bit slots).
+    MbarInit {
+        addr: u32,
+        count: u32,
+    },
+    /// `mbarrier.arrive`, with the slot of `expect_tx`'s bytes if any.
+    MbarArrive {
+        addr: u32,
+        tx: Option<u32>,
+    },
+    /// `fence.mbarrier_init`: nothing to order in the executor.
+    FenceMbarrierInit,
+    /// A TMA tiled load: shared destination, tensor-map address (a 64-bit slot), the first
+    /// `rank` of `coords` (32-bit slots), the mbarrier's address.
+    TmaLoad {
+        dst: u32,
+        tmap: u32,
+        coords: [u32; 5],
+        rank: usize,
+        mbar: u32,
+    },
+    /// `setmaxnreg`: no effect on results.
+    SetMaxNReg,
 }
 
 impl Action {
     /// Whether the statement counts in [`super::ExecStats::lane_instructions`] (the waits
-    /// and commits of `cp.async` do not).
+    /// and commits of `cp.async`, the mbarrier-init fence and `setmaxnreg` do not).
     pub fn counts(&self) -> bool {
         !matches!(
             self,
-            Action::CpAsyncCommit | Action::CpAsyncWait(_) | Action::CpAsyncWaitAll
+            Action::CpAsyncCommit
+                | Action::CpAsyncWait(_)
+                | Action::CpAsyncWaitAll
+                | Action::FenceMbarrierInit
+                | Action::SetMaxNReg
         )
     }
 }
@@ -110,6 +138,11 @@ pub(crate) enum SlotStmt {
         id: u32,
         warps: u32,
     },
+    /// `mbarrier.try_wait.parity` in its loop: the address and parity slots (32-bit).
+    MbarWait {
+        addr: u32,
+        parity: u32,
+    },
 }
 
 /// A kernel ready to run: every register and immediate a slot of `r32` or `r64`.
@@ -134,6 +167,11 @@ pub(crate) struct SlotKernel {
     pub max_depth: usize,
     /// Whether the body has a `cp.async` (the CTA then tracks pending shared bytes).
     pub uses_cp_async: bool,
+    /// Whether the body has an mbarrier statement or a TMA load (the CTA then tracks its
+    /// barriers, and the bytes of TMA copies not yet complete).
+    pub uses_mbarrier: bool,
+    /// The declared alignment of each shared buffer (a TMA destination needs its own).
+    pub shared_align: Vec<u32>,
     /// The body, flattened.
     pub code: Code,
 }
@@ -156,6 +194,7 @@ struct SlotAssigner<'k> {
     consts64: Vec<(u32, u64)>,
     max_depth: usize,
     uses_cp_async: bool,
+    uses_mbarrier: bool,
 }
 
 impl SlotAssigner<'_> {
@@ -425,6 +464,63 @@ impl SlotAssigner<'_> {
             Stmt::CpAsyncCommit => SlotStmt::Do(Action::CpAsyncCommit),
             Stmt::CpAsyncWait(n) => SlotStmt::Do(Action::CpAsyncWait(*n)),
             Stmt::CpAsyncWaitAll => SlotStmt::Do(Action::CpAsyncWaitAll),
+            Stmt::MbarInit { addr, count } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarInit {
+                    addr: self.reg(*addr, Class::B32)?,
+                    count: self.operand(*count, Class::B32)?,
+                })
+            }
+            Stmt::MbarArriveExpectTx { addr, bytes } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarArrive {
+                    addr: self.reg(*addr, Class::B32)?,
+                    tx: Some(self.operand(*bytes, Class::B32)?),
+                })
+            }
+            Stmt::MbarArrive { addr } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarArrive {
+                    addr: self.reg(*addr, Class::B32)?,
+                    tx: None,
+                })
+            }
+            Stmt::MbarWait { addr, parity } => {
+                self.uses_mbarrier = true;
+                SlotStmt::MbarWait {
+                    addr: self.reg(*addr, Class::B32)?,
+                    parity: self.operand(*parity, Class::B32)?,
+                }
+            }
+            Stmt::FenceMbarrierInit => SlotStmt::Do(Action::FenceMbarrierInit),
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => {
+                if !(1..=5).contains(&coords.len()) {
+                    return Err(self.err(format!("a TMA load of {} coordinates", coords.len())));
+                }
+                self.uses_mbarrier = true;
+                let mut cs = [0u32; 5];
+                for (c, &o) in cs.iter_mut().zip(coords) {
+                    *c = self.operand(o, Class::B32)?;
+                }
+                SlotStmt::Do(Action::TmaLoad {
+                    dst: self.reg(*dst, Class::B32)?,
+                    tmap: self.reg(*tmap, Class::B64)?,
+                    coords: cs,
+                    rank: coords.len(),
+                    mbar: self.reg(*mbar, Class::B32)?,
+                })
+            }
+            Stmt::SetMaxNReg { regs, .. } => {
+                if !(24..=256).contains(regs) || regs % 8 != 0 {
+                    return Err(self.err(format!("setmaxnreg to {regs} registers")));
+                }
+                SlotStmt::Do(Action::SetMaxNReg)
+            }
         })
     }
 }
@@ -499,6 +595,7 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         consts64: Vec::new(),
         max_depth: 0,
         uses_cp_async: false,
+        uses_mbarrier: false,
     };
     let body = l.block(&k.body, 0)?;
     Ok(SlotKernel {
@@ -517,6 +614,8 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         shared_size: off as u32,
         max_depth: l.max_depth,
         uses_cp_async: l.uses_cp_async,
+        uses_mbarrier: l.uses_mbarrier,
+        shared_align: k.shared.values().map(|d| d.align.max(1)).collect(),
         code: Code::new(&body),
     })
 }
