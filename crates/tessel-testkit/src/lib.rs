@@ -9,6 +9,8 @@
 //! - [`mma`]: hand-built kernels for the tensor-core and async-copy statements, run on the
 //!   executor (`tessel-ref`), assembled by ptxas (`tessel-ptx`) and run on the GPU
 //!   (`tessel`'s `gpu_mma`), with their host-side inputs and references under `exec`;
+//! - [`tma`]: a warp-specialised kernel fed by TMA loads through mbarriers (executor and
+//!   ptxas sm_90a);
 //! - [`ir`]: a graph, a kernel and a program that between them use every variant of every
 //!   IR enum, and that verify (`tessel-ir`'s reader, writer and verifier tests);
 //! - `host` (feature `exec`): host tensors and launch arguments for the executor and the
@@ -29,3 +31,4 @@ pub mod host;
 pub mod ir;
 pub mod kernels;
 pub mod mma;
+pub mod tma;
