@@ -342,3 +342,38 @@ fn a_tensor_map_past_its_buffer_is_a_bad_launch() {
     let e = run_map(&k, map(32, 16, 32, 16, TensorMapSwizzle::B128), &x, 1).unwrap_err();
     assert!(matches!(e, ExecError::BadLaunch { .. }), "{e}");
 }
+
+#[test]
+fn a_program_passes_its_tensor_map_as_a_launch_argument() {
+    use tessel_ir::kernel::{BufferDecl, BufferRole, Launch, Program};
+    use tessel_ir::TensorType;
+    let mut p = Program {
+        name: "tma_step".into(),
+        ..Default::default()
+    };
+    let x = p.buffers.push(BufferDecl {
+        name: "x".into(),
+        ty: TensorType::new(DType::F32, vec![ROWS as u64, COLS as u64]),
+        role: BufferRole::Input(0),
+    });
+    let y = p.buffers.push(BufferDecl {
+        name: "y".into(),
+        ty: TensorType::new(DType::F32, vec![ROWS as u64, OUT_COLS as u64]),
+        role: BufferRole::Output,
+    });
+    let k = p.kernels.push(ring_kernel(false, false));
+    let mut a = args();
+    a[1] = LaunchArg::Buffer(y);
+    assert_eq!(a[0], LaunchArg::TensorMap(tessel_testkit::tma::x_map()));
+    p.launches.push(Launch { kernel: k, args: a });
+    p.inputs.push(("x".into(), x));
+    p.outputs.push(("y".into(), y));
+    tessel_ir::verify::verify_program(&p, true).unwrap();
+    let xt = Tensor {
+        ty: p.buffers[x].ty.clone(),
+        data: f32_tensor(&x_values()).data,
+    };
+    let out = tessel_ref::run_program(&p, &[xt]).unwrap();
+    let want: Vec<u32> = expected(&x_values()).iter().map(|v| v.to_bits()).collect();
+    assert_eq!(words(&out[0].data), want);
+}
