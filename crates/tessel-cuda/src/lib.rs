@@ -5,6 +5,8 @@
 //!   [`Gpu::open`] returns [`Error::NoGpu`] (never panics) on a machine without a driver or GPU.
 //! - [`Buffer`]: untyped device bytes; upload, download, poison with a byte pattern.
 //! - [`Module`]: PTX loaded by the driver's JIT; [`Module::launch`] runs one kernel.
+//! - [`TensorMap`]: a TMA tensor map encoded on the host (`cuTensorMapEncodeTiled`) from a
+//!   [`TiledMap`] checked first ([`TensorMapError`]), passed by value as [`Arg::TensorMap`].
 //! - Timing: [`Gpu::time_graph`] (CUDA-graph replays between CUDA events, the benchmark
 //!   method of design §10) and [`Gpu::time_events`] (plain launches); [`measure_copy_bandwidth`].
 //! - [`Blas`]: cuBLAS GEMM baselines, row-major `C[M, N] = A[M, K] · B[N, K]^T`.
@@ -20,6 +22,7 @@ mod error;
 mod gpu;
 mod module;
 pub mod nccl;
+mod tensor_map;
 mod timing;
 
 pub use bandwidth::{measure_copy_bandwidth, Bandwidth};
@@ -28,4 +31,5 @@ pub use buffer::Buffer;
 pub use error::Error;
 pub use gpu::{Gpu, Properties};
 pub use module::{Arg, Launch, Module};
+pub use tensor_map::{TensorMap, TensorMapDtype, TensorMapError, TensorMapSwizzle, TiledMap};
 pub use timing::{KernelCall, Timing};

@@ -52,6 +52,8 @@ pub enum Arg<'a> {
     F32(f32),
     /// A `.param .u64`.
     U64(u64),
+    /// A `.param .align 64 .b8 p[128]`: a tensor map by value.
+    TensorMap(crate::TensorMap),
 }
 
 struct Function {
@@ -152,6 +154,7 @@ impl Module {
                 Arg::I32(v) => builder.arg(v),
                 Arg::F32(v) => builder.arg(v),
                 Arg::U64(v) => builder.arg(v),
+                Arg::TensorMap(t) => builder.arg(t),
             };
         }
         let config = LaunchConfig {

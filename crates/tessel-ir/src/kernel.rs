@@ -597,6 +597,267 @@ pub enum Stmt {
     /// Waits for every copy of the thread, committed or not (PTX `cp.async.wait_all`, the
     /// same as a commit and `wait_group 0`).
     CpAsyncWaitAll,
+    // --- mbarrier, TMA and setmaxnreg (sm_90). Kept together at the end of the enum. ---
+    /// Initialises the mbarrier object at shared address `addr` (a `U32` register, 8-byte
+    /// aligned, the 8 bytes inside one shared buffer) for `count` arrivals per phase (a
+    /// `U32`, 1 to 2^20 − 1; PTX `mbarrier.init.shared::cta.b64 [addr], count`, PTX ISA
+    /// §9.7.13.15.9). Executed per thread: a kernel initialises each barrier from one thread,
+    /// then makes the initialisation visible ([`Stmt::FenceMbarrierInit`] and a
+    /// [`Stmt::Barrier`]) before any other thread or a TMA copy uses it.
+    ///
+    /// An mbarrier (PTX ISA §9.7.13.15.1–4) has a current phase (its parity is the phase
+    /// number mod 2, starting at 0), a pending arrival count (`count` at the start of every
+    /// phase) and a transaction count (tx-count, bytes; 0 at the start of every phase). The
+    /// phase completes when both are 0: the next phase begins, with `count` pending
+    /// arrivals again. From its init on, its 8 bytes belong to the barrier: ordinary loads
+    /// and stores to them are errors (the executor reports them), and initialising it again
+    /// while in use is undefined.
+    MbarInit { addr: Reg, count: Operand },
+    /// Adds `bytes` (a `U32`, below 2^20) to the current phase's tx-count of the mbarrier at
+    /// `addr`, then arrives on it (PTX `mbarrier.arrive.expect_tx.shared::cta.b64 _, [addr],
+    /// bytes`, PTX ISA §9.7.13.15.12): how a producer announces the bytes its
+    /// [`Stmt::TmaLoad`]s will deliver to the phase. Per thread; an arrival on a phase
+    /// with no pending arrival left is an error.
+    MbarArriveExpectTx { addr: Reg, bytes: Operand },
+    /// Arrives on the mbarrier at `addr` (one arrival per executing thread; PTX
+    /// `mbarrier.arrive.shared::cta.b64 _, [addr]`, PTX ISA §9.7.13.15.12), with release
+    /// semantics at CTA scope: what the thread wrote before is visible to the threads that
+    /// observe the phase complete.
+    MbarArrive { addr: Reg },
+    /// Waits until the phase of parity `parity` (a `U32`, 0 or 1) of the mbarrier at `addr`
+    /// has completed, that is until the current phase's parity is not `parity` (PTX
+    /// `mbarrier.try_wait.parity.shared::cta.b64` in a loop, PTX ISA §9.7.13.15.16; acquire
+    /// semantics at CTA scope). The usual producer/consumer convention follows: a wait for
+    /// parity 1 on a fresh barrier returns at once. Per thread; the executor runs it as a
+    /// blocking wait of the warp (every active lane's phase must have completed), and a wait
+    /// that no warp can satisfy is a deadlock error.
+    MbarWait { addr: Reg, parity: Operand },
+    /// Makes the thread's preceding [`Stmt::MbarInit`]s visible to the async proxy (TMA)
+    /// and to the cluster (PTX `fence.mbarrier_init.release.cluster`, PTX ISA §9.7.13.4).
+    /// The executor has nothing to order: a no-op there.
+    FenceMbarrierInit,
+    /// A TMA tiled load (PTX `cp.async.bulk.tensor.{N}d.shared::cluster.global.tile.
+    /// mbarrier::complete_tx::bytes [dst], [tmap, {c0, ..}], [mbar]`, PTX ISA §9.7.9.25.5.1):
+    /// the box of the tensor map whose generic address is in `tmap` (a `U64`, from
+    /// [`Op::Param`] of a [`ParamKind::TensorMap`] parameter) at element coordinates
+    /// `coords` (one `U32` per dimension of the map, read as signed i32, innermost first)
+    /// is copied to shared memory at `dst` (a `U32`), and the mbarrier at `mbar` gets a
+    /// complete-tx of the box's bytes when the copy lands. Issued per executing thread
+    /// (kernels issue from one).
+    ///
+    /// The box lands as `box[r-1] × .. × box[0]` elements, dimension 0 contiguous, then
+    /// (for a swizzled map) with the 16-byte chunks of the shared address permuted as
+    /// [`TensorMapSwizzle`] says; elements outside the tensor are written as zero bits.
+    /// `dst` must be 128-byte aligned, and aligned to the swizzle's pattern (256, 512, 1024
+    /// bytes for 32, 64, 128) in a buffer declared with that alignment. The destination
+    /// bytes may not be read or written until a [`Stmt::MbarWait`] has seen the phase the
+    /// copy completes on complete; the executor reports any access before that.
+    TmaLoad {
+        dst: Reg,
+        tmap: Reg,
+        coords: Vec<Operand>,
+        mbar: Reg,
+    },
+    /// Raises (`inc`) or lowers the per-thread register budget of the warp to `regs` (a
+    /// multiple of 8 in 24..=256; PTX `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`, PTX ISA
+    /// §9.7.19.5, sm_90a): warp-specialised kernels give registers from producer warpgroups
+    /// to consumer ones. Every lane of the warp executes it together. No effect on results:
+    /// a no-op in the executor.
+    SetMaxNReg { inc: bool, regs: u32 },
+}
+
+/// The most arrivals an mbarrier phase may count, and the largest tx-count (PTX ISA
+/// §9.7.13.15.1, "Contents of the mbarrier object": both are 20-bit counts).
+pub const MBAR_MAX_COUNT: u32 = (1 << 20) - 1;
+
+/// How a TMA box's 16-byte chunks are permuted in shared memory (`CU_TENSOR_MAP_SWIZZLE_*`,
+/// CUDA Driver API `cuTensorMapEncodeTiled`): with `b` = 1, 2, 3 for 32, 64, 128 bytes,
+/// bits `[4, 4 + b)` of the shared address are XORed with bits `[7, 7 + b)`. The box's
+/// inner dimension may span at most the swizzle's bytes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum TensorMapSwizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl TensorMapSwizzle {
+    pub const ALL: [TensorMapSwizzle; 4] = [
+        TensorMapSwizzle::None,
+        TensorMapSwizzle::B32,
+        TensorMapSwizzle::B64,
+        TensorMapSwizzle::B128,
+    ];
+
+    /// The swizzle's span in bytes: 0 (none), 32, 64 or 128.
+    pub fn bytes(self) -> u32 {
+        match self {
+            TensorMapSwizzle::None => 0,
+            TensorMapSwizzle::B32 => 32,
+            TensorMapSwizzle::B64 => 64,
+            TensorMapSwizzle::B128 => 128,
+        }
+    }
+
+    /// The `b` of the module doc: address bits XORed (0 for none).
+    pub fn bits(self) -> u32 {
+        match self {
+            TensorMapSwizzle::None => 0,
+            TensorMapSwizzle::B32 => 1,
+            TensorMapSwizzle::B64 => 2,
+            TensorMapSwizzle::B128 => 3,
+        }
+    }
+
+    /// The alignment, bytes, of a box's shared destination: 128 (PTX ISA
+    /// §9.7.9.25.5.1), and the pattern's repeat, 8 rows of the span, for a swizzled map
+    /// (256, 512, 1024): the swizzle acts on address bits, so only then does the box
+    /// land the same wherever the buffer is.
+    pub fn dst_align(self) -> u32 {
+        (8 * self.bytes()).max(128)
+    }
+
+    /// `addr` with the swizzle applied (bits `[4, 4 + b)` ^= bits `[7, 7 + b)`).
+    pub fn apply(self, addr: u32) -> u32 {
+        let mask = (1u32 << self.bits()) - 1;
+        addr ^ (((addr >> 7) & mask) << 4)
+    }
+}
+
+/// A tiled TMA tensor map as a launch describes it (the arguments of CUDA's
+/// `cuTensorMapEncodeTiled`, which the runtime encodes on the host into the 128-byte
+/// `CUtensorMap` the kernel's [`ParamKind::TensorMap`] parameter receives): a `rank`-D view
+/// (1 to 5) of a buffer's elements of `dtype`, dimension 0 contiguous, and the box one
+/// [`Stmt::TmaLoad`] copies. Elements strides are 1, no interleave, out-of-bounds
+/// elements are filled with zero bits.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct TensorMapDesc {
+    /// The buffer the map views, from its first byte.
+    pub buffer: BufferId,
+    /// The element type; must be the buffer's.
+    pub dtype: DType,
+    /// Dimensions, 1..=5.
+    pub rank: u32,
+    /// Size of each dimension in elements, innermost first (entries past `rank` are 1, as
+    /// [`TensorMapDesc::new`] makes them).
+    pub dims: [u64; 5],
+    /// Bytes between consecutive indices of dimension `i + 1` (`globalStrides`; the
+    /// innermost dimension's stride is the element size). Multiples of 16 below 2^40.
+    pub strides: [u64; 4],
+    /// The box, elements per dimension, each 1..=256; `box_dims[0]` · element size is a
+    /// multiple of 16 bytes, and at most the swizzle's span when swizzled.
+    pub box_dims: [u32; 5],
+    pub swizzle: TensorMapSwizzle,
+}
+
+impl TensorMapDesc {
+    /// A map of `dims.len()` dimensions (1 to 5), with the unused entries in their one
+    /// spelling (1 for dims and box dims, 0 for strides), so that equal maps compare equal.
+    ///
+    /// # Panics
+    /// If `dims` does not have 1 to 5 entries, `box_dims` as many, and `strides` one fewer.
+    pub fn new(
+        buffer: BufferId,
+        dtype: DType,
+        dims: &[u64],
+        strides: &[u64],
+        box_dims: &[u32],
+        swizzle: TensorMapSwizzle,
+    ) -> TensorMapDesc {
+        let rank = dims.len();
+        assert!(
+            (1..=5).contains(&rank) && box_dims.len() == rank && strides.len() + 1 == rank,
+            "a tensor map of {rank} dims, {} box dims, {} strides",
+            box_dims.len(),
+            strides.len()
+        );
+        let mut t = TensorMapDesc {
+            buffer,
+            dtype,
+            rank: rank as u32,
+            dims: [1; 5],
+            strides: [0; 4],
+            box_dims: [1; 5],
+            swizzle,
+        };
+        t.dims[..rank].copy_from_slice(dims);
+        t.strides[..rank - 1].copy_from_slice(strides);
+        t.box_dims[..rank].copy_from_slice(box_dims);
+        t
+    }
+
+    /// Bytes one box occupies in shared memory: the complete-tx a [`Stmt::TmaLoad`] counts.
+    pub fn box_bytes(&self) -> u64 {
+        let n: u64 = self.box_dims[..self.rank.clamp(1, 5) as usize]
+            .iter()
+            .map(|&b| b as u64)
+            .product();
+        n * self.dtype.size_bytes()
+    }
+
+    /// Checks the map against `cuTensorMapEncodeTiled`'s rules and against a buffer of
+    /// `buffer_bytes` bytes (every element the map can address lies inside it). The one
+    /// check of a description: the program verifier (rule `program.launch`) and the
+    /// executor's launch call it; `tessel-cuda` checks the device-side form again.
+    ///
+    /// # Errors
+    /// The first rule broken, in words.
+    pub fn check(&self, buffer_bytes: u64) -> Result<(), String> {
+        let rank = self.rank as usize;
+        if !(1..=5).contains(&rank) {
+            return Err(format!("rank {} is not in 1..=5", self.rank));
+        }
+        if matches!(self.dtype, DType::Bool) {
+            return Err("a tensor map of bool elements".to_string());
+        }
+        let esz = self.dtype.size_bytes();
+        for i in 0..rank {
+            if self.dims[i] == 0 || self.dims[i] > 1 << 32 {
+                return Err(format!(
+                    "dimension {i} of {} elements is not in 1..=2^32",
+                    self.dims[i]
+                ));
+            }
+            if !(1..=256).contains(&self.box_dims[i]) {
+                return Err(format!(
+                    "box dimension {i} of {} is not in 1..=256",
+                    self.box_dims[i]
+                ));
+            }
+        }
+        for (i, &s) in self.strides[..rank - 1].iter().enumerate() {
+            if s % 16 != 0 || s == 0 || s >= 1 << 40 {
+                return Err(format!(
+                    "stride of dimension {} is {s} bytes: a nonzero multiple of 16 below 2^40 is needed",
+                    i + 1
+                ));
+            }
+        }
+        let inner = self.box_dims[0] as u64 * esz;
+        if inner % 16 != 0 {
+            return Err(format!(
+                "the box's inner dimension is {inner} bytes, not a multiple of 16"
+            ));
+        }
+        let span = self.swizzle.bytes() as u64;
+        if span > 0 && inner > span {
+            return Err(format!(
+                "the box's inner dimension is {inner} bytes, more than the {span}-byte swizzle"
+            ));
+        }
+        let mut last = (self.dims[0] - 1) * esz;
+        for i in 1..rank {
+            last += (self.dims[i] - 1) * self.strides[i - 1];
+        }
+        if last + esz > buffer_bytes {
+            return Err(format!(
+                "the map reaches byte {} of a {buffer_bytes}-byte buffer",
+                last + esz
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// The kind of a kernel parameter.
@@ -606,14 +867,19 @@ pub enum ParamKind {
     Ptr { dtype: DType, writes: bool },
     /// A 32-bit scalar.
     U32,
+    /// A 128-byte TMA tensor map (`CUtensorMap`) passed by value (PTX `.param .align 64 .b8
+    /// name[128]`, CUDA's `__grid_constant__ const CUtensorMap`); [`Op::Param`] gives its
+    /// generic address (PTX `cvta.param.u64`), the `tmap` of a [`Stmt::TmaLoad`]. A launch
+    /// passes a [`LaunchArg::TensorMap`].
+    TensorMap,
 }
 
 impl ParamKind {
     /// The type of the register an [`Op::Param`] reading this parameter gives: `U64` for a
-    /// pointer (a global address), `U32` for a scalar.
+    /// pointer (a global address) or a tensor map (its generic address), `U32` for a scalar.
     pub fn reg_type(self) -> RegType {
         match self {
-            ParamKind::Ptr { .. } => RegType::U64,
+            ParamKind::Ptr { .. } | ParamKind::TensorMap => RegType::U64,
             ParamKind::U32 => RegType::U32,
         }
     }
@@ -804,6 +1070,9 @@ pub struct BufferDecl {
 pub enum LaunchArg {
     Buffer(BufferId),
     U32(u32),
+    /// A tensor map over a buffer, for a [`ParamKind::TensorMap`] parameter: the runtime
+    /// encodes it on the host (`cuTensorMapEncodeTiled`), the executor reads it as is.
+    TensorMap(TensorMapDesc),
 }
 
 /// One kernel launch.

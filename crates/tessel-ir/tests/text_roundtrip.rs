@@ -333,3 +333,155 @@ fn examples_in_docs_read_and_verify() {
     }
     assert_eq!(seen, 3);
 }
+
+/// A kernel with every mbarrier, TMA and setmaxnreg statement, immediates and registers.
+fn async_kernel() -> Kernel {
+    use tessel_ir::kernel::{Param, ParamKind};
+    let mut k = Kernel {
+        name: "tma_k".into(),
+        block: [64, 1, 1],
+        grid: [1, 1, 1],
+        ..Default::default()
+    };
+    k.params = vec![Param {
+        name: "a".into(),
+        kind: ParamKind::TensorMap,
+    }];
+    let tile = k.new_shared(4096, 1024);
+    let bar = k.new_shared(8, 8);
+    let t = k.new_reg(RegType::U64);
+    let d = k.new_reg(RegType::U32);
+    let m = k.new_reg(RegType::U32);
+    let c = k.new_reg(RegType::U32);
+    k.body = vec![
+        Stmt::SetMaxNReg {
+            inc: false,
+            regs: 40,
+        },
+        Stmt::Op {
+            dst: t,
+            op: tessel_ir::kernel::Op::Param(0),
+            args: vec![],
+        },
+        Stmt::Op {
+            dst: d,
+            op: tessel_ir::kernel::Op::SharedAddr(tile),
+            args: vec![],
+        },
+        Stmt::Op {
+            dst: m,
+            op: tessel_ir::kernel::Op::SharedAddr(bar),
+            args: vec![],
+        },
+        Stmt::Op {
+            dst: c,
+            op: tessel_ir::kernel::Op::Mov,
+            args: vec![Operand::U32(0)],
+        },
+        Stmt::MbarInit {
+            addr: m,
+            count: Operand::U32(1),
+        },
+        Stmt::FenceMbarrierInit,
+        Stmt::MbarArriveExpectTx {
+            addr: m,
+            bytes: Operand::U32(4096),
+        },
+        Stmt::TmaLoad {
+            dst: d,
+            tmap: t,
+            coords: vec![Operand::Reg(c), Operand::U32(16)],
+            mbar: m,
+        },
+        Stmt::MbarArrive { addr: m },
+        Stmt::MbarWait {
+            addr: m,
+            parity: Operand::Reg(c),
+        },
+        Stmt::SetMaxNReg {
+            inc: true,
+            regs: 232,
+        },
+    ];
+    k
+}
+
+#[test]
+fn mbarrier_tma_and_setmaxnreg_round_trip() {
+    let k = async_kernel();
+    verify_kernel(&k, true).unwrap();
+    let text = write_kernel(&k);
+    let k2 = read_kernel(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(k2, k, "{text}");
+    assert_eq!(write_kernel(&k2), text);
+    for needle in [
+        "  param a: tensormap",
+        "  setmaxnreg.dec 40",
+        "  mbarrier.init [r2], 1u32",
+        "  fence.mbarrier_init",
+        "  mbarrier.arrive.expect_tx [r2], 4096u32",
+        "  tma.load [r1], r0, [r3, 16u32], [r2]",
+        "  mbarrier.arrive [r2]",
+        "  mbarrier.wait [r2], r3",
+        "  setmaxnreg.inc 232",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+}
+
+#[test]
+fn tensor_map_launch_arguments_round_trip() {
+    use tessel_ir::kernel::{
+        BufferDecl, BufferRole, Launch, LaunchArg, Program, TensorMapDesc, TensorMapSwizzle,
+    };
+    let mut p = Program {
+        name: "tma".into(),
+        ..Default::default()
+    };
+    let a = p.buffers.push(BufferDecl {
+        name: "a".into(),
+        ty: t(DType::Bf16, &[128, 64]),
+        role: BufferRole::Input(0),
+    });
+    p.inputs.push(("a".into(), a));
+    let kid = p.kernels.push(async_kernel());
+    let map = |rank: usize, swizzle| {
+        TensorMapDesc::new(
+            a,
+            DType::Bf16,
+            &[64, 128, 2][..rank],
+            &[128, 128 * 128][..rank - 1],
+            &[64, 32, 1][..rank],
+            swizzle,
+        )
+    };
+    for (rank, sw) in [
+        (2, TensorMapSwizzle::B128),
+        (1, TensorMapSwizzle::None),
+        (3, TensorMapSwizzle::B64),
+    ] {
+        p.launches.push(Launch {
+            kernel: kid,
+            args: vec![LaunchArg::TensorMap(map(rank, sw))],
+        });
+    }
+    let text = write_program(&p);
+    let p2 = read_program(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(p2, p, "{text}");
+    assert_eq!(write_program(&p2), text);
+    assert!(
+        text.contains(
+            "  launch k0(tmap(buf0, bf16, dims [64, 128], strides [128], box [64, 32], swizzle 128))"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("tmap(buf0, bf16, dims [64], strides [], box [64], swizzle 0)"));
+    for (bad, what) in [
+        ("swizzle 128)", "swizzle 16)"),
+        ("strides [128]", "strides [128, 16]"),
+        ("box [64, 32]", "box [64]"),
+    ] {
+        let broken = text.replacen(bad, what, 1);
+        assert!(read_program(&broken).is_err(), "{broken}");
+    }
+}

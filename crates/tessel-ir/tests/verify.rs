@@ -1176,3 +1176,206 @@ fn named_barrier_rules() {
         k.body.push(Stmt::BarArrive { id: 1, threads: 32 });
     });
 }
+
+#[test]
+fn mbarrier_tma_and_setmaxnreg_rules() {
+    // copy_kernel: r0 u32 (tid), r1, r2, r3, r4 u64, r5 f32.
+    let (u32r, u64r, f32r) = (Reg::from_u32(0), Reg::from_u32(1), Reg::from_u32(5));
+    let good = [
+        Stmt::MbarInit {
+            addr: u32r,
+            count: Operand::U32(1),
+        },
+        Stmt::MbarInit {
+            addr: u32r,
+            count: Operand::Reg(u32r),
+        },
+        Stmt::FenceMbarrierInit,
+        Stmt::MbarArriveExpectTx {
+            addr: u32r,
+            bytes: Operand::U32(0xF_FFFF),
+        },
+        Stmt::MbarArrive { addr: u32r },
+        Stmt::MbarWait {
+            addr: u32r,
+            parity: Operand::U32(1),
+        },
+        Stmt::TmaLoad {
+            dst: u32r,
+            tmap: u64r,
+            coords: vec![Operand::Reg(u32r), Operand::U32(0)],
+            mbar: u32r,
+        },
+        Stmt::SetMaxNReg {
+            inc: true,
+            regs: 240,
+        },
+        Stmt::SetMaxNReg {
+            inc: false,
+            regs: 24,
+        },
+    ];
+    for s in good {
+        let mut k = copy_kernel("k");
+        k.body.push(s.clone());
+        verify_kernel(&k, true).unwrap_or_else(|e| panic!("{s:?}: {e:?}"));
+    }
+    let mb = "kernel.mbarrier";
+    let push = |s: Stmt| move |k: &mut Kernel| k.body.push(s);
+    // Addresses are u32 (shared).
+    kernel_fails(mb, push(Stmt::MbarArrive { addr: u64r }));
+    kernel_fails(
+        mb,
+        push(Stmt::MbarInit {
+            addr: u32r,
+            count: Operand::U32(0),
+        }),
+    );
+    kernel_fails(
+        mb,
+        push(Stmt::MbarInit {
+            addr: u32r,
+            count: Operand::U32(1 << 20),
+        }),
+    );
+    kernel_fails(
+        mb,
+        push(Stmt::MbarInit {
+            addr: u32r,
+            count: Operand::Reg(f32r),
+        }),
+    );
+    kernel_fails(
+        mb,
+        push(Stmt::MbarArriveExpectTx {
+            addr: u32r,
+            bytes: Operand::U32(1 << 20),
+        }),
+    );
+    kernel_fails(
+        mb,
+        push(Stmt::MbarWait {
+            addr: u32r,
+            parity: Operand::U32(2),
+        }),
+    );
+    kernel_fails(
+        mb,
+        push(Stmt::MbarWait {
+            addr: u64r,
+            parity: Operand::U32(0),
+        }),
+    );
+    let tma = |dst, tmap, coords: Vec<Operand>, mbar| Stmt::TmaLoad {
+        dst,
+        tmap,
+        coords,
+        mbar,
+    };
+    let c2 = vec![Operand::U32(0), Operand::U32(0)];
+    kernel_fails("kernel.tma", push(tma(u64r, u64r, c2.clone(), u32r)));
+    kernel_fails("kernel.tma", push(tma(u32r, u32r, c2.clone(), u32r)));
+    kernel_fails("kernel.tma", push(tma(u32r, u64r, c2, u64r)));
+    kernel_fails("kernel.tma", push(tma(u32r, u64r, vec![], u32r)));
+    kernel_fails(
+        "kernel.tma",
+        push(tma(u32r, u64r, vec![Operand::U32(0); 6], u32r)),
+    );
+    kernel_fails(
+        "kernel.tma",
+        push(tma(u32r, u64r, vec![Operand::Reg(f32r)], u32r)),
+    );
+    for regs in [16, 20, 252, 264, 0] {
+        kernel_fails(
+            "kernel.setmaxnreg",
+            push(Stmt::SetMaxNReg { inc: true, regs }),
+        );
+    }
+    // setmaxnreg is warp-wide.
+    kernel_fails("kernel.geometry", |k| {
+        k.block = [48, 1, 1];
+        k.body.push(Stmt::SetMaxNReg {
+            inc: false,
+            regs: 40,
+        });
+    });
+}
+
+#[test]
+fn tensor_map_launch_rules() {
+    use tessel_ir::kernel::{TensorMapDesc, TensorMapSwizzle};
+    use tessel_ir::{BufferId, KernelId};
+    let x = BufferId::from_u32(0); // bf16 [4, 8], step input 0
+    let tmp = BufferId::from_u32(1); // f32 [4, 8], written by launch 0
+    let k1 = KernelId::from_u32(1);
+    // Kernel 1 takes a tensor map over x in place of its source pointer.
+    let with_map = |t: TensorMapDesc| {
+        move |p: &mut tessel_ir::kernel::Program| {
+            p.kernels[k1].params[0].kind = ParamKind::TensorMap;
+            p.launches[1].args[0] = LaunchArg::TensorMap(t);
+        }
+    };
+    let map = |b, d, dims: &[u64], strides: &[u64], bx: &[u32], sw| {
+        TensorMapDesc::new(b, d, dims, strides, bx, sw)
+    };
+    let ok = map(x, Bf16, &[8, 4], &[16], &[8, 4], TensorMapSwizzle::None);
+    let mut p = small_program();
+    with_map(ok)(&mut p);
+    verify_program(&p, false).unwrap();
+    // The f32 temp, as f32: written by launch 0 first.
+    let mut p = small_program();
+    with_map(map(
+        tmp,
+        F32,
+        &[8, 4],
+        &[32],
+        &[4, 4],
+        TensorMapSwizzle::B32,
+    ))(&mut p);
+    verify_program(&p, false).unwrap();
+    let bad = [
+        // dtype not the buffer's
+        map(x, F32, &[8, 4], &[32], &[8, 4], TensorMapSwizzle::None),
+        // past the buffer's end
+        map(x, Bf16, &[8, 5], &[16], &[8, 4], TensorMapSwizzle::None),
+        // stride not a multiple of 16
+        map(x, Bf16, &[4, 8], &[8], &[8, 4], TensorMapSwizzle::None),
+        // inner box of 8 bytes
+        map(x, Bf16, &[8, 4], &[16], &[4, 4], TensorMapSwizzle::None),
+        // inner box wider than the swizzle (64 bf16 = 128 bytes > 32)
+        map(x, Bf16, &[64], &[], &[64], TensorMapSwizzle::B32),
+        // box dimension above 256
+        map(x, Bf16, &[8, 4], &[16], &[8, 257], TensorMapSwizzle::None),
+        // no such buffer
+        map(
+            BufferId::from_u32(9),
+            Bf16,
+            &[8, 4],
+            &[16],
+            &[8, 4],
+            TensorMapSwizzle::None,
+        ),
+    ];
+    for t in bad {
+        program_fails("program.launch", with_map(t));
+    }
+    // A map for a pointer and a pointer for a map.
+    program_fails("program.launch", |p| {
+        p.launches[1].args[0] = LaunchArg::TensorMap(ok)
+    });
+    program_fails("program.launch", |p| {
+        p.kernels[k1].params[0].kind = ParamKind::TensorMap
+    });
+    // Read through a map before any launch writes it.
+    program_fails("program.dataflow", |p| {
+        with_map(map(
+            tmp,
+            F32,
+            &[8, 4],
+            &[32],
+            &[4, 4],
+            TensorMapSwizzle::None,
+        ))(p);
+        p.launches.swap(0, 1);
+    });
+}

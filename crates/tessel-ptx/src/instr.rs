@@ -105,6 +105,9 @@ pub(crate) enum Arg {
     Addr(Box<Arg>, i32),
     /// A vector of registers, `{%f0, %f1}`.
     Vector(Vec<RegName>),
+    /// A tensor operand of `cp.async.bulk.tensor`: the tensor map's address and the
+    /// coordinates (registers or immediates), `[%rd1, {%r2, 0}]`.
+    TensorRef(Box<Arg>, Vec<Arg>),
     Label(Label),
 }
 
@@ -144,6 +147,16 @@ impl fmt::Display for Arg {
                 f.write_str("}")
             }
             Arg::Label(l) => l.fmt(f),
+            Arg::TensorRef(map, coords) => {
+                write!(f, "[{map}, {{")?;
+                for (i, c) in coords.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    c.fmt(f)?;
+                }
+                f.write_str("}]")
+            }
         }
     }
 }

@@ -8,7 +8,8 @@
 //! from the kernel IR's one table, [`Op::signature`]; an op without a row, with operand
 //! types outside its signature, or in a form `legalize` removes, is a [`PtxError::NoRow`]
 //! naming the op and its types. Memory statements (`ld`, `st`, `ldmatrix`, `cp.async`) are
-//! in `writer/memory.rs`; the kernel frame, control flow and `mma` here.
+//! in `writer/memory.rs`; the Hopper statements (`mbarrier`, the TMA load, `setmaxnreg`)
+//! in `writer/tma.rs`; the kernel frame, control flow and `mma` here.
 //!
 //! Inputs must have been through `tessel-passes`' `legalize`; the writer does not rewrite.
 //! A kernel's body is printed into a buffer first, because registers are named in the order
@@ -17,6 +18,7 @@
 
 mod memory;
 mod ops;
+mod tma;
 
 use std::fmt;
 
@@ -238,6 +240,9 @@ impl<W: fmt::Write> Writer<W> {
         write!(self.out, ".visible .entry {}(", k.name)?;
         for (n, p) in (0u32..).zip(&k.params) {
             let (ty, what) = match p.kind {
+                // `__grid_constant__ const CUtensorMap`: 128 bytes by value, 64-aligned as
+                // the driver API asks of a tensor map.
+                ParamKind::TensorMap => ("align 64 .b8", "CUtensorMap".to_owned()),
                 ParamKind::Ptr { dtype, writes } => (
                     "u64",
                     format!("{dtype}*{}", if writes { ", written" } else { "" }),
@@ -249,9 +254,14 @@ impl<W: fmt::Write> Writer<W> {
             } else {
                 ""
             };
+            let array = if p.kind == ParamKind::TensorMap {
+                "[128]"
+            } else {
+                ""
+            };
             write!(
                 self.out,
-                "\n    .param .{ty} {}{sep} // {}: {what}",
+                "\n    .param .{ty} {}{array}{sep} // {}: {what}",
                 param_name(&k.name, n),
                 p.name
             )?;
@@ -447,6 +457,27 @@ impl<W: fmt::Write> Writer<W> {
             Stmt::CpAsyncWaitAll => {
                 self.write_instr(level, &Instr::new("cp").m(&["async", "wait_all"]))
             }
+            Stmt::MbarInit { addr, count } => {
+                self.write_mbarrier(k, level, *addr, tma::MbarOp::Init(*count))
+            }
+            Stmt::MbarArriveExpectTx { addr, bytes } => {
+                self.write_mbarrier(k, level, *addr, tma::MbarOp::ArriveExpectTx(*bytes))
+            }
+            Stmt::MbarArrive { addr } => self.write_mbarrier(k, level, *addr, tma::MbarOp::Arrive),
+            Stmt::MbarWait { addr, parity } => {
+                self.write_mbarrier(k, level, *addr, tma::MbarOp::Wait(*parity))
+            }
+            Stmt::FenceMbarrierInit => self.write_instr(
+                level,
+                &Instr::new("fence").m(&["mbarrier_init", "release", "cluster"]),
+            ),
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => self.write_tma_load(k, level, *dst, *tmap, coords, *mbar),
+            Stmt::SetMaxNReg { inc, regs } => self.write_setmaxnreg(k, level, *inc, *regs),
         }
     }
 

@@ -509,10 +509,7 @@ pub fn kitchen_sink_kernel() -> Kernel {
         let sig = op.signature();
         let dty = match (sig.result, op) {
             (SigType::Is(t), _) => t,
-            (SigType::Param, KOp::Param(n)) => match k.params[n as usize].kind {
-                ParamKind::Ptr { .. } => RegType::U64,
-                ParamKind::U32 => RegType::U32,
-            },
+            (SigType::Param, KOp::Param(n)) => k.params[n as usize].kind.reg_type(),
             (SigType::T, KOp::Mov) if i % 2 == 0 => RegType::Pred,
             (SigType::T, _) => RegType::F32,
             _ => RegType::U32,

@@ -11,6 +11,8 @@
 //!   (`tessel`'s `gpu_mma`), with their host-side inputs and references under `exec`;
 //! - [`wgmma`]: a hand-built warpgroup GEMM (`wgmma`, descriptors, the async-proxy
 //!   fence), run and assembled the same three ways;
+//! - [`tma`]: a warp-specialised kernel fed by TMA loads through mbarriers (executor and
+//!   ptxas sm_90a);
 //! - [`ir`]: a graph, a kernel and a program that between them use every variant of every
 //!   IR enum, and that verify (`tessel-ir`'s reader, writer and verifier tests);
 //! - `host` (feature `exec`): host tensors and launch arguments for the executor and the
@@ -31,4 +33,5 @@ pub mod host;
 pub mod ir;
 pub mod kernels;
 pub mod mma;
+pub mod tma;
 pub mod wgmma;

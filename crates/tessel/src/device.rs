@@ -1,8 +1,14 @@
 //! Running a compiled [`Program`] on the GPU through `tessel-cuda`.
 
 use anyhow::{Context, Result};
-use tessel_cuda::{Arg, Buffer, Gpu, KernelCall, Launch, Module};
-use tessel_ir::kernel::{BufferRole, LaunchArg, Program};
+use tessel_cuda::{
+    Arg, Buffer, Gpu, KernelCall, Launch, Module, TensorMap, TensorMapDtype, TensorMapSwizzle,
+    TiledMap,
+};
+use tessel_ir::kernel::{
+    BufferRole, LaunchArg, Program, TensorMapDesc, TensorMapSwizzle as IrSwizzle,
+};
+use tessel_ir::DType;
 use tessel_passes::{PtxHeader, Target};
 use tessel_ptx::PtxOptions;
 use tessel_ref::Tensor;
@@ -81,14 +87,17 @@ pub fn load<'g>(gpu: &Gpu, p: &'g Program, h: &PtxHeader, inputs: &[Tensor]) -> 
 
 impl Loaded<'_> {
     /// The launches of the program as data, over `buffers`.
-    pub fn calls<'a>(&'a self, buffers: &'a [Buffer]) -> Vec<KernelCall<'a>> {
+    ///
+    /// # Errors
+    /// A tensor map the driver's rules reject ([`tensor_map`]).
+    pub fn calls<'a>(&'a self, buffers: &'a [Buffer]) -> Result<Vec<KernelCall<'a>>> {
         let refs: Vec<&Buffer> = buffers.iter().collect();
         calls_over(&self.module, self.program, &refs)
     }
 
     /// Runs every launch once, in order, checked.
     pub fn run(&self, gpu: &Gpu) -> Result<()> {
-        for c in self.calls(&self.buffers) {
+        for c in self.calls(&self.buffers)? {
             self.module
                 .launch(c.kernel, c.launch, &c.args)
                 .with_context(|| format!("kernel `{}`", c.kernel))?;
@@ -112,17 +121,50 @@ impl Loaded<'_> {
     }
 }
 
+/// The tensor map a launch describes, encoded over `buffer` (its device copy) by the driver.
+///
+/// # Errors
+/// A map `tessel_cuda`'s host check or the driver rejects.
+pub fn tensor_map(t: &TensorMapDesc, buffer: &Buffer) -> Result<TensorMap> {
+    let dtype = match t.dtype {
+        DType::Bf16 => TensorMapDtype::Bf16,
+        DType::F16 => TensorMapDtype::F16,
+        DType::F32 => TensorMapDtype::F32,
+        DType::I32 => TensorMapDtype::I32,
+        DType::Bool => TensorMapDtype::U8,
+    };
+    let swizzle = match t.swizzle {
+        IrSwizzle::None => TensorMapSwizzle::None,
+        IrSwizzle::B32 => TensorMapSwizzle::B32,
+        IrSwizzle::B64 => TensorMapSwizzle::B64,
+        IrSwizzle::B128 => TensorMapSwizzle::B128,
+    };
+    let rank = t.rank.clamp(1, 5) as usize;
+    let map = TiledMap {
+        dtype,
+        dims: t.dims[..rank].to_vec(),
+        strides: t.strides[..rank - 1].to_vec(),
+        box_dims: t.box_dims[..rank].to_vec(),
+        swizzle,
+        offset: 0,
+    };
+    Ok(TensorMap::encode_tiled(buffer, &map)?)
+}
+
 /// The launches of `p`, loaded as `module`, as data: `buffers[i]` is the program's buffer i.
+///
+/// # Errors
+/// A tensor map argument the driver's rules reject ([`tensor_map`]).
 pub fn calls_over<'a>(
     module: &'a Module,
     p: &'a Program,
     buffers: &[&'a Buffer],
-) -> Vec<KernelCall<'a>> {
+) -> Result<Vec<KernelCall<'a>>> {
     p.launches
         .iter()
         .map(|l| {
             let k = &p.kernels[l.kernel];
-            KernelCall {
+            Ok(KernelCall {
                 module,
                 kernel: &k.name,
                 launch: Launch {
@@ -133,12 +175,17 @@ pub fn calls_over<'a>(
                 args: l
                     .args
                     .iter()
-                    .map(|a| match a {
-                        LaunchArg::Buffer(b) => Arg::Buffer(buffers[b.as_u32() as usize]),
-                        LaunchArg::U32(x) => Arg::U32(*x),
+                    .map(|a| {
+                        Ok(match a {
+                            LaunchArg::Buffer(b) => Arg::Buffer(buffers[b.as_u32() as usize]),
+                            LaunchArg::U32(x) => Arg::U32(*x),
+                            LaunchArg::TensorMap(t) => {
+                                Arg::TensorMap(tensor_map(t, buffers[t.buffer.as_u32() as usize])?)
+                            }
+                        })
                     })
-                    .collect(),
-            }
+                    .collect::<Result<_>>()?,
+            })
         })
         .collect()
 }

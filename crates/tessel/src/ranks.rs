@@ -146,13 +146,13 @@ impl<'r> Loaded<'r> {
     }
 
     /// Phase `k`'s launches.
-    fn calls(&self, k: usize) -> Vec<KernelCall<'_>> {
+    fn calls(&self, k: usize) -> Result<Vec<KernelCall<'_>>> {
         let buffers: Vec<&Buffer> = self.bound[k].iter().map(|&i| &self.storage[i]).collect();
         calls_over(&self.modules[k], &self.rank.phases[k].body, &buffers)
     }
 
     fn launch(&self, k: usize) -> Result<()> {
-        for c in self.calls(k) {
+        for c in self.calls(k)? {
             c.module
                 .launch(c.kernel, c.launch, &c.args)
                 .with_context(|| {
@@ -478,7 +478,7 @@ pub fn time_kernels(
     let l = &loaded[0];
     let mut out = Vec::new();
     for k in 0..rank.phases.len() {
-        for c in l.calls(k) {
+        for c in l.calls(k)? {
             let t = gpu.time_graph(std::slice::from_ref(&c), rounds, 20)?;
             out.push((k, c.kernel.to_string(), t));
         }

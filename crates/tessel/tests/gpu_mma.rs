@@ -67,6 +67,7 @@ fn run_both_with(
         .map(|a| match a {
             LaunchArg::Buffer(b) => Arg::Buffer(&dev[b.as_u32() as usize]),
             LaunchArg::U32(x) => Arg::U32(*x),
+            LaunchArg::TensorMap(_) => panic!("the mma kernels take no tensor map"),
         })
         .collect();
     let launch = Launch {

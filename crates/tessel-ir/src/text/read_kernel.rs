@@ -9,7 +9,8 @@ use super::{
 use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
 use crate::kernel::{
     BufferDecl, BufferRole, CpAsyncCache, Kernel, Launch, LaunchArg, MmaShape, Op, Operand, Param,
-    ParamKind, Program, Space, Stmt, WgmmaInput, WgmmaShape, Width,
+    ParamKind, Program, Space, Stmt, TensorMapDesc, TensorMapSwizzle, WgmmaInput, WgmmaShape,
+    Width,
 };
 use std::collections::HashMap;
 
@@ -93,6 +94,12 @@ pub fn read_program(text: &str) -> Result<Program, ReadError> {
                         Tok::Word(w) if w.starts_with("buf") => {
                             LaunchArg::Buffer(buffer(&mut c, &bufs)?)
                         }
+                        Tok::Word(w) if w == "tmap" => {
+                            c.bump();
+                            c.punct('(')?;
+                            let b = buffer(&mut c, &bufs)?;
+                            LaunchArg::TensorMap(tensor_map(&mut c, b)?)
+                        }
                         _ => {
                             let (w, wpos) = c.word("a buffer or a u32")?;
                             let x = w.strip_suffix("u32").unwrap_or(&w);
@@ -134,6 +141,55 @@ pub fn read_program(text: &str) -> Result<Program, ReadError> {
         return Err(c.expected("the end of the text after the program"));
     }
     Ok(p)
+}
+
+/// The rest of `tmap(BUF, DTYPE, dims [..], strides [..], box [..], swizzle N)` after the
+/// buffer: as many dims as box dims (1 to 5), one stride fewer, the swizzle in bytes.
+fn tensor_map(c: &mut Cursor, buffer: BufferId) -> Result<TensorMapDesc, ReadError> {
+    c.punct(',')?;
+    let (d, dpos) = c.word("a dtype")?;
+    let dtype = dtype_named(&d, dpos)?;
+    c.punct(',')?;
+    c.keyword("dims")?;
+    let pos = c.pos();
+    let dims = c.bracket_list(|c| c.u64("a dimension"))?;
+    c.punct(',')?;
+    c.keyword("strides")?;
+    let spos = c.pos();
+    let strides = c.bracket_list(|c| c.u64("a stride in bytes"))?;
+    c.punct(',')?;
+    c.keyword("box")?;
+    let bpos = c.pos();
+    let boxes = c.bracket_list(|c| c.u32("a box dimension"))?;
+    c.punct(',')?;
+    c.keyword("swizzle")?;
+    let wpos = c.pos();
+    let sw = c.u32("a swizzle in bytes (0, 32, 64 or 128)")?;
+    c.punct(')')?;
+    let rank = dims.len();
+    if !(1..=5).contains(&rank) {
+        return Err(pos.error(format!("a tensor map has 1 to 5 dims, not {rank}")));
+    }
+    if strides.len() != rank - 1 {
+        return Err(spos.error(format!(
+            "{rank} dims take {} strides, not {}",
+            rank - 1,
+            strides.len()
+        )));
+    }
+    if boxes.len() != rank {
+        return Err(bpos.error(format!(
+            "{rank} dims take {rank} box dims, not {}",
+            boxes.len()
+        )));
+    }
+    let swizzle = TensorMapSwizzle::ALL
+        .into_iter()
+        .find(|x| x.bytes() == sw)
+        .ok_or_else(|| wpos.error(format!("swizzle {sw} is not 0, 32, 64 or 128")))?;
+    Ok(TensorMapDesc::new(
+        buffer, dtype, &dims, &strides, &boxes, swizzle,
+    ))
 }
 
 fn dims(c: &mut Cursor) -> Result<[u32; 3], ReadError> {
@@ -211,6 +267,14 @@ impl Names {
             .ok_or_else(bad)
     }
 
+    /// `[r1]`: an address without an offset.
+    fn bare_address(&self, c: &mut Cursor) -> Result<Reg, ReadError> {
+        c.punct('[')?;
+        let r = self.reg(c)?;
+        c.punct(']')?;
+        Ok(r)
+    }
+
     /// `[r1]`, `[r1 + 16]`, `[r1 - 16]`.
     fn address(&self, c: &mut Cursor) -> Result<(Reg, i32), ReadError> {
         c.punct('[')?;
@@ -267,9 +331,10 @@ fn kernel(c: &mut Cursor) -> Result<Kernel, ReadError> {
                 c.bump();
                 let name = c.name("a parameter name")?;
                 c.punct(':')?;
-                let (t, tpos) = c.word("`ptr` or `u32`")?;
+                let (t, tpos) = c.word("`ptr`, `u32` or `tensormap`")?;
                 let kind = match t.as_str() {
                     "u32" => ParamKind::U32,
+                    "tensormap" => ParamKind::TensorMap,
                     "ptr" => {
                         let (d, dpos) = c.word("a dtype")?;
                         let dtype = dtype_named(&d, dpos)?;
@@ -285,7 +350,10 @@ fn kernel(c: &mut Cursor) -> Result<Kernel, ReadError> {
                         };
                         ParamKind::Ptr { dtype, writes }
                     }
-                    _ => return Err(tpos.error(format!("expected `ptr` or `u32`, found `{t}`"))),
+                    _ => {
+                        return Err(tpos
+                            .error(format!("expected `ptr`, `u32` or `tensormap`, found `{t}`")))
+                    }
                 };
                 k.params.push(Param { name, kind });
             }
@@ -431,6 +499,43 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
         "wgmma.commit" => return Ok(Stmt::WgmmaCommit),
         "wgmma.wait" => return Ok(Stmt::WgmmaWait(c.u32("a group count")?)),
         "fence.proxy.async" => return Ok(Stmt::FenceProxyAsync),
+        "mbarrier.init" | "mbarrier.arrive.expect_tx" | "mbarrier.wait" => {
+            let addr = names.bare_address(c)?;
+            c.punct(',')?;
+            let x = names.operand(c)?;
+            return Ok(match w.as_str() {
+                "mbarrier.init" => Stmt::MbarInit { addr, count: x },
+                "mbarrier.wait" => Stmt::MbarWait { addr, parity: x },
+                _ => Stmt::MbarArriveExpectTx { addr, bytes: x },
+            });
+        }
+        "mbarrier.arrive" => {
+            return Ok(Stmt::MbarArrive {
+                addr: names.bare_address(c)?,
+            })
+        }
+        "fence.mbarrier_init" => return Ok(Stmt::FenceMbarrierInit),
+        "tma.load" => {
+            let dst = names.bare_address(c)?;
+            c.punct(',')?;
+            let tmap = names.reg(c)?;
+            c.punct(',')?;
+            let coords = c.bracket_list(|c| names.operand(c))?;
+            c.punct(',')?;
+            let mbar = names.bare_address(c)?;
+            return Ok(Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            });
+        }
+        "setmaxnreg.inc" | "setmaxnreg.dec" => {
+            return Ok(Stmt::SetMaxNReg {
+                inc: w == "setmaxnreg.inc",
+                regs: c.u32("a register count")?,
+            })
+        }
         "cp.async.commit" => return Ok(Stmt::CpAsyncCommit),
         "cp.async.wait_all" => return Ok(Stmt::CpAsyncWaitAll),
         "cp.async.wait" => return Ok(Stmt::CpAsyncWait(c.u32("a group count")?)),

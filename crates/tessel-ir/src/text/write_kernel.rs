@@ -4,7 +4,9 @@ use super::{
     fcmp_name, icmp_name, kop_simple_name, math_name, name, quote, space_name, special_name,
     width_name,
 };
-use crate::kernel::{BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, Stmt};
+use crate::kernel::{
+    BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, Stmt, TensorMapDesc,
+};
 use std::fmt::Write;
 
 /// Registers declared per `regs` line.
@@ -17,6 +19,7 @@ const REGS_PER_LINE: usize = 8;
 ///   schedule "elementwise { threads: 256, vector: 1 }"
 ///   param x: ptr f32 read
 ///   param n: u32
+///   param a: tensormap
 ///   smem0: 32 bytes align 4
 ///   regs r0: u32, r1: u64, r2: f32
 ///   r0 = special tid.x
@@ -29,6 +32,13 @@ const REGS_PER_LINE: usize = 8;
 ///   cp.async.wait 0
 ///   r6, r7, r8, r9 = ldmatrix.x4.trans [r4]
 ///   r10, r11, r12, r13 = mma.m16n8k16.bf16 [r6, r7, r8, r9], [r14, r15], [r10, r11, r12, r13]
+///   mbarrier.init [r4], 1u32
+///   fence.mbarrier_init
+///   mbarrier.arrive.expect_tx [r4], 8192u32
+///   tma.load [r5], r16, [r0, 0u32], [r4]
+///   mbarrier.arrive [r4]
+///   mbarrier.wait [r4], 0u32
+///   setmaxnreg.dec 40
 /// }
 /// ```
 pub fn write_kernel(k: &Kernel) -> String {
@@ -61,6 +71,7 @@ pub fn write_program(p: &Program) -> String {
             .map(|a| match a {
                 LaunchArg::Buffer(b) => b.to_string(),
                 LaunchArg::U32(x) => format!("{x}u32"),
+                LaunchArg::TensorMap(t) => tensor_map(t),
             })
             .collect();
         let _ = writeln!(out, "  launch {}({})", l.kernel, args.join(", "));
@@ -73,6 +84,26 @@ pub fn write_program(p: &Program) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// `tmap(buf0, bf16, dims [64, 128], strides [128], box [64, 16], swizzle 128)`: the
+/// first `rank` dims and box dims, `rank - 1` strides (bytes), the swizzle in bytes (0:
+/// none).
+fn tensor_map(t: &TensorMapDesc) -> String {
+    let rank = t.rank.clamp(1, 5) as usize;
+    let list = |xs: Vec<u64>| {
+        let s: Vec<String> = xs.iter().map(|x| x.to_string()).collect();
+        s.join(", ")
+    };
+    format!(
+        "tmap({}, {}, dims [{}], strides [{}], box [{}], swizzle {})",
+        t.buffer,
+        t.dtype,
+        list(t.dims[..rank].to_vec()),
+        list(t.strides[..rank - 1].to_vec()),
+        list(t.box_dims[..rank].iter().map(|&b| b as u64).collect()),
+        t.swizzle.bytes()
+    )
 }
 
 /// One `Stmt::Op` as its line of text, without indentation (`r3 = fadd r1, 0f3F800000`);
@@ -108,6 +139,7 @@ fn kernel_into(out: &mut String, k: &Kernel, indent: &str, prefix: &str) {
                 format!("ptr {dtype} {}", if writes { "write" } else { "read" })
             }
             ParamKind::U32 => "u32".to_string(),
+            ParamKind::TensorMap => "tensormap".to_string(),
         };
         let _ = writeln!(out, "{inner}param {}: {kind}", name(&p.name));
     }
@@ -334,6 +366,45 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
             }
             Stmt::CpAsyncWaitAll => {
                 let _ = writeln!(out, "{indent}cp.async.wait_all");
+            }
+            Stmt::MbarInit { addr, count } => {
+                let _ = writeln!(out, "{indent}mbarrier.init [{addr}], {}", operand(*count));
+            }
+            Stmt::MbarArriveExpectTx { addr, bytes } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}mbarrier.arrive.expect_tx [{addr}], {}",
+                    operand(*bytes)
+                );
+            }
+            Stmt::MbarArrive { addr } => {
+                let _ = writeln!(out, "{indent}mbarrier.arrive [{addr}]");
+            }
+            Stmt::MbarWait { addr, parity } => {
+                let _ = writeln!(out, "{indent}mbarrier.wait [{addr}], {}", operand(*parity));
+            }
+            Stmt::FenceMbarrierInit => {
+                let _ = writeln!(out, "{indent}fence.mbarrier_init");
+            }
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => {
+                let cs: Vec<String> = coords.iter().map(|c| operand(*c)).collect();
+                let _ = writeln!(
+                    out,
+                    "{indent}tma.load [{dst}], {tmap}, [{}], [{mbar}]",
+                    cs.join(", ")
+                );
+            }
+            Stmt::SetMaxNReg { inc, regs } => {
+                let _ = writeln!(
+                    out,
+                    "{indent}setmaxnreg.{} {regs}",
+                    if *inc { "inc" } else { "dec" }
+                );
             }
         }
     }

@@ -5,7 +5,7 @@ use super::{Errors, VerifyError};
 use crate::entities::Reg;
 use crate::kernel::{
     is_ptx_identifier, ArgRule, CpAsyncCache, Kernel, Op, Operand, RegType, SigType, Space, Stmt,
-    WgmmaShape, Width,
+    WgmmaShape, Width, MBAR_MAX_COUNT,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
@@ -132,6 +132,13 @@ fn uses_whole_warps(body: &[Stmt]) -> bool {
         | Stmt::CpAsyncWait(_)
         | Stmt::CpAsyncWaitAll
         | Stmt::FenceProxyAsync => false,
+        Stmt::SetMaxNReg { .. } => true,
+        Stmt::MbarInit { .. }
+        | Stmt::MbarArriveExpectTx { .. }
+        | Stmt::MbarArrive { .. }
+        | Stmt::MbarWait { .. }
+        | Stmt::FenceMbarrierInit
+        | Stmt::TmaLoad { .. } => false,
     })
 }
 
@@ -171,6 +178,13 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             | Stmt::WgmmaCommit
             | Stmt::WgmmaWait(_)
             | Stmt::FenceProxyAsync => {}
+            Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::FenceMbarrierInit
+            | Stmt::TmaLoad { .. }
+            | Stmt::SetMaxNReg { .. } => {}
         }
     }
 }
@@ -394,6 +408,13 @@ impl Cx<'_, '_> {
                 a_desc,
                 b_desc,
             } => self.wgmma(*shape, d, [*a_desc, *b_desc], path),
+            Stmt::MbarInit { .. }
+            | Stmt::MbarArriveExpectTx { .. }
+            | Stmt::MbarArrive { .. }
+            | Stmt::MbarWait { .. }
+            | Stmt::FenceMbarrierInit
+            | Stmt::TmaLoad { .. }
+            | Stmt::SetMaxNReg { .. } => self.async_stmt(s, path),
             Stmt::BarSync { id, threads } | Stmt::BarArrive { id, threads } => {
                 let cta = self.k.threads_per_cta();
                 if !(1..=15).contains(id) {
@@ -539,6 +560,95 @@ impl Cx<'_, '_> {
                     }
                 }
             }
+        }
+    }
+
+    /// A register of type `want` for `rule`, named `what` in the message.
+    fn want_reg(&mut self, rule: &'static str, r: Reg, want: RegType, path: &str, what: &str) {
+        if let Some(t) = self.reg(r, path, what) {
+            if t != want {
+                self.err(
+                    rule,
+                    path,
+                    format!("{what} {r} is {}, not {}", t.name(), want.name()),
+                );
+            }
+        }
+    }
+
+    /// A `u32` operand for `rule`; an immediate must lie in `range`.
+    fn want_u32(
+        &mut self,
+        rule: &'static str,
+        o: Operand,
+        range: std::ops::RangeInclusive<u32>,
+        path: &str,
+        what: &str,
+    ) {
+        if let Some(t) = self.operand(o, path) {
+            if t != RegType::U32 {
+                self.err(rule, path, format!("{what} is {}, not u32", t.name()));
+            }
+        }
+        if let Operand::U32(x) = o {
+            if !range.contains(&x) {
+                self.err(
+                    rule,
+                    path,
+                    format!("{what} {x} is not in {}..={}", range.start(), range.end()),
+                );
+            }
+        }
+    }
+
+    /// The rules of the mbarrier, TMA and setmaxnreg statements.
+    fn async_stmt(&mut self, s: &Stmt, path: &str) {
+        const MB: &str = "kernel.mbarrier";
+        match s {
+            Stmt::MbarInit { addr, count } => {
+                self.want_reg(MB, *addr, RegType::U32, path, "the mbarrier address");
+                self.want_u32(MB, *count, 1..=MBAR_MAX_COUNT, path, "the arrival count");
+            }
+            Stmt::MbarArriveExpectTx { addr, bytes } => {
+                self.want_reg(MB, *addr, RegType::U32, path, "the mbarrier address");
+                self.want_u32(MB, *bytes, 0..=MBAR_MAX_COUNT, path, "the tx-count");
+            }
+            Stmt::MbarArrive { addr } => {
+                self.want_reg(MB, *addr, RegType::U32, path, "the mbarrier address");
+            }
+            Stmt::MbarWait { addr, parity } => {
+                self.want_reg(MB, *addr, RegType::U32, path, "the mbarrier address");
+                self.want_u32(MB, *parity, 0..=1, path, "the phase parity");
+            }
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => {
+                const TMA: &str = "kernel.tma";
+                self.want_reg(TMA, *dst, RegType::U32, path, "the shared destination");
+                self.want_reg(TMA, *tmap, RegType::U64, path, "the tensor map address");
+                self.want_reg(TMA, *mbar, RegType::U32, path, "the mbarrier address");
+                if !(1..=5).contains(&coords.len()) {
+                    self.err(
+                        TMA,
+                        path,
+                        format!("{} coordinates: a tensor map has 1 to 5 dims", coords.len()),
+                    );
+                }
+                for c in coords {
+                    self.want_u32(TMA, *c, 0..=u32::MAX, path, "a coordinate");
+                }
+            }
+            Stmt::SetMaxNReg { regs, .. } if !(24..=256).contains(regs) || regs % 8 != 0 => {
+                self.err(
+                    "kernel.setmaxnreg",
+                    path,
+                    format!("{regs} registers: a multiple of 8 in 24..=256 is needed"),
+                );
+            }
+            _ => {}
         }
     }
 

@@ -112,7 +112,7 @@
 //!   `[_$%][a-zA-Z0-9_$]+`, PTX ISA §4.4).
 //! - `kernel.geometry`: every block and grid dim ≥ 1; block x, y ≤ 1024, z ≤ 64 and
 //!   threads per CTA in `1..=1024`; grid x < 2^31, y and z ≤ 65535; threads per CTA a
-//!   multiple of 32 when the body has a `shfl.bfly`, `mma`, `ldmatrix` or a barrier
+//!   multiple of 32 when the body has a `shfl.bfly`, `mma`, `ldmatrix`, `setmaxnreg` or a barrier
 //!   (`barrier`, `bar.sync`, `bar.arrive`: whole warps, these need every lane of the warp;
 //!   the executor checks at run time that none is inactive).
 //! - `kernel.shared`: each shared buffer has a power-of-two alignment and a nonzero size;
@@ -141,24 +141,37 @@
 //! - `kernel.cp_async`: the size is 4, 8 or 16 bytes for `ca`, 16 for `cg`; the destination
 //!   address is `u32` (shared), the source `u64` (global); `src_bytes` is `u32`, and at most
 //!   the size when immediate.
+//! - `kernel.mbarrier`: an mbarrier statement's address is `u32` (shared); its arrival
+//!   count is `u32`, in 1..=2^20 − 1 when immediate; an `expect_tx`'s byte count `u32`,
+//!   at most 2^20 − 1 when immediate; a wait's parity `u32`, 0 or 1 when immediate.
+//! - `kernel.tma`: a `tma.load` has `u32` (shared) destination and mbarrier addresses, a
+//!   `u64` tensor-map address and 1 to 5 `u32` coordinates.
+//! - `kernel.setmaxnreg`: the register count is a multiple of 8 in 24..=256 (and, being
+//!   warp-wide, it counts for `kernel.geometry`'s whole warps).
 //!
 //! # Programs ([`verify_program`])
 //! - `program.kernel`: every kernel verifies (its errors are reported with the kernel's
 //!   id); kernel names are unique.
 //! - `program.launch`: a launch names an existing kernel and passes one argument per
-//!   parameter: a buffer of the pointer's dtype for a pointer, a `u32` for a scalar.
+//!   parameter: a buffer of the pointer's dtype for a pointer, a `u32` for a scalar, a
+//!   tensor map for a tensor-map parameter, over an existing buffer of the map's dtype,
+//!   that [`TensorMapDesc::check`] accepts (rank 1 to 5, strides multiples of 16 bytes,
+//!   box dims 1..=256 with an inner extent a multiple of 16 bytes and within the
+//!   swizzle's span, every addressable element inside the buffer).
 //! - `program.io`: step input `i` is a buffer with role `input i` or `inout i`, and every
 //!   such buffer is the step input of its index; step outputs are `output` or `inout`
 //!   buffers, and every `inout` buffer is the step output named after its input (the
 //!   caller gets back the buffer it gave, updated in place).
 //! - `program.dataflow`: in launch order, every `temp` or `output` buffer a kernel reads
-//!   (a read-only pointer) has been written (a writing pointer) by an earlier launch, and
+//!   (a read-only pointer or a tensor map) has been written (a writing pointer) by an
+//!   earlier launch, and
 //!   every `output` buffer is written by some launch.
 //!
 //! [`Graph::inputs`]: crate::graph::Graph::inputs
 //! [`result_type`]: crate::builder::result_type
 //! [`Op::signature`]: crate::kernel::Op::signature
 //! [`ArgRule`]: crate::kernel::ArgRule
+//! [`TensorMapDesc::check`]: crate::kernel::TensorMapDesc::check
 
 mod graph;
 mod kernel;

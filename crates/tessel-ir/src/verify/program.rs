@@ -137,6 +137,42 @@ pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<Ve
                         );
                     }
                 }
+                (LaunchArg::TensorMap(t), ParamKind::TensorMap) => {
+                    let b = t.buffer;
+                    let Some(d) = p.buffers.get(b) else {
+                        e.push(
+                            "program.launch",
+                            loc.clone(),
+                            format!("argument {i}: buffer {b} does not exist"),
+                        );
+                        continue;
+                    };
+                    if d.ty.dtype != t.dtype {
+                        e.push(
+                            "program.launch",
+                            loc.clone(),
+                            format!(
+                                "argument {i}: {b} holds {}, the tensor map {} reads {}",
+                                d.ty.dtype, prm.name, t.dtype
+                            ),
+                        );
+                    }
+                    if let Err(m) = t.check(d.ty.size_bytes()) {
+                        e.push(
+                            "program.launch",
+                            loc.clone(),
+                            format!("argument {i}: tensor map {} over {b}: {m}", prm.name),
+                        );
+                    }
+                    // TMA loads read through the map.
+                    if d.role.input_index().is_none() && !written.contains(&b) {
+                        e.push(
+                            "program.dataflow",
+                            loc.clone(),
+                            format!("reads {b} (\"{}\") before any launch writes it", d.name),
+                        );
+                    }
+                }
                 (a, kind) => e.push(
                     "program.launch",
                     loc.clone(),
@@ -145,11 +181,13 @@ pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<Ve
                         match a {
                             LaunchArg::Buffer(b) => format!("buffer {b}"),
                             LaunchArg::U32(x) => format!("the u32 {x}"),
+                            LaunchArg::TensorMap(t) => format!("a tensor map over {}", t.buffer),
                         },
                         prm.name,
                         match kind {
                             ParamKind::Ptr { dtype, .. } => format!("a pointer to {dtype}"),
                             ParamKind::U32 => "a u32".to_string(),
+                            ParamKind::TensorMap => "a tensor map".to_string(),
                         }
                     ),
                 ),

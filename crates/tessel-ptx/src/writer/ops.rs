@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use tessel_ir::kernel::{FCmp, ICmp, Kernel, Op, Operand, RegType, Special};
+use tessel_ir::kernel::{FCmp, ICmp, Kernel, Op, Operand, ParamKind, RegType, Special};
 use tessel_ir::Reg;
 
 use super::{
@@ -133,7 +133,15 @@ impl<W: fmt::Write> Writer<W> {
             Op::Special(sr) => row("mov", &["u32"]).arg(Arg::Special(special(sr))),
             Op::Param(n) => {
                 let addr = Arg::Addr(Box::new(Arg::Symbol(param_name(&k.name, n))), 0);
-                if dty == RegType::U64 {
+                let tensor_map = matches!(param.map(|p| p.kind), Some(ParamKind::TensorMap));
+                if tensor_map {
+                    // A `__grid_constant__` tensor map: the generic address of the
+                    // parameter itself (PTX ISA §9.7.9.25.5.1: a tensor map may live in
+                    // .param space), not a value loaded from it.
+                    let sym = Arg::Symbol(param_name(&k.name, n));
+                    self.write_instr(level, &row("mov", &["b64"]).arg(sym))?;
+                    row("cvta", &["param", "u64"]).arg(d)
+                } else if dty == RegType::U64 {
                     self.write_instr(level, &row("ld", &["param", "u64"]).arg(addr))?;
                     // A kernel pointer parameter is a generic address of global memory.
                     row("cvta", &["to", "global", "u64"]).arg(d)

@@ -198,6 +198,23 @@ impl Remap {
                 self.reg(src);
                 src_bytes.iter_mut().for_each(|o| self.operand(o));
             }
+            Stmt::MbarInit { addr, count: x }
+            | Stmt::MbarArriveExpectTx { addr, bytes: x }
+            | Stmt::MbarWait { addr, parity: x } => {
+                self.reg(addr);
+                self.operand(x);
+            }
+            Stmt::MbarArrive { addr } => self.reg(addr),
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => {
+                self.regs([dst, tmap, mbar]);
+                coords.iter_mut().for_each(|o| self.operand(o));
+            }
+            Stmt::FenceMbarrierInit | Stmt::SetMaxNReg { .. } => {}
             Stmt::Barrier
             | Stmt::BarSync { .. }
             | Stmt::BarArrive { .. }

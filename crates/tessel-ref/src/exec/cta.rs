@@ -23,9 +23,11 @@
 //! and `Cta::op`, the evaluation of every kernel-IR op; that one match over every op stays
 //! whole (about 330 lines), which is why the file is a little over 700 lines. The per-warp scheduler is `cta/sched.rs`; memory accesses (`ld`, `st`,
 //! `cp.async`) are in `cta/access.rs`, the warp-wide `mma` and `ldmatrix` in `cta/warp.rs`,
-//! the warpgroup's `wgmma` and the async proxy in `cta/wgmma.rs`.
+//! the warpgroup's `wgmma` and the async proxy in `cta/wgmma.rs`, mbarriers and TMA loads in
+//! `cta/mbarrier.rs`.
 
 mod access;
+mod mbarrier;
 mod sched;
 mod warp;
 mod wgmma;
@@ -33,7 +35,7 @@ mod wgmma;
 use super::memory::{Fault, GlobalMem};
 use super::numerics::{self as nm, canon};
 use super::slots::{Action, SlotKernel};
-use super::ExecError;
+use super::{ExecError, LaunchParams};
 use std::collections::VecDeque;
 use tessel_ir::kernel::{FCmp, ICmp, Op, Space, Special};
 
@@ -44,8 +46,9 @@ type PendingCopy = (u32, u32);
 pub(crate) struct Cta<'a> {
     k: &'a SlotKernel,
     mem: &'a GlobalMem,
-    /// Launch argument values: buffer base addresses or `u32` scalars.
-    params: &'a [u64],
+    /// Launch argument values (buffer base addresses, `u32` scalars, tensor-map
+    /// addresses) and the launch's tensor maps.
+    params: &'a LaunchParams,
     n: usize,
     r32: Vec<u32>,
     r64: Vec<u64>,
@@ -81,6 +84,12 @@ pub(crate) struct Cta<'a> {
     bars: [sched::Bar; 16],
     /// The async proxy's view of shared memory (empty unless the kernel uses wgmma).
     proxy: wgmma::AsyncProxy,
+    /// The CTA's mbarriers, in initialisation order (module `mbarrier`).
+    mbars: Vec<mbarrier::Mbar>,
+    /// Per shared byte, how many TMA copies writing it are not yet complete (empty unless
+    /// the kernel uses mbarriers), and how many such copies there are.
+    tma_pending: Vec<u16>,
+    tma_outstanding: usize,
 }
 
 #[inline(always)]
@@ -154,7 +163,7 @@ enum Out {
 }
 
 impl<'a> Cta<'a> {
-    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a [u64]) -> Cta<'a> {
+    pub fn new(k: &'a SlotKernel, mem: &'a GlobalMem, params: &'a LaunchParams) -> Cta<'a> {
         let n = k.threads;
         let nw = n.div_ceil(32);
         let mut r32 = vec![!0u32; k.slots32 * n];
@@ -203,6 +212,16 @@ impl<'a> Cta<'a> {
             } else {
                 wgmma::AsyncProxy::default()
             },
+            mbars: Vec::new(),
+            tma_pending: vec![
+                0;
+                if k.uses_mbarrier {
+                    k.shared_size as usize
+                } else {
+                    0
+                }
+            ],
+            tma_outstanding: 0,
         }
     }
 
@@ -227,8 +246,12 @@ impl<'a> Cta<'a> {
         self.cp_open.iter_mut().for_each(Vec::clear);
         self.cp_groups.iter_mut().for_each(VecDeque::clear);
         self.proxy.reset();
+        self.mbars.clear();
+        self.tma_pending.fill(0);
+        self.tma_outstanding = 0;
         self.masks[0].fill(!0);
-        self.run_warps()
+        self.run_warps()?;
+        self.check_tma_done()
     }
 
     fn fault(
@@ -362,6 +385,24 @@ impl<'a> Cta<'a> {
                 self.fence_proxy_async(sp);
                 Ok(())
             }
+            Action::MbarInit { addr, count } => self.mbar_init(*addr as usize, *count as usize, sp),
+            Action::MbarArrive { addr, tx } => {
+                self.mbar_arrive(*addr as usize, tx.map(|t| t as usize), sp)
+            }
+            Action::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                rank,
+                mbar,
+            } => self.tma_load(
+                *dst as usize,
+                *tmap as usize,
+                &coords[..*rank],
+                *mbar as usize,
+                sp,
+            ),
+            Action::FenceMbarrierInit | Action::SetMaxNReg => Ok(()),
         }
     }
 
@@ -669,7 +710,7 @@ impl<'a> Cta<'a> {
                 Out::R32
             }
             Op::Param(p) => {
-                let v = self.params[p as usize];
+                let v = self.params.values[p as usize];
                 if wide {
                     t64.fill(v);
                     Out::R64

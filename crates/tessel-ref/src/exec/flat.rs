@@ -20,7 +20,7 @@
 //! then before else, a loop's body before its exit — which is what makes the
 //! lowest-position-first schedule the lockstep order of the tree it came from.
 //!
-//! Barriers carry a `site`: the statement's path in the kernel body as the verifier
+//! Barriers and waits carry a `site`: the statement's path in the kernel body as the verifier
 //! writes it (`body[3].for[0].then[1]`) and its text, for the errors that name it.
 
 use super::slots::{Action, SlotStmt};
@@ -68,6 +68,14 @@ pub(crate) enum Inst {
         id: u32,
         warps: u32,
         sync: bool,
+        site: u32,
+    },
+    /// `mbarrier.try_wait.parity` in its loop: the warp waits until, for each active lane,
+    /// the phase of parity `parity` of the mbarrier at `addr` has completed
+    /// (`cta/mbarrier.rs`).
+    MbarWait {
+        addr: u32,
+        parity: u32,
         site: u32,
     },
     /// Test-only blocking wait: the warp waits until the shared `u32` at each active
@@ -197,6 +205,10 @@ impl Code {
                 SlotStmt::Barrier => {
                     let site = self.site(path, "barrier".into());
                     self.push(Inst::Barrier { site }, d);
+                }
+                &SlotStmt::MbarWait { addr, parity } => {
+                    let site = self.site(path, "mbarrier.wait".into());
+                    self.push(Inst::MbarWait { addr, parity, site }, d);
                 }
                 &SlotStmt::BarSync { id, warps } | &SlotStmt::BarArrive { id, warps } => {
                     let sync = matches!(s, SlotStmt::BarSync { .. });

@@ -27,13 +27,21 @@
 //!   a tolerance;
 //! - `cp.async` copies at once (lanes run in lockstep) but its destination bytes stay
 //!   *pending* until the issuing thread's `cp.async.wait_group`/`wait_all` completes their
-//!   group; touching pending shared bytes is an [`ExecError::CpAsync`].
+//!   group; touching pending shared bytes is an [`ExecError::CpAsync`];
+//! - mbarriers keep their phase, pending arrivals and tx-count (PTX ISA §9.7.13.15) in the
+//!   CTA's state, not in their shared bytes, which may not be touched as data; a wait on
+//!   a phase blocks the warp (the scheduler polls it like a `try_wait` loop). A TMA load
+//!   copies its box at issue, but its complete-tx reaches the mbarrier only when a thread
+//!   next waits on that barrier — the latest the hardware may deliver it — and its bytes
+//!   stay pending until the phase it completes on has completed: touching them before is
+//!   an [`ExecError::Mbarrier`], which a read before the wait therefore always is.
 //!
 //! Faults the GPU would turn into an error, a hang or silent garbage are [`ExecError`]s
 //! naming the kernel, CTA and thread: out-of-bounds or misaligned accesses, stores to step
 //! inputs, divergent barriers (and barriers misused or deadlocked), shuffles and warp-wide
 //! matrix instructions, division by zero,
-//! shifts ≥ 32, and shared bytes used before their `cp.async` completes.
+//! shifts ≥ 32, shared bytes used before their `cp.async` or TMA copy completes, and
+//! mbarriers misused.
 
 mod cta;
 mod flat;
@@ -48,7 +56,9 @@ use memory::{GlobalBuf, GlobalMem};
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use tessel_ir::kernel::{BufferRole, Kernel, LaunchArg, MathFn, ParamKind, Program, Space};
+use tessel_ir::kernel::{
+    BufferRole, Kernel, LaunchArg, MathFn, ParamKind, Program, Space, TensorMapDesc,
+};
 
 pub use memory::base_address;
 
@@ -159,6 +169,19 @@ pub enum ExecError {
     /// store into bytes a wgmma not yet waited for reads.
     #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {msg}")]
     Wgmma {
+        kernel: String,
+        cta: u64,
+        thread: u32,
+        msg: String,
+    },
+    /// A misused mbarrier or TMA copy: shared bytes of a TMA load accessed before a wait
+    /// has seen the phase it completes on complete, an mbarrier's bytes accessed as data,
+    /// an operation on an address holding no mbarrier (or initialising one twice), an
+    /// arrival beyond the phase's count, a destination misaligned or outside its buffer,
+    /// a tensor-map address that is no tensor-map parameter, or a CTA exiting with copies
+    /// in flight.
+    #[error("kernel `{kernel}`, CTA {cta}, thread {thread}: {msg}")]
+    Mbarrier {
         kernel: String,
         cta: u64,
         thread: u32,
@@ -362,12 +385,38 @@ fn run_launches(
     Ok(stats)
 }
 
-/// Parameter values of one launch: buffer base addresses and `u32` scalars.
+/// The fake generic address of tensor-map parameter `param` (what [`Op::Param`] gives for
+/// it): far above every buffer's window, so that an ordinary load through it is a wild
+/// address, 128 bytes per parameter.
+///
+/// [`Op::Param`]: tessel_ir::kernel::Op::Param
+fn tensor_map_address(param: usize) -> u64 {
+    0xF000_0000_0000_0000 | (param as u64) << 7
+}
+
+/// A tensor map as one launch passes it: its parameter's address, its description and the
+/// base address of its buffer.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LaunchMap {
+    pub addr: u64,
+    pub desc: TensorMapDesc,
+    pub base: u64,
+}
+
+/// The values of one launch's parameters: buffer base addresses, `u32` scalars and
+/// tensor-map addresses ([`tensor_map_address`]), and the tensor maps themselves.
+pub(crate) struct LaunchParams {
+    pub values: Vec<u64>,
+    pub maps: Vec<LaunchMap>,
+}
+
+/// Parameter values of one launch. A tensor map is checked against its buffer
+/// ([`TensorMapDesc::check`]; its dtype is the program verifier's to check).
 fn launch_params(
     sk: &slots::SlotKernel,
     mem: &GlobalMem,
     args: &[LaunchArg],
-) -> Result<Vec<u64>, ExecError> {
+) -> Result<LaunchParams, ExecError> {
     let bad = |msg: String| ExecError::BadLaunch {
         kernel: sk.name.clone(),
         msg,
@@ -379,7 +428,9 @@ fn launch_params(
             sk.params.len()
         )));
     }
-    sk.params
+    let mut maps = Vec::new();
+    let values = sk
+        .params
         .iter()
         .zip(args)
         .enumerate()
@@ -392,9 +443,28 @@ fn launch_params(
                 Ok(base_address(idx))
             }
             (ParamKind::U32, LaunchArg::U32(v)) => Ok(*v as u64),
+            (ParamKind::TensorMap, LaunchArg::TensorMap(t)) => {
+                let idx = t.buffer.as_u32() as usize;
+                let Some(b) = mem.bufs.get(idx) else {
+                    return Err(bad(format!(
+                        "argument {i}: the tensor map's buffer {} does not exist",
+                        t.buffer
+                    )));
+                };
+                t.check(b.size)
+                    .map_err(|m| bad(format!("argument {i}: tensor map over `{}`: {m}", b.name)))?;
+                let addr = tensor_map_address(i);
+                maps.push(LaunchMap {
+                    addr,
+                    desc: *t,
+                    base: base_address(idx),
+                });
+                Ok(addr)
+            }
             _ => Err(bad(format!(
                 "argument {i} ({arg:?}) does not match {kind:?}"
             ))),
         })
-        .collect()
+        .collect::<Result<Vec<u64>, ExecError>>()?;
+    Ok(LaunchParams { values, maps })
 }

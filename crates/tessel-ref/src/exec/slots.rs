@@ -81,11 +81,36 @@ pub(crate) enum Action {
     WgmmaCommit,
     WgmmaWait(u32),
     FenceProxyAsync,
+    // --- mbarrier, TMA and setmaxnreg (module `cta/mbarrier.rs`). ---
+    /// `mbarrier.init`: the barrier's address and arrival count (32-bit slots).
+    MbarInit {
+        addr: u32,
+        count: u32,
+    },
+    /// `mbarrier.arrive`, with the slot of `expect_tx`'s bytes if any.
+    MbarArrive {
+        addr: u32,
+        tx: Option<u32>,
+    },
+    /// `fence.mbarrier_init`: nothing to order in the executor.
+    FenceMbarrierInit,
+    /// A TMA tiled load: shared destination, tensor-map address (a 64-bit slot), the first
+    /// `rank` of `coords` (32-bit slots), the mbarrier's address.
+    TmaLoad {
+        dst: u32,
+        tmap: u32,
+        coords: [u32; 5],
+        rank: usize,
+        mbar: u32,
+    },
+    /// `setmaxnreg`: no effect on results.
+    SetMaxNReg,
 }
 
 impl Action {
     /// Whether the statement counts in [`super::ExecStats::lane_instructions`] (the waits,
-    /// commits and fences of `cp.async` and `wgmma` do not).
+    /// commits and fences of `cp.async` and `wgmma`, the mbarrier-init fence and
+    /// `setmaxnreg` do not).
     pub fn counts(&self) -> bool {
         !matches!(
             self,
@@ -96,6 +121,8 @@ impl Action {
                 | Action::WgmmaCommit
                 | Action::WgmmaWait(_)
                 | Action::FenceProxyAsync
+                | Action::FenceMbarrierInit
+                | Action::SetMaxNReg
         )
     }
 }
@@ -127,6 +154,11 @@ pub(crate) enum SlotStmt {
         id: u32,
         warps: u32,
     },
+    /// `mbarrier.try_wait.parity` in its loop: the address and parity slots (32-bit).
+    MbarWait {
+        addr: u32,
+        parity: u32,
+    },
 }
 
 /// A kernel ready to run: every register and immediate a slot of `r32` or `r64`.
@@ -154,6 +186,11 @@ pub(crate) struct SlotKernel {
     /// Whether the body has a `wgmma` (the CTA then tracks which shared bytes its
     /// operands may be read from: `cta/wgmma.rs`).
     pub uses_wgmma: bool,
+    /// Whether the body has an mbarrier statement or a TMA load (the CTA then tracks its
+    /// barriers, and the bytes of TMA copies not yet complete).
+    pub uses_mbarrier: bool,
+    /// The declared alignment of each shared buffer (a TMA destination needs its own).
+    pub shared_align: Vec<u32>,
     /// The body, flattened.
     pub code: Code,
 }
@@ -177,6 +214,7 @@ struct SlotAssigner<'k> {
     max_depth: usize,
     uses_cp_async: bool,
     uses_wgmma: bool,
+    uses_mbarrier: bool,
 }
 
 impl SlotAssigner<'_> {
@@ -479,6 +517,63 @@ impl SlotAssigner<'_> {
             Stmt::WgmmaCommit => SlotStmt::Do(Action::WgmmaCommit),
             Stmt::WgmmaWait(n) => SlotStmt::Do(Action::WgmmaWait(*n)),
             Stmt::FenceProxyAsync => SlotStmt::Do(Action::FenceProxyAsync),
+            Stmt::MbarInit { addr, count } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarInit {
+                    addr: self.reg(*addr, Class::B32)?,
+                    count: self.operand(*count, Class::B32)?,
+                })
+            }
+            Stmt::MbarArriveExpectTx { addr, bytes } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarArrive {
+                    addr: self.reg(*addr, Class::B32)?,
+                    tx: Some(self.operand(*bytes, Class::B32)?),
+                })
+            }
+            Stmt::MbarArrive { addr } => {
+                self.uses_mbarrier = true;
+                SlotStmt::Do(Action::MbarArrive {
+                    addr: self.reg(*addr, Class::B32)?,
+                    tx: None,
+                })
+            }
+            Stmt::MbarWait { addr, parity } => {
+                self.uses_mbarrier = true;
+                SlotStmt::MbarWait {
+                    addr: self.reg(*addr, Class::B32)?,
+                    parity: self.operand(*parity, Class::B32)?,
+                }
+            }
+            Stmt::FenceMbarrierInit => SlotStmt::Do(Action::FenceMbarrierInit),
+            Stmt::TmaLoad {
+                dst,
+                tmap,
+                coords,
+                mbar,
+            } => {
+                if !(1..=5).contains(&coords.len()) {
+                    return Err(self.err(format!("a TMA load of {} coordinates", coords.len())));
+                }
+                self.uses_mbarrier = true;
+                let mut cs = [0u32; 5];
+                for (c, &o) in cs.iter_mut().zip(coords) {
+                    *c = self.operand(o, Class::B32)?;
+                }
+                SlotStmt::Do(Action::TmaLoad {
+                    dst: self.reg(*dst, Class::B32)?,
+                    tmap: self.reg(*tmap, Class::B64)?,
+                    coords: cs,
+                    rank: coords.len(),
+                    mbar: self.reg(*mbar, Class::B32)?,
+                })
+            }
+            Stmt::SetMaxNReg { regs, .. } => {
+                if !(24..=256).contains(regs) || regs % 8 != 0 {
+                    return Err(self.err(format!("setmaxnreg to {regs} registers")));
+                }
+                SlotStmt::Do(Action::SetMaxNReg)
+            }
         })
     }
 }
@@ -554,6 +649,7 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         max_depth: 0,
         uses_cp_async: false,
         uses_wgmma: false,
+        uses_mbarrier: false,
     };
     let body = l.block(&k.body, 0)?;
     Ok(SlotKernel {
@@ -573,6 +669,8 @@ pub(crate) fn assign_slots(k: &Kernel) -> Result<SlotKernel, ExecError> {
         max_depth: l.max_depth,
         uses_cp_async: l.uses_cp_async,
         uses_wgmma: l.uses_wgmma,
+        uses_mbarrier: l.uses_mbarrier,
+        shared_align: k.shared.values().map(|d| d.align.max(1)).collect(),
         code: Code::new(&body),
     })
 }

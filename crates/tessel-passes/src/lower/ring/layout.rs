@@ -339,6 +339,35 @@ mod tests {
         a ^ (((a >> 7) & mask) << 4)
     }
 
+    /// The kernel IR's statement of what TMA writes (`TensorMapSwizzle::apply`, which the
+    /// executor's TMA model uses) is this reference, so a ring this layout describes is
+    /// what a TMA load of its `tma()` boxes leaves on the executor.
+    #[test]
+    fn the_kernel_irs_tma_swizzle_is_this_reference() {
+        use tessel_ir::kernel::TensorMapSwizzle;
+        for (sw, b) in [
+            (TensorMapSwizzle::B32, 1),
+            (TensorMapSwizzle::B64, 2),
+            (TensorMapSwizzle::B128, 3),
+        ] {
+            assert_eq!(sw.dst_align(), 8 * sw.bytes());
+            for a in 0..8192 {
+                assert_eq!(sw.apply(a), tma_swizzle(a, b), "{sw:?} at {a}");
+            }
+        }
+        assert!((0..8192).all(|a| TensorMapSwizzle::None.apply(a) == a));
+        // A stage's alignment for TMA is the kernel IR's destination rule.
+        for l in layouts() {
+            if let Some(t) = l.tma() {
+                let sw = TensorMapSwizzle::ALL
+                    .into_iter()
+                    .find(|s| s.bytes() == t.swizzle_bytes)
+                    .expect("a TMA swizzle");
+                assert_eq!(t.align, sw.dst_align(), "{l:?}");
+            }
+        }
+    }
+
     #[test]
     fn offset_is_a_bijection_onto_the_stage_keeping_chunks_whole() {
         for l in layouts() {

@@ -154,7 +154,8 @@ impl Cta<'_> {
         }
     }
 
-    /// Fails if a `cp.async` still pending writes any of the `bytes` bytes at `addr`.
+    /// Fails if a `cp.async` still pending writes any of the `bytes` bytes at `addr`, or
+    /// (in a kernel with mbarriers) they hold an mbarrier or a TMA copy still pending.
     pub(super) fn check_not_pending(
         &self,
         thread: usize,
@@ -162,6 +163,9 @@ impl Cta<'_> {
         bytes: u32,
         access: &str,
     ) -> Result<(), ExecError> {
+        if self.k.uses_mbarrier {
+            self.check_mbar_bytes(thread, addr, bytes, access)?;
+        }
         if self.cp_outstanding == 0 {
             return Ok(());
         }

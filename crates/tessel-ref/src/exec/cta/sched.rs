@@ -20,7 +20,8 @@
 //! completes — barrier 0 (`barrier`) when every warp of the CTA stands at that one
 //! statement, a named barrier when its count of warps has arrived by `bar.sync` or
 //! `bar.arrive` — and the other warps run meanwhile. A warp whose wait condition fails
-//! (`WarpState::Polling`: the shape of an `mbarrier.try_wait` loop) yields; polling warps
+//! (`WarpState::Polling`: an `mbarrier.try_wait` loop, `mbarrier.wait` in the kernel IR,
+//! whose condition is `Cta::mbar_poll`'s) yields; polling warps
 //! are tried again, in warp order, when no warp is ready. When none is ready and no
 //! poll succeeds, the CTA is deadlocked: an [`ExecError::Deadlock`] names each waiting
 //! warp and where it waits. Misuse a GPU would hang on or leave undefined is an error
@@ -303,22 +304,27 @@ impl<'a> Cta<'a> {
                     sync,
                     site,
                 } => return self.named_bar(&g, pc, *id as usize, *warps, *sync, *site),
+                Inst::MbarWait { .. } => return self.wait(g.warps, pc),
                 #[cfg(test)]
-                Inst::WaitWord { .. } => {
-                    for w in (0..nw).filter(|w| g.warps >> w & 1 != 0) {
-                        self.pc[w] = pc;
-                        self.state[w] = if self.poll(w)? {
-                            self.pc[w] = pc + 1;
-                            WarpState::Ready
-                        } else {
-                            WarpState::Polling
-                        };
-                    }
-                    return Ok(());
-                }
+                Inst::WaitWord { .. } => return self.wait(g.warps, pc),
             }
             self.regroup(&mut g, code.depth[pc as usize] as usize);
         }
+    }
+
+    /// The warps `warps` reach the wait at `pc`: each goes on if its condition holds, or
+    /// polls (yields to the other warps) until it does.
+    fn wait(&mut self, warps: u32, pc: u32) -> Result<(), ExecError> {
+        for w in (0..self.nw).filter(|w| warps >> w & 1 != 0) {
+            self.pc[w] = pc;
+            self.state[w] = if self.poll(w)? {
+                self.pc[w] = pc + 1;
+                WarpState::Ready
+            } else {
+                WarpState::Polling
+            };
+        }
+        Ok(())
     }
 
     /// Calls `f(w)` for each warp of `warps`, which gives the warp's next position; the
@@ -527,6 +533,21 @@ impl<'a> Cta<'a> {
     fn poll(&mut self, w: usize) -> Result<bool, ExecError> {
         let pc = self.pc[w] as usize;
         match &self.k.code.insts[pc] {
+            Inst::MbarWait { addr, parity, .. } => {
+                let (lo, hi) = self.warp_range(w);
+                let (n, d) = (self.n, self.k.code.depth[pc] as usize);
+                for i in lo..hi {
+                    if self.masks[d][i] == 0 {
+                        continue;
+                    }
+                    let a = self.r32[*addr as usize * n + i];
+                    let p = self.r32[*parity as usize * n + i];
+                    if !self.mbar_poll(i, a, p)? {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
             #[cfg(test)]
             Inst::WaitWord { addr, value, .. } => {
                 let (lo, hi) = self.warp_range(w);
@@ -579,6 +600,16 @@ impl<'a> Cta<'a> {
                     self.bars[id as usize].arrived,
                     self.bars[id as usize].expected
                 ),
+                Inst::MbarWait { addr, site, .. } => {
+                    // The first active lane's barrier: the one a kernel's warp waits on.
+                    let (lo, hi) = self.warp_range(w);
+                    let d = code.depth[self.pc[w] as usize] as usize;
+                    let state = (lo..hi)
+                        .find(|&i| self.masks[d][i] != 0)
+                        .map(|i| self.mbar_state(self.r32[addr as usize * self.n + i]))
+                        .unwrap_or_default();
+                    format!("{} ({state})", code.sites[site as usize])
+                }
                 #[cfg(test)]
                 Inst::WaitWord { site, .. } => {
                     format!(
