@@ -1,6 +1,6 @@
 //! The warpgroup GEMM tile (`TileConfig::Mma` with `wgmma`) on the kernel-IR executor:
-//! every program below is compiled twice in `fast` for a one-SM H200 (so that the large
-//! tile applies at test sizes) — once with the target's features, where the projections
+//! every program below is compiled twice in `fast` for a one-SM H200 (so that the
+//! warpgroup tiles, 128 × 256 and 128 × 128, apply at test sizes) — once with the target's features, where the projections
 //! take the wgmma tile, and once without wgmma, where they take `mma.sync` tiles — and the
 //! two must give the same bits. The executor models both instructions as one fma chain
 //! over k in order from 0, so any difference is a wrong element read: a descriptor, a
@@ -39,25 +39,27 @@ fn program(file: &str, step: &str, dims: &[(&str, u64)], target: &Target) -> Pro
         .program
 }
 
-fn wgmma_kernels(p: &Program) -> usize {
-    fn has(body: &[Stmt]) -> bool {
-        body.iter().any(|s| match s {
-            Stmt::Wgmma { .. } => true,
-            Stmt::For { body, .. } => has(body),
+/// The wgmma widths (`n`) of each kernel that has a wgmma, in kernel order.
+fn wgmma_widths(p: &Program) -> Vec<u32> {
+    fn width(body: &[Stmt]) -> Option<u32> {
+        body.iter().find_map(|s| match s {
+            Stmt::Wgmma { shape, .. } => Some(shape.n),
+            Stmt::For { body, .. } => width(body),
             Stmt::If {
                 then_body,
                 else_body,
                 ..
-            } => has(then_body) || has(else_body),
-            _ => false,
+            } => width(then_body).or_else(|| width(else_body)),
+            _ => None,
         })
     }
-    p.kernels.values().filter(|k| has(&k.body)).count()
+    p.kernels.values().filter_map(|k| width(&k.body)).collect()
 }
 
-/// Compiles `step` with and without wgmma, checks that `want` kernels take it, and
-/// compares every output bit for bit on seeded inputs.
-fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: usize) {
+/// Compiles `step` with and without wgmma, checks that the kernels taking it have the
+/// wgmma widths `want` (128 × 256 tiles use n = 256, 128 × 128 tiles n = 128), and compares
+/// every output bit for bit on seeded inputs.
+fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: &[u32]) {
     let one_sm = Target {
         sm_count: 1,
         ..Target::h200()
@@ -73,8 +75,8 @@ fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: usize) {
         program(file, step, dims, &one_sm),
         program(file, step, dims, &without),
     );
-    assert_eq!(wgmma_kernels(&w), want, "{step} {dims:?}: wgmma kernels");
-    assert_eq!(wgmma_kernels(&s), 0, "{step}: no wgmma without the feature");
+    assert_eq!(wgmma_widths(&w), want, "{step} {dims:?}: wgmma kernels");
+    assert!(wgmma_widths(&s).is_empty(), "{step}: no wgmma without the feature");
     let ins: Vec<Tensor> = w
         .inputs
         .iter()
@@ -95,14 +97,21 @@ fn wgmma_projection_with_tails_matches_mma_sync_bits() {
         "tests/programs/matmul.tsl",
         "linear",
         &[("M", 200), ("K", 200), ("N", 300)],
-        1,
+        &[128],
+    );
+    // N whole 256-column tiles: the wide tile is no dearer in waves, and is taken.
+    same_bits(
+        "tests/programs/matmul.tsl",
+        "linear",
+        &[("M", 200), ("K", 136), ("N", 512)],
+        &[256],
     );
     // K one 16-element step past a slice, N odd: the staged epilogue still writes it.
     same_bits(
         "tests/programs/matmul.tsl",
         "linear",
         &[("M", 129), ("K", 80), ("N", 257)],
-        1,
+        &[128],
     );
 }
 
@@ -113,14 +122,14 @@ fn wgmma_fused_epilogues_match_mma_sync_bits() {
         "tests/programs/matmul.tsl",
         "linear_epilogue",
         &[("M", 130), ("K", 136), ("N", 264)],
-        1,
+        &[128],
     );
     // The QK-norm + RoPE row epilogue over whole heads of 128.
     same_bits(
         "tests/programs/row_epilogue.tsl",
         "norm_rope",
         &[("T", 70), ("K", 64), ("N", 512), ("H", 4), ("D", 128)],
-        1,
+        &[256],
     );
 }
 
@@ -129,5 +138,10 @@ fn a_qwen3_layer_with_wgmma_projections_matches_mma_sync_bits() {
     // At hidden 64 the projections whose N exceeds 64 take the wgmma tile: q (N = 512,
     // with the QK-norm + RoPE row epilogue), k (256, the same), v (256), gate and up (96);
     // o and down (N = 64) stay on the skinny-N mma.sync tile.
-    same_bits("tests/programs/layer_small.tsl", "qwen3", &[("T", 130)], 5);
+    same_bits(
+        "tests/programs/layer_small.tsl",
+        "qwen3",
+        &[("T", 130)],
+        &[256, 256, 256, 128, 128],
+    );
 }

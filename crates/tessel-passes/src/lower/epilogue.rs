@@ -17,6 +17,9 @@ pub(super) struct WarpTile {
     pub(super) wn0: Ix,
 }
 
+/// Passes of a looped staged epilogue per loop iteration ([`Gen::staged_epilogue`]).
+const EPILOGUE_UNROLL: u32 = 4;
+
 impl Gen<'_> {
     /// A predicate: output element (`row`, `col`) lies inside the `m × n` output.
     pub(super) fn in_bounds(&mut self, (row, m): (Ix, u64), (col, n): (Ix, u64)) -> Reg {
@@ -154,13 +157,25 @@ impl Gen<'_> {
         let vecs = bm * per_row;
         let passes = vecs.div_ceil(threads);
         let looped = passes > 1 && self.epilogue_calls_math(out, mm);
+        // A looped epilogue runs `unroll` passes per iteration: independent vectors whose
+        // math the warp schedulers interleave (one pass per iteration left a wgmma tile's
+        // 8 warps waiting on each pass's dependent chain).
+        let unroll = if looped {
+            EPILOGUE_UNROLL.min(passes)
+        } else {
+            1
+        };
+        let iters = passes.div_ceil(unroll);
         let it_reg = looped.then(|| self.b.kernel.new_reg(RegType::U32));
         if looped {
             self.open();
         }
-        for it in 0..if looped { 1 } else { passes } {
+        for it in 0..if looped { unroll } else { passes } {
             let first = match it_reg {
-                Some(r) => self.imul_c(Ix::R(r), threads as u64),
+                Some(r) => {
+                    let group = self.imul_c(Ix::R(r), (unroll * threads) as u64);
+                    self.iadd(group, Ix::C((it * threads) as u64))
+                }
                 None => Ix::C((it * threads) as u64),
             };
             let e = self.iadd(Ix::R(tid), first);
@@ -172,7 +187,7 @@ impl Gen<'_> {
             let eo = self.ix_op(e);
             let mut ok = self.in_bounds((gr, m), (gc, n));
             let partial = if looped {
-                passes * threads > vecs
+                iters * unroll * threads > vecs
             } else {
                 (it + 1) * threads > vecs
             };
@@ -207,7 +222,7 @@ impl Gen<'_> {
             self.close_if(ok);
         }
         if let Some(r) = it_reg {
-            self.close_for(r, Operand::U32(0), Operand::U32(passes), Operand::U32(1));
+            self.close_for(r, Operand::U32(0), Operand::U32(iters), Operand::U32(1));
         }
         Ok(())
     }

@@ -258,29 +258,57 @@ fn tried<'r>(rows: &'r [MmaRow], s: &MatmulShape, t: &Target) -> (Vec<&'r MmaRow
     (ok, lacking)
 }
 
+/// What the warpgroup tiles need of the target.
+const WGMMA: Features = Features {
+    wgmma: true,
+    ..Features::NONE
+};
+
+/// A GEMM the warpgroup tiles serve: both operands read along K (`x @ wᵀ`: the K-major
+/// layout wgmma reads from the ring), and M, N and K past the skinny and short-K rows.
+fn wgmma_shape(s: &MatmulShape) -> bool {
+    s.lhs_k_contiguous && s.rhs_k_contiguous && s.n > 64 && s.m > 64 && s.k > 32
+}
+
+/// Output tiles of 128 × `bn`.
+fn wgmma_tiles(s: &MatmulShape, bn: u64) -> u64 {
+    s.m.div_ceil(128) * s.n.div_ceil(bn) * s.batch
+}
+
+/// The time of a 128 × `bn` warpgroup tiling in units of a 128 × 128 tile's work: its
+/// waves of one CTA per SM (the last one counted whole, however few SMs it keeps busy)
+/// times the tile's area. 128 × 256 is taken where it is no dearer (e.g. the Qwen3-14B qkv
+/// projection at T = 4096: 6.8 waves of 128 × 256, 13.6 of 128 × 128); 128 × 128 where the
+/// wider tile would leave more of the last wave idle (o at T = 2048: 320 tiles of 128 ×
+/// 256 are 2.4 waves, 640 of 128 × 128 are 4.8).
+fn wgmma_wave_cost(s: &MatmulShape, t: &Target, bn: u64) -> u64 {
+    wgmma_tiles(s, bn).div_ceil(t.sm_count.max(1) as u64) * (bn / 128)
+}
+
 /// A side of a skinny tile: the dim rounded up to a power of two, at least 16.
 fn pow2(x: u64) -> u32 {
     x.max(16).next_power_of_two() as u32
 }
 
 /// The tensor-core tiles, tried in order (the module doc gives the measurements).
-const MMA_TILES: [MmaRow; 6] = [
+const MMA_TILES: [MmaRow; 7] = [
     MmaRow {
         name: "wgmma large (sm_90a: 2 warpgroups of m64n256k16)",
-        needs: Features {
-            wgmma: true,
-            ..Features::NONE
-        },
+        needs: WGMMA,
         wgmma: true,
         applies: |s, t| {
-            s.lhs_k_contiguous
-                && s.rhs_k_contiguous
-                && s.n > 64
-                && s.m > 64
-                && s.k > 32
-                && s.m.div_ceil(128) * s.n.div_ceil(256) * s.batch >= t.sm_count as u64
+            wgmma_shape(s)
+                && wgmma_tiles(s, 256) >= t.sm_count as u64
+                && wgmma_wave_cost(s, t, 256) <= wgmma_wave_cost(s, t, 128)
         },
         tile: |_| (128, 256, 8, 1),
+    },
+    MmaRow {
+        name: "wgmma 128×128 (sm_90a: 2 warpgroups of m64n128k16; fewer idle SMs in the last wave)",
+        needs: WGMMA,
+        wgmma: true,
+        applies: |s, t| wgmma_shape(s) && 4 * wgmma_tiles(s, 128) >= 3 * t.sm_count as u64,
+        tile: |_| (128, 128, 8, 1),
     },
     MmaRow {
         name: "skinny-N",
@@ -612,7 +640,11 @@ fn mma(
         let stage = (bm + bn) * bk * esz;
         // The warpgroup tile runs one CTA per SM with as many stages as fit (4 of 48 KiB
         // for 128 × 256), at least 3: two slices in flight while one wgmma group runs.
-        let stages = if row.wgmma {
+        let stages = if row.wgmma && bn <= 128 {
+            // Two CTAs per SM (3 stages of 32 KiB for 128 × 128): one's epilogue and
+            // barriers overlap the other's wgmma.
+            3
+        } else if row.wgmma {
             (t.max_shared_per_cta / stage).clamp(3, 4)
         } else {
             (RING_BUDGET / stage).min(4).min(slices + 1).max(2)
@@ -634,11 +666,12 @@ fn mma(
         // copies: registers capped at 65536 / (2 · threads) when the shared memory allows
         // two. Not for TF32 tiles, whose transposed operands load fragments element by
         // element and spill under the cap.
-        let min_ctas_per_sm = if sixteen_bit && !row.wgmma && 2 * shared <= t.max_shared_per_cta {
-            2
-        } else {
-            0
-        };
+        let min_ctas_per_sm =
+            if sixteen_bit && (!row.wgmma || bn <= 128) && 2 * shared <= t.max_shared_per_cta {
+                2
+            } else {
+                0
+            };
         let mma_name = if row.wgmma {
             "wgmma m64n256k16, operands K-major through 128-byte-swizzled descriptors"
         } else if dt == DType::F32 {
