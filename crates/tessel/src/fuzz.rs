@@ -25,6 +25,8 @@ pub struct FuzzArgs {
     /// Gradient programs, judged against finite differences too (tessel-fuzz
     /// `gen::Config::grad`, `fd`).
     pub grad: bool,
+    /// Compile for the target with this many SMs (`--sm-count`).
+    pub sm_count: Option<u32>,
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
@@ -47,13 +49,33 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         ),
         Err(why) => println!("device: CPU kernel-IR executor only ({why})"),
     }
-    let target = match &gpu {
+    let mut target = match &gpu {
         Ok(g) => device::target_of(g.properties()),
         Err(_) => tessel_passes::Target::h200(),
     };
+    if let Some(n) = a.sm_count {
+        target.sm_count = n;
+        println!("target: compiled as if it had {n} SMs (--sm-count)");
+    }
     let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
         device::run_once(g, p, &target.ptx_header(), inputs).map_err(|e| format!("{e:#}"))
+    };
+    // Without a GPU, `--sm-count` still needs the fuzzer to compile for its target: the
+    // executor stands in as the device (its second run gives the same bits).
+    let run_on_executor = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
+        tessel_ref::run_program(p, inputs).map_err(|e| e.to_string())
+    };
+    let device = match (&gpu, a.sm_count) {
+        (Ok(_), _) => Some(tessel_fuzz::run::Device {
+            target: &target,
+            run: &run_on_gpu,
+        }),
+        (Err(_), Some(_)) => Some(tessel_fuzz::run::Device {
+            target: &target,
+            run: &run_on_executor,
+        }),
+        (Err(_), None) => None,
     };
     let config = match (a.attention, a.large) {
         (true, _) if a.grad => Config::grad_attention(),
@@ -81,10 +103,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         count: a.count,
         profiles: a.profiles.clone(),
         config,
-        device: gpu.is_ok().then_some(tessel_fuzz::run::Device {
-            target: &target,
-            run: &run_on_gpu,
-        }),
+        device,
         shrink_budget: 400,
     };
     let names: Vec<&str> = a.profiles.iter().map(|p| p.name()).collect();
@@ -145,7 +164,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions, {} with a wgmma GEMM",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -157,7 +176,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         s.fused_attention,
         s.q_prologue,
         s.row_epilogue,
-        s.update_rows
+        s.update_rows,
+        s.wgmma
     );
     if a.grad {
         println!(

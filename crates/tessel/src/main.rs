@@ -289,6 +289,13 @@ enum Command {
         /// Larger programs: more operations, bigger tensors and matmuls (slower).
         #[arg(long)]
         large: bool,
+        /// Compile for the target with this many SMs instead of the GPU's (or the H200
+        /// preset's) 132. The schedules that depend on the SM count then take other
+        /// branches at the fuzzer's small sizes: `--sm-count 1` gives every GEMM of at least
+        /// 65 rows and columns the wgmma tiles (sm_90a). Without a GPU the executor runs
+        /// the program compiled so, judged by the reference as always.
+        #[arg(long, value_name = "N", conflicts_with = "tp", value_parser = clap::value_parser!(u32).range(1..))]
+        sm_count: Option<u32>,
         /// Programs built around one attention block, fused or a near miss (GQA, masks,
         /// lengths, q computed in the prologue); with --large, blocks up to 4 times the
         /// work. Reports how many programs got a fused attention kernel.
@@ -481,6 +488,7 @@ fn real_main() {
             attention,
             tp,
             grad,
+            sm_count,
         } => {
             if tp {
                 fuzz::fuzz_tp(count, seed, cpu, save.as_deref())
@@ -494,6 +502,7 @@ fn real_main() {
                     large,
                     attention,
                     grad,
+                    sm_count,
                 })
             }
         }

@@ -76,7 +76,10 @@ fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: &[u32]) {
         program(file, step, dims, &without),
     );
     assert_eq!(wgmma_widths(&w), want, "{step} {dims:?}: wgmma kernels");
-    assert!(wgmma_widths(&s).is_empty(), "{step}: no wgmma without the feature");
+    assert!(
+        wgmma_widths(&s).is_empty(),
+        "{step}: no wgmma without the feature"
+    );
     let ins: Vec<Tensor> = w
         .inputs
         .iter()
