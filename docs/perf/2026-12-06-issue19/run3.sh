@@ -9,8 +9,8 @@
 #   1. tessel check (B, fast) where the 128 x 128 tile and the unrolled silu epilogue run,
 #      racecheck on it, and the small layers in fast;
 #   2. bench the Qwen3-14B prefill layer at T = 2048 (R2, W4, B) and the Qwen3-32B one (B);
-#   3. the HF layers under torch.compile (tests/gpu/bench_torch.py --cases prefill), both models;
-#   4. the Qwen3-14B prefill layer against transformers (fast, B).
+#   3. the HF Qwen3-14B layer under torch.compile (tests/gpu/bench_torch.py --cases prefill).
+# (Trimmed to fit the session's device time: no HF comparison, no 32B torch.compile.)
 # Usage (device): bash docs/perf/2026-12-06-issue19/run3.sh   (writes under $OUT)
 B=./target/release/tessel_s
 W4=./target/release/tessel_w4_s
@@ -23,14 +23,10 @@ t check $B check tests/programs/matmul.tsl --step linear $M --dim M=1030 --dim K
 t check $B check tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=136 --dim N=4100
 t check $B check tests/programs/layer_small.tsl --step qwen3 $M --dim T=300 --fill pos=iota:0
 t check $B explain tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=136 --dim N=4100
-TMO=240 t sanitizer compute-sanitizer --tool racecheck --error-exitcode 3 $B run tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=72 --dim N=4100 -o /tmp/r.safetensors
-TMO=120 t sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 $B run tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=136 --dim N=4100 -o /tmp/m.safetensors
+TMO=120 t sanitizer compute-sanitizer --tool racecheck --error-exitcode 3 $B run tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=72 --dim N=4100 -o /tmp/r.safetensors
+TMO=60 t sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 $B run tests/programs/gemm_math_epilogue.tsl --step gate $M --dim M=1030 --dim K=136 --dim N=4100 -o /tmp/m.safetensors
 for bin in $R2 $W4 $B; do
   t bench $bin bench examples/qwen3_14b/layer.tsl --step prefill $M --dim T=2048 --fill pos=iota:0
 done
 t bench $B bench examples/qwen3_32b/layer.tsl --step prefill $M --dim T=2048 --fill pos=iota:0
-TMO=300 t torch python3 tests/gpu/bench_torch.py --config examples/qwen3_14b/config.json --cases prefill --rounds 20
-TMO=300 t torch python3 tests/gpu/bench_torch.py --config examples/qwen3_32b/config.json --cases prefill --rounds 20
-CASES=prefill TESSEL_ARGS="--profile fast" timeout 150 bash tests/gpu/run_hf_checks.sh $B $OUT/hf qwen3_14b > $L/hf.txt 2>&1; echo "rc $?" >> $L/hf.txt
-cp $OUT/hf/summary.txt $L/hf_summary.txt 2>/dev/null
-rm -rf $OUT/hf
+TMO=150 t torch python3 tests/gpu/bench_torch.py --config examples/qwen3_14b/config.json --cases prefill --rounds 20
