@@ -1,7 +1,8 @@
 //! Random GEMM programs on the warpgroup tiles (issue 19): `x @ wᵀ` in bf16 or f16 at
 //! random M, N and K past 64 / 64 / 32 (tails everywhere), under a random epilogue (none,
 //! bias, silu, residual, scale, an f32 result, SwiGLU's product of two GEMMs), compiled in
-//! `fast` for a one-SM H200 — where both wgmma tiles apply at these sizes — and judged by
+//! `fast` for an H200 of 1 SM (the 128 × 256 tile; 128 × 128 for N ≤ 128) or of one SM
+//! more than the GEMM has 128 × 256 tiles (the 128 × 128 tile) — and judged by
 //! the dtype-following reference on the executor (which stands in as the device, so the
 //! fuzzer compiles for that target). Each program must take a wgmma tile (checked through
 //! the kernels' schedules) and pass.
@@ -60,21 +61,29 @@ fn program(seed: u64) -> (String, Vec<(String, u64)>) {
 
 #[test]
 fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
-    let target = Target {
-        sm_count: 1,
-        ..Target::h200()
-    };
     let executor = |p: &tessel_ir::kernel::Program, ins: &[Tensor]| {
         tessel_ref::run_program(p, ins).map_err(|e| e.to_string())
-    };
-    let device = Device {
-        target: &target,
-        run: &executor,
     };
     let mut failures = Vec::new();
     let mut widths = std::collections::BTreeSet::new();
     for seed in 0..24u64 {
         let (src, dims) = program(seed);
+        // Even seeds on 1 SM (the 128 × 256 tile, or 128 × 128 for N ≤ 128); odd ones
+        // with N > 128 on one SM more than the GEMM has 128 × 256 tiles (128 × 128).
+        let (m, n) = (dims[0].1, dims[1].1);
+        let sms = if seed % 2 == 1 && n > 128 {
+            (m.div_ceil(128) * n.div_ceil(256) + 1) as u32
+        } else {
+            1
+        };
+        let target = Target {
+            sm_count: sms,
+            ..Target::h200()
+        };
+        let device = Device {
+            target: &target,
+            run: &executor,
+        };
         let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
         let wg: Vec<&String> = t
             .schedules

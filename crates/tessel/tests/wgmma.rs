@@ -1,5 +1,5 @@
 //! The warpgroup GEMM tile (`TileConfig::Mma` with `wgmma`) on the kernel-IR executor:
-//! every program below is compiled twice in `fast` for a one-SM H200 (so that the
+//! every program below is compiled twice in `fast` for an H200 of 1 or 5 SMs (so that the
 //! warpgroup tiles, 128 × 256 and 128 × 128, apply at test sizes) — once with the target's features, where the projections
 //! take the wgmma tile, and once without wgmma, where they take `mma.sync` tiles — and the
 //! two must give the same bits. The executor models both instructions as one fma chain
@@ -60,8 +60,15 @@ fn wgmma_widths(p: &Program) -> Vec<u32> {
 /// wgmma widths `want` (128 × 256 tiles use n = 256, 128 × 128 tiles n = 128), and compares
 /// every output bit for bit on seeded inputs.
 fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: &[u32]) {
+    same_bits_on(file, step, dims, 1, want)
+}
+
+/// [`same_bits`] for a target of `sms` SMs: 1 gives every such GEMM the 128 × 256 tile;
+/// more SMs than a GEMM has 128 × 256 tiles (but at most 4/3 of its 128 × 128 tiles) give
+/// it the 128 × 128 one.
+fn same_bits_on(file: &str, step: &str, dims: &[(&str, u64)], sms: u32, want: &[u32]) {
     let one_sm = Target {
-        sm_count: 1,
+        sm_count: sms,
         ..Target::h200()
     };
     let without = Target {
@@ -100,20 +107,28 @@ fn wgmma_projection_with_tails_matches_mma_sync_bits() {
         "tests/programs/matmul.tsl",
         "linear",
         &[("M", 200), ("K", 200), ("N", 300)],
-        &[128],
+        &[256],
     );
-    // N whole 256-column tiles: the wide tile is no dearer in waves, and is taken.
-    same_bits(
+    // 4 tiles of 128 × 256 on 5 SMs: the 128 × 128 tile (6 of them) instead.
+    same_bits_on(
         "tests/programs/matmul.tsl",
         "linear",
-        &[("M", 200), ("K", 136), ("N", 512)],
-        &[256],
+        &[("M", 200), ("K", 200), ("N", 300)],
+        5,
+        &[128],
     );
     // K one 16-element step past a slice, N odd: the staged epilogue still writes it.
     same_bits(
         "tests/programs/matmul.tsl",
         "linear",
         &[("M", 129), ("K", 80), ("N", 257)],
+        &[256],
+    );
+    same_bits_on(
+        "tests/programs/matmul.tsl",
+        "linear",
+        &[("M", 129), ("K", 80), ("N", 257)],
+        5,
         &[128],
     );
 }
@@ -125,6 +140,13 @@ fn wgmma_fused_epilogues_match_mma_sync_bits() {
         "tests/programs/matmul.tsl",
         "linear_epilogue",
         &[("M", 130), ("K", 136), ("N", 264)],
+        &[256],
+    );
+    same_bits_on(
+        "tests/programs/matmul.tsl",
+        "linear_epilogue",
+        &[("M", 130), ("K", 136), ("N", 264)],
+        5,
         &[128],
     );
     // The QK-norm + RoPE row epilogue over whole heads of 128.
@@ -138,13 +160,22 @@ fn wgmma_fused_epilogues_match_mma_sync_bits() {
 
 #[test]
 fn a_qwen3_layer_with_wgmma_projections_matches_mma_sync_bits() {
-    // At hidden 64 the projections whose N exceeds 64 take the wgmma tile: q (N = 512,
-    // with the QK-norm + RoPE row epilogue), k (256, the same), v (256), gate and up (96);
-    // o and down (N = 64) stay on the skinny-N mma.sync tile.
+    // At hidden 64 the projections whose N exceeds 64 take a wgmma tile: q (N = 512,
+    // with the QK-norm + RoPE row epilogue), k (256, the same), v (256), gate and up (96,
+    // at most 128: the 128 × 128 tile); o and down (N = 64) stay on the skinny-N mma.sync
+    // tile. On 5 SMs q, k and v have fewer 128 × 256 tiles than SMs (4, 2, 2) and take
+    // 128 × 128 (8, 4, 4 tiles); gate and up (2 tiles) fall back to mma.sync.
     same_bits(
         "tests/programs/layer_small.tsl",
         "qwen3",
         &[("T", 130)],
         &[256, 256, 256, 128, 128],
+    );
+    same_bits_on(
+        "tests/programs/layer_small.tsl",
+        "qwen3",
+        &[("T", 130)],
+        5,
+        &[128, 128, 128],
     );
 }

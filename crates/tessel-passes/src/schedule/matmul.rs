@@ -275,16 +275,6 @@ fn wgmma_tiles(s: &MatmulShape, bn: u64) -> u64 {
     s.m.div_ceil(128) * s.n.div_ceil(bn) * s.batch
 }
 
-/// The time of a 128 × `bn` warpgroup tiling in units of a 128 × 128 tile's work: its
-/// waves of one CTA per SM (the last one counted whole, however few SMs it keeps busy)
-/// times the tile's area. 128 × 256 is taken where it is no dearer (e.g. the Qwen3-14B qkv
-/// projection at T = 4096: 6.8 waves of 128 × 256, 13.6 of 128 × 128); 128 × 128 where the
-/// wider tile would leave more of the last wave idle (o at T = 2048: 320 tiles of 128 ×
-/// 256 are 2.4 waves, 640 of 128 × 128 are 4.8).
-fn wgmma_wave_cost(s: &MatmulShape, t: &Target, bn: u64) -> u64 {
-    wgmma_tiles(s, bn).div_ceil(t.sm_count.max(1) as u64) * (bn / 128)
-}
-
 /// A side of a skinny tile: the dim rounded up to a power of two, at least 16.
 fn pow2(x: u64) -> u32 {
     x.max(16).next_power_of_two() as u32
@@ -296,15 +286,11 @@ const MMA_TILES: [MmaRow; 7] = [
         name: "wgmma large (sm_90a: 2 warpgroups of m64n256k16)",
         needs: WGMMA,
         wgmma: true,
-        applies: |s, t| {
-            wgmma_shape(s)
-                && wgmma_tiles(s, 256) >= t.sm_count as u64
-                && wgmma_wave_cost(s, t, 256) <= wgmma_wave_cost(s, t, 128)
-        },
+        applies: |s, t| wgmma_shape(s) && s.n > 128 && wgmma_tiles(s, 256) >= t.sm_count as u64,
         tile: |_| (128, 256, 8, 1),
     },
     MmaRow {
-        name: "wgmma 128×128 (sm_90a: 2 warpgroups of m64n128k16; fewer idle SMs in the last wave)",
+        name: "wgmma 128×128 (sm_90a: 2 warpgroups of m64n128k16; N ≤ 128, or 128×256 would leave SMs idle)",
         needs: WGMMA,
         wgmma: true,
         applies: |s, t| wgmma_shape(s) && 4 * wgmma_tiles(s, 128) >= 3 * t.sm_count as u64,
@@ -640,11 +626,13 @@ fn mma(
         let stage = (bm + bn) * bk * esz;
         // The warpgroup tile runs one CTA per SM with as many stages as fit (4 of 48 KiB
         // for 128 × 256), at least 3: two slices in flight while one wgmma group runs.
-        let stages = if row.wgmma && bn <= 128 {
-            // Two CTAs per SM (3 stages of 32 KiB for 128 × 128): one's epilogue and
-            // barriers overlap the other's wgmma.
-            3
-        } else if row.wgmma {
+        // The warpgroup tiles run one CTA per SM with 4 stages (48 KiB each for 128 × 256,
+        // 32 KiB for 128 × 128). Measured on the H100 (docs/perf/2026-12-06-h100-issue19.md,
+        // run 3): 128 × 128 with 3 stages at 2 CTAs per SM took 73–83 µs for the Qwen3-14B
+        // k and v projections at T = 2048, with 4 stages at one CTA 45–54 µs; and where
+        // 128 × 256 fills the SMs it is faster than 128 × 128 even when its last wave is
+        // mostly idle (o at T = 2048: 207 µs against 223–236).
+        let stages = if row.wgmma {
             (t.max_shared_per_cta / stage).clamp(3, 4)
         } else {
             (RING_BUDGET / stage).min(4).min(slices + 1).max(2)
@@ -666,14 +654,13 @@ fn mma(
         // copies: registers capped at 65536 / (2 · threads) when the shared memory allows
         // two. Not for TF32 tiles, whose transposed operands load fragments element by
         // element and spill under the cap.
-        let min_ctas_per_sm =
-            if sixteen_bit && (!row.wgmma || bn <= 128) && 2 * shared <= t.max_shared_per_cta {
-                2
-            } else {
-                0
-            };
+        let min_ctas_per_sm = if sixteen_bit && !row.wgmma && 2 * shared <= t.max_shared_per_cta {
+            2
+        } else {
+            0
+        };
         let mma_name = if row.wgmma {
-            "wgmma m64n256k16, operands K-major through 128-byte-swizzled descriptors"
+            "wgmma m64nNk16, operands K-major through 128-byte-swizzled descriptors"
         } else if dt == DType::F32 {
             "m16n8k8 on TF32-rounded f32"
         } else {
