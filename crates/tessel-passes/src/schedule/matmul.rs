@@ -660,11 +660,11 @@ fn mma(
             0
         };
         let mma_name = if row.wgmma {
-            "wgmma m64nNk16, operands K-major through 128-byte-swizzled descriptors"
+            format!("wgmma m64n{bn}k16, operands K-major through 128-byte-swizzled descriptors")
         } else if dt == DType::F32 {
-            "m16n8k8 on TF32-rounded f32"
+            "m16n8k8 on TF32-rounded f32".to_string()
         } else {
-            "m16n8k16"
+            "m16n8k16".to_string()
         };
         let why = format!(
             "{}{}M = {}, N = {}, K = {}, batch {}, {dt}, {} profile: tensor cores ({mma_name}), {} tile {bm}×{bn} over {warps_m}×{warps_n} warps, K slices of {bk} in {stages} stages, {tiles} tiles{}",
