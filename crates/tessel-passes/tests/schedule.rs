@@ -219,7 +219,8 @@ fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
                 matmul_schedule(dt, mnk, &sm80, p),
                 matmul_schedule(dt, mnk, &Target::h200(), p),
             );
-            let wgmma = |t: &TileConfig| matches!(t, TileConfig::Mma { wgmma: true, .. });
+            let wgmma =
+                |t: &TileConfig| matches!(t, TileConfig::Mma { engine, .. } if engine.is_wgmma());
             assert!(!wgmma(&a.tile), "{dt} {mnk:?} {p:?}: {}", a.why);
             if wgmma(&b.tile) {
                 assert_eq!((dt, mnk, p), ("bf16", (4096, 5120, 5120), Profile::Fast));

@@ -67,7 +67,7 @@
 
 use super::{offers, widest_vector};
 use crate::target::{Features, Profile, Target};
-use tessel_ir::graph::{Graph, MatmulRead, MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::graph::{Graph, MatmulRead, MmaEngine, MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
 use tessel_ir::{DType, Value};
 
@@ -238,8 +238,8 @@ struct MmaRow {
     name: &'static str,
     /// Tried only on a target that has these ([`offers`]); none for the `mma.sync` tiles.
     needs: Features,
-    /// A warpgroup tile (`TileConfig::Mma::wgmma`): tried only in `fast`, for 16-bit
-    /// operands both read along K.
+    /// A warpgroup tile (`TileConfig::Mma`'s `engine`, not `Sync`): tried only in `fast`,
+    /// for 16-bit operands both read along K.
     wgmma: bool,
     applies: fn(&MatmulShape, &Target) -> bool,
     tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
@@ -681,7 +681,11 @@ fn mma(
             shape,
             epilogue,
             min_ctas_per_sm,
-            wgmma: row.wgmma,
+            engine: if row.wgmma {
+                MmaEngine::Wgmma
+            } else {
+                MmaEngine::Sync
+            },
         };
         return Ok((tile, why));
     }

@@ -342,9 +342,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator starting at 0 (independent of M, N and the output tile){}",
             split_order(split_k)
         ),
-        TileConfig::Mma {
-            wgmma: true, bn, ..
-        } => format!(
+        TileConfig::Mma { engine, bn, .. } if engine.is_wgmma() => format!(
             "each output: one f32 accumulator starting at 0, updated by one wgmma.m64n{bn}k16 per k step of 16 in k order; inside a step the tensor core's order is not specified by NVIDIA (the executor models it as an fma chain in k order, as for mma.sync)"
         ),
         TileConfig::Mma { split_k, .. } => format!(
