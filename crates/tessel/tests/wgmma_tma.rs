@@ -1,8 +1,9 @@
 //! The warp-specialised TMA tile (`TileConfig::Mma` with `MmaEngine::WgmmaTma`, text
-//! `wgmma: tma`) on the kernel-IR executor. The schedule does not choose it yet, so each
-//! program is compiled in `fast` for a one-SM H200 up to `schedule`, every `wgmma: 1` tile
-//! is turned into `wgmma: tma` with the same sizes (the verifier checks the edited
-//! schedules), and `lower` and the kernel passes run as the registry lists them. The
+//! `wgmma: tma`) on the kernel-IR executor. The schedule takes it only when asked
+//! (`Options::wgmma_tma`), so each program is compiled in `fast` for a one-SM H200 up to
+//! `schedule`, every `wgmma: 1` tile is turned into `wgmma: tma` with the same sizes (the
+//! verifier checks the edited schedules), and `lower` and the kernel passes run as the
+//! registry lists them; compiling with `Options::wgmma_tma` must give the same kernels. The
 //! outputs must be the bits of the same program compiled without wgmma (`mma.sync` tiles):
 //! the executor models both instructions as one fma chain over k in order, so any
 //! difference is a wrong element — a TMA box, a stage, the swizzle, an mbarrier phase, a
@@ -129,6 +130,24 @@ fn tma_kernels(p: &Program) -> usize {
 fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: usize) {
     let (w, changed) = tma_program(file, step, dims);
     assert_eq!(changed, want, "{step} {dims:?}: wgmma tiles");
+    // The schedule's own choice under `Options::wgmma_tma` is the same program.
+    let asked = compile(
+        &checked(file, step, dims),
+        &Options {
+            wgmma_tma: true,
+            ..options(one_sm())
+        },
+    )
+    .unwrap_or_else(|e| panic!("{step}: {e}"))
+    .program;
+    assert_eq!(asked.launches, w.launches, "{step}: launches");
+    for (a, b) in asked.kernels.values().zip(w.kernels.values()) {
+        assert!(
+            a.body == b.body && a.params == b.params && a.min_ctas_per_sm == b.min_ctas_per_sm,
+            "{step}: kernel {} differs under Options::wgmma_tma",
+            a.name
+        );
+    }
     assert_eq!(tma_kernels(&w), want, "{step} {dims:?}: TMA kernels");
     let maps: usize = w
         .launches
