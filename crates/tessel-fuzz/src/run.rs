@@ -193,6 +193,7 @@ fn run_inner(
         profile,
         verify: true,
         tensor_parallel: false,
+        wgmma_tma: false,
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {
         Ok(c) => c,

@@ -23,6 +23,7 @@ fn a_one_percent_error_is_caught_and_most_bounds_are_points() {
             profile,
             verify: false,
             tensor_parallel: false,
+            wgmma_tma: false,
         };
         let c = tessel_passes::compile(&g, &opts).expect("and compile");
         let inputs: Vec<Tensor> = c

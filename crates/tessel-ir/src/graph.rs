@@ -1104,14 +1104,9 @@ pub enum TileConfig {
         shape: MmaShape,
         epilogue: MmaEpilogue,
         min_ctas_per_sm: u32,
-        /// Warpgroup MMA (sm_90a): the CTA's `warps_m` warps (`warps_n` 1, `bm = 16 ·
-        /// warps_m`, a multiple of 64) act as `bm / 64` warpgroups, each computing 64 rows
-        /// × `bn` (≤ 256) with one `wgmma.m64n{bn}k16` per 16 of K, both operands read
-        /// K-major from the ring (128-byte rows, the 128-byte swizzle, `bk · esz` = 128)
-        /// through shared-memory descriptors, one wgmma group kept in flight while the next
-        /// slice's copies are issued (`stages` ≥ 3, no split-K). Warp `w` holds rows
-        /// `16w .. 16w + 16` of the tile, as a `16 × bn` warp tile for the epilogue.
-        wgmma: bool,
+        /// The instruction and the loader ([`MmaEngine`]): `mma.sync` or one of the
+        /// warpgroup (`wgmma`) kernels.
+        engine: MmaEngine,
     },
     /// Tensor-core GEMV for decode (M ≤ 16, the weight `[N, K]` and the left operand both
     /// read along K, K a multiple of 8 elements, 16-bit operands or widening casts of
@@ -1189,6 +1184,48 @@ pub fn cumsum_chunk(n: u64) -> u64 {
 /// Most chunks of one cumsum row ([`cumsum_chunk`]).
 pub const MAX_SCAN_CHUNKS: u64 = 8192;
 
+/// Which instructions a tensor-core tile ([`TileConfig::Mma`]) multiplies with and how its
+/// ring is filled. Text: nothing for `Sync`, `wgmma: 1`, `wgmma: tma`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum MmaEngine {
+    /// `mma.sync` on `ldmatrix` fragments; every thread's `cp.async` fills the ring.
+    Sync,
+    /// Warpgroup MMA (sm_90a): the CTA's `warps_m` warps (`warps_n` 1, `bm = 16 ·
+    /// warps_m`, a multiple of 64) act as `bm / 64` warpgroups, each computing 64 rows ×
+    /// `bn` (≤ 256) with one `wgmma.m64n{bn}k16` per 16 of K, both operands read K-major
+    /// from the ring (128-byte rows, the 128-byte swizzle, `bk · esz` = 128) through
+    /// shared-memory descriptors, one wgmma group kept in flight while the next slice's
+    /// copies are issued (`stages` ≥ 3, no split-K); every thread's `cp.async` fills the
+    /// ring. Warp `w` holds rows `16w .. 16w + 16` of the tile, as a `16 × bn` warp tile
+    /// for the epilogue.
+    Wgmma,
+    /// Warp-specialised warpgroup MMA fed by TMA (sm_90a; CUTLASS 3's
+    /// `KernelTmaWarpSpecialized`): as [`MmaEngine::Wgmma`] for the `warps_m` consumer
+    /// warps, which come after one producer warpgroup (128 more threads, the first of the
+    /// CTA) whose one thread fills the ring's stages with TMA tiled loads (boxes of `bm`
+    /// and `bn` rows × `bk`, 128-byte swizzle; the edges and the K tail zero-filled by the
+    /// tensor map), the stages handed over through FULL and EMPTY mbarriers. Needs both
+    /// operands stored tensors read along K, rows of whole 16-byte chunks, no batch; the
+    /// epilogue is the consumers' alone (named barrier 1).
+    WgmmaTma,
+}
+
+impl MmaEngine {
+    /// Whether the tile multiplies with `wgmma` (either warpgroup engine).
+    pub fn is_wgmma(self) -> bool {
+        self != MmaEngine::Sync
+    }
+
+    /// Threads of the CTA beyond the `warps_m × warps_n` warps that hold accumulators: the
+    /// producer warpgroup of [`MmaEngine::WgmmaTma`] (128), else 0.
+    pub fn producer_threads(self) -> u32 {
+        match self {
+            MmaEngine::WgmmaTma => 128,
+            _ => 0,
+        }
+    }
+}
+
 /// How a tensor-core tile's f32 accumulators reach memory (the epilogue runs per element
 /// either way).
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
@@ -1232,8 +1269,11 @@ impl TileConfig {
             TileConfig::Gemv { warps, .. } => 32 * warps,
             TileConfig::Simt { bm, bn, tm, tn, .. } => (bm / tm) * (bn / tn),
             TileConfig::Mma {
-                warps_m, warps_n, ..
-            } => 32 * warps_m * warps_n,
+                warps_m,
+                warps_n,
+                engine,
+                ..
+            } => 32 * warps_m * warps_n + engine.producer_threads(),
             TileConfig::GemvMma { warps, .. } => 32 * warps,
             TileConfig::Attention { warps, .. } => 32 * warps,
             TileConfig::Update { threads, .. } => threads,
@@ -1295,13 +1335,17 @@ impl fmt::Display for TileConfig {
                 shape,
                 epilogue,
                 min_ctas_per_sm,
-                wgmma,
+                engine,
             } => write!(
                 f,
                 "mma {{ bm: {bm}, bn: {bn}, bk: {bk}, warps_m: {warps_m}, warps_n: {warps_n}, stages: {stages}, split_k: {split_k}, shape: {}, epilogue: {}, min_ctas_per_sm: {min_ctas_per_sm}{} }}",
                 shape.name(),
                 epilogue.name(),
-                if *wgmma { ", wgmma: 1" } else { "" }
+                match engine {
+                    MmaEngine::Sync => "",
+                    MmaEngine::Wgmma => ", wgmma: 1",
+                    MmaEngine::WgmmaTma => ", wgmma: tma",
+                }
             ),
             TileConfig::GemvMma {
                 warps,

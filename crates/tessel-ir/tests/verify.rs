@@ -1125,7 +1125,7 @@ fn widened_matmul(dt: DType, shape: tessel_ir::kernel::MmaShape) -> (Graph, Fusi
             shape,
             epilogue: tessel_ir::graph::MmaEpilogue::Single,
             min_ctas_per_sm: 0,
-            wgmma: false,
+            engine: tessel_ir::graph::MmaEngine::Sync,
         },
         why: String::new(),
     });

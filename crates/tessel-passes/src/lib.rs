@@ -75,7 +75,15 @@ pub static PASSES: &[PassInfo] = &[
     PassInfo {
         name: "schedule",
         what: "choose the schedule and TileConfig of each group",
-        run: Run::Schedule(|g, f, o| schedule::run(g, f, &o.target, o.profile, !o.tensor_parallel)),
+        run: Run::Schedule(|g, f, o| {
+            schedule::run(
+                g,
+                f,
+                &o.target,
+                o.profile,
+                (!o.tensor_parallel, o.wgmma_tma),
+            )
+        }),
     },
     // Graph groups → kernel IR kernels with math-library placeholders.
     PassInfo {
@@ -117,6 +125,11 @@ pub struct Options {
     /// The graph simulates tensor-parallel ranks (`tp::simulate`): no split-K, so that a
     /// rank's narrower GEMMs sum in the association of the whole (docs/tensor-parallel.md).
     pub tensor_parallel: bool,
+    /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take its warp-specialised
+    /// TMA variant (`wgmma: tma`, `lower/wgmma_tma.rs`) when the operands and the target
+    /// allow it ([`schedule::prefer_tma`]). Off by default: the variant has run on the
+    /// executor and through ptxas, not yet on a GPU (issue 19).
+    pub wgmma_tma: bool,
 }
 
 /// Why compilation of a checked graph failed.

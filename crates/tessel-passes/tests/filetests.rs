@@ -164,6 +164,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         profile: t.profile,
         verify: true,
         tensor_parallel: false,
+        wgmma_tma: false,
     };
     let out = match &info.run {
         Run::Check(check) => {

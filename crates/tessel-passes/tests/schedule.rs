@@ -2,7 +2,7 @@
 //! into the TileConfig (issue 8 items 2 and 3): change a fact, the decision follows.
 
 use std::collections::BTreeMap;
-use tessel_ir::graph::{MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::graph::{MmaEngine, MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
 use tessel_passes::{check, decompose, fuse, schedule, Features, Profile, PtxHeader, Target};
 
@@ -27,7 +27,7 @@ fn matmul_schedule_split(
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p, split);
+    let s = schedule::run(&g, &f, t, p, (split, false));
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -219,7 +219,8 @@ fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
                 matmul_schedule(dt, mnk, &sm80, p),
                 matmul_schedule(dt, mnk, &Target::h200(), p),
             );
-            let wgmma = |t: &TileConfig| matches!(t, TileConfig::Mma { wgmma: true, .. });
+            let wgmma =
+                |t: &TileConfig| matches!(t, TileConfig::Mma { engine, .. } if engine.is_wgmma());
             assert!(!wgmma(&a.tile), "{dt} {mnk:?} {p:?}: {}", a.why);
             if wgmma(&b.tile) {
                 assert_eq!((dt, mnk, p), ("bf16", (4096, 5120, 5120), Profile::Fast));
@@ -265,4 +266,61 @@ fn split_k_is_off_for_tensor_parallel_ranks() {
         let s = matmul_schedule_split("bf16", (64, 256, 8192), &t, p, false);
         assert_eq!(split(&s.tile), 1, "{p:?}: {}", s.why);
     }
+}
+
+/// The warp-specialised TMA tile (`wgmma: tma`) is taken only when asked
+/// (`Options::wgmma_tma`), in place of the warpgroup tile with the same sizes, and only
+/// where TMA can load the operands: not for a plain `[K, N]` right operand.
+#[test]
+fn the_tma_tile_is_taken_only_when_asked() {
+    let sched = |rhs: &str, rhs_t: &str, k: u64, tma: bool| -> Schedule {
+        let src = format!("step s(x: bf16[M, K], w: bf16{rhs}) -> bf16[M, N] {{ x @ {rhs_t} }}");
+        let module = tessel_syntax::parse(&src).expect("parses");
+        let dims: BTreeMap<String, u64> = [("M", 4096), ("N", 5120), ("K", k)]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b))
+            .collect();
+        let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+        let t = Target::h200();
+        let f = fuse::run(&g, &t, Profile::Fast);
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma));
+        let (grp, _) = f.groups.iter().next().expect("one group");
+        s[grp].clone().expect("scheduled")
+    };
+    let engine = |s: &Schedule| match s.tile {
+        TileConfig::Mma { engine, .. } => engine,
+        _ => panic!("{s:?}"),
+    };
+    let (off, on) = (
+        sched("[N, K]", "w^T", 5120, false),
+        sched("[N, K]", "w^T", 5120, true),
+    );
+    assert_eq!(engine(&off), MmaEngine::Wgmma, "{}", off.why);
+    assert_eq!(engine(&on), MmaEngine::WgmmaTma, "{}", on.why);
+    assert!(on.why.contains("warp-specialised"), "{}", on.why);
+    // The same sizes, stages and epilogue: only the engine differs, and the one CTA an SM
+    // that makes ptxas honour setmaxnreg.
+    let mut same = on.tile.clone();
+    if let TileConfig::Mma {
+        engine,
+        min_ctas_per_sm,
+        ..
+    } = &mut same
+    {
+        assert_eq!(*min_ctas_per_sm, 1);
+        *engine = MmaEngine::Wgmma;
+        *min_ctas_per_sm = 0;
+    }
+    assert_eq!(same, off.tile);
+    // Rows of 5121 elements are no tensor map's (its row stride is whole 16 bytes): the
+    // warpgroup tile stays.
+    let odd = sched("[N, K]", "w^T", 5121, true);
+    assert_eq!(engine(&odd), MmaEngine::Wgmma, "{}", odd.why);
+    // w stored [K, N]: no warpgroup tile, so nothing to replace.
+    let plain = sched("[K, N]", "w", 5120, true);
+    assert!(
+        !matches!(plain.tile, TileConfig::Mma { engine, .. } if engine.is_wgmma()),
+        "{}",
+        plain.why
+    );
 }

@@ -199,7 +199,7 @@ pub fn bench(
         }
     );
     let mut recs = Vec::new();
-    let steps = compile_steps(&src, args, &options(&target), &weights)?;
+    let steps = compile_steps(&src, args, &options(&target, args), &weights)?;
     let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
     note_unused(in_args, &step_params(&src, &names));
     for step in steps {

@@ -206,7 +206,7 @@ pub fn build(
     );
     let opts = Options {
         profile: args.profile,
-        ..options(&target)
+        ..options(&target, args)
     };
     let mut files = Vec::new();
     for name in step_names(&src, args)? {

@@ -84,7 +84,7 @@ pub fn check(
         target.name,
         target.ptx_target()
     );
-    let opts = options(&target);
+    let opts = options(&target, args);
     let mut ok = true;
     let mut records = Vec::new();
     // Steps given a verdict (PASS or FAIL), and those skipped, by why.

@@ -32,7 +32,7 @@ pub fn explain(file: &Path, args: &CompileArgs) -> Result<()> {
             features.join(", ")
         }
     );
-    for step in compile_steps(&src, args, &options(&target), &Weights::none())? {
+    for step in compile_steps(&src, args, &options(&target, args), &Weights::none())? {
         let c = &step.compiled;
         let Some(ranks) = &step.ranks else {
             println!(

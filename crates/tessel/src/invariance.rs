@@ -98,7 +98,7 @@ pub fn invariance(
         let mut a = args.clone();
         a.dims.retain(|(n, _)| n != batch_dim);
         a.dims.push((batch_dim.to_string(), m));
-        compile_steps(&src, &a, &options(&target), &weights)
+        compile_steps(&src, &a, &options(&target, &a), &weights)
     };
     // Every size is compiled for `target`, so every program's PTX header is this one.
     let ptx = target.ptx_header();

@@ -78,6 +78,12 @@ pub struct CompileArgs {
     /// `tp-check` takes world sizes with --sizes; `check`, `invariance` and `build` refuse it.
     #[arg(long, value_name = "N")]
     pub tp: Option<u32>,
+    /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a
+    /// as its warp-specialised TMA variant instead (a TMA producer warpgroup, two wgmma
+    /// consumer warpgroups, mbarriers; `wgmma: tma` in the schedule). Not the default until
+    /// checked on the GPU (issue 19).
+    #[arg(long)]
+    pub wgmma_tma: bool,
 }
 
 /// How inputs are made.

@@ -53,7 +53,7 @@ pub fn run(
     let weights = Weights::from_args(in_args)?;
     let gpu = device::gpu_unless(cpu);
     let (target, _) = target_for(args, gpu.as_ref().ok());
-    let steps = compile_steps(&src, args, &options(&target), &weights)?;
+    let steps = compile_steps(&src, args, &options(&target, args), &weights)?;
     let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
     note_unused(in_args, &step_params(&src, &names));
     match &gpu {

@@ -70,7 +70,7 @@ pub fn tp_check(
                 tp: Some(n),
                 ..args.clone()
             };
-            compile_steps(&src, &a, &options(&target), &weights).map(|s| (n, s))
+            compile_steps(&src, &a, &options(&target, &a), &weights).map(|s| (n, s))
         })
         .collect::<Result<_>>()?;
     let mut ok = true;

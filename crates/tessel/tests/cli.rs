@@ -1320,3 +1320,41 @@ fn floor_division_is_not_a_silent_comment() {
     assert!(t.contains("E0006"), "{t}");
     assert!(t.contains("floor_divide(a, b)"), "{t}");
 }
+
+/// `--wgmma-tma` turns the warpgroup tile of a large bf16 projection in `fast` into its
+/// warp-specialised TMA variant (`wgmma: tma`); without it the tile stays `wgmma: 1`.
+#[test]
+fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
+    let d = scratch("wgmma_tma");
+    write(
+        &d,
+        "p.tsl",
+        "step s(x: bf16[M, K], w: bf16[N, K]) -> bf16[M, N] { x @ w^T }\n",
+    );
+    let args = [
+        "explain",
+        "p.tsl",
+        "--dim",
+        "M=4096",
+        "--dim",
+        "K=5120",
+        "--dim",
+        "N=5120",
+        "--profile",
+        "fast",
+        "--target",
+        "h200",
+    ];
+    let plain = text(&tessel(&d, &args));
+    assert!(
+        plain.contains("wgmma: 1") && !plain.contains("wgmma: tma"),
+        "{plain}"
+    );
+    let mut with = args.to_vec();
+    with.push("--wgmma-tma");
+    let ws = text(&tessel(&d, &with));
+    assert!(
+        ws.contains("wgmma: tma") && ws.contains("warp-specialised"),
+        "{ws}"
+    );
+}

@@ -7,8 +7,8 @@ use super::{
 };
 use crate::entities::{Group, Value};
 use crate::graph::{
-    Fusion, Graph, GroupData, GroupOps, MmaEpilogue, Op, RowStat, Schedule, Schedules, TileConfig,
-    UpdateAt,
+    Fusion, Graph, GroupData, GroupOps, MmaEngine, MmaEpilogue, Op, RowStat, Schedule, Schedules,
+    TileConfig, UpdateAt,
 };
 use crate::kernel::MmaShape;
 use crate::types::{DType, Shape, TensorType};
@@ -240,7 +240,7 @@ pub(crate) fn dtype_named(w: &str, pos: Pos) -> Result<DType, ReadError> {
 }
 
 /// `tile <TileConfig> why "..."`: a tile kind and its fields, each a number or, for a
-/// tensor-core tile's `shape` and `epilogue`, a name.
+/// tensor-core tile's `shape`, `epilogue` and `wgmma` (`1` or `tma`), a name.
 fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
     c.keyword("tile")?;
     let (k, kpos) = c.word("a tile kind")?;
@@ -358,14 +358,15 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 shape,
                 epilogue,
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
-                // Written only when set: `wgmma: 1`.
-                wgmma: match fields.iter().find(|(f, ..)| f == "wgmma") {
-                    None => false,
-                    Some(_) => match num("wgmma")? {
-                        0 => false,
-                        1 => true,
+                // Written only when not `mma.sync`: `wgmma: 1` or `wgmma: tma`.
+                engine: match fields.iter().find(|(f, ..)| f == "wgmma") {
+                    None => MmaEngine::Sync,
+                    Some((_, x, pos)) => match x.as_str() {
+                        "0" => MmaEngine::Sync,
+                        "1" => MmaEngine::Wgmma,
+                        "tma" => MmaEngine::WgmmaTma,
                         x => {
-                            return Err(kpos.error(format!("`wgmma` is 0 or 1, found {x}")));
+                            return Err(pos.error(format!("`wgmma` is 0, 1 or tma, found `{x}`")));
                         }
                     },
                 },

@@ -96,7 +96,10 @@
 //!   operands are read in (bf16 → m16n8k16.bf16, f16 → m16n8k16.f16, f32 → m16n8k8.tf32;
 //!   16-bit under widening casts, `Graph::matmul_reads`), `bk` whole k steps,
 //!   and its `epilogue` fits the output (staged: N a multiple of 4, pairs: N even with
-//!   the output of the matmul's shape).
+//!   the output of the matmul's shape). A `wgmma` tile (either engine): 16-bit operands,
+//!   `warps_n` 1 and 16 rows a warp in whole warpgroups of 64, `bn` a multiple of 8 up to
+//!   256, `bk` 64, at least 3 stages, no split-K; a `wgmma: tma` tile also no batch dims
+//!   and `x @ w^T` with both stored rows whole 16-byte chunks (its tensor maps').
 //! - `schedule.row_epilogue`: a matmul group writing the matmul's rows `[.., N]` as
 //!   `[.., N / d, d]` (a row epilogue, `fuse` rule 8) has a staged tensor-core tile with
 //!   `bn` a multiple of `d`, no split-K, `d / 8` a power of two from 2 to 32 and its

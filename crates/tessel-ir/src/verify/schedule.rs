@@ -6,7 +6,8 @@ use super::graph::exists;
 use super::Errors;
 use crate::entities::{Group, Value};
 use crate::graph::{
-    Fusion, Graph, GroupKind, GroupOps, MatmulLayout, MmaEpilogue, Op, Schedules, TileConfig,
+    Fusion, Graph, GroupKind, GroupOps, MatmulLayout, MmaEngine, MmaEpilogue, Op, Schedules,
+    TileConfig,
 };
 use crate::kernel::MmaShape;
 use crate::types::DType;
@@ -361,7 +362,7 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
         split_k,
         shape,
         epilogue,
-        wgmma,
+        engine,
         ..
     } = *tile
     else {
@@ -371,7 +372,7 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
         return;
     }
     let loc = format!("group {grp}");
-    if wgmma {
+    if engine.is_wgmma() {
         // The warpgroup layout and the one K-major slice layout the wgmma kernel reads.
         let problems = [
             (shape == MmaShape::M16N8K8Tf32, "tf32 operands".to_string()),
@@ -402,6 +403,15 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
                     format!("a wgmma tile with {what}"),
                 );
             }
+        }
+    }
+    if engine == MmaEngine::WgmmaTma {
+        if let Some(what) = tma_operands_problem(g, mm) {
+            e.push(
+                "schedule.mma",
+                loc.clone(),
+                format!("a wgmma: tma tile with {what}"),
+            );
         }
     }
     // The operands as the kernel reads them: 16-bit under widening casts (`f32(x) @ f32(w)^T`).
@@ -448,6 +458,45 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
             ),
         );
     }
+}
+
+/// Why the operands of matmul `mm` cannot be read by TMA tensor maps, if they cannot: a
+/// `wgmma: tma` tile needs no batch dims, `x @ w^T` with both stored tensors read along K
+/// (the lhs as it is, the rhs through a swap of its last two dims) and rows of whole
+/// 16-byte chunks (a tensor map's row stride is a multiple of 16 bytes:
+/// `cuTensorMapEncodeTiled`'s `globalStrides`).
+fn tma_operands_problem(g: &Graph, mm: Value) -> Option<String> {
+    let Op::MatMul { lhs, .. } = g.ops[mm] else {
+        return Some("no matmul".into());
+    };
+    let ls = &g.ty(lhs).shape.0;
+    if ls[..ls.len() - 2].iter().product::<u64>() != 1 {
+        return Some("batch dims".into());
+    }
+    let reads = g.matmul_reads(mm)?;
+    // The swap of the last two dims, the others in place (`w^T`).
+    let swap = |p: &Option<Vec<u32>>| {
+        p.as_ref().is_some_and(|p| {
+            let n = p.len();
+            n >= 2
+                && (p[n - 1], p[n - 2]) == (n as u32 - 2, n as u32 - 1)
+                && p[..n - 2].iter().enumerate().all(|(i, &x)| x == i as u32)
+        })
+    };
+    if reads[0].perm.is_some() || !swap(&reads[1].perm) {
+        return Some("operands not both read along K (x @ w^T)".into());
+    }
+    let k = *ls.last()?;
+    for r in &reads {
+        let esz = g.ty(r.stored).dtype.size_bytes();
+        if esz != 2 || (k * esz) % 16 != 0 {
+            return Some(format!(
+                "rows of {k} {} elements, not whole 16-byte chunks of a 16-bit type",
+                g.ty(r.stored).dtype
+            ));
+        }
+    }
+    None
 }
 
 /// True if the kernel computing `x` computes `r`: `r` is `x` or reached from it through

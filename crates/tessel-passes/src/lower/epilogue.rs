@@ -7,14 +7,29 @@ use super::{Gen, Ix, LowerError, Scratch};
 use tessel_ir::kernel::{ICmp, Op, Operand, RegType, Space, Stmt, Width};
 use tessel_ir::{Reg, Value};
 
-/// Where a thread's warp sits in the CTA's tile: the thread index, its lane, and the warp
-/// tile's first row and column.
+/// Where a thread's warp sits in the CTA's tile: the thread index (among the threads that
+/// hold accumulators), its lane, and the warp tile's first row and column; and where those
+/// threads meet between the epilogue's phases.
 #[derive(Copy, Clone)]
 pub(super) struct WarpTile {
     pub(super) tid: Reg,
     pub(super) lane: Ix,
     pub(super) wm0: Ix,
     pub(super) wn0: Ix,
+    /// `None`: every thread of the CTA runs the epilogue and meets at `bar.sync 0`.
+    /// `Some(id)`: only the accumulator-holding threads do (the consumer warpgroups of a
+    /// warp-specialised kernel, whose producer has left), at named barrier `id`.
+    pub(super) named_barrier: Option<u32>,
+}
+
+impl Gen<'_> {
+    /// The barrier where the epilogue's `threads` threads meet ([`WarpTile::named_barrier`]).
+    fn epilogue_barrier(&mut self, wt: WarpTile, threads: u32) {
+        self.b.push(match wt.named_barrier {
+            None => Stmt::Barrier,
+            Some(id) => Stmt::BarSync { id, threads },
+        });
+    }
 }
 
 /// Passes of a looped staged epilogue per loop iteration ([`Gen::staged_epilogue`]).
@@ -145,7 +160,7 @@ impl Gen<'_> {
         warp_tile: WarpTile,
         (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
     ) -> Result<(), LowerError> {
-        let stride = self.stage_accumulators(base, bn, (accs, mi, ni), warp_tile);
+        let stride = self.stage_accumulators((base, bn, threads), (accs, mi, ni), warp_tile);
         // Read back 4 columns at a time, row by row: vector `tid + it · threads` in pass
         // `it`. Unrolled, unless the epilogue calls the math library (silu's sigmoid,
         // exp, ...: hundreds of instructions per element): then a loop, so that the
@@ -228,17 +243,18 @@ impl Gen<'_> {
     }
 
     /// Every warp's f32 accumulators into the CTA's `bm × (bn + 8)` f32 tile at `base`
-    /// (the ring, no longer read: all copies waited for), between two barriers. Lane
+    /// (the ring, no longer read: all copies waited for), between two barriers of the
+    /// `threads` that hold accumulators ([`WarpTile::named_barrier`]). Lane
     /// (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 × 8 fragment (PTX ISA
     /// §9.7.14.5.8); the padding of 8 floats puts the 8 rows of a fragment store in
     /// different banks. Returns the tile's row stride in bytes.
     fn stage_accumulators(
         &mut self,
-        base: Reg,
-        bn: u32,
+        (base, bn, threads): (Reg, u32, u32),
         (accs, mi, ni): (&[[Reg; 4]], u32, u32),
-        WarpTile { lane, wm0, wn0, .. }: WarpTile,
+        wt: WarpTile,
     ) -> u32 {
+        let WarpTile { lane, wm0, wn0, .. } = wt;
         let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
@@ -249,7 +265,7 @@ impl Gen<'_> {
         let c = self.imul_c(c, 4);
         let off = self.iadd(r, c);
         let mine = self.shared_addr(base, off);
-        self.b.push(Stmt::Barrier);
+        self.epilogue_barrier(wt, threads);
         for i in 0..mi {
             for j in 0..ni {
                 let frag = accs[(i * ni + j) as usize];
@@ -265,7 +281,7 @@ impl Gen<'_> {
                 }
             }
         }
-        self.b.push(Stmt::Barrier);
+        self.epilogue_barrier(wt, threads);
         stride
     }
 
@@ -301,7 +317,7 @@ impl Gen<'_> {
                 value: out,
             });
         }
-        let stride = self.stage_accumulators(base, bn, (accs, mi, ni), warp_tile);
+        let stride = self.stage_accumulators((base, bn, threads), (accs, mi, ni), warp_tile);
         let it = self.b.kernel.new_reg(RegType::U32);
         self.open();
         let first = self.imul_c(Ix::R(it), threads as u64);

@@ -18,7 +18,7 @@ use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
-use tessel_ir::graph::{MatmulLayout, MmaEpilogue, TileConfig};
+use tessel_ir::graph::{MatmulLayout, MmaEngine, MmaEpilogue, TileConfig};
 use tessel_ir::kernel::{MmaShape, Op, Operand, RegType, Special, Stmt};
 use tessel_ir::{Reg, Value};
 
@@ -71,12 +71,16 @@ impl Gen<'_> {
             split_k,
             shape,
             epilogue,
-            wgmma,
+            engine,
             ..
         } = *tile
         else {
             unreachable!("called for mma tiles")
         };
+        if engine == MmaEngine::WgmmaTma {
+            return self.wgmma_tma(out, (mm, row_reductions), tile);
+        }
+        let wgmma = engine == MmaEngine::Wgmma;
         // The schedule chose the instruction, the epilogue and the shared memory for the
         // dtype, N and the target (`schedule::matmul`; the verifier checks the first two).
         let (lhs, rhs, batch_shape, (m, k, n)) = self.matmul_operands(mm);
@@ -104,7 +108,6 @@ impl Gen<'_> {
         let (mi, ni) = (wm / 16, wn / 8);
         let range_len = split_range(k, bk, split_k);
         // With the staged epilogue the output tile of f32 reuses the ring.
-        let staged = epilogue == MmaEpilogue::Staged;
         let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
@@ -186,23 +189,51 @@ impl Gen<'_> {
             (accs, mi, ni)
         };
 
-        if staged {
-            let tile = (base, bm, bn, threads);
-            let warp_tile = WarpTile {
-                tid,
-                lane,
-                wm0,
-                wn0,
-            };
-            let edges = (&lead[..], m0, n0, m, n);
+        let warp_tile = WarpTile {
+            tid,
+            lane,
+            wm0,
+            wn0,
+            named_barrier: None,
+        };
+        self.tile_epilogue(
+            (out, mm, row_reductions),
+            (base, bm, bn, threads),
+            (&accs, mi, ni),
+            warp_tile,
+            (&lead[..], m0, n0, m, n),
+            epilogue,
+        )?;
+        Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)))
+    }
+
+    /// The tile's epilogue from every accumulator-holding thread's `mi × ni` fragments
+    /// (`warp_tile` says where its warp's sit; `threads` of them, which meet at the
+    /// barrier `warp_tile` names): through the shared-memory tile at `base` (the ring, no
+    /// longer read) for [`MmaEpilogue::Staged`] — [`Gen::staged_epilogue`], or
+    /// [`Gen::row_epilogue`] for a group writing whole rows (`row_reductions` its
+    /// reductions) — else straight from the registers, per fragment.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tile_epilogue(
+        &mut self,
+        (out, mm, row_reductions): (Value, Value, &[Value]),
+        tile: (Reg, u32, u32, u32),
+        (accs, mi, ni): (&[[Reg; 4]], u32, u32),
+        warp_tile: WarpTile,
+        edges: (&[Ix], Ix, Ix, u64, u64),
+        epilogue: MmaEpilogue,
+    ) -> Result<(), LowerError> {
+        if epilogue == MmaEpilogue::Staged {
             if self.g.matmul_layout(mm, out) == Some(MatmulLayout::Rows) {
-                self.staged_epilogue(out, mm, tile, (&accs, mi, ni), warp_tile, edges)?;
+                self.staged_epilogue(out, mm, tile, (accs, mi, ni), warp_tile, edges)?;
             } else {
                 let group = (out, mm, row_reductions);
-                self.row_epilogue(group, tile, (&accs, mi, ni), warp_tile, edges)?;
+                self.row_epilogue(group, tile, (accs, mi, ni), warp_tile, edges)?;
             }
-            return Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)));
+            return Ok(());
         }
+        let (lead, m0, n0, m, n) = edges;
+        let WarpTile { lane, wm0, wn0, .. } = warp_tile;
         // Epilogue: lane (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each fragment.
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
@@ -229,11 +260,11 @@ impl Gen<'_> {
                     let (dr, dc) = MmaShape::cd_pos(0, q);
                     let row = self.iadd(row0, Ix::C((16 * i + dr) as u64));
                     let col = self.iadd(col0, Ix::C((8 * j + dc) as u64));
-                    self.guarded_epilogue((out, mm), &lead, (row, m), (col, n), &regs)?;
+                    self.guarded_epilogue((out, mm), lead, (row, m), (col, n), &regs)?;
                 }
             }
         }
-        Ok(tile_grid((mt, nt), batch, k.div_ceil(range_len)))
+        Ok(())
     }
 
     /// The `mma.sync` main loop of the tensor-core tile: per slice, wait for it, barrier,

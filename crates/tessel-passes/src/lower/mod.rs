@@ -30,7 +30,9 @@
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
 //! (shared-memory ring: `ring/layout.rs` the stage layout and swizzle, `ring/cp_async.rs`
 //! the `cp.async` loader, `ring/source.rs` what a tile is read from), `fragments`
-//! (tensor-core operand fragments).
+//! (tensor-core operand fragments); `wgmma` (the warpgroup main loop over the `cp.async`
+//! ring) and `wgmma_tma` (the warp-specialised tile: a TMA producer warpgroup, wgmma
+//! consumer warpgroups).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
 mod attention;
@@ -52,10 +54,13 @@ mod simt;
 mod update;
 mod values;
 mod wgmma;
+mod wgmma_tma;
 
 use crate::analysis::row_shape;
 use std::collections::HashMap;
-use tessel_ir::graph::{Fusion, Graph, GroupKind, GroupOps, Op as GOp, Schedules, TileConfig};
+use tessel_ir::graph::{
+    Fusion, Graph, GroupKind, GroupOps, MmaEngine, Op as GOp, Schedules, TileConfig,
+};
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, Kernel, Launch, LaunchArg, Op, Operand, Param, ParamKind,
     Program, RegType, Stmt,
@@ -290,6 +295,11 @@ struct Gen<'a> {
     /// per-score cone evaluates softmax's `exp` in every sweep (docs/numerics.md,
     /// "The fused attention backward").
     exp_single: bool,
+    /// The buffer of every materialised value: what a tensor map a kernel passes views.
+    buffers: &'a HashMap<Value, BufferId>,
+    /// The launch arguments of the parameters the schedule's code adds after the buffers'
+    /// (a TMA kernel's tensor maps, [`LaunchArg::TensorMap`]), in parameter order.
+    extra_args: Vec<LaunchArg>,
 }
 
 /// The staged epilogue's f32 tile of matmul `mm`: element (`m0 + i`, `n0 + j`) of the
@@ -428,6 +438,8 @@ fn lower_group(
         chunk: None,
         flat_of: HashMap::new(),
         scratch: None,
+        buffers: buf_of,
+        extra_args: Vec::new(),
     };
     for (i, &v) in params.iter().enumerate() {
         let r = gen.b.op(RegType::U64, Op::Param(i as u32), &[]);
@@ -613,12 +625,20 @@ fn lower_group(
             })
         }
     };
+    args.append(&mut gen.extra_args);
     gen.b.finish();
     kernel.block = [block, 1, 1];
     kernel.grid = grid;
     kernel.schedule = schedule;
     // The occupancy the schedule asked for (`.minnctapersm`).
     kernel.min_ctas_per_sm = match *tile {
+        // The warp-specialised tile moves registers between its warpgroups (`setmaxnreg`),
+        // which ptxas honours only where it knows the count at entry: one CTA an SM, so
+        // 65536 / 384 rounded down to 8 (168).
+        TileConfig::Mma {
+            engine: MmaEngine::WgmmaTma,
+            ..
+        } => 1,
         TileConfig::Mma {
             min_ctas_per_sm, ..
         }

@@ -113,6 +113,33 @@ impl Gen<'_> {
         let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
         let start_a = self.shared_addr(ra.base, rda);
         let start_b = self.shared_addr(rb.base, rdb);
+        self.wgmma_slice(wshape, &d, (start_a, start_b), fixed);
+        self.b.push(Stmt::WgmmaCommit);
+        self.b.push(Stmt::WgmmaWait(1));
+        self.advance_stages(&[rd, wr], stages);
+        self.close_for(kt, k_start, k_end, Operand::U32(bk));
+        self.b.push(Stmt::WgmmaWait(0));
+        // Copies past the end (zero-filled, never read) must land before the ring is
+        // reused and the CTA exits.
+        self.b.push(Stmt::CpAsyncWaitAll);
+        Ok(d.chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect())
+    }
+
+    /// One slice's wgmma of the accumulators `d`: `wgmma.fence`, then one `wshape` wgmma
+    /// per 16 of K of the 128-byte span, A's 64 rows at shared address `start_a` and B's
+    /// `n` rows at `start_b` (both 128-byte-swizzled K-major, 1024-aligned patterns),
+    /// through descriptors of `fixed` bits ([`SmemDesc::fixed_bits`]) whose start field
+    /// (address / 16) moves by 2 per k step of 32 bytes. Not committed.
+    pub(super) fn wgmma_slice(
+        &mut self,
+        wshape: WgmmaShape,
+        d: &[Reg],
+        (start_a, start_b): (Reg, Reg),
+        fixed: u64,
+    ) {
+        let span = WgmmaSwizzle::B128.span();
         let field = |g: &mut Self, addr: Reg| {
             g.b.op(RegType::U32, Op::ShrU, &[addr.into(), Operand::U32(4)])
         };
@@ -135,21 +162,10 @@ impl Gen<'_> {
             let (a_desc, b_desc) = (desc(self, fa), desc(self, fb));
             self.b.push(Stmt::Wgmma {
                 shape: wshape,
-                d: d.clone(),
+                d: d.to_vec(),
                 a_desc,
                 b_desc,
             });
         }
-        self.b.push(Stmt::WgmmaCommit);
-        self.b.push(Stmt::WgmmaWait(1));
-        self.advance_stages(&[rd, wr], stages);
-        self.close_for(kt, k_start, k_end, Operand::U32(bk));
-        self.b.push(Stmt::WgmmaWait(0));
-        // Copies past the end (zero-filled, never read) must land before the ring is
-        // reused and the CTA exits.
-        self.b.push(Stmt::CpAsyncWaitAll);
-        Ok(d.chunks_exact(4)
-            .map(|c| [c[0], c[1], c[2], c[3]])
-            .collect())
     }
 }

@@ -67,7 +67,7 @@
 
 use super::{offers, widest_vector};
 use crate::target::{Features, Profile, Target};
-use tessel_ir::graph::{Graph, MatmulRead, MmaEpilogue, Schedule, TileConfig};
+use tessel_ir::graph::{Graph, MatmulRead, MmaEngine, MmaEpilogue, Schedule, TileConfig};
 use tessel_ir::kernel::MmaShape;
 use tessel_ir::{DType, Value};
 
@@ -238,8 +238,8 @@ struct MmaRow {
     name: &'static str,
     /// Tried only on a target that has these ([`offers`]); none for the `mma.sync` tiles.
     needs: Features,
-    /// A warpgroup tile (`TileConfig::Mma::wgmma`): tried only in `fast`, for 16-bit
-    /// operands both read along K.
+    /// A warpgroup tile (`TileConfig::Mma`'s `engine`, not `Sync`): tried only in `fast`,
+    /// for 16-bit operands both read along K.
     wgmma: bool,
     applies: fn(&MatmulShape, &Target) -> bool,
     tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
@@ -565,6 +565,67 @@ pub fn row_epilogue_tile(
     mma(&s, s.read, (true, true), (Some(d), false), t, profile).ok()
 }
 
+/// The warp-specialised TMA variant of a warpgroup schedule (`wgmma: 1` → `wgmma: tma`,
+/// the same tile, stages and epilogue, one CTA an SM; `lower/wgmma_tma.rs`), where TMA can
+/// load the operands: the target has TMA and setmaxnreg, no batch, `x @ w^T` with both
+/// stored tensors read in place along K (no strided view) in rows of whole 16-byte chunks
+/// (a tensor map's row stride), and the ring with its mbarriers fits the shared memory.
+/// Any other schedule is returned as it is. Taken only under `Options::wgmma_tma` until the
+/// GPU has checked the variant (issue 19); its order of sums is the `wgmma: 1` tile's.
+pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
+    let TileConfig::Mma {
+        bm,
+        bn,
+        bk,
+        stages,
+        epilogue,
+        engine: MmaEngine::Wgmma,
+        ..
+    } = sch.tile
+    else {
+        return sch;
+    };
+    let s = matmul_shape(g, mm);
+    let needs = Features {
+        tma: true,
+        setmaxnreg: true,
+        ..Features::NONE
+    };
+    let esz = s.read.size_bytes() as u32;
+    let shared =
+        mma_shared_bytes((bm, bn, bk), stages, esz, epilogue).next_multiple_of(8) + 16 * stages;
+    let fits = offers(t, needs).is_ok()
+        && s.batch == 1
+        && s.operands_2d
+        && !s.views
+        && s.lhs_k_contiguous
+        && s.rhs_k_contiguous
+        && (s.k * esz as u64) % 16 == 0
+        && shared <= t.max_shared_per_cta;
+    if !fits {
+        return sch;
+    }
+    let mut tile = sch.tile;
+    if let TileConfig::Mma {
+        engine,
+        min_ctas_per_sm,
+        ..
+    } = &mut tile
+    {
+        *engine = MmaEngine::WgmmaTma;
+        // What the kernel asks of ptxas anyway (`lower/mod.rs`): a register count at entry,
+        // without which ptxas ignores setmaxnreg.
+        *min_ctas_per_sm = 1;
+    }
+    Schedule {
+        tile,
+        why: format!(
+            "{}; warp-specialised: one producer warpgroup (setmaxnreg 40) loads both operands' K slices by TMA into the {stages}-stage ring, the 2 consumer warpgroups (setmaxnreg 232) take them through FULL/EMPTY mbarriers",
+            sch.why
+        ),
+    }
+}
+
 /// The tensor-core tile and its reason, or why there is none: the profile or the operands
 /// rule tensor cores out (said by nothing: the SIMT tile is the schedule), or no row of
 /// [`MMA_TILES`] fits the target's shared memory (said). With `rows = Some(d)`, only tiles
@@ -701,7 +762,11 @@ fn mma(
             shape,
             epilogue,
             min_ctas_per_sm,
-            wgmma: row.wgmma,
+            engine: if row.wgmma {
+                MmaEngine::Wgmma
+            } else {
+                MmaEngine::Sync
+            },
         };
         return Ok((tile, why));
     }

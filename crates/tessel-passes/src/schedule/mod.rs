@@ -24,8 +24,8 @@ pub use attention::{
 };
 
 pub use matmul::{
-    matmul_shape, mma_shared_bytes, row_epilogue_tile, stored_operands, strided_operand,
-    swaps_last_two, MatmulShape, STAGED_ROW_PAD,
+    matmul_shape, mma_shared_bytes, prefer_tma, row_epilogue_tile, stored_operands,
+    strided_operand, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
 };
 
 use crate::target::{Features, Profile, Target};
@@ -37,17 +37,23 @@ use tessel_ir::Group;
 /// Runs the pass. `split_k`: whether a matmul may cut its K into ranges when its tiles
 /// leave SMs idle (in the `invariant` profile only by K and N, never by M:
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
-/// GEMMs would otherwise sum in another association than the whole).
+/// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
+/// warpgroup tile becomes its warp-specialised TMA variant where it can ([`prefer_tma`];
+/// `Options::wgmma_tma`).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
     target: &Target,
     profile: Profile,
-    split_k: bool,
+    (split_k, wgmma_tma): (bool, bool),
 ) -> Schedules {
     let mut s = Schedules::new();
     for grp in fusion.groups.keys() {
-        s[grp] = Some(choose(g, fusion, grp, target, (profile, split_k)));
+        let mut sch = choose(g, fusion, grp, target, (profile, split_k));
+        if let (true, Some(mm)) = (wgmma_tma, fusion.groups[grp].ops.matmul()) {
+            sch = prefer_tma(g, mm, sch, target);
+        }
+        s[grp] = Some(sch);
     }
     s
 }
@@ -342,9 +348,7 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
             "each output: the products of each K slice of {bk} summed in k order into a partial starting at 0, the partials added in slice order into one f32 accumulator starting at 0 (independent of M, N and the output tile){}",
             split_order(split_k)
         ),
-        TileConfig::Mma {
-            wgmma: true, bn, ..
-        } => format!(
+        TileConfig::Mma { engine, bn, .. } if engine.is_wgmma() => format!(
             "each output: one f32 accumulator starting at 0, updated by one wgmma.m64n{bn}k16 per k step of 16 in k order; inside a step the tensor core's order is not specified by NVIDIA (the executor models it as an fma chain in k order, as for mma.sync)"
         ),
         TileConfig::Mma { split_k, .. } => format!(

@@ -107,7 +107,6 @@ pub(in crate::lower) struct StageLayout {
 /// (`CU_TENSOR_MAP_SWIZZLE_32B/64B/128B`; 0 for `CU_TENSOR_MAP_SWIZZLE_NONE`), the stage
 /// starting at a multiple of `align` bytes.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))] // the TMA loader's, next (issue 19)
 pub(in crate::lower) struct TmaBoxes {
     pub(in crate::lower) box_cols: u32,
     pub(in crate::lower) boxes: u32,
@@ -125,7 +124,6 @@ pub(in crate::lower) struct TmaBoxes {
 /// panel starts `rows · 128` bytes on. To be checked against the GPU by the first wgmma
 /// kernel.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))] // the wgmma schedules', next (issue 19)
 pub(in crate::lower) struct WgmmaKMajor {
     pub(in crate::lower) swizzle_bytes: u32,
     pub(in crate::lower) stride_byte_offset: u32,
@@ -270,7 +268,6 @@ impl StageLayout {
 
     /// How TMA writes a stage of this layout, or `None` where no TMA mode does (rows wider
     /// than 128 bytes stored whole).
-    #[cfg_attr(not(test), allow(dead_code))] // the TMA loader's, next (issue 19)
     pub(in crate::lower) fn tma(&self) -> Option<TmaBoxes> {
         let rb = self.row_bytes();
         match self.swizzle {
@@ -294,7 +291,6 @@ impl StageLayout {
 
     /// This layout as a K-major wgmma operand's descriptor fields, or `None` where it is
     /// not a swizzled layout wgmma reads (rows of 16 bytes, or wider than 128 stored whole).
-    #[cfg_attr(not(test), allow(dead_code))] // the wgmma schedules', next (issue 19)
     pub(in crate::lower) fn wgmma_k_major(&self) -> Option<WgmmaKMajor> {
         let span = match self.swizzle {
             Swizzle::Rows if matches!(self.row_bytes(), 32 | 64 | 128) => self.row_bytes(),

@@ -1,7 +1,7 @@
 //! The shared-memory ring of the tensor-core schedules: each operand's `stages` tiles, all
 //! in one [`StageLayout`] (`layout.rs`: the swizzle of the 16-byte chunks, where an element
 //! lies, what TMA and wgmma make of the layout), filled by a loader (`cp_async.rs`: the
-//! copy plan and the `cp.async` copies; a TMA loader next) from a source (`source.rs`: the
+//! copy plan and the `cp.async` copies; `tma.rs`: tensor maps and TMA tiled loads) from a source (`source.rs`: the
 //! tensor or strided view a tile is read from), and read by the fragment plans
 //! (`fragments.rs`: `ldmatrix` rows). The GEMM (`mma.rs`), the fused attention
 //! (`attention.rs`, `attention_parts.rs`) and its backward (`attention_bwd.rs`) take their
@@ -10,6 +10,7 @@
 pub(super) mod cp_async;
 pub(super) mod layout;
 mod source;
+pub(super) mod tma;
 
 pub(super) use layout::StageLayout;
 pub(super) use source::Operand2d;

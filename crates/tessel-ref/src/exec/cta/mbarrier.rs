@@ -329,7 +329,7 @@ impl Cta<'_> {
 
     /// A TMA destination of `bytes` bytes at `d`: aligned to the swizzle's pattern (128
     /// bytes at least), inside one shared buffer declared with that alignment, and free of
-    /// mbarriers and copies still pending.
+    /// mbarriers, copies still pending and operands of wgmma not yet waited for.
     fn check_tma_dst(
         &self,
         thread: usize,
@@ -373,7 +373,9 @@ impl Cta<'_> {
                 ),
             ));
         }
-        self.check_not_pending(thread, d, extent, "TMA destination")
+        self.check_not_pending(thread, d, extent, "TMA destination")?;
+        // A stage released to the producer before the wgmma reading it completed.
+        self.check_not_read_by_wgmma(thread, (d, extent), "TMA load")
     }
 
     /// Writes the box of `map` at coordinates `c` (elements, innermost first) to shared `d`:

@@ -11,7 +11,8 @@
 //! row, so no warp needs another's registers); the fence, commit and wait order nothing
 //! else in the model, which executes in program order. What the model checks instead is
 //! what the GPU would leave undefined: an operand byte written through the generic proxy
-//! and not fenced, and a store into bytes that a wgmma not yet waited for reads. It does
+//! and not fenced, and a store, `cp.async` or TMA load into bytes that a wgmma not yet
+//! waited for reads. It does
 //! not check reads of the accumulator registers before the wait.
 
 use super::{Cta, Span};
@@ -84,17 +85,35 @@ impl Cta<'_> {
         if !self.k.uses_wgmma {
             return Ok(());
         }
+        self.check_not_read_by_wgmma(thread, (addr, bytes), "shared store")?;
         let range = addr as usize..(addr + bytes) as usize;
-        if self.proxy.outstanding > 0 && self.proxy.reading[range.clone()].iter().any(|&c| c > 0) {
+        self.proxy.unfenced[range].fill(thread as u32 + 1);
+        self.proxy.written[thread].push((addr, bytes));
+        Ok(())
+    }
+
+    /// Fails if an issued wgmma that no `wgmma.wait` has completed reads any of the `bytes`
+    /// bytes at `addr`, which `what` (a shared store, a `cp.async`, a TMA load) of `thread`
+    /// is about to write: the GPU's tensor core may still be reading them. Nothing to do in
+    /// a kernel without wgmma.
+    pub(super) fn check_not_read_by_wgmma(
+        &self,
+        thread: usize,
+        (addr, bytes): (u32, u32),
+        what: &str,
+    ) -> Result<(), ExecError> {
+        if !self.k.uses_wgmma || self.proxy.outstanding == 0 {
+            return Ok(());
+        }
+        let range = addr as usize..(addr + bytes) as usize;
+        if self.proxy.reading[range].iter().any(|&c| c > 0) {
             return Err(self.wgmma_error(
                 thread,
                 format!(
-                    "shared store of {bytes} bytes at {addr:#x} into the operand of a wgmma that no wgmma.wait has completed"
+                    "{what} of {bytes} bytes at {addr:#x} into the operand of a wgmma that no wgmma.wait has completed"
                 ),
             ));
         }
-        self.proxy.unfenced[range].fill(thread as u32 + 1);
-        self.proxy.written[thread].push((addr, bytes));
         Ok(())
     }
 

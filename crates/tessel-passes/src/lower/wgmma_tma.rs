@@ -1,0 +1,361 @@
+//! The warp-specialised warpgroup GEMM tile (`TileConfig::Mma` with
+//! [`MmaEngine::WgmmaTma`], text `wgmma: tma`): one producer warpgroup fills the ring by
+//! TMA, `bm / 64` consumer warpgroups multiply it with `wgmma`, and the stages pass between
+//! them through mbarriers — the structure of CUTLASS 3's
+//! `sm90_mma_tma_gmma_ss_warpspecialized` mainloop and of DeepGEMM's and fast.cu's kernels,
+//! written from the PTX ISA. What comes before it (the operands, the grouped CTA order) is
+//! `matmul.rs`'s and `ring/`'s; after it, `mma.rs`'s epilogue, run by the consumers alone.
+//!
+//! The CTA: `128 + 32 · warps_m` threads. Shared memory: the ring (A's `stages` stages of
+//! `bm` rows × 128 bytes, then B's of `bn` rows, each stage 1024-aligned in the 128-byte
+//! swizzle TMA writes and wgmma reads: [`StageLayout::tma`], [`StageLayout::wgmma_k_major`]),
+//! the epilogue's f32 tile over the ring, and after both the mbarriers: FULL[s] (one
+//! arrival, the producer's `expect_tx`, plus the stage's bytes) and EMPTY[s] (one arrival
+//! per consumer thread). Thread 0 initialises them, `fence.mbarrier_init`, `bar.sync 0`.
+//!
+//! - **Producer** (threads 0..128): `setmaxnreg.dec` to [`PRODUCER_REGS`]; thread 0 alone,
+//!   for each K slice `kt` in order: wait until EMPTY[kt mod S] has completed the phase of
+//!   the slice `S` before (parity `((kt / S) & 1) ^ 1`, at once in the first round), arm
+//!   FULL[kt mod S] with both boxes' bytes, issue A's box `[bm × 64]` at (k = 64·kt, m0)
+//!   and B's `[bn × 64]` at (k, n0). Boxes past M, N or K are zero-filled by the tensor
+//!   maps, whose dims are the tensors' (PTX ISA §9.7.9.25.5.1; `ring/tma.rs`).
+//! - **Consumers** (threads 128..): `setmaxnreg.inc` to [`CONSUMER_REGS`]; per slice: wait
+//!   FULL[kt mod S] (parity `(kt / S) & 1`), `wgmma.fence`, 4 × `wgmma.m64n{bn}k16` on the
+//!   warpgroup's 64 rows (PTX ISA §9.7.15.5), commit, `wgmma.wait_group 1` — slice
+//!   `kt - 1`'s group is done, so its stage's bytes are no longer read — and every consumer
+//!   thread arrives on EMPTY[(kt - 1) mod S]: one group stays in flight while the next
+//!   slice is waited for. After the last slice, `wait_group 0`, then the epilogue
+//!   ([`Gen::tile_epilogue`]) over the consumers' threads, which meet at named barrier
+//!   [`EPILOGUE_BARRIER`] (the producer warpgroup has left, so `bar.sync 0` would hang).
+//!
+//! Every TMA write lands before a consumer waits the phase that counts it, and every
+//! consumer waits every FULL phase, so no copy is in flight when the epilogue overwrites
+//! the ring. Each output element is one accumulation over k in order, slice after slice —
+//! the `wgmma: 1` tile's order, the executor's bits of `mma.sync`'s.
+
+use super::epilogue::WarpTile;
+use super::mma::{tile_grid, GROUP_M};
+use super::ring::tma::TmaPlan;
+use super::ring::{Ring, StageLayout};
+use super::{Gen, Ix, LowerError};
+use crate::schedule::mma_shared_bytes;
+use tessel_ir::graph::TileConfig;
+use tessel_ir::kernel::{
+    ICmp, MmaShape, Op, Operand, RegType, SmemDesc, Special, Stmt, WgmmaInput, WgmmaShape,
+    WgmmaSwizzle,
+};
+use tessel_ir::{Reg, Value};
+
+/// Threads of the producer warpgroup, the CTA's first.
+pub(crate) const PRODUCER_THREADS: u32 = 128;
+
+/// The producer warpgroup's register budget after `setmaxnreg.dec` (PTX ISA §9.7.19.5), and
+/// the consumers' after `setmaxnreg.inc`: 128 · 40 + 256 · 232 = 64512, the 168 registers
+/// a thread ptxas allots at entry (65536 / 384 rounded down to 8, with `.reqntid 384` and
+/// `.minnctapersm 1`) times 384 — the pool setmaxnreg moves registers within. CUTLASS's
+/// warp-specialised GEMMs use the same pair (`LoadRegisterRequirement`,
+/// `MmaRegisterRequirement`); the producer's loop needs about 30.
+pub(crate) const PRODUCER_REGS: u32 = 40;
+pub(crate) const CONSUMER_REGS: u32 = 232;
+
+/// The named barrier where the consumers meet in the epilogue (0 is `bar.sync 0`'s).
+const EPILOGUE_BARRIER: u32 = 1;
+
+/// Bytes of the mbarriers after the ring: FULL and EMPTY, 8 bytes each, per stage.
+pub(crate) fn barrier_bytes(stages: u32) -> u32 {
+    2 * 8 * stages
+}
+
+impl Gen<'_> {
+    /// The warp-specialised tile of matmul `mm` (its group's output `out`, with
+    /// `row_reductions` for a row epilogue; see the module doc). Returns the grid.
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] for operands TMA cannot load ([`Gen::tma_plan`]) or a
+    /// batched matmul.
+    pub(super) fn wgmma_tma(
+        &mut self,
+        out: Value,
+        (mm, row_reductions): (Value, &[Value]),
+        tile: &TileConfig,
+    ) -> Result<[u32; 3], LowerError> {
+        let TileConfig::Mma {
+            bm,
+            bn,
+            bk,
+            warps_m,
+            stages,
+            shape,
+            epilogue,
+            ..
+        } = *tile
+        else {
+            unreachable!("called for mma tiles")
+        };
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let [ra, rb] = self.operand_reads(mm);
+        let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
+        let (Some(a), Some(b)) = (self.operand_2d(&ra, true), self.operand_2d(&rb, false)) else {
+            return Err(LowerError::Unsupported {
+                what: "a wgmma: tma tile whose operands are not stored tensors".into(),
+                value: mm,
+            });
+        };
+        if batch_shape.numel() > 1 {
+            return Err(LowerError::Unsupported {
+                what: "a batched wgmma: tma tile".into(),
+                value: mm,
+            });
+        }
+        let input = match shape {
+            MmaShape::M16N8K16Bf16 => WgmmaInput::Bf16,
+            MmaShape::M16N8K16F16 => WgmmaInput::F16,
+            MmaShape::M16N8K8Tf32 => WgmmaInput::Tf32,
+        };
+        let wshape = WgmmaShape { n: bn, input };
+        let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
+        let consumers = 32 * warps_m;
+        let slices = k.div_ceil(bk as u64).max(1);
+
+        // The ring, the epilogue's tile over it, then the barriers: one buffer (beyond 48
+        // KiB the launch's dynamic shared memory), 1024-aligned for the swizzle.
+        let body = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue).next_multiple_of(8);
+        let buf = self.b.kernel.new_shared(body + barrier_bytes(stages), 1024);
+        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+        let ring_a = Ring {
+            base,
+            layout: StageLayout::rows(bm, bk, esz),
+        };
+        let b_base = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[base.into(), Operand::U32(stages * ring_a.stage_bytes())],
+        );
+        let ring_b = Ring {
+            base: b_base,
+            layout: StageLayout::rows(bn, bk, esz),
+        };
+        let plan_a = self.tma_plan(&a, &ring_a, mm)?;
+        let plan_b = self.tma_plan(&b, &ring_b, mm)?;
+        let full0 = self.shared_addr(base, Ix::C(body as u64));
+        let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
+
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let (ntile, mtile, lead, _, _) =
+            self.matmul_cta((mt, nt), Some(GROUP_M), &batch_shape, k, k)?;
+        let m0 = self.imul_c(mtile, bm as u64);
+        let n0 = self.imul_c(ntile, bn as u64);
+
+        // Thread 0 initialises the barriers; everyone sees them after the CTA barrier.
+        let t0 = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::Eq),
+            &[tid.into(), Operand::U32(0)],
+        );
+        self.open();
+        for s in 0..stages {
+            let full = self.shared_addr(full0, Ix::C(8 * s as u64));
+            self.b.push(Stmt::MbarInit {
+                addr: full,
+                count: Operand::U32(1),
+            });
+            let empty = self.shared_addr(empty0, Ix::C(8 * s as u64));
+            self.b.push(Stmt::MbarInit {
+                addr: empty,
+                count: Operand::U32(consumers),
+            });
+        }
+        self.b.push(Stmt::FenceMbarrierInit);
+        self.close_if(t0);
+        self.b.push(Stmt::Barrier);
+
+        let producer = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[tid.into(), Operand::U32(PRODUCER_THREADS)],
+        );
+        self.open();
+        self.b.push(Stmt::SetMaxNReg {
+            inc: false,
+            regs: PRODUCER_REGS,
+        });
+        self.open();
+        let rings = ((&ring_a, &plan_a), (&ring_b, &plan_b));
+        self.tma_producer(rings, (full0, empty0), (stages, bk, slices), (m0, n0));
+        self.close_if(t0);
+        let then_body = self.close();
+
+        self.open();
+        self.b.push(Stmt::SetMaxNReg {
+            inc: true,
+            regs: CONSUMER_REGS,
+        });
+        let ctid = self.b.op(
+            RegType::U32,
+            Op::ISub,
+            &[tid.into(), Operand::U32(PRODUCER_THREADS)],
+        );
+        let accs = self.wgmma_consumer(
+            (&ring_a, &ring_b),
+            (full0, empty0),
+            (stages, slices),
+            Ix::R(ctid),
+            wshape,
+        );
+        let lane = self.irem_c(Ix::R(ctid), 32);
+        let warp = self.idiv_c(Ix::R(ctid), 32);
+        let wm0 = self.imul_c(warp, 16);
+        let warp_tile = WarpTile {
+            tid: ctid,
+            lane,
+            wm0,
+            wn0: Ix::C(0),
+            named_barrier: Some(EPILOGUE_BARRIER),
+        };
+        self.tile_epilogue(
+            (out, mm, row_reductions),
+            (base, bm, bn, consumers),
+            (&accs, 1, bn / 8),
+            warp_tile,
+            (&lead[..], m0, n0, m, n),
+            epilogue,
+        )?;
+        let else_body = self.close();
+        self.b.push(Stmt::If {
+            cond: producer,
+            then_body,
+            else_body,
+        });
+        Ok(tile_grid((mt, nt), 1, 1))
+    }
+
+    /// The producer's loop (one thread): per K slice, wait for its stage to be released,
+    /// arm the stage's FULL barrier with the bytes of both boxes, issue them.
+    fn tma_producer(
+        &mut self,
+        ((ring_a, plan_a), (ring_b, plan_b)): ((&Ring, &TmaPlan), (&Ring, &TmaPlan)),
+        (full0, empty0): (Reg, Reg),
+        (stages, bk, slices): (u32, u32, u64),
+        (m0, n0): (Ix, Ix),
+    ) {
+        let kt = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        let (stage, parity) = self.stage_parity(kt, stages);
+        let free = self
+            .b
+            .op(RegType::U32, Op::Xor, &[parity.into(), Operand::U32(1)]);
+        let bar = self.imul_c(stage, 8);
+        let empty = self.shared_addr(empty0, bar);
+        self.b.push(Stmt::MbarWait {
+            addr: empty,
+            parity: free.into(),
+        });
+        let full = self.shared_addr(full0, bar);
+        self.b.push(Stmt::MbarArriveExpectTx {
+            addr: full,
+            bytes: Operand::U32(plan_a.stage_bytes() + plan_b.stage_bytes()),
+        });
+        let k0 = self.imul_c(Ix::R(kt), bk as u64);
+        for (ring, plan, row0) in [(ring_a, plan_a, m0), (ring_b, plan_b, n0)] {
+            let off = self.imul_c(stage, ring.stage_bytes() as u64);
+            let dst = self.shared_addr(ring.base, off);
+            self.issue_tma(plan, dst, (k0, row0), full);
+        }
+        self.close_for(
+            kt,
+            Operand::U32(0),
+            Operand::U32(slices as u32),
+            Operand::U32(1),
+        );
+    }
+
+    /// The consumers' main loop (thread `ctid` of the consumer warpgroups): per K slice,
+    /// wait for its stage, its wgmma on the warpgroup's 64 rows, commit, wait for the
+    /// slice before and release that one's stage. Returns each thread's accumulators as
+    /// its warp's `bn / 8` fragments of `16 × 8` (as [`Gen::wgmma_slices`]).
+    fn wgmma_consumer(
+        &mut self,
+        (ring_a, ring_b): (&Ring, &Ring),
+        (full0, empty0): (Reg, Reg),
+        (stages, slices): (u32, u64),
+        ctid: Ix,
+        wshape: WgmmaShape,
+    ) -> Vec<[Reg; 4]> {
+        let d: Vec<Reg> = (0..wshape.d_regs())
+            .map(|_| {
+                let r = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                r
+            })
+            .collect();
+        let k_major = ring_a
+            .layout
+            .wgmma_k_major()
+            .expect("a 128-byte swizzled stage");
+        let fixed = SmemDesc {
+            start: 0,
+            lbo: 16,
+            sbo: k_major.stride_byte_offset,
+            swizzle: WgmmaSwizzle::B128,
+        }
+        .fixed_bits();
+        // This warpgroup's first row of A in a stage: 64g rows of the row pitch on.
+        let wg = self.idiv_c(ctid, 128);
+        let a_rows = self.imul_c(wg, 64 * ring_a.layout.row_pitch() as u64);
+
+        let kt = self.b.kernel.new_reg(RegType::U32);
+        self.open();
+        let (stage, parity) = self.stage_parity(kt, stages);
+        let bar = self.imul_c(stage, 8);
+        let full = self.shared_addr(full0, bar);
+        self.b.push(Stmt::MbarWait {
+            addr: full,
+            parity: parity.into(),
+        });
+        let oa = self.imul_c(stage, ring_a.stage_bytes() as u64);
+        let oa = self.iadd(oa, a_rows);
+        let ob = self.imul_c(stage, ring_b.stage_bytes() as u64);
+        let start_a = self.shared_addr(ring_a.base, oa);
+        let start_b = self.shared_addr(ring_b.base, ob);
+        self.wgmma_slice(wshape, &d, (start_a, start_b), fixed);
+        self.b.push(Stmt::WgmmaCommit);
+        self.b.push(Stmt::WgmmaWait(1));
+        // Slice kt - 1's group is complete: its stage may be refilled.
+        let later = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::GtU),
+            &[kt.into(), Operand::U32(0)],
+        );
+        self.open();
+        let prev = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[kt.into(), Operand::U32(stages - 1)],
+        );
+        let prev = self.irem_c(Ix::R(prev), stages as u64);
+        let pbar = self.imul_c(prev, 8);
+        let empty = self.shared_addr(empty0, pbar);
+        self.b.push(Stmt::MbarArrive { addr: empty });
+        self.close_if(later);
+        self.close_for(
+            kt,
+            Operand::U32(0),
+            Operand::U32(slices as u32),
+            Operand::U32(1),
+        );
+        self.b.push(Stmt::WgmmaWait(0));
+        d.chunks_exact(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect()
+    }
+
+    /// Slice `kt`'s ring stage (`kt mod stages`) and the parity of its round
+    /// (`(kt / stages) mod 2`), as a `U32`.
+    fn stage_parity(&mut self, kt: Reg, stages: u32) -> (Ix, Reg) {
+        let stage = self.irem_c(Ix::R(kt), stages as u64);
+        let round = self.idiv_c(Ix::R(kt), stages as u64);
+        let round = self.ix_op(round);
+        let parity = self.b.op(RegType::U32, Op::And, &[round, Operand::U32(1)]);
+        (stage, parity)
+    }
+}
