@@ -307,22 +307,13 @@ impl Gen<'_> {
             .collect();
 
         // Prologue: slices 0 .. stages-2 in flight.
-        for s in 0..stages - 1 {
-            let k0 = match k_start {
-                Operand::U32(x) => Ix::C((x + s * bk) as u64),
-                Operand::Reg(r) => self.iadd(Ix::R(r), Ix::C((s * bk) as u64)),
-                _ => unreachable!("K range starts are u32"),
-            };
-            let sa = Ix::C((s * ra.stage_bytes()) as u64);
-            let sb = Ix::C((s * rb.stage_bytes()) as u64);
-            self.issue_copies(ca, ra, sa, k0, k_end, k_whole)?;
-            self.issue_copies(cb, rb, sb, k0, k_end, k_whole)?;
-            self.b.push(Stmt::CpAsyncCommit);
-        }
-        let rd = self.b.kernel.new_reg(RegType::U32);
-        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
-        let wr = self.b.kernel.new_reg(RegType::U32);
-        self.b.assign(wr, Op::Mov, &[Operand::U32(stages - 1)]);
+        let (rd, wr) = self.ring_prologue(
+            (ra, rb),
+            (ca, cb),
+            stages - 1,
+            bk,
+            (k_start, k_end, k_whole),
+        )?;
 
         let kt = self.b.kernel.new_reg(RegType::U32);
         self.open();
@@ -376,5 +367,35 @@ impl Gen<'_> {
         // Copies past the end (zero-filled, never read) must land before the CTA exits.
         self.b.push(Stmt::CpAsyncWaitAll);
         Ok(accs)
+    }
+
+    /// The ring's prologue: the copies of K slices `0 .. ahead` into stages `0 .. ahead`,
+    /// one `cp.async` group each; returns the stage index registers `(rd, wr)`, the stage
+    /// read next (0) and the stage written next (`ahead`).
+    pub(super) fn ring_prologue(
+        &mut self,
+        (ra, rb): (&Ring, &Ring),
+        (ca, cb): (&CopyPlan, &CopyPlan),
+        ahead: u32,
+        bk: u32,
+        (k_start, k_end, k_whole): (Operand, Operand, bool),
+    ) -> Result<(Reg, Reg), LowerError> {
+        for s in 0..ahead {
+            let k0 = match k_start {
+                Operand::U32(x) => Ix::C((x + s * bk) as u64),
+                Operand::Reg(r) => self.iadd(Ix::R(r), Ix::C((s * bk) as u64)),
+                _ => unreachable!("K range starts are u32"),
+            };
+            let sa = Ix::C((s * ra.stage_bytes()) as u64);
+            let sb = Ix::C((s * rb.stage_bytes()) as u64);
+            self.issue_copies(ca, ra, sa, k0, k_end, k_whole)?;
+            self.issue_copies(cb, rb, sb, k0, k_end, k_whole)?;
+            self.b.push(Stmt::CpAsyncCommit);
+        }
+        let rd = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
+        let wr = self.b.kernel.new_reg(RegType::U32);
+        self.b.assign(wr, Op::Mov, &[Operand::U32(ahead)]);
+        Ok((rd, wr))
     }
 }

@@ -78,22 +78,8 @@ impl Gen<'_> {
         .fixed_bits();
 
         // Prologue: slices 0 .. P - 1 in flight.
-        for s in 0..ahead {
-            let k0 = match k_start {
-                Operand::U32(x) => Ix::C((x + s * bk) as u64),
-                Operand::Reg(r) => self.iadd(Ix::R(r), Ix::C((s * bk) as u64)),
-                _ => unreachable!("K range starts are u32"),
-            };
-            let sa = Ix::C((s * ra.stage_bytes()) as u64);
-            let sb = Ix::C((s * rb.stage_bytes()) as u64);
-            self.issue_copies(ca, ra, sa, k0, k_end, k_whole)?;
-            self.issue_copies(cb, rb, sb, k0, k_end, k_whole)?;
-            self.b.push(Stmt::CpAsyncCommit);
-        }
-        let rd = self.b.kernel.new_reg(RegType::U32);
-        self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
-        let wr = self.b.kernel.new_reg(RegType::U32);
-        self.b.assign(wr, Op::Mov, &[Operand::U32(ahead)]);
+        let (rd, wr) =
+            self.ring_prologue((ra, rb), (ca, cb), ahead, bk, (k_start, k_end, k_whole))?;
 
         let kt = self.b.kernel.new_reg(RegType::U32);
         self.open();
