@@ -9,13 +9,14 @@
 //! Shapes have tails everywhere: M, N and K not multiples of the tile (128, 256, 64).
 //! The GPU runs the same tile under `tessel check` (scripts/gpu-wgmma.sh).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tessel_ir::kernel::{Program, Stmt};
 use tessel_passes::target::{Features, Target};
 use tessel_passes::{check, compile, Options, Profile};
-use tessel_ref::{run_program, Tensor};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -87,17 +88,7 @@ fn same_bits_on(file: &str, step: &str, dims: &[(&str, u64)], sms: u32, want: &[
         wgmma_widths(&s).is_empty(),
         "{step}: no wgmma without the feature"
     );
-    let ins: Vec<Tensor> = w
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, b))| Tensor::random(w.buffers[*b].ty.clone(), 100 + i as u64))
-        .collect();
-    let a = run_program(&w, &ins).unwrap_or_else(|e| panic!("{step} wgmma: {e}"));
-    let b = run_program(&s, &ins).unwrap_or_else(|e| panic!("{step} mma.sync: {e}"));
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!(x.data == y.data, "{step} {dims:?}: output {i} differs");
-    }
+    common::assert_same_outputs(&w, &s, &format!("{step} {dims:?}, wgmma vs mma.sync"));
 }
 
 #[test]

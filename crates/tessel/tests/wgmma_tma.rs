@@ -12,6 +12,8 @@
 //! the phase that counts them completes, and reports reads before their wait, deadlocks
 //! and barrier misuse. The kernel is also assembled by ptxas for sm_90a.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -170,17 +172,7 @@ fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], want: usize) {
     let s = compile(&checked(file, step, dims), &options(without))
         .unwrap_or_else(|e| panic!("{step}: {e}"))
         .program;
-    let ins: Vec<Tensor> = w
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, b))| Tensor::random(w.buffers[*b].ty.clone(), 100 + i as u64))
-        .collect();
-    let a = run_program(&w, &ins).unwrap_or_else(|e| panic!("{step} wgmma: tma: {e}"));
-    let b = run_program(&s, &ins).unwrap_or_else(|e| panic!("{step} mma.sync: {e}"));
-    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
-        assert!(x.data == y.data, "{step} {dims:?}: output {i} differs");
-    }
+    common::assert_same_outputs(&w, &s, &format!("{step} {dims:?}, wgmma: tma vs mma.sync"));
 }
 
 #[test]

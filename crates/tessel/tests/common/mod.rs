@@ -58,3 +58,25 @@ pub fn write(dir: &Path, name: &str, src: &str) {
     }
     std::fs::write(path, src).expect("write source");
 }
+
+/// Runs two compilations of one step on the executor from the same seeded inputs (input
+/// `i` from seed `100 + i`, by `a`'s parameter order) and requires every output to be the
+/// same bytes; `what` names the case in the failure.
+pub fn assert_same_outputs(
+    a: &tessel_ir::kernel::Program,
+    b: &tessel_ir::kernel::Program,
+    what: &str,
+) {
+    use tessel_ref::{run_program, Tensor};
+    let ins: Vec<Tensor> = a
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, buf))| Tensor::random(a.buffers[*buf].ty.clone(), 100 + i as u64))
+        .collect();
+    let x = run_program(a, &ins).unwrap_or_else(|e| panic!("{what}, first: {e}"));
+    let y = run_program(b, &ins).unwrap_or_else(|e| panic!("{what}, second: {e}"));
+    for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+        assert!(p.data == q.data, "{what}: output {i} differs");
+    }
+}
