@@ -59,23 +59,7 @@ impl Gen<'_> {
         let span = WgmmaSwizzle::B128.span();
         debug_assert_eq!(bk * input.bytes(), span, "one swizzle span of K per slice");
         let ahead = stages - 2;
-        let d: Vec<Reg> = (0..wshape.d_regs())
-            .map(|_| {
-                let r = self.b.kernel.new_reg(RegType::F32);
-                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
-                r
-            })
-            .collect();
-        // This warpgroup's first row of A in a stage: 64g rows of 128 bytes on.
-        let wg = self.idiv_c(tid, 128);
-        let a_rows = self.imul_c(wg, 64 * span as u64);
-        let fixed = SmemDesc {
-            start: 0,
-            lbo: 16,
-            sbo: 8 * span,
-            swizzle: WgmmaSwizzle::B128,
-        }
-        .fixed_bits();
+        let (d, fixed, a_rows) = self.wgmma_setup(ra, tid, wshape);
 
         // Prologue: slices 0 .. P - 1 in flight.
         let (rd, wr) =
@@ -111,6 +95,42 @@ impl Gen<'_> {
         Ok(d.chunks_exact(4)
             .map(|c| [c[0], c[1], c[2], c[3]])
             .collect())
+    }
+
+    /// What every wgmma main loop starts with: the thread's accumulators (`wshape`'s,
+    /// zeroed), the fixed bits of the operands' descriptors from the stage layout of
+    /// `ring_a` ([`StageLayout::wgmma_k_major`](super::ring::StageLayout::wgmma_k_major):
+    /// the 128-byte swizzle, its 8-row group stride; B's stages share the layout's row
+    /// width), and the byte offset in a stage of this warpgroup's first row of A (64 rows
+    /// per warpgroup of the threads numbered from `ctid`).
+    pub(super) fn wgmma_setup(
+        &mut self,
+        ring_a: &Ring,
+        ctid: Ix,
+        wshape: WgmmaShape,
+    ) -> (Vec<Reg>, u64, Ix) {
+        let d: Vec<Reg> = (0..wshape.d_regs())
+            .map(|_| {
+                let r = self.b.kernel.new_reg(RegType::F32);
+                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
+                r
+            })
+            .collect();
+        let k_major = ring_a
+            .layout
+            .wgmma_k_major()
+            .filter(|k| k.swizzle_bytes == WgmmaSwizzle::B128.span())
+            .expect("a 128-byte swizzled K-major stage");
+        let fixed = SmemDesc {
+            start: 0,
+            lbo: 16,
+            sbo: k_major.stride_byte_offset,
+            swizzle: WgmmaSwizzle::B128,
+        }
+        .fixed_bits();
+        let wg = self.idiv_c(ctid, 128);
+        let a_rows = self.imul_c(wg, 64 * ring_a.layout.row_pitch() as u64);
+        (d, fixed, a_rows)
     }
 
     /// One slice's wgmma of the accumulators `d`: `wgmma.fence`, then one `wshape` wgmma

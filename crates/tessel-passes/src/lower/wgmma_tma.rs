@@ -41,8 +41,7 @@ use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use tessel_ir::graph::TileConfig;
 use tessel_ir::kernel::{
-    ICmp, MmaShape, Op, Operand, RegType, SmemDesc, Special, Stmt, WgmmaInput, WgmmaShape,
-    WgmmaSwizzle,
+    ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaShape,
 };
 use tessel_ir::{Reg, Value};
 
@@ -281,27 +280,7 @@ impl Gen<'_> {
         ctid: Ix,
         wshape: WgmmaShape,
     ) -> Vec<[Reg; 4]> {
-        let d: Vec<Reg> = (0..wshape.d_regs())
-            .map(|_| {
-                let r = self.b.kernel.new_reg(RegType::F32);
-                self.b.assign(r, Op::Mov, &[Operand::f32(0.0)]);
-                r
-            })
-            .collect();
-        let k_major = ring_a
-            .layout
-            .wgmma_k_major()
-            .expect("a 128-byte swizzled stage");
-        let fixed = SmemDesc {
-            start: 0,
-            lbo: 16,
-            sbo: k_major.stride_byte_offset,
-            swizzle: WgmmaSwizzle::B128,
-        }
-        .fixed_bits();
-        // This warpgroup's first row of A in a stage: 64g rows of the row pitch on.
-        let wg = self.idiv_c(ctid, 128);
-        let a_rows = self.imul_c(wg, 64 * ring_a.layout.row_pitch() as u64);
+        let (d, fixed, a_rows) = self.wgmma_setup(ring_a, ctid, wshape);
 
         let kt = self.b.kernel.new_reg(RegType::U32);
         self.open();
