@@ -11,11 +11,13 @@ use tessel_ref::Tensor;
 pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, String>;
 
 /// A device to run compiled programs on beside the executor (the CLI passes the GPU): the
-/// target to compile for, and how to run a program there and read its outputs back.
+/// target to compile for, and how to run a program there and read its outputs back —
+/// `None` to compile for `target` and run on the executor alone (`tessel fuzz --sm-count`
+/// without a GPU).
 #[derive(Clone, Copy)]
 pub struct Device<'a> {
     pub target: &'a Target,
-    pub run: RunOn<'a>,
+    pub run: Option<RunOn<'a>>,
 }
 
 /// What a case observed besides its outcome.
@@ -221,8 +223,8 @@ fn run_inner(
         Ok(o) => o,
         Err(e) => return Outcome::Error(format!("executor: {e}")),
     };
-    let gpu = match device {
-        Some(d) => match (d.run)(p, &inputs) {
+    let gpu = match device.and_then(|d| d.run) {
+        Some(run) => match run(p, &inputs) {
             Ok(o) => Some(o),
             Err(e) => return Outcome::Error(format!("device: {e}")),
         },
