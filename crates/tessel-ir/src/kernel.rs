@@ -351,6 +351,57 @@ impl SmemDesc {
         let logical = self.start + (r / 8) * self.sbo + (r % 8) * self.swizzle.span() + b;
         self.swizzle.apply(logical)
     }
+
+    /// For an MN-major operand (PTX ISA §9.7.15.5.1.2.1, "Canonical Layouts": for
+    /// 128-byte swizzle `((T,8,m),(8,k)) : ((1,T,LBO),(8T,SBO))` in elements, `T` the
+    /// elements of 16 bytes), the shared-memory address of byte `b` of K row `k`: each K
+    /// row holds `span` bytes of MN, 8 K rows one swizzle pattern, `sbo` bytes between
+    /// patterns along K and `lbo` bytes between the `span`-byte column panels along MN.
+    pub fn address_mn(self, k: u32, b: u32) -> u32 {
+        let span = self.swizzle.span();
+        let logical =
+            self.start + (b / span) * self.lbo + (k / 8) * self.sbo + (k % 8) * span + b % span;
+        self.swizzle.apply(logical)
+    }
+}
+
+/// Where a [`Stmt::Wgmma`] reads its A operand.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum WgmmaA {
+    /// A K-major shared-memory descriptor in a `U64` register: 64 rows of K.
+    Desc(Reg),
+    /// Four `U32` registers per thread, two 16-bit elements each (low half first), at
+    /// [`WgmmaA::reg_pos`]: PTX's `{a0, a1, a2, a3}` operand of a 16-bit `.m64nNk16`.
+    Regs(Vec<Reg>),
+}
+
+impl WgmmaA {
+    /// Registers of A per thread in the register form (16-bit inputs).
+    pub const REGS: usize = 4;
+
+    /// Where thread `t` (0..128) of the warpgroup holds A in register `i` (0..4): the
+    /// `(row, col)` of the element in its low half (the high half is `col + 1`) — warp
+    /// `w` holds rows `16w .. 16w + 16` as one m16n8k16 A fragment ([`MmaShape::a_pos`];
+    /// PTX ISA §9.7.15.5.1.1.1, Figure "WGMMA .m64nNk16 register fragment layout for
+    /// matrix A"). With `g = (t mod 32) / 4`, `c = t mod 4`: reg 0 `(16w + g, 2c)`, reg 1
+    /// `(16w + g + 8, 2c)`, reg 2 `(16w + g, 2c + 8)`, reg 3 `(16w + g + 8, 2c + 8)` — the
+    /// accumulator's layout ([`WgmmaShape::d_pos`]) for a 16-column block, so an
+    /// accumulator packed in pairs is an A operand with no shuffles.
+    pub fn reg_pos(t: usize, i: usize) -> (usize, usize) {
+        let (r, c) = MmaShape::M16N8K16Bf16.a_pos(t % 32, i);
+        (16 * (t / 32) + r, c)
+    }
+}
+
+/// How a [`Stmt::Wgmma`]'s B operand lies in shared memory (PTX ISA §9.7.15.5.1.2,
+/// "Shared Memory Matrix Layout").
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum WgmmaMajor {
+    /// Each of the n rows holds its K elements contiguously (`imm-trans-b` 0).
+    K,
+    /// Each of the K rows holds its n elements contiguously (`imm-trans-b` 1): the
+    /// `[keys, d]` V tile as the B operand of `P·V`. 16-bit inputs only.
+    Mn,
 }
 
 /// The cache mode of a [`Stmt::CpAsync`]: PTX `cp.async.ca` (cache in L1 and L2; 4, 8 or
@@ -523,34 +574,39 @@ pub enum Stmt {
         offset: i32,
     },
     /// Warpgroup-level asynchronous matrix multiply-accumulate, `D += A·B` on a
-    /// `64 × n × k` tile with both operands in shared memory, K-major, described by the
-    /// [`SmemDesc`] in the `U64` registers `a_desc` (A: 64 rows of K) and `b_desc` (B: n
-    /// rows of K) (PTX `wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t> {d}, a, b, 1, 1,
-    /// 1, 0, 0` — D accumulated, no negation, no transpose; tf32 takes no transpose
-    /// operands). The four warps of a warpgroup (threads `128g .. 128g + 128`) execute it
-    /// together, each lane with the same descriptors; `d` is the `shape.d_regs()` `F32`
-    /// registers, laid out by [`WgmmaShape::d_pos`].
+    /// `64 × n × k` tile (PTX ISA §9.7.15.5.2, `wgmma.mma_async.sync.aligned.m64nNk16.f32.<t>.<t>
+    /// {d}, a, b_desc, 1, 1, 1{, 0}, trans_b` — D accumulated, no negation). B is read from
+    /// shared memory through the [`SmemDesc`] in the `U64` register `b_desc`, laid out as
+    /// `b_major` says: K-major (n rows of K, [`SmemDesc::address`]) or, 16-bit inputs only,
+    /// MN-major (`imm-trans-b` 1: k rows of N, [`SmemDesc::address_mn`]). A ([`WgmmaA`]) is
+    /// either a K-major descriptor of 64 rows of K or, 16-bit inputs only, four `U32`
+    /// registers per thread holding A's fragment ([`WgmmaA::reg_pos`]; PTX ISA
+    /// §9.7.15.5.1.1.1, "Register Fragments", matrix A of `.m64nNk16`). tf32 takes neither
+    /// transpose operand. The four warps of a warpgroup (threads `128g .. 128g + 128`)
+    /// execute it together, each lane with the same descriptors; `d` is the
+    /// `shape.d_regs()` `F32` registers, laid out by [`WgmmaShape::d_pos`].
     ///
     /// Asynchronous: the instruction belongs to the warpgroup's next
     /// [`Stmt::WgmmaCommit`] group, and until a [`Stmt::WgmmaWait`] completes that group
-    /// its `d` registers may not be read or written by other statements (a later wgmma may
-    /// accumulate into them: the tensor core keeps issue order), nor the shared memory it
-    /// reads written. A [`Stmt::WgmmaFence`] must come between any other access to `d`
-    /// and the first wgmma after it, and shared memory written by ordinary stores or
-    /// `cp.async` is visible to it only after the writing thread's
-    /// [`Stmt::FenceProxyAsync`] (wgmma reads through the async proxy; PTX ISA
+    /// its `d` registers (and A's registers) may not be read or written by other statements
+    /// (a later wgmma may accumulate into them: the tensor core keeps issue order), nor the
+    /// shared memory it reads written. A [`Stmt::WgmmaFence`] must come between any other
+    /// access to `d` or A's registers and the first wgmma after it, and shared memory
+    /// written by ordinary stores or `cp.async` is visible to it only after the writing
+    /// thread's [`Stmt::FenceProxyAsync`] (wgmma reads through the async proxy; PTX ISA
     /// §9.7.15.5.2, "Asynchronous warpgroup level matrix multiply-accumulate").
     ///
     /// Numerics as [`Stmt::Mma`]: exact products, an accumulation order NVIDIA does not
     /// specify; the executor's model is the same per-element fma chain over k, in order
-    /// (compared with the GPU by tolerance). The executor computes at issue, reports a
-    /// store into shared memory that a wgmma not yet waited for reads, and a read of bytes
-    /// written by the generic proxy without a proxy fence.
+    /// (compared with the GPU by tolerance). The executor computes at issue (A's registers
+    /// read then), reports a store into shared memory that a wgmma not yet waited for
+    /// reads, and a read of bytes written by the generic proxy without a proxy fence.
     Wgmma {
         shape: WgmmaShape,
         d: Vec<Reg>,
-        a_desc: Reg,
+        a: WgmmaA,
         b_desc: Reg,
+        b_major: WgmmaMajor,
     },
     /// Orders the warpgroup's earlier register and shared-memory accesses before its next
     /// wgmma (PTX `wgmma.fence.sync.aligned`).

@@ -3,7 +3,8 @@
 //! text is a reader error, and each rule catches its violation.
 
 use tessel_ir::kernel::{
-    CpAsyncCache, Kernel, MmaShape, Op, Operand, Param, ParamKind, RegType, Stmt,
+    CpAsyncCache, Kernel, MmaShape, Op, Operand, Param, ParamKind, RegType, Stmt, WgmmaA,
+    WgmmaMajor,
 };
 use tessel_ir::text::{read_kernel, write_kernel};
 use tessel_ir::verify::verify_kernel;
@@ -337,11 +338,32 @@ fn wgmma_kernel() -> Kernel {
             body.push(Stmt::Wgmma {
                 shape,
                 d: f[..shape.d_regs()].to_vec(),
-                a_desc: da,
+                a: WgmmaA::Desc(da),
                 b_desc: db,
+                b_major: WgmmaMajor::K,
             });
         }
     }
+    // A from registers, B MN-major (P·V in attention).
+    let a: Vec<_> = (0..4).map(|_| k.new_reg(RegType::U32)).collect();
+    for &r in &a {
+        body.push(Stmt::Op {
+            dst: r,
+            op: Op::Mov,
+            args: vec![Operand::U32(0x3f80_3f80)],
+        });
+    }
+    body.push(Stmt::WgmmaFence);
+    body.push(Stmt::Wgmma {
+        shape: WgmmaShape {
+            n: 128,
+            input: WgmmaInput::Bf16,
+        },
+        d: f[..64].to_vec(),
+        a: WgmmaA::Regs(a),
+        b_desc: db,
+        b_major: WgmmaMajor::Mn,
+    });
     body.extend([Stmt::WgmmaCommit, Stmt::WgmmaWait(1), Stmt::WgmmaWait(0)]);
     k.body = body;
     k
@@ -357,6 +379,7 @@ fn wgmma_statements_round_trip_and_verify() {
     for needle in [
         "r2, r3, r4, r5 = wgmma.m64n8k16.bf16 r0, r1\n",
         "= wgmma.m64n256k8.tf32 r0, r1\n",
+        "= wgmma.m64n128k16.bf16 [r130, r131, r132, r133], r1, trans_b\n",
         "wgmma.fence\n",
         "wgmma.commit\n",
         "wgmma.wait 1\n",
@@ -398,17 +421,19 @@ fn verifier_rules_for_wgmma() {
     let mut k = wgmma_kernel();
     if let Stmt::Wgmma {
         shape,
-        a_desc,
+        a,
         b_desc,
         d,
+        ..
     } = first(&mut k)
     {
         set(
             &mut k,
             Stmt::Wgmma {
                 shape,
-                a_desc,
+                a,
                 b_desc,
+                b_major: WgmmaMajor::K,
                 d: d[..3].to_vec(),
             },
         );
@@ -416,10 +441,7 @@ fn verifier_rules_for_wgmma() {
     fails(&k, "kernel.wgmma");
     // An n PTX does not have.
     let mut k = wgmma_kernel();
-    if let Stmt::Wgmma {
-        a_desc, b_desc, d, ..
-    } = first(&mut k)
-    {
+    if let Stmt::Wgmma { a, b_desc, d, .. } = first(&mut k) {
         let shape = WgmmaShape {
             n: 12,
             input: WgmmaInput::Bf16,
@@ -428,8 +450,9 @@ fn verifier_rules_for_wgmma() {
             &mut k,
             Stmt::Wgmma {
                 shape,
-                a_desc,
+                a,
                 b_desc,
+                b_major: WgmmaMajor::K,
                 d: d.iter().chain(&d[..2]).copied().collect(),
             },
         );
@@ -450,13 +473,69 @@ fn verifier_rules_for_wgmma() {
             &mut k,
             Stmt::Wgmma {
                 shape,
-                a_desc: bad,
+                a: WgmmaA::Desc(bad),
                 b_desc,
+                b_major: WgmmaMajor::K,
                 d,
             },
         );
     }
     fails(&k, "kernel.wgmma");
+    // A in registers: four u32, 16-bit inputs only; an MN-major B: 16-bit inputs only.
+    let last = |k: &Kernel| {
+        k.body
+            .iter()
+            .rposition(|s| matches!(s, Stmt::Wgmma { .. }))
+            .unwrap()
+    };
+    let regs_form = |k: &mut Kernel, f: &dyn Fn(Stmt) -> Stmt| {
+        let i = last(k);
+        k.body[i] = f(k.body[i].clone());
+    };
+    let k = wgmma_kernel();
+    verify_kernel(&k, true).unwrap();
+    let mut k3 = k.clone();
+    regs_form(&mut k3, &|s| match s {
+        Stmt::Wgmma {
+            shape,
+            d,
+            a: WgmmaA::Regs(mut rs),
+            b_desc,
+            b_major,
+        } => {
+            rs.pop();
+            Stmt::Wgmma {
+                shape,
+                d,
+                a: WgmmaA::Regs(rs),
+                b_desc,
+                b_major,
+            }
+        }
+        s => s,
+    });
+    fails(&k3, "kernel.wgmma");
+    for with_regs in [true, false] {
+        let mut kt = k.clone();
+        regs_form(&mut kt, &|s| match s {
+            Stmt::Wgmma { d, a, b_desc, .. } => Stmt::Wgmma {
+                shape: WgmmaShape {
+                    n: 128,
+                    input: WgmmaInput::Tf32,
+                },
+                d,
+                a: if with_regs { a } else { WgmmaA::Desc(b_desc) },
+                b_desc,
+                b_major: if with_regs {
+                    WgmmaMajor::K
+                } else {
+                    WgmmaMajor::Mn
+                },
+            },
+            s => s,
+        });
+        fails(&kt, "kernel.wgmma");
+    }
     // A CTA that is not whole warpgroups.
     let mut k = wgmma_kernel();
     k.block = [96, 1, 1];

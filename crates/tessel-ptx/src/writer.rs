@@ -24,7 +24,7 @@ use std::fmt;
 
 use tessel_ir::kernel::{
     is_ptx_followsym, is_ptx_identifier, Kernel, MmaShape, Operand, ParamKind, Program, RegType,
-    Stmt, WgmmaInput, WgmmaShape,
+    Stmt, WgmmaA, WgmmaInput, WgmmaMajor, WgmmaShape,
 };
 use tessel_ir::{Reg, SharedBuf};
 
@@ -425,9 +425,10 @@ impl<W: fmt::Write> Writer<W> {
             Stmt::Wgmma {
                 shape,
                 d,
-                a_desc,
+                a,
                 b_desc,
-            } => self.write_wgmma(k, level, *shape, d, [*a_desc, *b_desc]),
+                b_major,
+            } => self.write_wgmma(k, level, *shape, d, (a, *b_desc, *b_major)),
             Stmt::WgmmaFence => {
                 self.write_instr(level, &Instr::new("wgmma").m(&["fence", "sync", "aligned"]))
             }
@@ -544,16 +545,19 @@ impl<W: fmt::Write> Writer<W> {
         self.write_instr(level, &instr)
     }
 
-    /// `wgmma.mma_async.sync.aligned.m64nNkK.f32.<t>.<t> {d}, a_desc, b_desc, 1, 1, 1{, 0,
-    /// 0}`: D accumulated (scale-d 1), A and B not negated (1, 1), both K-major (the
-    /// transpose immediates 0, 0, which tf32 does not take).
+    /// `wgmma.mma_async.sync.aligned.m64nNkK.f32.<t>.<t> {d}, a, b_desc, 1, 1, 1{, 0},
+    /// trans_b` (PTX ISA §9.7.15.5.2): D accumulated (scale-d 1), A and B not negated
+    /// (1, 1); A a descriptor (`a_desc`, K-major: imm-trans-a 0) or a vector of four
+    /// registers (no imm-trans-a); imm-trans-b 0 for a K-major B, 1 for an MN-major one.
+    /// tf32 takes neither transpose immediate (the verifier keeps it K-major with A in
+    /// shared memory).
     fn write_wgmma(
         &mut self,
         k: &Kernel,
         level: Indent,
         shape: WgmmaShape,
         d: &[Reg],
-        descs: [Reg; 2],
+        (a, b_desc, b_major): (&WgmmaA, Reg, WgmmaMajor),
     ) -> Result<(), PtxError> {
         if !shape.is_valid() || d.len() != shape.d_regs() {
             return Err(malformed(
@@ -563,21 +567,36 @@ impl<W: fmt::Write> Writer<W> {
         }
         let what = format!("Wgmma({})", shape.name());
         let d = self.typed_regs(k, d, RegType::F32, &format!("{what} D"))?;
-        let descs = self.typed_regs(k, &descs, RegType::U64, &format!("{what} descriptors"))?;
+        let b = self.typed_regs(k, &[b_desc], RegType::U64, &format!("{what} descriptors"))?;
         let ty = shape.input.name();
         let mut instr = Instr::new("wgmma")
             .m(&["mma_async", "sync", "aligned"])
             .m_owned(format!("m64n{}k{}", shape.n, shape.k()))
             .m(&["f32", ty, ty])
             .arg(Arg::Vector(d));
-        for r in descs {
-            instr = instr.arg(Arg::Reg(r));
-        }
-        let imms: &[u64] = match shape.input {
-            WgmmaInput::Tf32 => &[1, 1, 1],
-            WgmmaInput::Bf16 | WgmmaInput::F16 => &[1, 1, 1, 0, 0],
+        let trans_a = match a {
+            WgmmaA::Desc(r) => {
+                let a = self.typed_regs(k, &[*r], RegType::U64, &format!("{what} descriptors"))?;
+                instr = instr.arg(Arg::Reg(a[0]));
+                Some(0)
+            }
+            WgmmaA::Regs(rs) => {
+                let a = self.typed_regs(k, rs, RegType::U32, &format!("{what} A"))?;
+                instr = instr.arg(Arg::Vector(a));
+                None
+            }
         };
-        for &x in imms {
+        instr = instr.arg(Arg::Reg(b[0]));
+        let trans_b = match b_major {
+            WgmmaMajor::K => 0,
+            WgmmaMajor::Mn => 1,
+        };
+        let mut imms = vec![1, 1, 1];
+        if shape.input != WgmmaInput::Tf32 {
+            imms.extend(trans_a);
+            imms.push(trans_b);
+        }
+        for x in imms {
             instr = instr.arg(Arg::Uint(x));
         }
         self.write_instr(level, &instr)

@@ -215,8 +215,11 @@ fn wgmma_kernels_assemble_for_sm_90a() {
             assert!(ptx.contains(op), "{}: missing {op}:\n{ptx}", k.name);
         }
         let l = line_with(&ptx, "wgmma.mma_async");
+        // A in registers takes no imm-trans-a; an MN-major B has imm-trans-b 1.
         let tail = if k.name.contains("tf32") {
             "1, 1, 1;"
+        } else if k.name.contains("rs_mn") {
+            "1, 1, 1, 1;"
         } else {
             "1, 1, 1, 0, 0;"
         };
@@ -237,5 +240,17 @@ fn wgmma_kernels_assemble_for_sm_90a() {
         .and_then(|g| g.split('}').next())
         .unwrap();
     assert_eq!(d.split(", ").count(), 128, "{l}");
+    assert!(l.contains("}, %rd"), "{l}");
+    // A from registers: a vector of four 32-bit registers, then B's descriptor.
+    let k = wk::wgmma_rs_mn(WgmmaInput::Bf16, 128, 1);
+    let ptx = write_kernel(&common::legalized(&k), &opts).unwrap();
+    let l = line_with(&ptx, "wgmma.mma_async");
+    let a = l
+        .split('{')
+        .nth(2)
+        .and_then(|g| g.split('}').next())
+        .unwrap();
+    assert_eq!(a.split(", ").count(), 4, "{l}");
+    assert!(a.starts_with("%r"), "{l}");
     assert!(l.contains("}, %rd"), "{l}");
 }

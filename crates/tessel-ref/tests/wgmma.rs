@@ -7,7 +7,7 @@
 
 use tessel_ir::kernel::{Kernel, SmemDesc, Stmt, WgmmaInput, WgmmaSwizzle};
 use tessel_ref::{run_kernel, ExecError, ExecOptions};
-use tessel_testkit::host::{wgmma_case, MatmulCase};
+use tessel_testkit::host::{wgmma_case, wgmma_mn_case, MatmulCase};
 use tessel_testkit::wgmma as wk;
 
 fn verified(k: Kernel) -> Kernel {
@@ -65,6 +65,62 @@ fn wgmma_matches_the_model_for_every_input_type() {
 #[test]
 fn wgmma_two_warpgroups_at_n_256() {
     check(WgmmaInput::Bf16, 256, 2, 64, 4);
+}
+
+/// Runs `wgmma_rs_mn(input, n, wg)` (A from registers, B MN-major) at reduction length
+/// `kk`; checks every output against the model bit for bit and against f64 as [`check`].
+fn check_rs_mn(input: WgmmaInput, n: usize, wg: usize, kk: usize, seed: u64) {
+    let k = verified(wk::wgmma_rs_mn(input, n as u32, wg as u32));
+    let m = 64 * wg;
+    let MatmulCase {
+        a,
+        b,
+        mut bufs,
+        args,
+        ..
+    } = wgmma_mn_case(input, n, wg, kk, seed);
+    run_kernel(&k, &mut bufs, &args, &ExecOptions::default()).unwrap();
+    let d = bufs[2].to_f32_vec();
+    for i in 0..m {
+        for j in 0..n {
+            let (mut acc, mut exact, mut mag) = (0f32, 0f64, 0f64);
+            for x in 0..kk {
+                let (p, q) = (a[i * kk + x], b[x * n + j]);
+                acc = p.mul_add(q, acc);
+                exact += p as f64 * q as f64;
+                mag += (p as f64 * q as f64).abs();
+            }
+            let got = d[i * n + j];
+            assert_eq!(got.to_bits(), acc.to_bits(), "{input:?} n {n} D[{i}][{j}]");
+            assert!((got as f64 - exact).abs() <= (kk as f64 + 1.0) * 2f64.powi(-24) * mag);
+        }
+    }
+}
+
+#[test]
+fn wgmma_with_a_in_registers_and_an_mn_major_b_matches_the_model() {
+    check_rs_mn(WgmmaInput::Bf16, 128, 1, 128, 7);
+    check_rs_mn(WgmmaInput::F16, 64, 2, 64, 8);
+    check_rs_mn(WgmmaInput::Bf16, 256, 1, 64, 9);
+}
+
+#[test]
+fn mn_major_addresses_follow_the_canonical_layout() {
+    // 128-byte swizzle, MN-major: ((8,8,m),(8,k)) : ((1,8,LBO),(64,SBO)) in bf16 elements,
+    // then Swizzle<3,4,3> on the byte address (PTX ISA §9.7.15.5.1.2.1.3).
+    let d = SmemDesc {
+        start: 0x800,
+        lbo: 8192,
+        sbo: 1024,
+        swizzle: WgmmaSwizzle::B128,
+    };
+    for k in 0..16u32 {
+        for n in 0..128u32 {
+            let logical = 0x800 + (n / 64) * 8192 + (k / 8) * 1024 + (k % 8) * 128 + 2 * (n % 64);
+            let swizzled = logical ^ (((logical >> 7) & 7) << 4);
+            assert_eq!(d.address_mn(k, 2 * n), swizzled, "k {k} n {n}");
+        }
+    }
 }
 
 /// Removes every statement `drop` selects, in nested blocks too.

@@ -163,6 +163,34 @@ pub fn gemm_bf16_case(kk: usize, seed: u64) -> MatmulCase {
     }
 }
 
+/// The inputs of [`crate::wgmma::wgmma_rs_mn`]`(input, n, warpgroups)` at reduction length
+/// `kk` from `seed` (16-bit inputs): `a` `[64g, K]` and `b` `[K, n]` as stored (B's rows are
+/// the MN-major operand's K rows), the buffers `a, b, d` (`d` poisoned) and `k`.
+pub fn wgmma_mn_case(
+    input: WgmmaInput,
+    n: usize,
+    warpgroups: usize,
+    kk: usize,
+    seed: u64,
+) -> MatmulCase {
+    let m = 64 * warpgroups;
+    let mut rng = SplitMix64::new(seed);
+    let operand = match input {
+        WgmmaInput::Bf16 => bf16_operand,
+        WgmmaInput::F16 => f16_operand,
+        WgmmaInput::Tf32 => panic!("an MN-major B and A in registers are 16-bit only"),
+    };
+    let (a, at) = operand(&mut rng, m * kk);
+    let (b, bt) = operand(&mut rng, kk * n);
+    MatmulCase {
+        a,
+        b,
+        c: vec![0.0; m * n],
+        bufs: vec![at, bt, poison_f32(m * n)],
+        args: vec![buf(0), buf(1), buf(2), LaunchArg::U32(kk as u32)],
+    }
+}
+
 /// The inputs of [`crate::wgmma::wgmma_gemm`]`(input, n, warpgroups)` at reduction length
 /// `kk` from `seed`: A `[64·warpgroups, kk]` and B `[n, kk]` (tf32 values rounded to tf32
 /// on the host, so that the tensor core's reading of the low bits does not matter), D

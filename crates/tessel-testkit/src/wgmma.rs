@@ -5,8 +5,8 @@
 //! (`tessel/tests/gpu_mma.rs`). Host inputs: `crate::host::wgmma_case`.
 
 use tessel_ir::kernel::{
-    Builder, CpAsyncCache, Kernel, Op, Operand, RegType, SmemDesc, Space, Special, Stmt,
-    WgmmaInput, WgmmaShape, WgmmaSwizzle, Width,
+    Builder, CpAsyncCache, Kernel, Op, Operand, RegType, SmemDesc, Space, Special, Stmt, WgmmaA,
+    WgmmaInput, WgmmaMajor, WgmmaShape, WgmmaSwizzle, Width,
 };
 use tessel_ir::{DType, Reg};
 
@@ -156,8 +156,9 @@ pub fn wgmma_gemm(input: WgmmaInput, n: u32, warpgroups: u32) -> Kernel {
             b.push(Stmt::Wgmma {
                 shape,
                 d: acc.clone(),
-                a_desc: da,
+                a: WgmmaA::Desc(da),
                 b_desc: db,
+                b_major: WgmmaMajor::K,
             });
         }
         b.push(Stmt::WgmmaCommit);
@@ -167,7 +168,175 @@ pub fn wgmma_gemm(input: WgmmaInput, n: u32, warpgroups: u32) -> Kernel {
     }
     close_for(&mut b, k0, u(0), r(kk), u(slice_k(input)));
 
-    // Epilogue: accumulators 2j, 2j + 1 are two adjacent columns of one row.
+    store_acc(&mut b, (tid, wg), pd, n, &acc);
+    b.finish();
+    k
+}
+
+/// `D[64g × n] = A[64g × K] · B[K × n]` with A in registers and B MN-major — the form of
+/// attention's `P·V` (P an accumulator repacked in registers, V stored `[keys, d]`), in one
+/// CTA of `g` warpgroups, `n` a multiple of 64. K runs in slices of 64: every thread
+/// copies 16-byte chunks of B's 64 rows into one stage of `n / 64` column panels of
+/// `64 × 128` bytes (panel `p` holds columns `64p ..`, row `k`'s chunk `c` at chunk
+/// `c ^ (k mod 8)`: the 128-byte swizzle), waits, `fence.proxy.async`, barrier; then per
+/// 16 rows of the slice each thread loads its A fragment from global memory (four 32-bit
+/// words at [`WgmmaA::reg_pos`]), `wgmma.fence` and one wgmma with `trans_b` (B's
+/// descriptor: start the slice's row `16s`, 1024 bytes between 8-row groups, the panel
+/// stride between 64-column panels); commit, `wait_group 0`, barrier. Parameters: `a:
+/// [64g, K]`, `b: [K, n]` (bf16 or f16), `d: [64g, n]` f32 (written), `k` u32, a multiple
+/// of 64.
+pub fn wgmma_rs_mn(input: WgmmaInput, n: u32, warpgroups: u32) -> Kernel {
+    let shape = WgmmaShape { n, input };
+    assert!(shape.is_valid() && n % 64 == 0 && input != WgmmaInput::Tf32);
+    let m = 64 * warpgroups;
+    let threads = 128 * warpgroups;
+    let esz = input.bytes();
+    let slice = 64u32;
+    let panels = n / 64;
+    let panel_bytes = slice * SLICE_BYTES;
+    let mut k = Kernel {
+        schedule: format!(
+            "wgmma {m}x{n} per CTA, A from registers, B MN-major in {panels} panels of 128 \
+             bytes with the 128-byte swizzle; per output: wgmma k-steps in order"
+        ),
+        ..kernel(
+            &format!("wgmma_rs_mn_{}_n{n}_wg{warpgroups}", input.name()),
+            vec![
+                ptr("a", dtype(input), false),
+                ptr("b", dtype(input), false),
+                ptr("d", DType::F32, true),
+                scalar("k"),
+            ],
+            threads,
+            1,
+        )
+    };
+    let sb = k.new_shared(panels * panel_bytes, 1024);
+    let mut b = Builder::new(&mut k);
+    let pa = b.op(U64, Op::Param(0), &[]);
+    let pb = b.op(U64, Op::Param(1), &[]);
+    let pd = b.op(U64, Op::Param(2), &[]);
+    let kk = b.op(U32, Op::Param(3), &[]);
+    let tid = b.op(U32, Op::Special(Special::TidX), &[]);
+    let sb0 = b.op(U32, Op::SharedAddr(sb), &[]);
+    let fixed = SmemDesc {
+        start: 0,
+        lbo: panel_bytes,
+        sbo: 8 * SLICE_BYTES,
+        swizzle: WgmmaSwizzle::B128,
+    }
+    .fixed_bits();
+    let s = b.op(U32, Op::ShrU, &[r(sb0), u(4)]);
+    let s = b.op(U64, Op::CvtU64U32, &[r(s)]);
+    let b_desc0 = b.op(U64, Op::AddU64, &[r(s), Operand::U64(fixed)]);
+    let wg = b.op(U32, Op::ShrU, &[r(tid), u(7)]);
+    let tl = b.op(U32, Op::And, &[r(tid), u(127)]);
+    let acc: Vec<Reg> = (0..shape.d_regs())
+        .map(|_| b.op(F32, Op::Mov, &[Operand::f32(0.0)]))
+        .collect();
+
+    let k0 = b.kernel.new_reg(U32);
+    b.open();
+    {
+        // Chunk e of the slice: row e / (8 panels), panel and chunk from e's rest.
+        let e = b.kernel.new_reg(U32);
+        b.open();
+        let per_row = 8 * panels;
+        let row = b.op(U32, Op::UDiv, &[r(e), u(per_row)]);
+        let rest = b.op(U32, Op::URem, &[r(e), u(per_row)]);
+        let p = b.op(U32, Op::ShrU, &[r(rest), u(3)]);
+        let c = b.op(U32, Op::And, &[r(rest), u(7)]);
+        // Global: (k0 + row) · n · esz + 16 · rest.
+        let gr = b.op(U32, Op::IAdd, &[r(k0), r(row)]);
+        let g = b.op(U32, Op::IMulLo, &[r(gr), u(n * esz)]);
+        let c16 = b.op(U32, Op::Shl, &[r(rest), u(4)]);
+        let g = b.op(U32, Op::IAdd, &[r(g), r(c16)]);
+        let src = gaddr(&mut b, pb, g, 1);
+        // Shared: p · panel + row · 128 + 16 (c ^ (row mod 8)).
+        let r8 = b.op(U32, Op::And, &[r(row), u(7)]);
+        let sw = b.op(U32, Op::Xor, &[r(c), r(r8)]);
+        let sw = b.op(U32, Op::Shl, &[r(sw), u(4)]);
+        let dst = b.op(U32, Op::IMulLo, &[r(row), u(SLICE_BYTES)]);
+        let dst = b.op(U32, Op::IAdd, &[r(dst), r(sw)]);
+        let po = b.op(U32, Op::IMulLo, &[r(p), u(panel_bytes)]);
+        let dst = b.op(U32, Op::IAdd, &[r(dst), r(po)]);
+        let dst = b.op(U32, Op::IAdd, &[r(dst), r(sb0)]);
+        b.push(Stmt::CpAsync {
+            cache: CpAsyncCache::Cg,
+            bytes: 16,
+            dst,
+            dst_offset: 0,
+            src,
+            src_offset: 0,
+            src_bytes: None,
+        });
+        close_for(&mut b, e, r(tid), u(slice * per_row), u(threads));
+        b.push(Stmt::CpAsyncWaitAll);
+        b.push(Stmt::FenceProxyAsync);
+        b.push(Stmt::Barrier);
+        for step in 0..slice / 16 {
+            // A's fragment of rows 64·wg .., columns k0 + 16·step ..: four 32-bit words.
+            let a_regs: Vec<Reg> = (0..WgmmaA::REGS)
+                .map(|i| {
+                    let (dr, dc) = WgmmaA::reg_pos(0, i);
+                    let lane = b.op(U32, Op::And, &[r(tl), u(31)]);
+                    let w = b.op(U32, Op::ShrU, &[r(tl), u(5)]);
+                    let g = b.op(U32, Op::ShrU, &[r(lane), u(2)]);
+                    let t = b.op(U32, Op::And, &[r(lane), u(3)]);
+                    let row = b.op(U32, Op::Shl, &[r(wg), u(6)]);
+                    let w16 = b.op(U32, Op::Shl, &[r(w), u(4)]);
+                    let row = b.op(U32, Op::IAdd, &[r(row), r(w16)]);
+                    let row = b.op(U32, Op::IAdd, &[r(row), r(g)]);
+                    let row = b.op(U32, Op::IAdd, &[r(row), u(dr as u32)]);
+                    let col = b.op(U32, Op::Shl, &[r(t), u(1)]);
+                    let col = b.op(U32, Op::IAdd, &[r(col), r(k0)]);
+                    let col = b.op(U32, Op::IAdd, &[r(col), u(16 * step + dc as u32)]);
+                    let idx = b.op(U32, Op::IMulLo, &[r(row), r(kk)]);
+                    let idx = b.op(U32, Op::IAdd, &[r(idx), r(col)]);
+                    let addr = gaddr(&mut b, pa, idx, esz);
+                    let x = b.kernel.new_reg(U32);
+                    b.push(Stmt::Load {
+                        dsts: vec![x],
+                        space: Space::Global,
+                        width: Width::B32,
+                        addr,
+                        offset: 0,
+                    });
+                    x
+                })
+                .collect();
+            // 16 K rows on: the start moves 16 · 128 bytes, 128 in the field.
+            let db = b.op(
+                U64,
+                Op::AddU64,
+                &[
+                    r(b_desc0),
+                    Operand::U64((16 * SLICE_BYTES as u64 * step as u64) >> 4),
+                ],
+            );
+            b.push(Stmt::WgmmaFence);
+            b.push(Stmt::Wgmma {
+                shape,
+                d: acc.clone(),
+                a: WgmmaA::Regs(a_regs),
+                b_desc: db,
+                b_major: WgmmaMajor::Mn,
+            });
+            b.push(Stmt::WgmmaCommit);
+            b.push(Stmt::WgmmaWait(0));
+        }
+        // The stage is refilled next slice.
+        b.push(Stmt::Barrier);
+    }
+    close_for(&mut b, k0, u(0), r(kk), u(slice));
+    store_acc(&mut b, (tid, wg), pd, n, &acc);
+    b.finish();
+    k
+}
+
+/// The epilogue of both kernels: accumulators 2j, 2j + 1 are two adjacent columns of one
+/// row of `d: [64g, n]`, stored together.
+fn store_acc(b: &mut Builder, (tid, wg): (Reg, Reg), pd: Reg, n: u32, acc: &[Reg]) {
     let tl = b.op(U32, Op::And, &[r(tid), u(127)]);
     let w = b.op(U32, Op::ShrU, &[r(tl), u(5)]);
     let lane = b.op(U32, Op::And, &[r(tl), u(31)]);
@@ -178,24 +347,16 @@ pub fn wgmma_gemm(input: WgmmaInput, n: u32, warpgroups: u32) -> Kernel {
     let wrow = b.op(U32, Op::Shl, &[r(wg), u(6)]);
     let row = b.op(U32, Op::IAdd, &[r(row), r(wrow)]);
     let col = b.op(U32, Op::Shl, &[r(t), u(1)]);
-    for j in 0..shape.d_regs() / 2 {
+    for j in 0..acc.len() / 2 {
         // Register 2j is (row + 8·(j mod 2), col + 8·(j / 2)).
         let (dr, dc) = WgmmaShape::d_pos(0, 2 * j);
         let rr = b.op(U32, Op::IAdd, &[r(row), u(dr as u32)]);
         let cc = b.op(U32, Op::IAdd, &[r(col), u(dc as u32)]);
         let idx = b.op(U32, Op::IMulLo, &[r(rr), u(n)]);
         let idx = b.op(U32, Op::IAdd, &[r(idx), r(cc)]);
-        let addr = gaddr(&mut b, pd, idx, 4);
-        store(
-            &mut b,
-            Width::V2,
-            Space::Global,
-            addr,
-            &acc[2 * j..2 * j + 2],
-        );
+        let addr = gaddr(b, pd, idx, 4);
+        store(b, Width::V2, Space::Global, addr, &acc[2 * j..2 * j + 2]);
     }
-    b.finish();
-    k
 }
 
 /// The kernels the tests run: every input type, the narrowest and widest n, two
@@ -206,5 +367,7 @@ pub fn all() -> Vec<Kernel> {
         wgmma_gemm(WgmmaInput::F16, 8, 1),
         wgmma_gemm(WgmmaInput::Tf32, 32, 1),
         wgmma_gemm(WgmmaInput::Bf16, 256, 2),
+        wgmma_rs_mn(WgmmaInput::Bf16, 128, 1),
+        wgmma_rs_mn(WgmmaInput::F16, 64, 2),
     ]
 }

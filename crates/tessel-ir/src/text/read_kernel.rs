@@ -9,8 +9,8 @@ use super::{
 use crate::entities::{BufferId, KernelId, Reg, SharedBuf};
 use crate::kernel::{
     BufferDecl, BufferRole, CpAsyncCache, Kernel, Launch, LaunchArg, MmaShape, Op, Operand, Param,
-    ParamKind, Program, Space, Stmt, TensorMapDesc, TensorMapSwizzle, WgmmaInput, WgmmaShape,
-    Width,
+    ParamKind, Program, Space, Stmt, TensorMapDesc, TensorMapSwizzle, WgmmaA, WgmmaInput,
+    WgmmaMajor, WgmmaShape, Width,
 };
 use std::collections::HashMap;
 
@@ -641,14 +641,27 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
                 "unknown wgmma shape `{rest}` (expected m64nNk16.bf16, m64nNk16.f16 or m64nNk8.tf32, N a multiple of 8 up to 256)"
             ))
         })?;
-        let a_desc = names.reg(c)?;
+        // A: a descriptor register, or `[a0, a1, a2, a3]`; B's descriptor, then
+        // `, trans_b` for an MN-major B.
+        let a = if c.is_punct('[') {
+            WgmmaA::Regs(c.bracket_list(|c| names.reg(c))?)
+        } else {
+            WgmmaA::Desc(names.reg(c)?)
+        };
         c.punct(',')?;
         let b_desc = names.reg(c)?;
+        let b_major = if c.eat_punct(',') {
+            c.keyword("trans_b")?;
+            WgmmaMajor::Mn
+        } else {
+            WgmmaMajor::K
+        };
         return Ok(Stmt::Wgmma {
             shape,
             d: dsts,
-            a_desc,
+            a,
             b_desc,
+            b_major,
         });
     }
     if let Some(rest) = m.strip_prefix("ldmatrix.") {

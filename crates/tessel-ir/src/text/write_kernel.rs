@@ -5,7 +5,8 @@ use super::{
     width_name,
 };
 use crate::kernel::{
-    BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, Stmt, TensorMapDesc,
+    BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, Stmt, TensorMapDesc, WgmmaA,
+    WgmmaMajor,
 };
 use std::fmt::Write;
 
@@ -336,12 +337,21 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
             Stmt::Wgmma {
                 shape,
                 d,
-                a_desc,
+                a,
                 b_desc,
+                b_major,
             } => {
+                let a = match a {
+                    WgmmaA::Desc(r) => r.to_string(),
+                    WgmmaA::Regs(rs) => format!("[{}]", reg_list(rs)),
+                };
+                let trans = match b_major {
+                    WgmmaMajor::K => "",
+                    WgmmaMajor::Mn => ", trans_b",
+                };
                 let _ = writeln!(
                     out,
-                    "{indent}{} = wgmma.{} {a_desc}, {b_desc}",
+                    "{indent}{} = wgmma.{} {a}, {b_desc}{trans}",
                     reg_list(d),
                     shape.name()
                 );

@@ -5,7 +5,7 @@ use super::{Errors, VerifyError};
 use crate::entities::Reg;
 use crate::kernel::{
     is_ptx_identifier, ArgRule, CpAsyncCache, Kernel, Op, Operand, RegType, SigType, Space, Stmt,
-    WgmmaShape, Width, MBAR_MAX_COUNT,
+    WgmmaA, WgmmaInput, WgmmaMajor, WgmmaShape, Width, MBAR_MAX_COUNT,
 };
 use crate::text::write_op_stmt;
 use std::collections::HashSet;
@@ -221,8 +221,53 @@ impl Cx<'_, '_> {
     }
 
     /// Rule `kernel.wgmma`: a shape PTX has, its accumulator registers (`F32`, as many as
-    /// the shape has per thread), `U64` descriptors, and a CTA of whole warpgroups.
-    fn wgmma(&mut self, shape: WgmmaShape, d: &[Reg], descs: [Reg; 2], path: &str) {
+    /// the shape has per thread), `U64` descriptors, A in registers as four `U32` and
+    /// only for 16-bit inputs, an MN-major B only for 16-bit inputs, and a CTA of whole
+    /// warpgroups.
+    fn wgmma(
+        &mut self,
+        shape: WgmmaShape,
+        d: &[Reg],
+        (a, b_desc, b_major): (&WgmmaA, Reg, WgmmaMajor),
+        path: &str,
+    ) {
+        let sixteen = shape.input != WgmmaInput::Tf32;
+        let mut descs = vec![("B", b_desc)];
+        match a {
+            WgmmaA::Desc(r) => descs.insert(0, ("A", *r)),
+            WgmmaA::Regs(rs) => {
+                if !sixteen || rs.len() != WgmmaA::REGS {
+                    self.err(
+                        "kernel.wgmma",
+                        path,
+                        format!(
+                            "wgmma.{}: A in registers takes {} u32 registers and a 16-bit input, not {}",
+                            shape.name(),
+                            WgmmaA::REGS,
+                            rs.len()
+                        ),
+                    );
+                }
+                for r in rs {
+                    if let Some(t) = self.reg(*r, path, "A register") {
+                        if t != RegType::U32 {
+                            self.err(
+                                "kernel.wgmma",
+                                path,
+                                format!("A register {r} is {}, not u32", t.name()),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if b_major == WgmmaMajor::Mn && !sixteen {
+            self.err(
+                "kernel.wgmma",
+                path,
+                format!("wgmma.{}: an MN-major B needs a 16-bit input", shape.name()),
+            );
+        }
         let name = shape.name();
         if !shape.is_valid() {
             self.err(
@@ -252,7 +297,7 @@ impl Cx<'_, '_> {
                 }
             }
         }
-        for (what, r) in ["A", "B"].into_iter().zip(descs) {
+        for (what, r) in descs {
             if let Some(t) = self.reg(r, path, "descriptor") {
                 if t != RegType::U64 {
                     self.err(
@@ -405,9 +450,10 @@ impl Cx<'_, '_> {
             Stmt::Wgmma {
                 shape,
                 d,
-                a_desc,
+                a,
                 b_desc,
-            } => self.wgmma(*shape, d, [*a_desc, *b_desc], path),
+                b_major,
+            } => self.wgmma(*shape, d, (a, *b_desc, *b_major), path),
             Stmt::MbarInit { .. }
             | Stmt::MbarArriveExpectTx { .. }
             | Stmt::MbarArrive { .. }

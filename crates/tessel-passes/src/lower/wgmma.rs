@@ -30,7 +30,8 @@ use super::ring::cp_async::CopyPlan;
 use super::ring::Ring;
 use super::{Gen, Ix, LowerError};
 use tessel_ir::kernel::{
-    MmaShape, Op, Operand, RegType, SmemDesc, Stmt, WgmmaInput, WgmmaShape, WgmmaSwizzle,
+    MmaShape, Op, Operand, RegType, SmemDesc, Stmt, WgmmaA, WgmmaInput, WgmmaMajor, WgmmaShape,
+    WgmmaSwizzle,
 };
 use tessel_ir::Reg;
 
@@ -169,8 +170,9 @@ impl Gen<'_> {
             self.b.push(Stmt::Wgmma {
                 shape: wshape,
                 d: d.to_vec(),
-                a_desc,
+                a: WgmmaA::Desc(a_desc),
                 b_desc,
+                b_major: WgmmaMajor::K,
             });
         }
     }

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use cranelift_entity::PrimaryMap;
-use tessel_ir::kernel::{Kernel, Op, Operand, RegType, Stmt};
+use tessel_ir::kernel::{Kernel, Op, Operand, RegType, Stmt, WgmmaA};
 use tessel_ir::{Reg, SharedBuf};
 use tessel_ptx::ptxas::{Ptxas, Report, SKIP_ENV};
 use tessel_ptx::PtxOptions;
@@ -183,10 +183,12 @@ impl Remap {
             Stmt::Mma { d, a, b, c, .. } => {
                 self.regs(d.iter_mut().chain(a).chain(b).chain(c));
             }
-            Stmt::Wgmma {
-                d, a_desc, b_desc, ..
-            } => {
-                self.regs(d.iter_mut().chain([a_desc, b_desc]));
+            Stmt::Wgmma { d, a, b_desc, .. } => {
+                match a {
+                    WgmmaA::Desc(r) => self.reg(r),
+                    WgmmaA::Regs(rs) => self.regs(rs),
+                }
+                self.regs(d.iter_mut().chain([b_desc]));
             }
             Stmt::CpAsync {
                 dst,

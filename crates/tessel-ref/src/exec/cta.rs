@@ -374,9 +374,10 @@ impl<'a> Cta<'a> {
             Action::Wgmma {
                 shape,
                 d,
-                a_desc,
+                a,
                 b_desc,
-            } => self.wgmma(*shape, d, (*a_desc as usize, *b_desc as usize), sp),
+                b_major,
+            } => self.wgmma(*shape, d, (*a, *b_desc as usize, *b_major), sp),
             // The model runs in program order: nothing is left for the fence to order.
             Action::WgmmaFence => self.full_warps(sp, "wgmma.fence").map(|_| ()),
             Action::WgmmaCommit => self.wgmma_commit(sp),

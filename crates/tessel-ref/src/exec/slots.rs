@@ -13,9 +13,18 @@ use super::flat::Code;
 use super::ExecError;
 use std::collections::HashMap;
 use tessel_ir::kernel::{
-    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, WgmmaShape, Width,
+    Kernel, MmaShape, Op, Operand, ParamKind, RegType, SigType, Space, Stmt, WgmmaA, WgmmaInput,
+    WgmmaMajor, WgmmaShape, Width,
 };
 use tessel_ir::Reg;
+
+/// A wgmma's A operand in slot form: a descriptor's 64-bit slot, or the four 32-bit
+/// slots of A's registers.
+#[derive(Copy, Clone, Debug)]
+pub(crate) enum WgmmaASlots {
+    Desc(u32),
+    Regs([u32; WgmmaA::REGS]),
+}
 
 /// A straight-line statement in slot form: it runs for the active lanes and goes on to the
 /// next. Slots index `r32` unless the op's signature says 64-bit.
@@ -70,12 +79,14 @@ pub(crate) enum Action {
     CpAsyncCommit,
     CpAsyncWait(u32),
     CpAsyncWaitAll,
-    /// `d` the accumulators' 32-bit slots, the descriptors 64-bit slots.
+    /// `d` the accumulators' 32-bit slots, the descriptors 64-bit slots, A's registers
+    /// 32-bit slots.
     Wgmma {
         shape: WgmmaShape,
         d: Box<[u32]>,
-        a_desc: u32,
+        a: WgmmaASlots,
         b_desc: u32,
+        b_major: WgmmaMajor,
     },
     WgmmaFence,
     WgmmaCommit,
@@ -487,8 +498,9 @@ impl SlotAssigner<'_> {
             Stmt::Wgmma {
                 shape,
                 d,
-                a_desc,
+                a,
                 b_desc,
+                b_major,
             } => {
                 if !shape.is_valid() || d.len() != shape.d_regs() {
                     return Err(self.err(format!(
@@ -509,8 +521,25 @@ impl SlotAssigner<'_> {
                     d: d.iter()
                         .map(|&r| self.reg(r, Class::B32))
                         .collect::<Result<_, _>>()?,
-                    a_desc: self.reg(*a_desc, Class::B64)?,
+                    a: match a {
+                        WgmmaA::Desc(r) => WgmmaASlots::Desc(self.reg(*r, Class::B64)?),
+                        WgmmaA::Regs(rs) => {
+                            if rs.len() != WgmmaA::REGS || shape.input == WgmmaInput::Tf32 {
+                                return Err(self.err(format!(
+                                    "wgmma.{} with {} A registers",
+                                    shape.name(),
+                                    rs.len()
+                                )));
+                            }
+                            let mut slots = [0; WgmmaA::REGS];
+                            for (s, &r) in slots.iter_mut().zip(rs) {
+                                *s = self.reg(r, Class::B32)?;
+                            }
+                            WgmmaASlots::Regs(slots)
+                        }
+                    },
                     b_desc: self.reg(*b_desc, Class::B64)?,
+                    b_major: *b_major,
                 })
             }
             Stmt::WgmmaFence => SlotStmt::Do(Action::WgmmaFence),

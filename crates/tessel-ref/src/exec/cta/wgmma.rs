@@ -17,9 +17,10 @@
 
 use super::{Cta, Span};
 use crate::exec::numerics as nm;
+use crate::exec::slots::WgmmaASlots;
 use crate::exec::ExecError;
 use std::collections::VecDeque;
-use tessel_ir::kernel::{SmemDesc, WgmmaInput, WgmmaShape};
+use tessel_ir::kernel::{SmemDesc, WgmmaA, WgmmaInput, WgmmaMajor, WgmmaShape};
 
 /// A shared-memory range, `(address, bytes)`.
 type Range = (u32, u32);
@@ -138,51 +139,86 @@ impl Cta<'_> {
     }
 
     /// `wgmma.mma_async` per warp of `sp`: warp `w` of its warpgroup computes rows
-    /// `16w .. 16w + 16` of `D += A·B` with A and B read through the descriptors, each
-    /// output `acc = d; acc = fma(a[r][k], b[k][c], acc)` for k = 0, 1, ..., K-1.
+    /// `16w .. 16w + 16` of `D += A·B` with A read through its descriptor or from the
+    /// warp's registers ([`WgmmaA::reg_pos`]) and B through its descriptor (K-major or
+    /// MN-major), each output `acc = d; acc = fma(a[r][k], b[k][c], acc)` for k = 0, 1,
+    /// ..., K-1.
     pub(super) fn wgmma(
         &mut self,
         shape: WgmmaShape,
         d: &[u32],
-        (a_desc, b_desc): (usize, usize),
+        (a, b_desc, b_major): (WgmmaASlots, usize, WgmmaMajor),
         sp: Span,
     ) -> Result<(), ExecError> {
         let n = self.n;
         let (cols, kk) = (shape.n as usize, shape.k() as usize);
         let esz = shape.input.bytes();
         for warp in self.full_warps(sp, "wgmma")? {
-            let mut descs: [Option<SmemDesc>; 2] = [None; 2];
-            for (which, slot) in [a_desc, b_desc].into_iter().enumerate() {
-                let v = self.r64[slot * n + warp];
-                if let Some(l) = (warp..warp + 32).find(|&l| self.r64[slot * n + l] != v) {
-                    return Err(self.wgmma_error(
+            let desc_of = |cta: &Self, slot: usize, which: &str| -> Result<SmemDesc, ExecError> {
+                let v = cta.r64[slot * n + warp];
+                if let Some(l) = (warp..warp + 32).find(|&l| cta.r64[slot * n + l] != v) {
+                    return Err(cta.wgmma_error(
                         l,
                         format!(
-                            "the wgmma's {} descriptor differs across the warp ({:#x} in lane 0, {:#x} here)",
-                            ["A", "B"][which],
+                            "the wgmma's {which} descriptor differs across the warp ({:#x} in lane 0, {:#x} here)",
                             v,
-                            self.r64[slot * n + l]
+                            cta.r64[slot * n + l]
                         ),
                     ));
                 }
-                let desc = SmemDesc::decode(v).map_err(|m| self.wgmma_error(warp, m))?;
-                descs[which] = Some(desc);
-            }
-            let [Some(da), Some(db)] = descs else {
-                unreachable!("both descriptors decoded above")
+                SmemDesc::decode(v).map_err(|m| cta.wgmma_error(warp, m))
             };
             let w = (warp / 32) % 4;
             let mut ranges = Vec::new();
             // am[r][k] for the warp's 16 rows, bm[c][k]: f32 bits.
             let mut am = vec![[0u32; 16]; 16];
-            for (r, row) in am.iter_mut().enumerate() {
-                self.operand_row(da, (16 * w + r) as u32, shape.input, &mut row[..kk], warp)?;
-                ranges.extend((0..2).map(|h| (da.address((16 * w + r) as u32, 16 * h), 16)));
+            match a {
+                WgmmaASlots::Desc(slot) => {
+                    let da = desc_of(self, slot as usize, "A")?;
+                    for (r, row) in am.iter_mut().enumerate() {
+                        let r = (16 * w + r) as u32;
+                        self.operand_row(da, r, shape.input, &mut row[..kk], warp)?;
+                        ranges.extend((0..2).map(|h| (da.address(r, 16 * h), 16)));
+                    }
+                }
+                WgmmaASlots::Regs(slots) => {
+                    for lane in 0..32 {
+                        for (i, &slot) in slots.iter().enumerate() {
+                            let (r, c) = WgmmaA::reg_pos(32 * w + lane, i);
+                            let bits = self.r32[slot as usize * n + warp + lane];
+                            for (h, half) in [bits & 0xffff, bits >> 16].into_iter().enumerate() {
+                                am[r - 16 * w][c + h] = match shape.input {
+                                    WgmmaInput::Bf16 => half << 16,
+                                    WgmmaInput::F16 => nm::f16_to_f32(half),
+                                    WgmmaInput::Tf32 => {
+                                        unreachable!("slots refuse tf32 A registers")
+                                    }
+                                };
+                            }
+                        }
+                    }
+                }
             }
+            let db = desc_of(self, b_desc, "B")?;
             let mut bm = vec![[0u32; 16]; cols];
-            for (c, col) in bm.iter_mut().enumerate() {
-                self.operand_row(db, c as u32, shape.input, &mut col[..kk], warp)?;
-                ranges.extend((0..2).map(|h| (db.address(c as u32, 16 * h), 16)));
+            match b_major {
+                WgmmaMajor::K => {
+                    for (c, col) in bm.iter_mut().enumerate() {
+                        self.operand_row(db, c as u32, shape.input, &mut col[..kk], warp)?;
+                        ranges.extend((0..2).map(|h| (db.address(c as u32, 16 * h), 16)));
+                    }
+                }
+                WgmmaMajor::Mn => {
+                    let mut row = vec![0u32; cols];
+                    for k in 0..kk {
+                        self.operand_row_mn(db, k as u32, shape.input, &mut row, warp)?;
+                        for (col, &x) in bm.iter_mut().zip(&row) {
+                            col[k] = x;
+                        }
+                        let chunks = cols as u32 * esz / 16;
+                        ranges.extend((0..chunks).map(|h| (db.address_mn(k as u32, 16 * h), 16)));
+                    }
+                }
             }
             debug_assert_eq!(esz * kk as u32, 32);
             for lane in 0..32 {
@@ -206,9 +242,26 @@ impl Cta<'_> {
         Ok(())
     }
 
-    /// The `K` elements (32 bytes) of row `r` of an operand, as f32 bits, checking that
-    /// each byte lies in shared memory, is not the destination of a pending `cp.async`, and
-    /// was fenced after its last generic write.
+    /// The `n` elements of K row `k` of an MN-major operand ([`SmemDesc::address_mn`]),
+    /// as f32 bits, with [`Cta::operand_row`]'s checks.
+    fn operand_row_mn(
+        &self,
+        desc: SmemDesc,
+        k: u32,
+        input: WgmmaInput,
+        out: &mut [u32],
+        warp: usize,
+    ) -> Result<(), ExecError> {
+        let esz = input.bytes();
+        for (c, o) in out.iter_mut().enumerate() {
+            let a = desc.address_mn(k, c as u32 * esz);
+            *o = self.operand_element(a, input, warp, &format!("row {k}, element {c}"), desc)?;
+        }
+        Ok(())
+    }
+
+    /// The `K` elements (32 bytes) of row `r` of a K-major operand, as f32 bits, checking
+    /// each with [`Cta::operand_element`].
     fn operand_row(
         &self,
         desc: SmemDesc,
@@ -220,38 +273,53 @@ impl Cta<'_> {
         let esz = input.bytes();
         for (k, o) in out.iter_mut().enumerate() {
             let a = desc.address(r, k as u32 * esz);
-            if a % esz != 0 || !self.shared_range(a, esz) {
-                return Err(self.wgmma_error(
-                    warp,
-                    format!(
-                        "wgmma operand row {r}, element {k} at shared {a:#x} (descriptor {desc:?}) is outside shared memory"
-                    ),
-                ));
-            }
-            self.check_not_pending(warp, a, esz, "wgmma operand read")?;
-            let range = a as usize..(a + esz) as usize;
-            if let Some(&t) = self.proxy.unfenced[range.clone()].iter().find(|&&t| t != 0) {
-                return Err(self.wgmma_error(
-                    warp,
-                    format!(
-                        "wgmma reads shared {a:#x}, written by thread {} through the generic proxy with no fence.proxy.async since",
-                        t - 1
-                    ),
-                ));
-            }
-            let sh = &self.shared[range];
-            let bits = if esz == 2 {
-                u16::from_le_bytes([sh[0], sh[1]]) as u32
-            } else {
-                u32::from_le_bytes([sh[0], sh[1], sh[2], sh[3]])
-            };
-            *o = match input {
-                WgmmaInput::Bf16 => bits << 16,
-                WgmmaInput::F16 => nm::f16_to_f32(bits),
-                WgmmaInput::Tf32 => nm::tf32_operand(bits),
-            };
+            *o = self.operand_element(a, input, warp, &format!("row {r}, element {k}"), desc)?;
         }
         Ok(())
+    }
+
+    /// The operand element at shared address `a`, as f32 bits, checking that it lies in
+    /// shared memory, is not the destination of a pending `cp.async`, and was fenced
+    /// after its last generic write (`what` and `desc` name it in errors).
+    fn operand_element(
+        &self,
+        a: u32,
+        input: WgmmaInput,
+        warp: usize,
+        what: &str,
+        desc: SmemDesc,
+    ) -> Result<u32, ExecError> {
+        let esz = input.bytes();
+        if a % esz != 0 || !self.shared_range(a, esz) {
+            return Err(self.wgmma_error(
+                warp,
+                format!(
+                    "wgmma operand {what} at shared {a:#x} (descriptor {desc:?}) is outside shared memory"
+                ),
+            ));
+        }
+        self.check_not_pending(warp, a, esz, "wgmma operand read")?;
+        let range = a as usize..(a + esz) as usize;
+        if let Some(&t) = self.proxy.unfenced[range.clone()].iter().find(|&&t| t != 0) {
+            return Err(self.wgmma_error(
+                warp,
+                format!(
+                    "wgmma reads shared {a:#x}, written by thread {} through the generic proxy with no fence.proxy.async since",
+                    t - 1
+                ),
+            ));
+        }
+        let sh = &self.shared[range];
+        let bits = if esz == 2 {
+            u16::from_le_bytes([sh[0], sh[1]]) as u32
+        } else {
+            u32::from_le_bytes([sh[0], sh[1], sh[2], sh[3]])
+        };
+        Ok(match input {
+            WgmmaInput::Bf16 => bits << 16,
+            WgmmaInput::F16 => nm::f16_to_f32(bits),
+            WgmmaInput::Tf32 => nm::tf32_operand(bits),
+        })
     }
 
     /// `wgmma.commit_group` per warp of `sp`.
