@@ -196,6 +196,7 @@ fn run_inner(
         verify: true,
         tensor_parallel: false,
         wgmma_tma: false,
+        wgmma_attention: false,
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {
         Ok(c) => c,

@@ -1139,12 +1139,20 @@ pub enum TileConfig {
     /// keys) the keys are cut into ranges of `split` keys (a multiple of `block_n`; fixed in
     /// keys, so a row's order never depends on the batch), each range's O, maximum and sum
     /// go to an f32 scratch buffer, and a second kernel merges the ranges in order.
+    ///
+    /// With `wgmma` (text `wgmma: 1`, printed only when set; sm_90a): the warps are
+    /// warpgroups of 4 (64 query rows each), Q, K and V are staged in 128-byte panels
+    /// (the wgmma swizzle), S = Q·Kᵀ is one `wgmma` per 16 of the head dim with both
+    /// operands in shared memory, and P·V one `wgmma` per 16 keys with P in registers and
+    /// V's tile read MN-major (`lower/attention.rs`); every sum in the same order as
+    /// without.
     Attention {
         warps: u32,
         block_n: u32,
         stages: u32,
         pack: u32,
         split: u32,
+        wgmma: bool,
     },
     /// An in-place update ([`GroupKind::Update`]): elementwise over the update's `rows`
     /// (never over `dst`) — one thread per `vector` consecutive elements of the flattened
@@ -1361,9 +1369,11 @@ impl fmt::Display for TileConfig {
                 stages,
                 pack,
                 split,
+                wgmma,
             } => write!(
                 f,
-                "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack}, split: {split} }}"
+                "attention {{ warps: {warps}, block_n: {block_n}, stages: {stages}, pack: {pack}, split: {split}{} }}",
+                if *wgmma { ", wgmma: 1" } else { "" }
             ),
             TileConfig::Update { threads, vector } => {
                 write!(f, "update {{ threads: {threads}, vector: {vector} }}")

@@ -81,7 +81,7 @@ pub static PASSES: &[PassInfo] = &[
                 f,
                 &o.target,
                 o.profile,
-                (!o.tensor_parallel, o.wgmma_tma),
+                (!o.tensor_parallel, o.wgmma_tma, o.wgmma_attention),
             )
         }),
     },
@@ -130,6 +130,11 @@ pub struct Options {
     /// allow it ([`schedule::prefer_tma`]). Off by default: the variant has run on the
     /// executor and through ptxas, not yet on a GPU (issue 19).
     pub wgmma_tma: bool,
+    /// A fused attention takes the warpgroup tile (`attention { .., wgmma: 1 }`: wgmma
+    /// with two warpgroups of 64 query rows, `lower/attention.rs`) where the target and
+    /// shapes allow it (`schedule/attention.rs`, `prefer_wgmma`). Off by default: the tile
+    /// has run on the executor and through ptxas, not yet on a GPU (issue 19).
+    pub wgmma_attention: bool,
 }
 
 /// Why compilation of a checked graph failed.

@@ -395,6 +395,15 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             stages: num("stages")?,
             pack: num("pack")?,
             split: num("split")?,
+            // Written only when set.
+            wgmma: match fields.iter().find(|(f, ..)| f == "wgmma") {
+                None => false,
+                Some((_, x, pos)) => match x.as_str() {
+                    "0" => false,
+                    "1" => true,
+                    x => return Err(pos.error(format!("`wgmma` is 0 or 1, found `{x}`"))),
+                },
+            },
         },
     };
     c.keyword("why")?;

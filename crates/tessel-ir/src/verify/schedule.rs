@@ -739,7 +739,19 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 stages,
                 pack,
                 split,
+                wgmma,
             } => {
+                // The warpgroup form: whole warpgroups, keys per block a whole number of
+                // 16-key P·V steps and at most one wgmma's n (256), the keys not split.
+                if wgmma && (warps % 4 != 0 || split != 0) {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!(
+                            "a wgmma attention tile needs whole warpgroups (warps {warps}) and no split (split {split})"
+                        ),
+                    );
+                }
                 if split % block_n.max(1) != 0 {
                     e.push(
                         "schedule.tile",

@@ -24,7 +24,10 @@ use crate::schedule::attention_shared_bytes;
 use crate::view::strided;
 use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, RowStat, TileConfig};
-use tessel_ir::kernel::{FCmp, ICmp, MmaShape, Op, Operand, RegType, Space, Special, Stmt, Width};
+use tessel_ir::kernel::{
+    FCmp, ICmp, MmaShape, Op, Operand, RegType, SmemDesc, Space, Special, Stmt, WgmmaA,
+    WgmmaInput, WgmmaMajor, WgmmaShape, WgmmaSwizzle, Width,
+};
 use tessel_ir::{DType, Reg, Shape, Value};
 
 impl Gen<'_> {
@@ -45,6 +48,7 @@ impl Gen<'_> {
             stages,
             pack,
             split,
+            wgmma,
         } = *tile
         else {
             unreachable!("called for attention tiles")
@@ -84,6 +88,10 @@ impl Gen<'_> {
                     value: a,
                 })
             }
+        };
+        let winput = match dt {
+            DType::Bf16 => WgmmaInput::Bf16,
+            _ => WgmmaInput::F16,
         };
         let (m, n, d, e) = (sh.m, sh.n, sh.d as u32, sh.e as u32);
         let pack = pack as u64;
@@ -148,11 +156,18 @@ impl Gen<'_> {
         let shared = attention_shared_bytes(warps, block_n, stages, sh.d, sh.e);
         // One buffer (beyond 48 KiB it is the launch's dynamic shared memory); the warps'
         // key bounds (largest and smallest), when the CTA combines them, sit after the rings.
-        let buf = self.b.kernel.new_shared(shared + 8 * warps, 128);
+        // The warpgroup tile stages Q, K and V in 128-byte panels (wgmma's swizzle, its
+        // patterns on 1024-byte address boundaries; every stage a multiple of 1024 bytes).
+        let layout = |rows: u32, cols: u32| match wgmma {
+            true => StageLayout::panels_128(rows, cols, esz),
+            false => StageLayout::rows(rows, cols, esz),
+        };
+        let align = if wgmma { 1024 } else { 128 };
+        let buf = self.b.kernel.new_shared(shared + 8 * warps, align);
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_q = Ring {
             base,
-            layout: StageLayout::rows(bm, d, esz),
+            layout: layout(bm, d),
         };
         let k_at = self.b.op(
             RegType::U32,
@@ -161,7 +176,7 @@ impl Gen<'_> {
         );
         let ring_k = Ring {
             base: k_at,
-            layout: StageLayout::rows(block_n, d, esz),
+            layout: layout(block_n, d),
         };
         let v_at = self.b.op(
             RegType::U32,
@@ -170,7 +185,7 @@ impl Gen<'_> {
         );
         let ring_v = Ring {
             base: v_at,
-            layout: StageLayout::rows(block_n, e, esz),
+            layout: layout(block_n, e),
         };
 
         // Packed row r of the batch entry: whether it is a real row, its batch index (the
@@ -307,52 +322,68 @@ impl Gen<'_> {
             self.q_prologue(qv.base, &q_chunks, q_reductions, base)?;
         }
         // Q has landed once only the K/V groups may be in flight (and the prologue's
-        // stores are visible after the barrier); then its fragments.
+        // stores are visible after the barrier; to wgmma, which reads through the async
+        // proxy, after each thread's proxy fence); then its fragments.
         self.b.push(Stmt::CpAsyncWait(stages - 1));
+        if wgmma {
+            self.b.push(Stmt::FenceProxyAsync);
+        }
         self.b.push(Stmt::Barrier);
-        let q_op = Operand2d {
-            base: qv.base,
-            cols: sh.d,
-            k_contiguous: true,
-            view: None,
+        // The operands: for mma.sync, Q's A fragments (kept in registers) and the K and V
+        // fragment plans; for wgmma, the descriptor of the warpgroup's 64 rows of Q.
+        let operands = if wgmma {
+            let wg = self.idiv_c(Ix::R(tid), 128);
+            let rows_off = self.imul_c(wg, 64 * 128);
+            let q_rows = self.shared_addr(base, rows_off);
+            Operands::Wgmma {
+                q_desc: self.wgmma_desc(q_rows, 0),
+            }
+        } else {
+            let q_op = Operand2d {
+                base: qv.base,
+                cols: sh.d,
+                k_contiguous: true,
+                view: None,
+            };
+            let q_plan = one_operand(self, shape, (&ring_q, &q_op), false, wrow, lane, 1, d);
+            let mut addrs = HashMap::new();
+            let qf: Vec<Vec<Reg>> = (0..(d / 16) as usize)
+                .map(|ks| self.load_frag(shape, (base, &mut addrs), &q_plan[ks][0], false))
+                .collect();
+            let k_op = Operand2d {
+                base: kv.base,
+                cols: sh.d,
+                k_contiguous: true,
+                view: None,
+            };
+            let v_op = Operand2d {
+                base: vv.base,
+                cols: sh.e,
+                k_contiguous: false,
+                view: None,
+            };
+            let k_plan = one_operand(
+                self,
+                shape,
+                (&ring_k, &k_op),
+                true,
+                Ix::C(0),
+                lane,
+                block_n / 16,
+                d,
+            );
+            let v_plan = one_operand(
+                self,
+                shape,
+                (&ring_v, &v_op),
+                true,
+                Ix::C(0),
+                lane,
+                e / 16,
+                block_n,
+            );
+            Operands::Sync { qf, k_plan, v_plan }
         };
-        let q_plan = one_operand(self, shape, (&ring_q, &q_op), false, wrow, lane, 1, d);
-        let mut addrs = HashMap::new();
-        let qf: Vec<Vec<Reg>> = (0..(d / 16) as usize)
-            .map(|ks| self.load_frag(shape, (base, &mut addrs), &q_plan[ks][0], false))
-            .collect();
-        let k_op = Operand2d {
-            base: kv.base,
-            cols: sh.d,
-            k_contiguous: true,
-            view: None,
-        };
-        let v_op = Operand2d {
-            base: vv.base,
-            cols: sh.e,
-            k_contiguous: false,
-            view: None,
-        };
-        let k_plan = one_operand(
-            self,
-            shape,
-            (&ring_k, &k_op),
-            true,
-            Ix::C(0),
-            lane,
-            block_n / 16,
-            d,
-        );
-        let v_plan = one_operand(
-            self,
-            shape,
-            (&ring_v, &v_op),
-            true,
-            Ix::C(0),
-            lane,
-            e / 16,
-            block_n,
-        );
 
         // Running state per row half: maximum, the lane's partial sum, and O.
         let f32reg = |gen: &mut Self, x: f32| {
@@ -376,6 +407,9 @@ impl Gen<'_> {
         let jb = self.b.kernel.new_reg(RegType::U32);
         self.open();
         self.b.push(Stmt::CpAsyncWait(stages - 2));
+        if wgmma {
+            self.b.push(Stmt::FenceProxyAsync);
+        }
         self.b.push(Stmt::Barrier);
         let ahead = self.iadd(Ix::R(jb), Ix::C((stages - 1) as u64));
         let ao = self.ix_op(ahead);
@@ -395,21 +429,49 @@ impl Gen<'_> {
         let sacc: Vec<[Reg; 4]> = (0..ni)
             .map(|_| std::array::from_fn(|_| f32reg(self, 0.0)))
             .collect();
-        let mut addrs_k = HashMap::new();
-        for (ks, qk) in qf.iter().enumerate() {
-            for p in 0..ni / 2 {
-                let src: &FragSrc = &k_plan[ks][p];
-                let regs = self.load_frag(shape, (stage_k, &mut addrs_k), src, false);
-                for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
-                    let acc = sacc[2 * p + h];
-                    self.b.push(Stmt::Mma {
-                        shape,
-                        d: acc,
-                        a: qk.clone(),
-                        b: b.to_vec(),
-                        c: acc,
+        match &operands {
+            Operands::Sync { qf, k_plan, .. } => {
+                let mut addrs_k = HashMap::new();
+                for (ks, qk) in qf.iter().enumerate() {
+                    for p in 0..ni / 2 {
+                        let src: &FragSrc = &k_plan[ks][p];
+                        let regs = self.load_frag(shape, (stage_k, &mut addrs_k), src, false);
+                        for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
+                            let acc = sacc[2 * p + h];
+                            self.b.push(Stmt::Mma {
+                                shape,
+                                d: acc,
+                                a: qk.clone(),
+                                b: b.to_vec(),
+                                c: acc,
+                            });
+                        }
+                    }
+                }
+            }
+            &Operands::Wgmma { q_desc } => {
+                // One m64n{block_n}k16 per 16 of the head dim: K-major Q and K, the k step's
+                // 32 bytes inside a panel, the next panel `rows · 128` bytes on.
+                let k_desc = self.wgmma_desc(stage_k, 0);
+                let d_regs: Vec<Reg> = sacc.iter().flatten().copied().collect();
+                self.b.push(Stmt::WgmmaFence);
+                for ks in 0..d / 16 {
+                    let at = |rows: u32| ((ks / 4) * rows * 128 + (ks % 4) * 32) as u64 >> 4;
+                    let qd = self.desc_plus(q_desc, at(bm));
+                    let kd = self.desc_plus(k_desc, at(block_n));
+                    self.b.push(Stmt::Wgmma {
+                        shape: WgmmaShape {
+                            n: block_n,
+                            input: winput,
+                        },
+                        d: d_regs.clone(),
+                        a: WgmmaA::Desc(qd),
+                        b_desc: kd,
+                        b_major: WgmmaMajor::K,
                     });
                 }
+                self.b.push(Stmt::WgmmaCommit);
+                self.b.push(Stmt::WgmmaWait(0));
             }
         }
 
@@ -537,28 +599,56 @@ impl Gen<'_> {
         } else {
             Op::PackF16x2
         };
-        let mut addrs_v = HashMap::new();
-        for (ks, plan) in v_plan.iter().enumerate().take(ni / 2) {
-            let pa: Vec<Reg> = [(2 * ks, 0), (2 * ks, 2), (2 * ks + 1, 0), (2 * ks + 1, 2)]
+        let pa_of = |gen: &mut Self, ks: usize| -> Vec<Reg> {
+            [(2 * ks, 0), (2 * ks, 2), (2 * ks + 1, 0), (2 * ks + 1, 2)]
                 .into_iter()
                 .map(|(f, q)| {
                     let pr = &probs[f];
-                    self.b.op(RegType::U32, pack_op, &[pr[q + 1], pr[q]])
+                    gen.b.op(RegType::U32, pack_op, &[pr[q + 1], pr[q]])
                 })
-                .collect();
-            for p in 0..(e / 16) as usize {
-                let src: &FragSrc = &plan[p];
-                let regs = self.load_frag(shape, (stage_v, &mut addrs_v), src, true);
-                for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
-                    let acc = o_acc[2 * p + h];
-                    self.b.push(Stmt::Mma {
-                        shape,
-                        d: acc,
-                        a: pa.clone(),
-                        b: b.to_vec(),
-                        c: acc,
+                .collect()
+        };
+        match &operands {
+            Operands::Sync { v_plan, .. } => {
+                let mut addrs_v = HashMap::new();
+                for (ks, plan) in v_plan.iter().enumerate().take(ni / 2) {
+                    let pa = pa_of(self, ks);
+                    for p in 0..(e / 16) as usize {
+                        let src: &FragSrc = &plan[p];
+                        let regs = self.load_frag(shape, (stage_v, &mut addrs_v), src, true);
+                        for (h, b) in [&regs[..2], &regs[2..]].into_iter().enumerate() {
+                            let acc = o_acc[2 * p + h];
+                            self.b.push(Stmt::Mma {
+                                shape,
+                                d: acc,
+                                a: pa.clone(),
+                                b: b.to_vec(),
+                                c: acc,
+                            });
+                        }
+                    }
+                }
+            }
+            Operands::Wgmma { .. } => {
+                // One m64n{e}k16 per 16 keys: P's A fragment is the accumulator's layout of
+                // its 16 columns (`WgmmaA::reg_pos`), V's tile MN-major — 16 key rows of
+                // 128 bytes per panel from row 16ks, panels `block_n · 128` bytes apart.
+                let pas: Vec<Vec<Reg>> = (0..ni / 2).map(|ks| pa_of(self, ks)).collect();
+                let v_desc = self.wgmma_desc(stage_v, block_n * 128);
+                let d_regs: Vec<Reg> = o_acc.iter().flatten().copied().collect();
+                self.b.push(Stmt::WgmmaFence);
+                for (ks, pa) in pas.into_iter().enumerate() {
+                    let vd = self.desc_plus(v_desc, (ks as u64 * 16 * 128) >> 4);
+                    self.b.push(Stmt::Wgmma {
+                        shape: WgmmaShape { n: e, input: winput },
+                        d: d_regs.clone(),
+                        a: WgmmaA::Regs(pa),
+                        b_desc: vd,
+                        b_major: WgmmaMajor::Mn,
                     });
                 }
+                self.b.push(Stmt::WgmmaCommit);
+                self.b.push(Stmt::WgmmaWait(0));
             }
         }
         self.advance_stages(&[rd, wr], stages);
@@ -681,5 +771,49 @@ impl Gen<'_> {
             outer_count as u32,
             1,
         ])
+    }
+}
+
+/// What the key loop multiplies with: `mma.sync`'s Q fragments (per 16 of the head dim)
+/// and the K and V fragment plans, or the warpgroup tile's Q descriptor.
+enum Operands {
+    Sync {
+        qf: Vec<Vec<Reg>>,
+        k_plan: Vec<Vec<FragSrc>>,
+        v_plan: Vec<Vec<FragSrc>>,
+    },
+    Wgmma {
+        q_desc: Reg,
+    },
+}
+
+impl Gen<'_> {
+    /// The wgmma descriptor (`SmemDesc`, PTX ISA §9.7.15.5.1.2.2) of a 128-byte-panel
+    /// operand starting at shared address `addr` (a multiple of 1024 plus the k step's
+    /// bytes): 128-byte swizzle, 1024 bytes between 8-row groups, `lbo` bytes between
+    /// panels along MN (read for an MN-major operand only).
+    fn wgmma_desc(&mut self, addr: Reg, lbo: u32) -> Reg {
+        let fixed = SmemDesc {
+            start: 0,
+            lbo,
+            sbo: 1024,
+            swizzle: WgmmaSwizzle::B128,
+        }
+        .fixed_bits();
+        let s = self
+            .b
+            .op(RegType::U32, Op::ShrU, &[addr.into(), Operand::U32(4)]);
+        let w = self.b.op(RegType::U64, Op::CvtU64U32, &[s.into()]);
+        self.b
+            .op(RegType::U64, Op::AddU64, &[w.into(), Operand::U64(fixed)])
+    }
+
+    /// `desc` with its start address `units · 16` bytes further on.
+    fn desc_plus(&mut self, desc: Reg, units: u64) -> Reg {
+        if units == 0 {
+            return desc;
+        }
+        self.b
+            .op(RegType::U64, Op::AddU64, &[desc.into(), Operand::U64(units)])
     }
 }

@@ -2,7 +2,8 @@
 //! on `mma.sync`, with the query heads of a KV group packed into one CTA's rows.
 
 use crate::analysis::attention_shape;
-use crate::target::Target;
+use super::offers;
+use crate::target::{Features, Target};
 use tessel_ir::graph::{Graph, Schedule, TileConfig};
 use tessel_ir::Value;
 
@@ -31,6 +32,98 @@ const SPLIT_MAX_ROWS: u64 = 64;
 /// (bf16/f16); the kernel adds 8 bytes per warp for combining the rows' key bounds.
 pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: u64) -> u32 {
     2 * (16 * warps * d as u32 + stages * block_n * (d + e) as u32)
+}
+
+/// Warps of the warpgroup tile (`wgmma: 1`): two consumer warpgroups of 64 query rows, 128
+/// rows a CTA — FlashAttention-3's tile for head dim 128 (Shah, Bikshandi, Zhang, Thakkar,
+/// Ramani, Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+/// Low-precision", 2024, §3), here without its producer warpgroup: every thread copies.
+const WGMMA_WARPS: u32 = 8;
+/// Keys per block of the warpgroup tile: 128, FlashAttention-3's causal block at head dim
+/// 128 (S's wgmma is m64n128k16; 64 accumulators a thread for S and 64 for O).
+const WGMMA_BLOCK_N: u32 = 128;
+
+/// The warpgroup tile (`wgmma: 1`) in place of `sch`, an attention tile chosen by
+/// [`choose`], where it can serve: the `fast` profile on a target with wgmma, 16-bit V,
+/// head dims `d` and `e` multiples of 64 up to 256 (whole 128-byte panels; e is P·V's n),
+/// keys not split (a prefill's rows, not a decode's), its rings within the target's shared
+/// memory. Otherwise `sch`, its reason saying why not. `q_prologue`: the kernel computes
+/// q ([`crate::analysis::q_in_prologue`]). Taken only under
+/// `Options::wgmma_attention` until the GPU has checked the tile (issue 19). The order of
+/// every sum is the `mma.sync` tile's ([`order`]).
+pub fn prefer_wgmma(
+    g: &Graph,
+    (s, a): (Value, Value),
+    sch: Schedule,
+    t: &Target,
+    (q_prologue, fast): (bool, bool),
+) -> Schedule {
+    let TileConfig::Attention {
+        pack,
+        split,
+        wgmma: false,
+        ..
+    } = sch.tile
+    else {
+        return sch;
+    };
+    let sh = attention_shape(g, s, a);
+    let whole = |x: u64| x % 64 == 0 && (64..=256).contains(&x);
+    let sixteen = matches!(
+        g.ty(a).dtype,
+        tessel_ir::DType::Bf16 | tessel_ir::DType::F16
+    );
+    let shared = attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, STAGES, sh.d, sh.e)
+        + 8 * WGMMA_WARPS;
+    let needs = Features {
+        wgmma: true,
+        ..Features::NONE
+    };
+    let why_not = if !fast {
+        Some("the fast profile only".to_string())
+    } else if let Err(e) = offers(t, needs) {
+        Some(format!("it needs {e}"))
+    } else if !sixteen {
+        Some("v is not 16-bit".into())
+    } else if !whole(sh.d) || !whole(sh.e) {
+        Some(format!(
+            "head dims {} and {} are not multiples of 64 up to 256",
+            sh.d, sh.e
+        ))
+    } else if split > 0 {
+        Some("the keys are split (decode)".into())
+    } else if shared > t.max_shared_per_cta {
+        Some(format!("its {shared} bytes of shared memory do not fit"))
+    } else {
+        None
+    };
+    if let Some(reason) = why_not {
+        return Schedule {
+            tile: sch.tile,
+            why: format!("{}; not the wgmma tile: {reason}", sch.why),
+        };
+    }
+    let rows = sh.m * sh.pack;
+    let batch: u64 = sh.batch.iter().product::<u64>() / sh.pack.max(1);
+    let ctas = rows.div_ceil(16 * WGMMA_WARPS as u64) * batch;
+    let prologue_why = match q_prologue {
+        true => ", q (its RoPE and norm) computed by each CTA for its own rows before the key loop, never stored",
+        false => "",
+    };
+    Schedule {
+        tile: TileConfig::Attention {
+            warps: WGMMA_WARPS,
+            block_n: WGMMA_BLOCK_N,
+            stages: STAGES,
+            pack,
+            split: 0,
+            wgmma: true,
+        },
+        why: format!(
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major), keys in blocks of {WGMMA_BLOCK_N} double-buffered by cp.async{prologue_why}, {ctas} CTAs",
+            sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack, WGMMA_WARPS / 4
+        ),
+    }
 }
 
 /// The order of the reductions of a prologue computing q (rows of head dim `d`), in words:
@@ -140,6 +233,7 @@ pub(super) fn choose(
             stages: stages.max(2),
             pack: sh.pack as u32,
             split,
+            wgmma: false,
         },
         why: format!(
             "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}{prologue_why}{stats_why}, {ctas} CTAs",
@@ -148,10 +242,18 @@ pub(super) fn choose(
     }
 }
 
-/// The reduction order of the attention tile, in words (design §5).
-pub fn order(block_n: u32, split: u32) -> String {
+/// The reduction order of the attention tile, in words (design §5). The warpgroup tile
+/// (`wgmma`) sums in the same order: a wgmma's per-element sum over its k of 16 is, in the
+/// executor's model, the fma chain an m16n8k16 `mma.sync` forms, and a lane holds the same
+/// two rows and columns of every 8-column fragment in both (`WgmmaShape::d_pos`).
+pub fn order(block_n: u32, split: u32, wgmma: bool) -> String {
+    let ins = if wgmma {
+        "wgmma (m64nNk16: 4 warps of 16 rows)"
+    } else {
+        "mma.sync"
+    };
     let mut o = format!(
-        "each row: keys in blocks of {block_n} from key 0 in order, up to the row block's bound; per block the scores by one mma.sync per 16 of the head dim in order into f32 accumulators starting at 0, rounded to the matmul's dtype, then the logits' elementwise ops; the row maximum m over the blocks so far; each of the 4 lanes of a row keeps a partial sum of exp(x - m) over its 2 keys of each 8-key fragment, rescaled by exp(m_old - m) per block, then the block's values added in key order; O per element: rescaled by exp(m_old - m), then one mma.sync per 16 keys in key order of exp(x - m) rounded to v's dtype times v; at the end the 4 partial sums added by butterfly xor 1, 2, and O divided by the sum (0 for a row that sees no key)"
+        "each row: keys in blocks of {block_n} from key 0 in order, up to the row block's bound; per block the scores by one {ins} per 16 of the head dim in order into f32 accumulators starting at 0, rounded to the matmul's dtype, then the logits' elementwise ops; the row maximum m over the blocks so far; each of the 4 lanes of a row keeps a partial sum of exp(x - m) over its 2 keys of each 8-key fragment, rescaled by exp(m_old - m) per block, then the block's values added in key order; O per element: rescaled by exp(m_old - m), then one {ins} per 16 keys in key order of exp(x - m) rounded to v's dtype times v; at the end the 4 partial sums added by butterfly xor 1, 2, and O divided by the sum (0 for a row that sees no key)"
     );
     if split > 0 {
         o += &format!("; with the keys cut into ranges of {split} (each range as above, from its first key, without the division): the ranges merged in range order, m the maximum of the ranges' maxima, the sum and O each the ranges' values times exp(m_range - m) added in range order to 0, then O divided by the sum (0 for a row that sees no key)");

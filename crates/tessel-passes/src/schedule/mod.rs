@@ -39,19 +39,36 @@ use tessel_ir::Group;
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
 /// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
 /// warpgroup tile becomes its warp-specialised TMA variant where it can ([`prefer_tma`];
-/// `Options::wgmma_tma`).
+/// `Options::wgmma_tma`). `wgmma_attention`: a fused attention takes the warpgroup tile
+/// where it can ([`attention::prefer_wgmma`]; `Options::wgmma_attention`).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
     target: &Target,
     profile: Profile,
-    (split_k, wgmma_tma): (bool, bool),
+    (split_k, wgmma_tma, wgmma_attention): (bool, bool, bool),
 ) -> Schedules {
     let mut s = Schedules::new();
     for grp in fusion.groups.keys() {
         let mut sch = choose(g, fusion, grp, target, (profile, split_k));
         if let (true, Some(mm)) = (wgmma_tma, fusion.groups[grp].ops.matmul()) {
             sch = prefer_tma(g, mm, sch, target);
+        }
+        if let (
+            true,
+            GroupOps::Attention {
+                scores, attention, ..
+            },
+        ) = (wgmma_attention, &fusion.groups[grp].ops)
+        {
+            let prologue = crate::analysis::q_in_prologue(g, fusion, *scores);
+            sch = attention::prefer_wgmma(
+                g,
+                (*scores, *attention),
+                sch,
+                target,
+                (prologue, profile == Profile::Fast),
+            );
         }
         s[grp] = Some(sch);
     }
@@ -338,7 +355,12 @@ pub fn reduction_order(tile: &TileConfig, row_len: u64) -> String {
         }
         TileConfig::Elementwise { .. } | TileConfig::Update { .. } => "no reduction".to_string(),
         TileConfig::Scan { chunk, .. } => scan_order(chunk as u64, row_len),
-        TileConfig::Attention { block_n, split, .. } => attention::order(block_n, split),
+        TileConfig::Attention {
+            block_n,
+            split,
+            wgmma,
+            ..
+        } => attention::order(block_n, split, wgmma),
         TileConfig::AttentionBwd { block_n, .. } => attention::bwd_order(block_n),
         TileConfig::Gemv { vector, .. } => format!(
             "each output: lane j of a warp folds k = j*{vector} + i*{} (i = 0, 1, ...), {vector} consecutive products left to right, into one f32 accumulator; then butterfly shuffles xor 16, 8, 4, 2, 1",
