@@ -25,8 +25,8 @@ use crate::view::strided;
 use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, RowStat, TileConfig};
 use tessel_ir::kernel::{
-    FCmp, ICmp, MmaShape, Op, Operand, RegType, SmemDesc, Space, Special, Stmt, WgmmaA,
-    WgmmaInput, WgmmaMajor, WgmmaShape, WgmmaSwizzle, Width,
+    FCmp, ICmp, MmaShape, Op, Operand, RegType, SmemDesc, Space, Special, Stmt, WgmmaA, WgmmaInput,
+    WgmmaMajor, WgmmaShape, WgmmaSwizzle, Width,
 };
 use tessel_ir::{DType, Reg, Shape, Value};
 
@@ -640,7 +640,10 @@ impl Gen<'_> {
                 for (ks, pa) in pas.into_iter().enumerate() {
                     let vd = self.desc_plus(v_desc, (ks as u64 * 16 * 128) >> 4);
                     self.b.push(Stmt::Wgmma {
-                        shape: WgmmaShape { n: e, input: winput },
+                        shape: WgmmaShape {
+                            n: e,
+                            input: winput,
+                        },
                         d: d_regs.clone(),
                         a: WgmmaA::Regs(pa),
                         b_desc: vd,
@@ -813,7 +816,10 @@ impl Gen<'_> {
         if units == 0 {
             return desc;
         }
-        self.b
-            .op(RegType::U64, Op::AddU64, &[desc.into(), Operand::U64(units)])
+        self.b.op(
+            RegType::U64,
+            Op::AddU64,
+            &[desc.into(), Operand::U64(units)],
+        )
     }
 }

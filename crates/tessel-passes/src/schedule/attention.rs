@@ -1,8 +1,8 @@
 //! The fused attention tile ([`TileConfig::Attention`]): FlashAttention-2's loop (Dao, 2023)
 //! on `mma.sync`, with the query heads of a KV group packed into one CTA's rows.
 
-use crate::analysis::attention_shape;
 use super::offers;
+use crate::analysis::attention_shape;
 use crate::target::{Features, Target};
 use tessel_ir::graph::{Graph, Schedule, TileConfig};
 use tessel_ir::Value;
@@ -39,9 +39,13 @@ pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: 
 /// Ramani, Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
 /// Low-precision", 2024, §3), here without its producer warpgroup: every thread copies.
 const WGMMA_WARPS: u32 = 8;
-/// Keys per block of the warpgroup tile: 128, FlashAttention-3's causal block at head dim
-/// 128 (S's wgmma is m64n128k16; 64 accumulators a thread for S and 64 for O).
-const WGMMA_BLOCK_N: u32 = 128;
+/// Keys per block of the warpgroup tile: 64, the mma.sync tile's ([`BLOCK_N`]), so that
+/// both sum in one order and give the same bits on the executor (the running maximum and
+/// sum are rescaled per block). FlashAttention-3 takes 128 at head dim 128 (S's wgmma
+/// m64n128k16, 64 accumulators a thread for S and 64 for O): the tile lowers at 128 too
+/// (`tests/wgmma_attention.rs` checks both), with another order of sums; which is faster
+/// is the GPU's to say (issue 19).
+const WGMMA_BLOCK_N: u32 = BLOCK_N;
 
 /// The warpgroup tile (`wgmma: 1`) in place of `sch`, an attention tile chosen by
 /// [`choose`], where it can serve: the `fast` profile on a target with wgmma, 16-bit V,
@@ -73,8 +77,8 @@ pub fn prefer_wgmma(
         g.ty(a).dtype,
         tessel_ir::DType::Bf16 | tessel_ir::DType::F16
     );
-    let shared = attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, STAGES, sh.d, sh.e)
-        + 8 * WGMMA_WARPS;
+    let shared =
+        attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, STAGES, sh.d, sh.e) + 8 * WGMMA_WARPS;
     let needs = Features {
         wgmma: true,
         ..Features::NONE

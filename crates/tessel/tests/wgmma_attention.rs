@@ -1,0 +1,305 @@
+//! The warpgroup attention tile (`TileConfig::Attention` with `wgmma`) on the kernel-IR
+//! executor: every program below is compiled twice in `fast` for an H100 — once under
+//! `Options::wgmma_attention`, where its attention takes the wgmma tile (two warpgroups of
+//! 64 query rows, S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major),
+//! and once without, where it takes the `mma.sync` tile — and the two must give the same
+//! bits: the tiles sum in one order (`schedule::attention::order`), and the executor models
+//! wgmma and mma.sync as the same fma chain over k, so any difference is a wrong element
+//! read or written (a descriptor, a panel, the MN-major V, P's register fragment, a row's
+//! lanes, a key tail). The executor also checks the async-proxy fences and waits as it
+//! runs. Shapes have tails: query rows and keys not multiples of 128. One layer also goes
+//! through `tessel check`, which judges the executor by the reference.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use tessel_ir::graph::TileConfig;
+use tessel_ir::kernel::{Program, Stmt, WgmmaA, WgmmaMajor};
+use tessel_passes::target::Target;
+use tessel_passes::{check, compile, Compiled, Options, Profile};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Step `step` of `file` at `dims`, compiled in `fast` for an H100, with or without the
+/// warpgroup attention tile.
+fn compiled(file: &str, step: &str, dims: &[(&str, u64)], wgmma_attention: bool) -> Compiled {
+    let module = tessel_syntax::load::load(&root().join(file))
+        .unwrap_or_else(|_| panic!("{file}: does not load"))
+        .module;
+    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let g = check::run(&module, step, &dims).unwrap_or_else(|d| panic!("{step}: {}", d[0].message));
+    let opts = Options {
+        verify: true,
+        profile: Profile::Fast,
+        target: Target::h100(),
+        wgmma_attention,
+        ..Default::default()
+    };
+    compile(&g, &opts).unwrap_or_else(|e| panic!("{step}: {e}"))
+}
+
+/// The attention tiles of a compiled step, with their reasons.
+fn attention_tiles(c: &Compiled) -> Vec<(TileConfig, String)> {
+    c.fusion
+        .groups
+        .keys()
+        .filter_map(|g| c.schedules[g].as_ref())
+        .filter(|s| matches!(s.tile, TileConfig::Attention { .. }))
+        .map(|s| (s.tile.clone(), s.why.clone()))
+        .collect()
+}
+
+/// Per kernel with a wgmma: each wgmma's (n, A in registers, B MN-major).
+fn wgmmas(p: &Program) -> Vec<Vec<(u32, bool, bool)>> {
+    fn walk(body: &[Stmt], out: &mut Vec<(u32, bool, bool)>) {
+        for s in body {
+            match s {
+                Stmt::Wgmma {
+                    shape, a, b_major, ..
+                } => out.push((
+                    shape.n,
+                    matches!(a, WgmmaA::Regs(_)),
+                    *b_major == WgmmaMajor::Mn,
+                )),
+                Stmt::For { body, .. } => walk(body, out),
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => {
+                    walk(then_body, out);
+                    walk(else_body, out);
+                }
+                _ => {}
+            }
+        }
+    }
+    p.kernels
+        .values()
+        .map(|k| {
+            let mut v = Vec::new();
+            walk(&k.body, &mut v);
+            v
+        })
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// `step` lowered with or without the warpgroup tile, every attention's keys per block set
+/// to `block_n` (the order of sums depends on it: the running maximum and sum are rescaled
+/// per block), through `lower` and the kernel passes.
+fn lowered(
+    file: &str,
+    step: &str,
+    dims: &[(&str, u64)],
+    wgmma_attention: bool,
+    block_n: u32,
+) -> Program {
+    use tessel_passes::pipeline::{pass, run_passes, Ir, Run};
+    let module = tessel_syntax::load::load(&root().join(file))
+        .unwrap_or_else(|_| panic!("{file}: does not load"))
+        .module;
+    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let g = check::run(&module, step, &dims).unwrap_or_else(|d| panic!("{step}: {}", d[0].message));
+    let opts = Options {
+        verify: true,
+        profile: Profile::Fast,
+        target: Target::h100(),
+        wgmma_attention,
+        ..Default::default()
+    };
+    let Ir::Scheduled(g, f, mut s) =
+        run_passes(&g, &opts, pass("schedule"), &mut |_, _| {}).expect("schedules")
+    else {
+        panic!("stopped after schedule")
+    };
+    for (_, sch) in s.iter_mut() {
+        if let Some(TileConfig::Attention { block_n: b, .. }) = sch.as_mut().map(|x| &mut x.tile) {
+            *b = block_n;
+        }
+    }
+    tessel_ir::verify::verify_graph(&g, Some(&f), Some(&s)).expect("verifies");
+    let mut p = None;
+    for info in tessel_passes::PASSES {
+        match (&info.run, &mut p) {
+            (Run::Lower(run), None) => p = Some(run(&g, &f, &s).expect("lowers").program),
+            (Run::Kernel { run, .. }, Some(p)) => {
+                for (_, k) in p.kernels.iter_mut() {
+                    run(k).expect("kernel pass");
+                }
+            }
+            _ => {}
+        }
+    }
+    p.expect("a lower pass")
+}
+
+/// Compiles `step` with and without the warpgroup tile, checks that the attention takes it
+/// (S: `d / 16` wgmma of n `block_n` from shared memory; P·V: `block_n / 16` of n `e` with
+/// A in registers and B MN-major) and not without, and compares every output bit for bit
+/// — at the tile's own keys per block (64, the mma.sync tile's) and at 128.
+fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], (d, e): (u32, u32)) {
+    let what = format!("{file} {step} {dims:?}");
+    let with = compiled(file, step, dims, true);
+    let tiles = attention_tiles(&with);
+    assert_eq!(tiles.len(), 1, "{what}");
+    assert!(
+        matches!(
+            tiles[0].0,
+            TileConfig::Attention {
+                wgmma: true,
+                warps: 8,
+                block_n: 64,
+                ..
+            }
+        ),
+        "{what}: {tiles:?}"
+    );
+    let without = compiled(file, step, dims, false);
+    assert!(attention_tiles(&without)
+        .iter()
+        .all(|(t, _)| matches!(t, TileConfig::Attention { wgmma: false, .. })));
+    assert!(wgmmas(&without.program).is_empty(), "{what}");
+    common::assert_same_outputs(&with.program, &without.program, &what);
+    for block_n in [64, 128] {
+        let with = lowered(file, step, dims, true, block_n);
+        let mut want = vec![(block_n, false, false); (d / 16) as usize];
+        want.extend(vec![(e, true, true); (block_n / 16) as usize]);
+        assert_eq!(wgmmas(&with), vec![want], "{what}");
+        let without = lowered(file, step, dims, false, block_n);
+        let what = format!("{what} block_n {block_n}");
+        common::assert_same_outputs(&with, &without, &what);
+    }
+}
+
+const ATTENTION: &str = "tests/programs/attention.tsl";
+
+#[test]
+fn causal_gqa_prefill_with_tails_gives_the_mma_sync_tiles_bits() {
+    // 4 query heads over 2 K/V heads: 2 packed, 300 rows (2 CTAs of 128 and a tail), 150
+    // keys (a block of 128 and a tail of 22), causal blocks skipped.
+    same_bits(
+        ATTENTION,
+        "prefill",
+        &[("T", 150), ("H", 4), ("KV", 2), ("D", 128)],
+        (128, 128),
+    );
+}
+
+#[test]
+fn head_dim_64_gives_the_mma_sync_tiles_bits() {
+    // One 128-byte panel of Q, K and V per row; 8 heads over 1.
+    same_bits(
+        ATTENTION,
+        "prefill",
+        &[("T", 70), ("H", 8), ("KV", 1), ("D", 64)],
+        (64, 64),
+    );
+}
+
+#[test]
+fn unmasked_f16_attention_gives_the_mma_sync_tiles_bits() {
+    // No mask and no key bound; f16; 70 queries over 200 keys (two blocks, the second
+    // with a tail of 72 zero-filled keys).
+    same_bits(
+        ATTENTION,
+        "full_f16",
+        &[("H", 2), ("T", 70), ("S", 200), ("D", 128)],
+        (128, 128),
+    );
+}
+
+#[test]
+fn the_q_prologue_with_qk_norm_and_rope_gives_the_mma_sync_tiles_bits() {
+    // q's RMSNorm and RoPE computed per CTA into the Q panels, never stored.
+    let dims = [("T", 100), ("H", 4), ("KV", 2), ("D", 128)];
+    same_bits(ATTENTION, "prologue", &dims, (128, 128));
+    let c = compiled(ATTENTION, "prologue", &dims, true);
+    assert!(attention_tiles(&c)[0].1.contains("q (its RoPE and norm)"));
+}
+
+#[test]
+fn a_qwen3_layer_gives_the_mma_sync_tiles_bits() {
+    same_bits(
+        "tests/programs/layer_small.tsl",
+        "qwen3",
+        &[("T", 130)],
+        (128, 128),
+    );
+}
+
+#[test]
+fn shapes_the_tile_cannot_serve_keep_the_mma_sync_tile_and_say_why() {
+    // A v head dim of 32 (no whole 128-byte panel of P·V's n).
+    let c = compiled(
+        ATTENTION,
+        "masked_arms",
+        &[("H", 2), ("T", 40), ("D", 64)],
+        true,
+    );
+    let tiles = attention_tiles(&c);
+    assert!(matches!(
+        tiles[0].0,
+        TileConfig::Attention { wgmma: false, .. }
+    ));
+    assert!(
+        tiles[0]
+            .1
+            .contains("not the wgmma tile: head dims 64 and 32 are not multiples of 64"),
+        "{}",
+        tiles[0].1
+    );
+    // Decode splits its keys: the mma.sync tile's flash-decoding.
+    let c = compiled(
+        ATTENTION,
+        "decode",
+        &[
+            ("B", 1),
+            ("N", 1),
+            ("H", 4),
+            ("KV", 1),
+            ("S", 1024),
+            ("D", 128),
+        ],
+        true,
+    );
+    let tiles = attention_tiles(&c);
+    assert!(
+        tiles[0]
+            .1
+            .contains("not the wgmma tile: the keys are split"),
+        "{}",
+        tiles[0].1
+    );
+}
+
+#[test]
+fn a_qwen3_layer_on_the_wgmma_tile_passes_check() {
+    let d = common::scratch("wgmma-attention-check");
+    let file = root().join("tests/programs/layer_small.tsl");
+    let file = file.display().to_string();
+    let args = [
+        "check",
+        &file,
+        "--step",
+        "qwen3",
+        "--cpu",
+        "--profile",
+        "fast",
+        "--target",
+        "h100",
+        "--dim",
+        "T=70",
+        "--fill",
+        "pos=iota:131000",
+        "--wgmma-attention",
+    ];
+    let o = common::tessel(&d, &args);
+    let t = common::text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches(": PASS — ").count(), 2, "{t}");
+}
