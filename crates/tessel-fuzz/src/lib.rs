@@ -79,8 +79,10 @@ pub struct Summary {
     /// Programs with an update kernel that computes its rows' reductions (fuse rule 6: a
     /// kernel whose reduction order names "the rows' reductions").
     pub update_rows: u64,
-    /// Programs with a warpgroup (wgmma) GEMM tile (a schedule with `wgmma: 1`).
+    /// Programs with a warpgroup (wgmma) GEMM tile (an `mma` schedule with `wgmma: 1`).
     pub wgmma: u64,
+    /// Programs with a warpgroup attention tile (an `attention` schedule with `wgmma: 1`).
+    pub wgmma_attention: u64,
     /// Gradient programs ([`gen::Config::grad`]): the elements and directions of their
     /// gradients compared with finite differences ([`fd`]), and those not compared because
     /// the forward is not smooth within the step there, or the differences do not converge
@@ -120,7 +122,13 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .any(|k| k.contains("q computed in the prologue")) as u64;
         s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
         s.update_rows += schedules.iter().any(|k| k.contains("the rows' reductions")) as u64;
-        s.wgmma += schedules.iter().any(|k| k.contains("wgmma: 1")) as u64;
+        s.wgmma += schedules
+            .iter()
+            .any(|k| k.starts_with("mma {") && k.contains("wgmma: 1")) as u64;
+        s.wgmma_attention += schedules
+            .iter()
+            .any(|k| k.starts_with("attention {") && k.contains("wgmma: 1"))
+            as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

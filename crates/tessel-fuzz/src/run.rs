@@ -18,6 +18,8 @@ pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, Stri
 pub struct Device<'a> {
     pub target: &'a Target,
     pub run: Option<RunOn<'a>>,
+    /// Compile under `Options::wgmma_attention`.
+    pub wgmma_attention: bool,
 }
 
 /// What a case observed besides its outcome.
@@ -196,7 +198,7 @@ fn run_inner(
         verify: true,
         tensor_parallel: false,
         wgmma_tma: false,
-        wgmma_attention: false,
+        wgmma_attention: device.as_ref().is_some_and(|d| d.wgmma_attention),
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {
         Ok(c) => c,

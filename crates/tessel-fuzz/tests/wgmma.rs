@@ -78,6 +78,7 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
         let device = Device {
             target: &target,
             run: None,
+            wgmma_attention: false,
         };
         let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
         let wg: Vec<&String> = t

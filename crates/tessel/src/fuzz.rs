@@ -27,6 +27,8 @@ pub struct FuzzArgs {
     pub grad: bool,
     /// Compile for the target with this many SMs (`--sm-count`).
     pub sm_count: Option<u32>,
+    /// Compile attention on the warpgroup tile where it can serve (`--wgmma-attention`).
+    pub wgmma_attention: bool,
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
@@ -61,18 +63,20 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
         device::run_once(g, p, &target.ptx_header(), inputs).map_err(|e| format!("{e:#}"))
     };
-    // Without a GPU, `--sm-count` still needs the fuzzer to compile for its target, and
-    // nothing to run beside the executor.
-    let device = match (&gpu, a.sm_count) {
+    // Without a GPU, `--sm-count` and `--wgmma-attention` still need the fuzzer to
+    // compile for its target, and nothing to run beside the executor.
+    let device = match (&gpu, a.sm_count.is_some() || a.wgmma_attention) {
         (Ok(_), _) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: Some(&run_on_gpu),
+            wgmma_attention: a.wgmma_attention,
         }),
-        (Err(_), Some(_)) => Some(tessel_fuzz::run::Device {
+        (Err(_), true) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: None,
+            wgmma_attention: a.wgmma_attention,
         }),
-        (Err(_), None) => None,
+        (Err(_), false) => None,
     };
     let config = match (a.attention, a.large) {
         (true, _) if a.grad => Config::grad_attention(),
@@ -161,7 +165,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions, {} with a wgmma GEMM",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions, {} with a wgmma GEMM, {} with a wgmma attention",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -174,7 +178,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         s.q_prologue,
         s.row_epilogue,
         s.update_rows,
-        s.wgmma
+        s.wgmma,
+        s.wgmma_attention
     );
     if a.grad {
         println!(

@@ -310,6 +310,11 @@ enum Command {
         /// reference as always.
         #[arg(long, value_name = "N", conflicts_with = "tp", value_parser = clap::value_parser!(u32).range(1..))]
         sm_count: Option<u32>,
+        /// Compile prefill attention on the warpgroup tile where it can serve (as the
+        /// compile flag of that name: `fast` on sm_90a; the H200 preset's target without a
+        /// GPU). Reports how many programs got it.
+        #[arg(long, conflicts_with = "tp")]
+        wgmma_attention: bool,
         /// Programs built around one attention block, fused or a near miss (GQA, masks,
         /// lengths, q computed in the prologue); with --large, blocks up to 4 times the
         /// work. Reports how many programs got a fused attention kernel.
@@ -503,6 +508,7 @@ fn real_main() {
             tp,
             grad,
             sm_count,
+            wgmma_attention,
         } => {
             if tp {
                 fuzz::fuzz_tp(count, seed, cpu, save.as_deref())
@@ -517,6 +523,7 @@ fn real_main() {
                     attention,
                     grad,
                     sm_count,
+                    wgmma_attention,
                 })
             }
         }
