@@ -27,7 +27,7 @@ fn matmul_schedule_split(
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p, (split, false));
+    let s = schedule::run(&g, &f, t, p, (split, false, false));
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -283,7 +283,7 @@ fn the_tma_tile_is_taken_only_when_asked() {
         let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
         let t = Target::h200();
         let f = fuse::run(&g, &t, Profile::Fast);
-        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma));
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false));
         let (grp, _) = f.groups.iter().next().expect("one group");
         s[grp].clone().expect("scheduled")
     };
@@ -322,5 +322,82 @@ fn the_tma_tile_is_taken_only_when_asked() {
         !matches!(plain.tile, TileConfig::Mma { engine, .. } if engine.is_wgmma()),
         "{}",
         plain.why
+    );
+}
+
+/// The warpgroup attention tile (`attention { .., wgmma: 1 }`) is taken only when asked
+/// (`Options::wgmma_attention`), in `fast`, on a target with wgmma, for head dims that are
+/// whole 128-byte panels; otherwise the `mma.sync` tile stays and its reason says why.
+#[test]
+fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
+    let sched = |d: u64, t: &Target, p: Profile, asked: bool| -> Schedule {
+        let src = "step s(q: bf16[H, T, D], k: bf16[H, T, D], v: bf16[H, T, D]) -> bf16[H, T, D] {
+            bf16(softmax(f32(q @ k^T) * 0.125, axis: -1)) @ v
+        }";
+        let module = tessel_syntax::parse(src).expect("parses");
+        let dims: BTreeMap<String, u64> = [("H", 8), ("T", 2048), ("D", d)]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b))
+            .collect();
+        let g = tessel_passes::attention::run(&check::run(&module, "s", &dims).expect("checks"), p);
+        let g = decompose::run(&g);
+        let f = fuse::run(&g, t, p);
+        let s = schedule::run(&g, &f, t, p, (true, false, asked));
+        let grp = f
+            .groups
+            .keys()
+            .find(|&grp| {
+                matches!(
+                    s[grp].as_ref().map(|x| &x.tile),
+                    Some(TileConfig::Attention { .. })
+                )
+            })
+            .expect("an attention group");
+        s[grp].clone().expect("scheduled")
+    };
+    let wgmma = |s: &Schedule| matches!(s.tile, TileConfig::Attention { wgmma: true, .. });
+    let h100 = Target::h100();
+    let on = sched(128, &h100, Profile::Fast, true);
+    assert!(wgmma(&on), "{}", on.why);
+    assert!(
+        matches!(
+            on.tile,
+            TileConfig::Attention {
+                warps: 8,
+                block_n: 64,
+                stages: 2,
+                split: 0,
+                ..
+            }
+        ),
+        "{:?}",
+        on.tile
+    );
+    assert!(on.why.contains("2 warpgroups of 64 rows"), "{}", on.why);
+    assert!(wgmma(&sched(64, &h100, Profile::Fast, true)));
+    // Not asked, not fast, no wgmma, a head dim of 32: the mma.sync tile.
+    assert!(!wgmma(&sched(128, &h100, Profile::Fast, false)));
+    let inv = sched(128, &h100, Profile::Invariant, true);
+    assert!(
+        !wgmma(&inv)
+            && inv
+                .why
+                .contains("not the wgmma tile: the fast profile only")
+    );
+    let sm80 = Target {
+        features: Features::NONE,
+        ..Target::h100()
+    };
+    let old = sched(128, &sm80, Profile::Fast, true);
+    assert!(
+        !wgmma(&old) && old.why.contains("not the wgmma tile: it needs wgmma"),
+        "{}",
+        old.why
+    );
+    let narrow = sched(32, &h100, Profile::Fast, true);
+    assert!(
+        !wgmma(&narrow) && narrow.why.contains("not multiples of 64"),
+        "{}",
+        narrow.why
     );
 }

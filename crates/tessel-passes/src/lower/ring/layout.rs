@@ -85,7 +85,6 @@ pub(in crate::lower) enum Swizzle {
     /// Rows whole, chunk `c` of row `r` at `c ^ ((r >> shift) & mask)`: today's rings.
     Rows,
     /// Column panels of 128 bytes, each TMA's / wgmma's 128-byte swizzle.
-    #[cfg_attr(not(test), allow(dead_code))] // the TMA loader's, next (issue 19)
     Panels128,
 }
 
@@ -149,7 +148,6 @@ impl StageLayout {
 
     /// The 128-byte panels ([`Swizzle::Panels128`]) of `rows × cols` elements of `esz`
     /// bytes; `cols · esz` a multiple of 128.
-    #[cfg_attr(not(test), allow(dead_code))] // the TMA loader's, next (issue 19)
     pub(in crate::lower) fn panels_128(rows: u32, cols: u32, esz: u32) -> StageLayout {
         assert!(
             (cols * esz) % 128 == 0,
