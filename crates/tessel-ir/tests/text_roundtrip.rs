@@ -485,3 +485,33 @@ fn tensor_map_launch_arguments_round_trip() {
         assert!(read_program(&broken).is_err(), "{broken}");
     }
 }
+
+/// The warpgroup attention tile prints `wgmma: 1` after its other fields and reads back;
+/// the mma.sync tile prints no `wgmma` field. The verifier asks whole warpgroups of it.
+#[test]
+fn the_wgmma_attention_tile_round_trips() {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../ir/schedule/attention_gqa.tir"
+    );
+    let text = std::fs::read_to_string(file).expect("the filetest");
+    let expected = text
+        .split("; expected:\n")
+        .nth(1)
+        .expect("an expected section");
+    let plain = "tile attention { warps: 2, block_n: 64, stages: 2, pack: 4, split: 0 }";
+    assert!(expected.contains(plain));
+    let wg = expected.replace(
+        plain,
+        "tile attention { warps: 8, block_n: 64, stages: 2, pack: 4, split: 0, wgmma: 1 }",
+    );
+    let (g, f, s) = read_graph(&wg).unwrap_or_else(|e| panic!("{e}"));
+    verify_graph(&g, Some(&f), Some(&s)).unwrap();
+    let printed = graph_round_trip(&g, Some(&f), Some(&s));
+    assert!(printed.contains("split: 0, wgmma: 1 }"), "{printed}");
+    let (g, f, s) = read_graph(&wg.replace("warps: 8", "warps: 6")).unwrap();
+    let errs = verify_graph(&g, Some(&f), Some(&s)).unwrap_err();
+    assert!(errs.iter().any(|e| e.rule == "schedule.tile"), "{errs:?}");
+    let (_, _, s) = read_graph(expected).unwrap();
+    assert!(!write_graph(&g, Some(&f), Some(&s)).contains("wgmma"));
+}

@@ -280,7 +280,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "wgmma",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
-        "attention" => &["warps", "block_n", "stages", "pack", "split"],
+        "attention" => &["warps", "block_n", "stages", "pack", "split", "wgmma"],
         "update" => &["threads", "vector"],
         "scan" => &["threads", "chunk"],
         "attention_bwd" => &["warps", "block_n"],
