@@ -13,7 +13,8 @@
 //!      per SM: one wave, and the most loads in flight); 8 chunks of 32 k in flight per warp (4 for
 //!      M > 8, whose second left fragment doubles the registers).
 //!    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
-//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM). At M = 1 it
+//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM), loading
+//!      several chunks of k per iteration (`GEMV_VECTORS_IN_FLIGHT`). At M = 1 it
 //!      streams the weight at the copy bandwidth (measured 42.3 µs for the gate projection,
 //!      against 47.1 µs for the tensor-core GEMV, whose 16-row fragment is 1/16 used).
 //!    - `invariant`: neither (their k orders differ from the tile's); the tile below.
@@ -509,6 +510,22 @@ fn gemv_mma(
     })
 }
 
+/// Vectors (16 bytes each at most) a lane of the SIMT GEMV loads per main-loop iteration,
+/// over its `columns` weight rows and the M left rows: 80 registers of loads in flight.
+/// With one iteration's loads (`unroll` 1) the Qwen3-14B o projection (N = K = 5120, 320
+/// CTAs of 4 warps: 10 warps per SM) read its weight at about half the copy bandwidth
+/// (docs/perf/2026-12-01-issue10/run3a/bench.txt, decode_10 and decode_14: 50–53%), where
+/// the gate projection's 1088 CTAs (33 warps per SM) reached 95–99%: too few bytes in
+/// flight per SM. Little's law on an H100 (3.35 TB/s, about 700 ns to DRAM) asks for about
+/// 18 KB in flight per SM; 10 warps of 32 lanes × 4 columns × 4 chunks × 16 bytes are 80 KB.
+const GEMV_VECTORS_IN_FLIGHT: u64 = 20;
+
+/// The SIMT GEMV's chunks of k per main-loop iteration: [`GEMV_VECTORS_IN_FLIGHT`] over the
+/// `columns` weight vectors and `m` left vectors a chunk loads, 1 to 8.
+fn gemv_unroll(m: u64, columns: u32) -> u32 {
+    (GEMV_VECTORS_IN_FLIGHT / (m + columns as u64)).clamp(1, 8) as u32
+}
+
 /// The SIMT GEMV for decode, its vector the widest of `dt` elements within 16 bytes.
 fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
     let sms = t.sm_count as u64;
@@ -517,14 +534,16 @@ fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
         .into_iter()
         .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 2 * sms)
         .unwrap_or(1);
+    let unroll = gemv_unroll(s.m, columns);
     Schedule {
         tile: TileConfig::Gemv {
             warps: 4,
             vector: v,
             columns,
+            unroll,
         },
         why: format!(
-            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes{}), 4 warps per CTA, {} CTAs",
+            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes{}), 4 warps per CTA, {} CTAs, {unroll} chunks of k loaded per iteration ({GEMV_VECTORS_IN_FLIGHT} vectors of 16 bytes in flight per lane over the weight rows and the left rows)",
             widened_why(s),
             s.m,
             s.n,
