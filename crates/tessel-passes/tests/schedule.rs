@@ -365,7 +365,7 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
             TileConfig::Attention {
                 warps: 8,
                 block_n: 64,
-                stages: 2,
+                stages: 3,
                 split: 0,
                 ..
             }

@@ -91,13 +91,14 @@ fn wgmmas(p: &Program) -> Vec<Vec<(u32, bool, bool)>> {
 
 /// `step` lowered with or without the warpgroup tile, every attention's keys per block set
 /// to `block_n` (the order of sums depends on it: the running maximum and sum are rescaled
-/// per block), through `lower` and the kernel passes.
+/// per block) and the warpgroup tile's stages to `stages` (2: S, softmax and P·V in turn;
+/// 3: P·V a block behind S), through `lower` and the kernel passes.
 fn lowered(
     file: &str,
     step: &str,
     dims: &[(&str, u64)],
     wgmma_attention: bool,
-    block_n: u32,
+    (block_n, stages): (u32, u32),
 ) -> Program {
     use tessel_passes::pipeline::{pass, run_passes, Ir, Run};
     let module = tessel_syntax::load::load(&root().join(file))
@@ -118,8 +119,17 @@ fn lowered(
         panic!("stopped after schedule")
     };
     for (_, sch) in s.iter_mut() {
-        if let Some(TileConfig::Attention { block_n: b, .. }) = sch.as_mut().map(|x| &mut x.tile) {
+        if let Some(TileConfig::Attention {
+            block_n: b,
+            stages: st,
+            wgmma,
+            ..
+        }) = sch.as_mut().map(|x| &mut x.tile)
+        {
             *b = block_n;
+            if *wgmma {
+                *st = stages;
+            }
         }
     }
     tessel_ir::verify::verify_graph(&g, Some(&f), Some(&s)).expect("verifies");
@@ -140,8 +150,9 @@ fn lowered(
 
 /// Compiles `step` with and without the warpgroup tile, checks that the attention takes it
 /// (S: `d / 16` wgmma of n `block_n` from shared memory; P·V: `block_n / 16` of n `e` with
-/// A in registers and B MN-major) and not without, and compares every output bit for bit
-/// — at the tile's own keys per block (64, the mma.sync tile's) and at 128.
+/// A in registers and B MN-major, in the loop and, pipelined, once more after it) and not
+/// without, and compares every output bit for bit — at the tile's own keys per block (64,
+/// the mma.sync tile's) and at 128, pipelined (3 stages, the tile's) and not (2).
 fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], (d, e): (u32, u32)) {
     let what = format!("{file} {step} {dims:?}");
     let with = compiled(file, step, dims, true);
@@ -154,6 +165,7 @@ fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], (d, e): (u32, u32)) {
                 wgmma: true,
                 warps: 8,
                 block_n: 64,
+                stages: 3,
                 ..
             }
         ),
@@ -166,13 +178,16 @@ fn same_bits(file: &str, step: &str, dims: &[(&str, u64)], (d, e): (u32, u32)) {
     assert!(wgmmas(&without.program).is_empty(), "{what}");
     common::assert_same_outputs(&with.program, &without.program, &what);
     for block_n in [64, 128] {
-        let with = lowered(file, step, dims, true, block_n);
-        let mut want = vec![(block_n, false, false); (d / 16) as usize];
-        want.extend(vec![(e, true, true); (block_n / 16) as usize]);
-        assert_eq!(wgmmas(&with), vec![want], "{what}");
-        let without = lowered(file, step, dims, false, block_n);
-        let what = format!("{what} block_n {block_n}");
-        common::assert_same_outputs(&with, &without, &what);
+        let without = lowered(file, step, dims, false, (block_n, 2));
+        for stages in [2, 3] {
+            let with = lowered(file, step, dims, true, (block_n, stages));
+            let mut want = vec![(block_n, false, false); (d / 16) as usize];
+            let pv = (block_n / 16) as usize * if stages == 3 { 2 } else { 1 };
+            want.extend(vec![(e, true, true); pv]);
+            assert_eq!(wgmmas(&with), vec![want], "{what}");
+            let what = format!("{what} block_n {block_n} stages {stages}");
+            common::assert_same_outputs(&with, &without, &what);
+        }
     }
 }
 

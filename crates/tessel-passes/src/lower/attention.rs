@@ -308,7 +308,12 @@ impl Gen<'_> {
             Operand::Reg(r) => Ix::R(r),
             _ => unreachable!("block indices are u32"),
         };
-        for st in 0..stages - 1 {
+        // Blocks copied ahead of the one being read: all but the one read (`stages - 1`),
+        // or, where P·V runs a block behind S (the warpgroup tile with 3 or more stages,
+        // `pipelined`), all but the two read.
+        let pipelined = wgmma && stages >= 3;
+        let ahead = if pipelined { stages - 2 } else { stages - 1 };
+        for st in 0..ahead {
             let jb = self.iadd(first_ix, Ix::C(st as u64));
             let jo = self.ix_op(jb);
             let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[jo, blocks]);
@@ -324,7 +329,7 @@ impl Gen<'_> {
         // Q has landed once only the K/V groups may be in flight (and the prologue's
         // stores are visible after the barrier; to wgmma, which reads through the async
         // proxy, after each thread's proxy fence); then its fragments.
-        self.b.push(Stmt::CpAsyncWait(stages - 1));
+        self.b.push(Stmt::CpAsyncWait(ahead));
         if wgmma {
             self.b.push(Stmt::FenceProxyAsync);
         }
@@ -403,19 +408,32 @@ impl Gen<'_> {
         let rd = self.b.kernel.new_reg(RegType::U32);
         self.b.assign(rd, Op::Mov, &[Operand::U32(0)]);
         let wr = self.b.kernel.new_reg(RegType::U32);
-        self.b.assign(wr, Op::Mov, &[Operand::U32(stages - 1)]);
+        self.b.assign(wr, Op::Mov, &[Operand::U32(ahead)]);
+        // Pipelined: the previous block's P (A fragments, per 16 keys) and V stage, whose
+        // P·V this block issues behind its S.
+        let ni = (block_n / 8) as usize;
+        let pending: Option<(Vec<Vec<Reg>>, Reg)> = pipelined.then(|| {
+            let p = (0..ni / 2)
+                .map(|_| {
+                    (0..WgmmaA::REGS)
+                        .map(|_| self.b.kernel.new_reg(RegType::U32))
+                        .collect()
+                })
+                .collect();
+            (p, self.b.kernel.new_reg(RegType::U32))
+        });
         let jb = self.b.kernel.new_reg(RegType::U32);
         self.open();
-        self.b.push(Stmt::CpAsyncWait(stages - 2));
+        self.b.push(Stmt::CpAsyncWait(ahead - 1));
         if wgmma {
             self.b.push(Stmt::FenceProxyAsync);
         }
         self.b.push(Stmt::Barrier);
-        let ahead = self.iadd(Ix::R(jb), Ix::C((stages - 1) as u64));
-        let ao = self.ix_op(ahead);
+        let j_next = self.iadd(Ix::R(jb), Ix::C(ahead as u64));
+        let ao = self.ix_op(j_next);
         let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, blocks]);
         self.open();
-        let j_ahead = self.imul_c(ahead, block_n as u64);
+        let j_ahead = self.imul_c(j_next, block_n as u64);
         self.issue_kv(&kv_copy, Ix::R(wr), j_ahead)?;
         self.close_if(ok);
         self.b.push(Stmt::CpAsyncCommit);
@@ -425,7 +443,6 @@ impl Gen<'_> {
         let stage_k = self.shared_addr(ring_k.base, rk);
         let rv = self.imul_c(Ix::R(rd), ring_v.stage_bytes() as u64);
         let stage_v = self.shared_addr(ring_v.base, rv);
-        let ni = (block_n / 8) as usize;
         let sacc: Vec<[Reg; 4]> = (0..ni)
             .map(|_| std::array::from_fn(|_| f32reg(self, 0.0)))
             .collect();
@@ -471,7 +488,28 @@ impl Gen<'_> {
                     });
                 }
                 self.b.push(Stmt::WgmmaCommit);
-                self.b.push(Stmt::WgmmaWait(0));
+                match &pending {
+                    None => self.b.push(Stmt::WgmmaWait(0)),
+                    Some((pa, pv_stage)) => {
+                        // The previous block's P·V behind S (none before the first block),
+                        // then S waited for: the softmax below runs while P·V does.
+                        let later =
+                            self.b
+                                .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[jb.into(), first]);
+                        self.open();
+                        self.pv_wgmma(pa, *pv_stage, (&ring_v, block_n, e, winput), &o_acc);
+                        self.b.push(Stmt::WgmmaWait(1));
+                        let then_body = self.close();
+                        self.open();
+                        self.b.push(Stmt::WgmmaWait(0));
+                        let else_body = self.close();
+                        self.b.push(Stmt::If {
+                            cond: later,
+                            then_body,
+                            else_body,
+                        });
+                    }
+                }
             }
         }
 
@@ -546,6 +584,7 @@ impl Gen<'_> {
 
         // Online softmax per row half (registers q = 2h, 2h + 1 of every fragment).
         let mut probs: Vec<[Operand; 4]> = vec![[Operand::f32(0.0); 4]; ni];
+        let mut scales = Vec::new();
         for h in 0..2usize {
             let mut mx = Operand::f32(f32::NEG_INFINITY);
             for x in &xs {
@@ -585,11 +624,11 @@ impl Gen<'_> {
             }
             let l = self.b.op(RegType::F32, Op::FMul, &[l_run[h].into(), scale]);
             self.b.assign(l_run[h], Op::FAdd, &[l.into(), sum]);
-            for o in &o_acc {
-                for q in [2 * h, 2 * h + 1] {
-                    self.b.assign(o[q], Op::FMul, &[o[q].into(), scale]);
-                }
+            // Pipelined, O is rescaled once the previous block's P·V has completed.
+            if !pipelined {
+                self.rescale_o(&o_acc, h, scale);
             }
+            scales.push(scale);
             self.b.assign(m_run[h], Op::Mov, &[m_new.into()]);
         }
 
@@ -629,33 +668,52 @@ impl Gen<'_> {
                     }
                 }
             }
-            Operands::Wgmma { .. } => {
-                // One m64n{e}k16 per 16 keys: P's A fragment is the accumulator's layout of
-                // its 16 columns (`WgmmaA::reg_pos`), V's tile MN-major — 16 key rows of
-                // 128 bytes per panel from row 16ks, panels `block_n · 128` bytes apart.
-                let pas: Vec<Vec<Reg>> = (0..ni / 2).map(|ks| pa_of(self, ks)).collect();
-                let v_desc = self.wgmma_desc(stage_v, block_n * 128);
-                let d_regs: Vec<Reg> = o_acc.iter().flatten().copied().collect();
-                self.b.push(Stmt::WgmmaFence);
-                for (ks, pa) in pas.into_iter().enumerate() {
-                    let vd = self.desc_plus(v_desc, (ks as u64 * 16 * 128) >> 4);
-                    self.b.push(Stmt::Wgmma {
-                        shape: WgmmaShape {
-                            n: e,
-                            input: winput,
-                        },
-                        d: d_regs.clone(),
-                        a: WgmmaA::Regs(pa),
-                        b_desc: vd,
-                        b_major: WgmmaMajor::Mn,
-                    });
+            Operands::Wgmma { .. } => match &pending {
+                None => {
+                    let pas: Vec<Vec<Reg>> = (0..ni / 2).map(|ks| pa_of(self, ks)).collect();
+                    self.pv_wgmma(&pas, rd, (&ring_v, block_n, e, winput), &o_acc);
+                    self.b.push(Stmt::WgmmaWait(0));
                 }
-                self.b.push(Stmt::WgmmaCommit);
-                self.b.push(Stmt::WgmmaWait(0));
-            }
+                Some((pa, pv_stage)) => {
+                    // The previous block's P·V has completed: O rescaled, this block's P
+                    // and stage kept for the next block (or the loop's end).
+                    self.b.push(Stmt::WgmmaWait(0));
+                    for (h, &scale) in scales.iter().enumerate() {
+                        self.rescale_o(&o_acc, h, scale);
+                    }
+                    for (ks, regs) in pa.iter().enumerate() {
+                        for (&r, x) in regs.iter().zip(pa_of(self, ks)) {
+                            self.b.assign(r, Op::Mov, &[x.into()]);
+                        }
+                    }
+                    self.b.assign(*pv_stage, Op::Mov, &[rd.into()]);
+                }
+            },
         }
         self.advance_stages(&[rd, wr], stages);
         self.close_for(jb, first, blocks, Operand::U32(1));
+        if let Some((pa, pv_stage)) = &pending {
+            // The last block's P·V, where the loop ran.
+            let last_pv = |gen: &mut Self| {
+                gen.pv_wgmma(pa, *pv_stage, (&ring_v, block_n, e, winput), &o_acc);
+                gen.b.push(Stmt::WgmmaWait(0));
+            };
+            match (first, blocks) {
+                (Operand::U32(f), Operand::U32(b)) => {
+                    if f < b {
+                        last_pv(self);
+                    }
+                }
+                _ => {
+                    let ran = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[first, blocks]);
+                    self.open();
+                    last_pv(self);
+                    self.close_if(ran);
+                }
+            }
+        }
         self.b.push(Stmt::CpAsyncWaitAll);
 
         if let (Some(rg), Some(ranges)) = (range, ranges) {
@@ -809,6 +867,45 @@ impl Gen<'_> {
         let w = self.b.op(RegType::U64, Op::CvtU64U32, &[s.into()]);
         self.b
             .op(RegType::U64, Op::AddU64, &[w.into(), Operand::U64(fixed)])
+    }
+
+    /// `O += P·V` on the warpgroup tile: one m64n{e}k16 per 16 keys, `pa[ks]` P's A
+    /// fragment of keys `16ks ..` (the accumulator's layout of its 16 columns,
+    /// `WgmmaA::reg_pos`), V's tile of stage `stage` (a register) MN-major — 16 key rows of
+    /// 128 bytes per panel from row `16ks`, panels `block_n · 128` bytes apart; fenced
+    /// before, committed after (the caller waits).
+    fn pv_wgmma(
+        &mut self,
+        pa: &[Vec<Reg>],
+        stage: Reg,
+        (ring_v, block_n, e, input): (&Ring, u32, u32, WgmmaInput),
+        o_acc: &[[Reg; 4]],
+    ) {
+        let off = self.imul_c(Ix::R(stage), ring_v.stage_bytes() as u64);
+        let stage_v = self.shared_addr(ring_v.base, off);
+        let v_desc = self.wgmma_desc(stage_v, block_n * 128);
+        let d: Vec<Reg> = o_acc.iter().flatten().copied().collect();
+        self.b.push(Stmt::WgmmaFence);
+        for (ks, a) in pa.iter().enumerate() {
+            let vd = self.desc_plus(v_desc, (ks as u64 * 16 * 128) >> 4);
+            self.b.push(Stmt::Wgmma {
+                shape: WgmmaShape { n: e, input },
+                d: d.clone(),
+                a: WgmmaA::Regs(a.clone()),
+                b_desc: vd,
+                b_major: WgmmaMajor::Mn,
+            });
+        }
+        self.b.push(Stmt::WgmmaCommit);
+    }
+
+    /// O's registers of row half `h` (`q = 2h, 2h + 1` of every fragment) times `scale`.
+    fn rescale_o(&mut self, o_acc: &[[Reg; 4]], h: usize, scale: Operand) {
+        for o in o_acc {
+            for q in [2 * h, 2 * h + 1] {
+                self.b.assign(o[q], Op::FMul, &[o[q].into(), scale]);
+            }
+        }
     }
 
     /// `desc` with its start address `units · 16` bytes further on.

@@ -46,6 +46,12 @@ const WGMMA_WARPS: u32 = 8;
 /// (`tests/wgmma_attention.rs` checks both), with another order of sums; which is faster
 /// is the GPU's to say (issue 19).
 const WGMMA_BLOCK_N: u32 = BLOCK_N;
+/// Ring stages of the warpgroup tile: 3, so that a block's P·V can run behind the next
+/// block's S (FlashAttention-3's intra-warpgroup overlap, §3.2: the softmax of block j
+/// runs on the CUDA cores while P·V of block j - 1 runs on the tensor cores) while block
+/// j + 1 is copied: K and V of blocks j - 1, j and j + 1 are resident. With 2 the tile
+/// lowers without the overlap (S, softmax, P·V in turn).
+const WGMMA_STAGES: u32 = 3;
 
 /// The warpgroup tile (`wgmma: 1`) in place of `sch`, an attention tile chosen by
 /// [`choose`], where it can serve: the `fast` profile on a target with wgmma, 16-bit V,
@@ -77,8 +83,8 @@ pub fn prefer_wgmma(
         g.ty(a).dtype,
         tessel_ir::DType::Bf16 | tessel_ir::DType::F16
     );
-    let shared =
-        attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, STAGES, sh.d, sh.e) + 8 * WGMMA_WARPS;
+    let shared = attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, WGMMA_STAGES, sh.d, sh.e)
+        + 8 * WGMMA_WARPS;
     let needs = Features {
         wgmma: true,
         ..Features::NONE
@@ -118,13 +124,13 @@ pub fn prefer_wgmma(
         tile: TileConfig::Attention {
             warps: WGMMA_WARPS,
             block_n: WGMMA_BLOCK_N,
-            stages: STAGES,
+            stages: WGMMA_STAGES,
             pack,
             split: 0,
             wgmma: true,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major), keys in blocks of {WGMMA_BLOCK_N} double-buffered by cp.async{prologue_why}, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major), keys in blocks of {WGMMA_BLOCK_N} through a ring of {WGMMA_STAGES} stages filled by cp.async one block ahead, each block's P·V issued behind the next block's S (its softmax overlapping the tensor cores){prologue_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack, WGMMA_WARPS / 4
         ),
     }
