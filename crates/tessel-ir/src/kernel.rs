@@ -598,9 +598,12 @@ pub enum Stmt {
     ///
     /// Numerics as [`Stmt::Mma`]: exact products, an accumulation order NVIDIA does not
     /// specify; the executor's model is the same per-element fma chain over k, in order
-    /// (compared with the GPU by tolerance). The executor computes at issue (A's registers
-    /// read then), reports a store into shared memory that a wgmma not yet waited for
-    /// reads, and a read of bytes written by the generic proxy without a proxy fence.
+    /// (compared with the GPU by tolerance). The executor reads the shared-memory operands
+    /// at issue and accumulates into `d` (reading A's registers then) at the `WgmmaWait`
+    /// that completes the group, so an access to `d` or A's registers before it changes
+    /// the model's result; it reports a store into shared memory that a wgmma not yet
+    /// waited for reads, and a read of bytes written by the generic proxy without a proxy
+    /// fence.
     Wgmma {
         shape: WgmmaShape,
         d: Vec<Reg>,

@@ -2,7 +2,9 @@
 //! one and two warpgroups) against the documented model (bit for bit) and an f64 reference
 //! (within the f32 accumulation bound), read through 128-byte-swizzled descriptors; and the
 //! misuses the model reports: an operand written without `fence.proxy.async`, a store into
-//! an operand before `wgmma.wait`, a descriptor the model does not know. The kernel and its
+//! an operand before `wgmma.wait`, a descriptor the model does not know; and accumulators
+//! read before the wait, which hold their old values in the model (products land at the
+//! wait). The kernel and its
 //! inputs are `tessel_testkit`'s (shared with the PTX and GPU tests).
 
 use tessel_ir::kernel::{Kernel, SmemDesc, Stmt, WgmmaInput, WgmmaSwizzle};
@@ -169,6 +171,23 @@ fn a_store_into_an_operand_before_the_wait_is_reported() {
         matches!(&e, ExecError::Wgmma { msg, .. } if msg.contains("no wgmma.wait")),
         "{e}"
     );
+}
+
+#[test]
+fn accumulators_read_before_the_wait_hold_the_old_values() {
+    // One slice of K, no wait: the epilogue stores D before the products land, which the
+    // model applies only at a wait (the GPU's values there are undefined) — the zeros the
+    // accumulators started with, never the product.
+    let mut k = wk::wgmma_gemm(WgmmaInput::Bf16, 64, 1);
+    without(&mut k.body, &|s| matches!(s, Stmt::WgmmaWait(_)));
+    let MatmulCase { mut bufs, args, .. } = wgmma_case(WgmmaInput::Bf16, 64, 1, 64, 10);
+    run_kernel(&k, &mut bufs, &args, &ExecOptions::default()).unwrap();
+    assert!(bufs[2].to_f32_vec().iter().all(|&x| x == 0.0));
+    // A in registers is read at the wait too: with the waits, the product is there.
+    let k = verified(wk::wgmma_rs_mn(WgmmaInput::Bf16, 64, 1));
+    let MatmulCase { mut bufs, args, .. } = wgmma_mn_case(WgmmaInput::Bf16, 64, 1, 64, 11);
+    run_kernel(&k, &mut bufs, &args, &ExecOptions::default()).unwrap();
+    assert!(bufs[2].to_f32_vec().iter().any(|&x| x != 0.0));
 }
 
 #[test]

@@ -7,13 +7,16 @@
 //! waited-for wgmma read it; per thread the ranges it wrote since its last fence; per warp
 //! the ranges its wgmma read, grouped as its commits group them.
 //!
-//! Each warp of a warpgroup computes its own 16 rows of D at issue (the product is row by
-//! row, so no warp needs another's registers); the fence, commit and wait order nothing
-//! else in the model, which executes in program order. What the model checks instead is
-//! what the GPU would leave undefined: an operand byte written through the generic proxy
-//! and not fenced, and a store, `cp.async` or TMA load into bytes that a wgmma not yet
-//! waited for reads. It does
-//! not check reads of the accumulator registers before the wait.
+//! Each warp of a warpgroup computes its own 16 rows of D (the product is row by row, so no
+//! warp needs another's registers): the shared-memory operands are read at issue, and the
+//! accumulation into D — with A's registers read then, for A in registers — happens at the
+//! `wgmma.wait` that completes the instruction's group, as the GPU's results land no
+//! earlier. So a kernel that reads or writes D, or writes A's registers, before that wait
+//! gets other values than the model's order of operations (the tests' bit comparisons see
+//! it) rather than the GPU's undefined ones. What the model checks besides is what the GPU
+//! would leave undefined in shared memory: an operand byte written through the generic
+//! proxy and not fenced, and a store, `cp.async` or TMA load into bytes that a wgmma not yet
+//! waited for reads. Groups never waited for are dropped at the warp's exit.
 
 use super::{Cta, Span};
 use crate::exec::numerics as nm;
@@ -39,6 +42,27 @@ pub(super) struct AsyncProxy {
     groups: Vec<VecDeque<Vec<Range>>>,
     /// Wgmma reads not yet waited for, over the CTA: when 0, stores skip the check.
     outstanding: usize,
+    /// Per warp: the products issued since its last commit, and its committed groups'
+    /// (in step with `open` and `groups`), applied to D at the wait.
+    open_mma: Vec<Vec<PendingMma>>,
+    group_mma: Vec<VecDeque<Vec<PendingMma>>>,
+}
+
+/// One warp's share of an issued wgmma, waiting for its group's `wgmma.wait`: the warp's
+/// first thread, its 16 rows' A (f32 bits) or A's four register slots, B's `n` columns of
+/// K (f32 bits), and D's slots.
+struct PendingMma {
+    warp: usize,
+    input: WgmmaInput,
+    a: PendingA,
+    bm: Vec<[u32; 16]>,
+    d: Vec<u32>,
+}
+
+/// A of a [`PendingMma`]: read from shared memory at issue, or registers read at the wait.
+enum PendingA {
+    Values(Vec<[u32; 16]>),
+    Regs([u32; WgmmaA::REGS]),
 }
 
 impl AsyncProxy {
@@ -50,6 +74,8 @@ impl AsyncProxy {
             open: vec![Vec::new(); warps],
             groups: vec![VecDeque::new(); warps],
             outstanding: 0,
+            open_mma: (0..warps).map(|_| Vec::new()).collect(),
+            group_mma: (0..warps).map(|_| VecDeque::new()).collect(),
         }
     }
 
@@ -61,6 +87,8 @@ impl AsyncProxy {
         self.open.iter_mut().for_each(Vec::clear);
         self.groups.iter_mut().for_each(VecDeque::clear);
         self.outstanding = 0;
+        self.open_mma.iter_mut().for_each(Vec::clear);
+        self.group_mma.iter_mut().for_each(VecDeque::clear);
     }
 }
 
@@ -170,35 +198,21 @@ impl Cta<'_> {
             };
             let w = (warp / 32) % 4;
             let mut ranges = Vec::new();
-            // am[r][k] for the warp's 16 rows, bm[c][k]: f32 bits.
-            let mut am = vec![[0u32; 16]; 16];
-            match a {
+            // A's rows from shared memory now (am[r][k] for the warp's 16 rows, f32 bits),
+            // or its registers at the wait; bm[c][k].
+            let pa = match a {
                 WgmmaASlots::Desc(slot) => {
                     let da = desc_of(self, slot as usize, "A")?;
+                    let mut am = vec![[0u32; 16]; 16];
                     for (r, row) in am.iter_mut().enumerate() {
                         let r = (16 * w + r) as u32;
                         self.operand_row(da, r, shape.input, &mut row[..kk], warp)?;
                         ranges.extend((0..2).map(|h| (da.address(r, 16 * h), 16)));
                     }
+                    PendingA::Values(am)
                 }
-                WgmmaASlots::Regs(slots) => {
-                    for lane in 0..32 {
-                        for (i, &slot) in slots.iter().enumerate() {
-                            let (r, c) = WgmmaA::reg_pos(32 * w + lane, i);
-                            let bits = self.r32[slot as usize * n + warp + lane];
-                            for (h, half) in [bits & 0xffff, bits >> 16].into_iter().enumerate() {
-                                am[r - 16 * w][c + h] = match shape.input {
-                                    WgmmaInput::Bf16 => half << 16,
-                                    WgmmaInput::F16 => nm::f16_to_f32(half),
-                                    WgmmaInput::Tf32 => {
-                                        unreachable!("slots refuse tf32 A registers")
-                                    }
-                                };
-                            }
-                        }
-                    }
-                }
-            }
+                WgmmaASlots::Regs(slots) => PendingA::Regs(slots),
+            };
             let db = desc_of(self, b_desc, "B")?;
             let mut bm = vec![[0u32; 16]; cols];
             match b_major {
@@ -221,16 +235,13 @@ impl Cta<'_> {
                 }
             }
             debug_assert_eq!(esz * kk as u32, 32);
-            for lane in 0..32 {
-                let th = warp + lane;
-                for (i, &slot) in d.iter().enumerate() {
-                    let (row, col) = WgmmaShape::d_pos(32 * w + lane, i);
-                    let acc = &mut self.r32[slot as usize * n + th];
-                    for k in 0..kk {
-                        *acc = nm::ffma(am[row - 16 * w][k], bm[col][k], *acc);
-                    }
-                }
-            }
+            self.proxy.open_mma[warp / 32].push(PendingMma {
+                warp,
+                input: shape.input,
+                a: pa,
+                bm,
+                d: d.to_vec(),
+            });
             for &(a, b) in &ranges {
                 for c in &mut self.proxy.reading[a as usize..][..b as usize] {
                     *c += 1;
@@ -322,11 +333,52 @@ impl Cta<'_> {
         })
     }
 
+    /// Applies one warp's issued product to D: A's registers read now when A is in
+    /// registers, then per output `acc = fma(a[r][k], b[k][c], acc)` for k in order.
+    fn complete_mma(&mut self, op: PendingMma) {
+        let n = self.n;
+        let w = (op.warp / 32) % 4;
+        let am = match op.a {
+            PendingA::Values(am) => am,
+            PendingA::Regs(slots) => {
+                let mut am = vec![[0u32; 16]; 16];
+                for lane in 0..32 {
+                    for (i, &slot) in slots.iter().enumerate() {
+                        let (r, c) = WgmmaA::reg_pos(32 * w + lane, i);
+                        let bits = self.r32[slot as usize * n + op.warp + lane];
+                        for (h, half) in [bits & 0xffff, bits >> 16].into_iter().enumerate() {
+                            am[r - 16 * w][c + h] = match op.input {
+                                WgmmaInput::Bf16 => half << 16,
+                                WgmmaInput::F16 => nm::f16_to_f32(half),
+                                WgmmaInput::Tf32 => unreachable!("slots refuse tf32 A registers"),
+                            };
+                        }
+                    }
+                }
+                am
+            }
+        };
+        let kk = op.input.k() as usize;
+        for lane in 0..32 {
+            let th = op.warp + lane;
+            for (i, &slot) in op.d.iter().enumerate() {
+                let (row, col) = WgmmaShape::d_pos(32 * w + lane, i);
+                let acc = &mut self.r32[slot as usize * n + th];
+                let (a, b) = (&am[row - 16 * w][..kk], &op.bm[col][..kk]);
+                for (&x, &y) in a.iter().zip(b) {
+                    *acc = nm::ffma(x, y, *acc);
+                }
+            }
+        }
+    }
+
     /// `wgmma.commit_group` per warp of `sp`.
     pub(super) fn wgmma_commit(&mut self, sp: Span) -> Result<(), ExecError> {
         for warp in self.full_warps(sp, "wgmma.commit_group")? {
             let group = std::mem::take(&mut self.proxy.open[warp / 32]);
             self.proxy.groups[warp / 32].push_back(group);
+            let ops = std::mem::take(&mut self.proxy.open_mma[warp / 32]);
+            self.proxy.group_mma[warp / 32].push_back(ops);
         }
         Ok(())
     }
@@ -338,6 +390,12 @@ impl Cta<'_> {
                 let Some(group) = self.proxy.groups[warp / 32].pop_front() else {
                     break;
                 };
+                for op in self.proxy.group_mma[warp / 32]
+                    .pop_front()
+                    .unwrap_or_default()
+                {
+                    self.complete_mma(op);
+                }
                 for (a, b) in group {
                     for c in &mut self.proxy.reading[a as usize..][..b as usize] {
                         *c -= 1;
