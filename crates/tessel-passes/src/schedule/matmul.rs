@@ -60,7 +60,7 @@
 //!    has at least 8 slices, K is cut into `split_k` ranges of whole slices, enough for two
 //!    CTAs per SM and at least 4 slices each; partials go to scratch and are summed in
 //!    range order. In `invariant` that choice would make the order depend on M; there a
-//!    skinny-N GEMM (at most [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) with a long K
+//!    skinny-N GEMM (N at most [`INVARIANT_SPLIT_MAX_N`], whatever the tile) with a long K
 //!    (at least [`INVARIANT_SPLIT_MIN_SLICES`] slices) is split by K and N alone
 //!    ([`invariant_split_k`]: ranges of [`INVARIANT_SPLIT_SLICES`] slices), the same for
 //!    every M — LoRA's `x·Aᵀ` and `dY·B` at decode sizes, which one CTA would otherwise walk
@@ -438,7 +438,7 @@ pub(super) fn choose(
     let split = if !split_k_ok {
         1
     } else if profile == Profile::Invariant {
-        invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+        invariant_split_k(s.n, s.k, bk)
     } else {
         split_k(tiles, s.k, bk, t.sm_count as u64)
     };
@@ -726,7 +726,7 @@ fn mma(
         let split = if rows.is_some() || !split_k_ok || row.wgmma {
             1
         } else if profile == Profile::Invariant {
-            invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+            invariant_split_k(s.n, s.k, bk)
         } else {
             split_k(tiles, s.k, bk, sms)
         };
@@ -827,23 +827,27 @@ fn split_k(tiles: u64, k: u64, bk: u32, sms: u64) -> u32 {
     slices.div_ceil(per) as u32
 }
 
-/// Most column tiles of a GEMM that `invariant` splits along K ([`invariant_split_k`]).
-pub const INVARIANT_SPLIT_MAX_N_TILES: u64 = 2;
+/// Widest GEMM output (N) that `invariant` splits along K ([`invariant_split_k`]): two
+/// column tiles of the 64-wide tiles. A bound on N itself, not on the chosen tile's column
+/// tiles: the tile's width depends on M (16 × 128 for M ≤ 64, 64 × 64 above), so counting
+/// its tiles split N = 200, K = 4096 at M = 16 and not at M = 200 — rows that differed
+/// between the two batches (tests/programs/regressions/invariance_split_k_by_n.tsl).
+pub const INVARIANT_SPLIT_MAX_N: u64 = 128;
 /// Fewest K slices of a GEMM that `invariant` splits along K.
 pub const INVARIANT_SPLIT_MIN_SLICES: u64 = 32;
 /// K slices per range of an `invariant` split-K.
 pub const INVARIANT_SPLIT_SLICES: u64 = 8;
 
-/// The `invariant` profile's split-K of a GEMM with `n_tiles` column tiles and a K of `k`
-/// in slices of `bk`: a function of N and K alone, never of M, so that every row of every
-/// batch sums its K in one order. Skinny outputs (at most
-/// [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) over at least
+/// The `invariant` profile's split-K of a GEMM of `n` output columns and a K of `k` in
+/// slices of `bk` (a function of K and the dtype): a function of N and K alone, never of M
+/// (nor of the tile, which M chooses), so that every row of every batch sums its K in one
+/// order. Skinny outputs (N at most [`INVARIANT_SPLIT_MAX_N`]) over at least
 /// [`INVARIANT_SPLIT_MIN_SLICES`] slices are cut into ranges of
 /// [`INVARIANT_SPLIT_SLICES`] slices (at most 64 ranges: longer K gets longer ranges);
 /// everything else is not split (1).
-pub fn invariant_split_k(n_tiles: u64, k: u64, bk: u32) -> u32 {
+pub fn invariant_split_k(n: u64, k: u64, bk: u32) -> u32 {
     let slices = k.div_ceil(bk as u64);
-    if n_tiles > INVARIANT_SPLIT_MAX_N_TILES || slices < INVARIANT_SPLIT_MIN_SLICES {
+    if n > INVARIANT_SPLIT_MAX_N || slices < INVARIANT_SPLIT_MIN_SLICES {
         return 1;
     }
     let per = INVARIANT_SPLIT_SLICES.max(slices.div_ceil(64));
