@@ -401,3 +401,82 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
         narrow.why
     );
 }
+
+/// What fixes a row's order of sums in an `invariant` GEMM: the instruction (engine and
+/// mma shape, or the SIMT tile), the K slice, and the split-K ranges — never the tile's
+/// size, which may follow M.
+fn invariant_order(s: &Schedule) -> String {
+    match s.tile {
+        TileConfig::Mma {
+            bk,
+            split_k,
+            shape,
+            engine,
+            ..
+        } => format!("mma {shape:?} {engine:?} bk {bk} split {split_k}"),
+        TileConfig::Simt { bk, split_k, .. } => format!("simt bk {bk} split {split_k}"),
+        ref t => format!("{t}"),
+    }
+}
+
+/// The `invariant` profile's promise, at the schedule: for each (N, K) and dtype, every M
+/// gets the same order of sums. Caught a split-K decided by the chosen tile's column tiles
+/// (whose width follows M): N = 200, K = 4096 was split at M = 16 and not at M = 200
+/// (tests/programs/regressions/invariance_split_k_by_n.tsl).
+#[test]
+fn invariant_orders_depend_on_n_and_k_alone() {
+    for t in [Target::h200(), Target::h100()] {
+        for dt in ["bf16", "f32"] {
+            for n in [16, 64, 65, 128, 129, 136, 200, 256, 257, 1024, 5120] {
+                for k in [16, 32, 200, 2048, 4096, 5120] {
+                    let orders: Vec<(u64, String)> = [1, 3, 16, 17, 64, 65, 200, 2048, 20000]
+                        .into_iter()
+                        .map(|m| {
+                            let s = matmul_schedule(dt, (m, n, k), &t, Profile::Invariant);
+                            (m, invariant_order(&s))
+                        })
+                        .collect();
+                    for (m, o) in &orders[1..] {
+                        assert_eq!(
+                            o, &orders[0].1,
+                            "{dt} N = {n} K = {k} on {}: M = {m} vs M = 1",
+                            t.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// [`invariant_orders_depend_on_n_and_k_alone`] over random shapes: N and K drawn
+/// log-uniformly from 1 to 2^15, M from 1 to 2^16, on targets of 1 to 200 SMs.
+#[test]
+fn invariant_orders_depend_on_n_and_k_alone_random_shapes() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |bits: u32| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = (state >> 33) % (bits as u64 + 1);
+        1 + (state >> 7) % (1u64 << b)
+    };
+    for case in 0..300 {
+        let sms = next(7).min(200) as u32;
+        let t = Target {
+            sm_count: sms,
+            ..Target::h200()
+        };
+        let (n, k) = (next(15), next(15));
+        let dt = if case % 3 == 0 { "f32" } else { "bf16" };
+        let first = invariant_order(&matmul_schedule(dt, (1, n, k), &t, Profile::Invariant));
+        for _ in 0..4 {
+            let m = next(16);
+            let o = invariant_order(&matmul_schedule(dt, (m, n, k), &t, Profile::Invariant));
+            assert_eq!(
+                o, first,
+                "{dt} N = {n} K = {k} on {sms} SMs: M = {m} vs M = 1"
+            );
+        }
+    }
+}
