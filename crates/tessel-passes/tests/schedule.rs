@@ -27,7 +27,7 @@ fn matmul_schedule_split(
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p, (split, false));
+    let s = schedule::run(&g, &f, t, p, (split, false, false));
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -283,7 +283,7 @@ fn the_tma_tile_is_taken_only_when_asked() {
         let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
         let t = Target::h200();
         let f = fuse::run(&g, &t, Profile::Fast);
-        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma));
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false));
         let (grp, _) = f.groups.iter().next().expect("one group");
         s[grp].clone().expect("scheduled")
     };
