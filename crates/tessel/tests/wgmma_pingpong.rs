@@ -125,29 +125,11 @@ fn pingpong_projection_with_tails_matches_mma_sync_bits() {
     );
     // One row past a tile and K one 16-step past a slice, on one CTA: 6 tiles, 3 a
     // consumer.
-    same_bits(
-        LINEAR,
-        "linear",
-        &[("M", 129), ("K", 80), ("N", 264)],
-        1,
-        1,
-    );
+    same_bits(LINEAR, "linear", &[("M", 129), ("K", 80), ("N", 264)], 1, 1);
     // N odd: the per-element epilogue from the registers; N even, not a multiple of 4:
     // pairs.
-    same_bits(
-        LINEAR,
-        "linear",
-        &[("M", 129), ("K", 80), ("N", 257)],
-        3,
-        1,
-    );
-    same_bits(
-        LINEAR,
-        "linear",
-        &[("M", 129), ("K", 80), ("N", 258)],
-        2,
-        1,
-    );
+    same_bits(LINEAR, "linear", &[("M", 129), ("K", 80), ("N", 257)], 3, 1);
+    same_bits(LINEAR, "linear", &[("M", 129), ("K", 80), ("N", 258)], 2, 1);
 }
 
 #[test]
@@ -187,12 +169,24 @@ fn pingpong_fused_epilogues_match_mma_sync_bits() {
     let swiglu = Src::Text(
         "step swiglu(x: bf16[M, K], wg: bf16[N, K], wu: bf16[N, K]) -> bf16[M, N] {\n    silu(x @ wg^T) * (x @ wu^T)\n}\n",
     );
-    same_bits(swiglu, "swiglu", &[("M", 150), ("K", 200), ("N", 260)], 2, 2);
+    same_bits(
+        swiglu,
+        "swiglu",
+        &[("M", 150), ("K", 200), ("N", 260)],
+        2,
+        2,
+    );
     // An f32 result of widened operands.
     let widened = Src::Text(
         "step widened(x: bf16[M, K], w: bf16[N, K]) -> f32[M, N] {\n    f32(x) @ f32(w)^T\n}\n",
     );
-    same_bits(widened, "widened", &[("M", 150), ("K", 72), ("N", 260)], 2, 1);
+    same_bits(
+        widened,
+        "widened",
+        &[("M", 150), ("K", 72), ("N", 260)],
+        2,
+        1,
+    );
 }
 
 #[test]
@@ -241,13 +235,10 @@ fn a_qwen3_layer_with_pingpong_projections_matches_mma_sync_bits() {
 fn the_pingpong_tile_round_trips_as_text() {
     use tessel_passes::pipeline::{pass, run_passes, Ir};
     let g = checked(&LINEAR, "linear", &[("M", 300), ("K", 600), ("N", 300)]);
-    let Ir::Scheduled(g, f, s) = run_passes(
-        &g,
-        &options(sms(4), true),
-        pass("schedule"),
-        &mut |_, _| {},
-    )
-    .expect("schedules") else {
+    let Ir::Scheduled(g, f, s) =
+        run_passes(&g, &options(sms(4), true), pass("schedule"), &mut |_, _| {})
+            .expect("schedules")
+    else {
         panic!("stopped after schedule")
     };
     let text = tessel_ir::text::write_graph(&g, Some(&f), Some(&s));
@@ -369,11 +360,74 @@ fn the_pingpong_kernel_has_its_barriers() {
     let arrives = count(&k.body, &|s| matches!(s, Stmt::MbarArrive { .. }));
     assert_eq!(arrives, 2, "EMPTY releases");
     let handover = count(&k.body, &|s| {
-        matches!(s, Stmt::BarArrive { id: 1 | 2, threads: 256 })
+        matches!(
+            s,
+            Stmt::BarArrive {
+                id: 1 | 2,
+                threads: 256
+            }
+        )
     });
-    assert_eq!(handover, 2, "the hand-over, one site per consumer's barrier");
+    assert_eq!(
+        handover, 2,
+        "the hand-over, one site per consumer's barrier"
+    );
     let turn = count(&k.body, &|s| {
-        matches!(s, Stmt::BarSync { id: 1 | 2, threads: 256 })
+        matches!(
+            s,
+            Stmt::BarSync {
+                id: 1 | 2,
+                threads: 256
+            }
+        )
     });
     assert_eq!(turn, 2, "the turn wait, one site per consumer's barrier");
+}
+
+/// Removes every statement of `body` (nested) that `f` selects; returns how many.
+fn remove(body: &mut Vec<Stmt>, f: &dyn Fn(&Stmt) -> bool) -> usize {
+    let before = body.len();
+    body.retain(|s| !f(s));
+    let mut n = before - body.len();
+    for s in body.iter_mut() {
+        match s {
+            Stmt::For { body, .. } => n += remove(body, f),
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => n += remove(then_body, f) + remove(else_body, f),
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Without the turn (the named barriers 1 and 2 between the consumers' main loops), the
+/// second warpgroup waits on FULL barriers while the first still consumes the rounds
+/// before: its parity waits run two phases ahead and take a phase meant for the other
+/// (on the GPU, reads of a stage before its bytes land). The executor must not let that
+/// pass: it ends in an error (a deadlock here), never in silently right bits.
+#[test]
+fn consumers_without_their_turn_are_reported() {
+    let dims = [("M", 200), ("K", 200), ("N", 300)];
+    let mut p = compiled(&LINEAR, "linear", &dims, &options(sms(2), true));
+    let k = p.kernels.values_mut().next().expect("one kernel");
+    let turn = |s: &Stmt| {
+        matches!(
+            s,
+            Stmt::BarSync { id: 1 | 2, .. } | Stmt::BarArrive { id: 1 | 2, .. }
+        )
+    };
+    assert_eq!(remove(&mut k.body, &turn), 4, "the turn's barriers");
+    let ins: Vec<tessel_ref::Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| tessel_ref::Tensor::random(p.buffers[*b].ty.clone(), 7 + i as u64))
+        .collect();
+    let Err(e) = tessel_ref::run_program(&p, &ins) else {
+        panic!("consumers without their turn run")
+    };
+    assert!(e.to_string().contains("mbarrier"), "{e}");
 }
