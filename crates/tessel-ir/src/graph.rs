@@ -1060,11 +1060,14 @@ pub enum TileConfig {
     /// consecutive elements of each of its weight rows and of every left row at
     /// k = j·vector + i·32·vector (the left chunk is loaded once and used for every column),
     /// keeping M·columns f32 accumulators; then a butterfly over the warp. The weight is
-    /// streamed once with 16-byte loads.
+    /// streamed once with 16-byte loads, `unroll` chunks of k per loop iteration (their
+    /// loads issued together, then their products in k order; K past the last whole group
+    /// of `32·vector·unroll` one chunk at a time).
     Gemv {
         warps: u32,
         vector: u32,
         columns: u32,
+        unroll: u32,
     },
     /// SIMT FMA tiled GEMM (the `exact` schedule): a CTA computes a `bm × bn` output tile
     /// with `(bm/tm)·(bn/tn)` threads, each owning `tm × tn` outputs; K is walked in slices of
@@ -1326,9 +1329,10 @@ impl fmt::Display for TileConfig {
                 warps,
                 vector,
                 columns,
+                unroll,
             } => write!(
                 f,
-                "gemv {{ warps: {warps}, vector: {vector}, columns: {columns} }}"
+                "gemv {{ warps: {warps}, vector: {vector}, columns: {columns}, unroll: {unroll} }}"
             ),
             TileConfig::Simt {
                 bm,

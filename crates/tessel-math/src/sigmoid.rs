@@ -106,15 +106,37 @@ fn silu_special<O: MathOps>(o: &mut O, x: O::F, y: O::F) -> O::F {
     o.select(is_zero, x, y)
 }
 
+/// 1/d for d in [1, 2], within about 0.5 ulp plus 2^-32: the linear start
+/// `24/17 - 8/17·d` (relative error at most 1/17 on [1, 2]: the classic Newton–Raphson
+/// division estimate `48/17 - 32/17·D` for D in [0.5, 1], scaled; Flynn, "On division by
+/// functional iteration", IEEE Trans. Computers C-19(8), 1970), then three Newton–Raphson
+/// steps `r + r·(1 - d·r)`, each squaring the relative error: 1/17, 2^-8.2, 2^-16.3, 2^-32.6,
+/// plus each step's roundings. Straight-line fma code, where `div.rn.f32` branches to a slow
+/// path for operands it cannot take in its fast one. d outside [1, 2] (or NaN) gives a
+/// meaningless (or NaN) value: callers range-check first.
+fn recip_1_2<O: MathOps>(o: &mut O, d: O::F) -> O::F {
+    let nd = o.fneg(d);
+    let a = o.fconst(-8.0 / 17.0);
+    let b = o.fconst(24.0 / 17.0);
+    let one = o.fconst(1.0);
+    let mut r = o.ffma(a, d, b);
+    for _ in 0..3 {
+        let e = o.ffma(nd, r, one);
+        r = o.ffma(r, e, r);
+    }
+    r
+}
+
 /// SiLU in single f32 values, for 16-bit results (a SwiGLU's `silu(gate)` rounded to bf16,
-/// often in a GEMM's epilogue): straight-line code of about 50 operations and two divisions,
-/// where [`silu`] takes about 300 and a branch for its tail. With `e = exp(-|x|) = y·2^k`,
+/// often in a GEMM's epilogue): straight-line code of about 60 operations and no division (the
+/// quotient goes through [`recip_1_2`]), where [`silu`] takes about 300 and a branch for its
+/// tail. With `e = exp(-|x|) = y·2^k`,
 /// `y` the unrounded pair of [`exp_f32`] (within about 2^-26):
 /// `silu(x) = x/(1 + e)` for x >= 0 and `(x·y/(1 + e))·2^k` for x < 0 — the numerator `x·y`
 /// an exact product, never tiny, so the quotient keeps full precision until the one scaling
 /// by `2^k` at the end (a denormal result is rounded twice: the quotient, then the
-/// scaling). `1 + e` is split exactly by Fast2Sum and the quotient corrected once by its fma
-/// residual. Below -110 the result is -0 (silu is below 2^-150 from about -103.3 on), and
+/// scaling). `1 + e` is split exactly by Fast2Sum and the quotient `n·(1/(1 + e))` corrected
+/// once by its fma residual (times the same reciprocal). Below -110 the result is -0 (silu is below 2^-150 from about -103.3 on), and
 /// the special values are [`silu`]'s.
 ///
 /// Error (exhaustive over every f32, `tests/exhaustive.rs`, see `docs/numerics.md`): within
@@ -142,12 +164,15 @@ pub fn silu_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let pos = o.fge(x, zero);
     let nh = o.select(pos, x, ph);
     let nl = o.select(pos, zero, pl);
-    let q0 = o.fdiv(nh, dh);
+    // The quotient by the reciprocal of 1 + e, in [1, 2]: no division, so no branch to a
+    // division's slow path in the GPU code, and the elements of an epilogue interleave.
+    let rd = recip_1_2(o, dh);
+    let q0 = o.fmul(nh, rd);
     let nq0 = o.fneg(q0);
     let r = o.ffma(nq0, dh, nh);
     let r = o.fadd(r, nl);
     let r = o.ffma(nq0, dl, r);
-    let c = o.fdiv(r, dh);
+    let c = o.fmul(r, rd);
     let q = o.fadd(q0, c);
     let s1 = o.select(pos, one, sc1);
     let s2 = o.select(pos, one, sc2);

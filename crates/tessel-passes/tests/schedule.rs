@@ -385,3 +385,50 @@ fn the_pingpong_tile_is_taken_only_when_asked_and_where_it_fills_the_sms() {
         MmaEngine::Wgmma
     );
 }
+
+/// What fixes a row's order of sums in an `invariant` GEMM: the instruction (engine and
+/// mma shape, or the SIMT tile), the K slice, and the split-K ranges — never the tile's
+/// size, which may follow M.
+fn invariant_order(s: &Schedule) -> String {
+    match s.tile {
+        TileConfig::Mma {
+            bk,
+            split_k,
+            shape,
+            engine,
+            ..
+        } => format!("mma {shape:?} {engine:?} bk {bk} split {split_k}"),
+        TileConfig::Simt { bk, split_k, .. } => format!("simt bk {bk} split {split_k}"),
+        ref t => format!("{t}"),
+    }
+}
+
+/// The `invariant` profile's promise, at the schedule: for each (N, K) and dtype, every M
+/// gets the same order of sums. Caught a split-K decided by the chosen tile's column tiles
+/// (whose width follows M): N = 200, K = 4096 was split at M = 16 and not at M = 200
+/// (tests/programs/regressions/invariance_split_k_by_n.tsl).
+#[test]
+fn invariant_orders_depend_on_n_and_k_alone() {
+    for t in [Target::h200(), Target::h100()] {
+        for dt in ["bf16", "f32"] {
+            for n in [16, 64, 65, 128, 129, 136, 200, 256, 257, 1024, 5120] {
+                for k in [16, 32, 200, 2048, 4096, 5120] {
+                    let orders: Vec<(u64, String)> = [1, 3, 16, 17, 64, 65, 200, 2048, 20000]
+                        .into_iter()
+                        .map(|m| {
+                            let s = matmul_schedule(dt, (m, n, k), &t, Profile::Invariant);
+                            (m, invariant_order(&s))
+                        })
+                        .collect();
+                    for (m, o) in &orders[1..] {
+                        assert_eq!(
+                            o, &orders[0].1,
+                            "{dt} N = {n} K = {k} on {}: M = {m} vs M = 1",
+                            t.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1358,3 +1358,35 @@ fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
         "{ws}"
     );
 }
+
+/// Issue 19: the invariant profile split K by the chosen tile's column tiles, whose width
+/// follows M, so N = 136, K = 2048 was split at M = 16 (16 × 128 tiles: 2 column tiles)
+/// and not at M = 65 (64 × 64: 3) — rows differed between the batches. Decided by N alone,
+/// both take one chain.
+#[test]
+fn invariance_split_k_is_decided_by_n() {
+    let d = scratch("invariance-split");
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/programs/regressions/invariance_split_k_by_n.tsl");
+    let o = tessel(
+        &d,
+        &[
+            "invariance",
+            &file.display().to_string(),
+            "--cpu",
+            "--batch-dim",
+            "M",
+            "--sizes",
+            "16,65",
+            "--dim",
+            "K=2048",
+            "--dim",
+            "N=136",
+            "--profile",
+            "invariant",
+        ],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("invariance: PASS") && !t.contains("FAIL"), "{t}");
+}

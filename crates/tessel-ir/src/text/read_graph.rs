@@ -264,7 +264,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
     let expect: &[&str] = match k.as_str() {
         "elementwise" => &["threads", "vector"],
         "row_reduction" => &["threads_per_row", "rows_per_cta", "vector"],
-        "gemv" => &["warps", "vector", "columns"],
+        "gemv" => &["warps", "vector", "columns", "unroll"],
         "simt" => &["bm", "bn", "bk", "tm", "tn", "split_k"],
         "mma" => &[
             "bm",
@@ -320,6 +320,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             warps: num("warps")?,
             vector: num("vector")?,
             columns: num("columns")?,
+            unroll: num("unroll")?,
         },
         "simt" => TileConfig::Simt {
             bm: num("bm")?,

@@ -678,12 +678,20 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 warps,
                 vector,
                 columns,
+                unroll,
             } => {
                 if columns == 0 || columns > 8 {
                     e.push(
                         "schedule.tile",
                         loc.clone(),
                         format!("gemv columns {columns} outside 1..=8"),
+                    );
+                }
+                if unroll == 0 || unroll > 8 {
+                    e.push(
+                        "schedule.tile",
+                        loc.clone(),
+                        format!("gemv unroll {unroll} outside 1..=8"),
                     );
                 }
                 (32 * warps as u64, vector)

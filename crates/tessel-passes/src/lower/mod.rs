@@ -498,9 +498,10 @@ fn lower_group(
                 warps,
                 vector,
                 columns,
+                unroll,
             },
         ) => {
-            let grid = gen.gemv(out, matmul, (warps, vector, columns))?;
+            let grid = gen.gemv(out, matmul, (warps, vector, columns, unroll))?;
             (
                 32 * warps,
                 grid,

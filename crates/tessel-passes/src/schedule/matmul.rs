@@ -13,7 +13,8 @@
 //!      per SM: one wave, and the most loads in flight); 8 chunks of 32 k in flight per warp (4 for
 //!      M > 8, whose second left fragment doubles the registers).
 //!    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
-//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM). At M = 1 it
+//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM), loading
+//!      several chunks of k per iteration (`GEMV_VECTORS_IN_FLIGHT`). At M = 1 it
 //!      streams the weight at the copy bandwidth (measured 42.3 µs for the gate projection,
 //!      against 47.1 µs for the tensor-core GEMV, whose 16-row fragment is 1/16 used).
 //!    - `invariant`: neither (their k orders differ from the tile's); the tile below.
@@ -59,7 +60,7 @@
 //!    has at least 8 slices, K is cut into `split_k` ranges of whole slices, enough for two
 //!    CTAs per SM and at least 4 slices each; partials go to scratch and are summed in
 //!    range order. In `invariant` that choice would make the order depend on M; there a
-//!    skinny-N GEMM (at most [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) with a long K
+//!    skinny-N GEMM (N at most [`INVARIANT_SPLIT_MAX_N`], whatever the tile) with a long K
 //!    (at least [`INVARIANT_SPLIT_MIN_SLICES`] slices) is split by K and N alone
 //!    ([`invariant_split_k`]: ranges of [`INVARIANT_SPLIT_SLICES`] slices), the same for
 //!    every M — LoRA's `x·Aᵀ` and `dY·B` at decode sizes, which one CTA would otherwise walk
@@ -437,7 +438,7 @@ pub(super) fn choose(
     let split = if !split_k_ok {
         1
     } else if profile == Profile::Invariant {
-        invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+        invariant_split_k(s.n, s.k, bk)
     } else {
         split_k(tiles, s.k, bk, t.sm_count as u64)
     };
@@ -509,6 +510,22 @@ fn gemv_mma(
     })
 }
 
+/// Vectors (16 bytes each at most) a lane of the SIMT GEMV loads per main-loop iteration,
+/// over its `columns` weight rows and the M left rows: 80 registers of loads in flight.
+/// With one iteration's loads (`unroll` 1) the Qwen3-14B o projection (N = K = 5120, 320
+/// CTAs of 4 warps: 10 warps per SM) read its weight at about half the copy bandwidth
+/// (docs/perf/2026-12-01-issue10/run3a/bench.txt, decode_10 and decode_14: 50–53%), where
+/// the gate projection's 1088 CTAs (33 warps per SM) reached 95–99%: too few bytes in
+/// flight per SM. Little's law on an H100 (3.35 TB/s, about 700 ns to DRAM) asks for about
+/// 18 KB in flight per SM; 10 warps of 32 lanes × 4 columns × 4 chunks × 16 bytes are 80 KB.
+const GEMV_VECTORS_IN_FLIGHT: u64 = 20;
+
+/// The SIMT GEMV's chunks of k per main-loop iteration: [`GEMV_VECTORS_IN_FLIGHT`] over the
+/// `columns` weight vectors and `m` left vectors a chunk loads, 1 to 8.
+fn gemv_unroll(m: u64, columns: u32) -> u32 {
+    (GEMV_VECTORS_IN_FLIGHT / (m + columns as u64)).clamp(1, 8) as u32
+}
+
 /// The SIMT GEMV for decode, its vector the widest of `dt` elements within 16 bytes.
 fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
     let sms = t.sm_count as u64;
@@ -517,14 +534,16 @@ fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
         .into_iter()
         .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 2 * sms)
         .unwrap_or(1);
+    let unroll = gemv_unroll(s.m, columns);
     Schedule {
         tile: TileConfig::Gemv {
             warps: 4,
             vector: v,
             columns,
+            unroll,
         },
         why: format!(
-            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes{}), 4 warps per CTA, {} CTAs",
+            "{}M = {} ≤ 16 with the weight [N = {}, K = {}] read along K: GEMV, {columns} output column(s) per warp (M·columns ≤ 32 accumulators, ≥ {} CTAs), vector {v} (widest dividing K within 16 bytes{}), 4 warps per CTA, {} CTAs, {unroll} chunks of k loaded per iteration ({GEMV_VECTORS_IN_FLIGHT} vectors of 16 bytes in flight per lane over the weight rows and the left rows)",
             widened_why(s),
             s.m,
             s.n,
@@ -796,7 +815,7 @@ fn mma(
         let split = if rows.is_some() || !split_k_ok || row.wgmma {
             1
         } else if profile == Profile::Invariant {
-            invariant_split_k(s.n.div_ceil(bn as u64), s.k, bk)
+            invariant_split_k(s.n, s.k, bk)
         } else {
             split_k(tiles, s.k, bk, sms)
         };
@@ -897,23 +916,27 @@ fn split_k(tiles: u64, k: u64, bk: u32, sms: u64) -> u32 {
     slices.div_ceil(per) as u32
 }
 
-/// Most column tiles of a GEMM that `invariant` splits along K ([`invariant_split_k`]).
-pub const INVARIANT_SPLIT_MAX_N_TILES: u64 = 2;
+/// Widest GEMM output (N) that `invariant` splits along K ([`invariant_split_k`]): two
+/// column tiles of the 64-wide tiles. A bound on N itself, not on the chosen tile's column
+/// tiles: the tile's width depends on M (16 × 128 for M ≤ 64, 64 × 64 above), so counting
+/// its tiles split N = 200, K = 4096 at M = 16 and not at M = 200 — rows that differed
+/// between the two batches (tests/programs/regressions/invariance_split_k_by_n.tsl).
+pub const INVARIANT_SPLIT_MAX_N: u64 = 128;
 /// Fewest K slices of a GEMM that `invariant` splits along K.
 pub const INVARIANT_SPLIT_MIN_SLICES: u64 = 32;
 /// K slices per range of an `invariant` split-K.
 pub const INVARIANT_SPLIT_SLICES: u64 = 8;
 
-/// The `invariant` profile's split-K of a GEMM with `n_tiles` column tiles and a K of `k`
-/// in slices of `bk`: a function of N and K alone, never of M, so that every row of every
-/// batch sums its K in one order. Skinny outputs (at most
-/// [`INVARIANT_SPLIT_MAX_N_TILES`] column tiles) over at least
+/// The `invariant` profile's split-K of a GEMM of `n` output columns and a K of `k` in
+/// slices of `bk` (a function of K and the dtype): a function of N and K alone, never of M
+/// (nor of the tile, which M chooses), so that every row of every batch sums its K in one
+/// order. Skinny outputs (N at most [`INVARIANT_SPLIT_MAX_N`]) over at least
 /// [`INVARIANT_SPLIT_MIN_SLICES`] slices are cut into ranges of
 /// [`INVARIANT_SPLIT_SLICES`] slices (at most 64 ranges: longer K gets longer ranges);
 /// everything else is not split (1).
-pub fn invariant_split_k(n_tiles: u64, k: u64, bk: u32) -> u32 {
+pub fn invariant_split_k(n: u64, k: u64, bk: u32) -> u32 {
     let slices = k.div_ceil(bk as u64);
-    if n_tiles > INVARIANT_SPLIT_MAX_N_TILES || slices < INVARIANT_SPLIT_MIN_SLICES {
+    if n > INVARIANT_SPLIT_MAX_N || slices < INVARIANT_SPLIT_MIN_SLICES {
         return 1;
     }
     let per = INVARIANT_SPLIT_SLICES.max(slices.div_ceil(64));
