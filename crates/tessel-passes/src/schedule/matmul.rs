@@ -594,7 +594,7 @@ fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
         setmaxnreg: true,
         ..Features::NONE
     };
-    let esz = s.read.size_bytes() as u64;
+    let esz = s.read.size_bytes();
     offers(t, needs).is_ok()
         && s.batch == 1
         && s.operands_2d
