@@ -432,3 +432,35 @@ fn invariant_orders_depend_on_n_and_k_alone() {
         }
     }
 }
+
+/// [`invariant_orders_depend_on_n_and_k_alone`] over random shapes: N and K drawn
+/// log-uniformly from 1 to 2^15, M from 1 to 2^16, on targets of 1 to 200 SMs.
+#[test]
+fn invariant_orders_depend_on_n_and_k_alone_random_shapes() {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |bits: u32| {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let b = (state >> 33) % (bits as u64 + 1);
+        1 + (state >> 7) % (1u64 << b)
+    };
+    for case in 0..300 {
+        let sms = next(7).min(200) as u32;
+        let t = Target {
+            sm_count: sms,
+            ..Target::h200()
+        };
+        let (n, k) = (next(15), next(15));
+        let dt = if case % 3 == 0 { "f32" } else { "bf16" };
+        let first = invariant_order(&matmul_schedule(dt, (1, n, k), &t, Profile::Invariant));
+        for _ in 0..4 {
+            let m = next(16);
+            let o = invariant_order(&matmul_schedule(dt, (m, n, k), &t, Profile::Invariant));
+            assert_eq!(
+                o, first,
+                "{dt} N = {n} K = {k} on {sms} SMs: M = {m} vs M = 1"
+            );
+        }
+    }
+}

@@ -24,6 +24,17 @@ fn root() -> PathBuf {
 
 /// Step `step` of `file` at `dims`, compiled in `fast` for `target`.
 fn program(file: &str, step: &str, dims: &[(&str, u64)], target: &Target) -> Program {
+    program_in(file, step, dims, target, Profile::Fast)
+}
+
+/// [`program`] in `profile`.
+fn program_in(
+    file: &str,
+    step: &str,
+    dims: &[(&str, u64)],
+    target: &Target,
+    profile: Profile,
+) -> Program {
     let module = tessel_syntax::load::load(&root().join(file))
         .unwrap_or_else(|_| panic!("{file}: does not load"))
         .module;
@@ -31,7 +42,7 @@ fn program(file: &str, step: &str, dims: &[(&str, u64)], target: &Target) -> Pro
     let g = check::run(&module, step, &dims).unwrap_or_else(|d| panic!("{step}: {}", d[0].message));
     let opts = Options {
         verify: true,
-        profile: Profile::Fast,
+        profile,
         target: target.clone(),
         ..Default::default()
     };
@@ -169,4 +180,57 @@ fn a_qwen3_layer_with_wgmma_projections_matches_mma_sync_bits() {
         5,
         &[128, 128, 128],
     );
+}
+
+/// `invariant` runs wgmma on sm_90a for every M of a GEMM it serves (16-bit `x @ wᵀ`,
+/// K > 32, no split-K), the tile following M: one warpgroup of 64 rows for M ≤ 64 (decode),
+/// 128 × 128 or 128 × 256 above. Each must give the bits of the `mma.sync` program (the
+/// executor models both as one fma chain over k), at M = 1, 3, 64, 65 and 200, with K and
+/// N tails, a skinny N (n = 16 and 64) and a fused epilogue. (That every M takes the same
+/// instruction is `tessel-passes/tests/schedule.rs`'s
+/// `invariant_orders_depend_on_n_and_k_alone`; on the GPU, `tessel invariance`.)
+#[test]
+fn invariant_wgmma_matches_mma_sync_bits_at_every_m() {
+    let h200 = Target {
+        sm_count: 5,
+        ..Target::h200()
+    };
+    let without = Target {
+        features: Features {
+            wgmma: false,
+            ..h200.features
+        },
+        ..h200.clone()
+    };
+    let cases: [(&str, &[(&str, u64)], &[u32]); 9] = [
+        ("linear", &[("M", 1), ("K", 200), ("N", 300)], &[128]),
+        ("linear", &[("M", 3), ("K", 80), ("N", 257)], &[128]),
+        ("linear", &[("M", 64), ("K", 136), ("N", 130)], &[128]),
+        ("linear", &[("M", 65), ("K", 136), ("N", 130)], &[128]),
+        ("linear", &[("M", 200), ("K", 200), ("N", 600)], &[256]),
+        ("linear", &[("M", 5), ("K", 72), ("N", 13)], &[16]),
+        ("linear", &[("M", 70), ("K", 264), ("N", 64)], &[64]),
+        (
+            "linear_epilogue",
+            &[("M", 2), ("K", 136), ("N", 264)],
+            &[128],
+        ),
+        (
+            "linear_epilogue",
+            &[("M", 130), ("K", 136), ("N", 264)],
+            &[128],
+        ),
+    ];
+    for (step, dims, want) in cases {
+        let file = "tests/programs/matmul.tsl";
+        let w = program_in(file, step, dims, &h200, Profile::Invariant);
+        let s = program_in(file, step, dims, &without, Profile::Invariant);
+        assert_eq!(wgmma_widths(&w), want, "{step} {dims:?}: wgmma kernels");
+        assert!(wgmma_widths(&s).is_empty(), "{step}: no wgmma without it");
+        common::assert_same_outputs(
+            &w,
+            &s,
+            &format!("{step} {dims:?}, invariant wgmma vs mma.sync"),
+        );
+    }
 }

@@ -18,7 +18,9 @@
 //!      streams the weight at the copy bandwidth (measured 42.3 µs for the gate projection,
 //!      against 47.1 µs for the tensor-core GEMV, whose 16-row fragment is 1/16 used).
 //!    - `invariant`: neither (their k orders differ from the tile's); the tile below.
-//! 2. **Tensor-core tile** (`mma`) — `fast` and `invariant`, for bf16/f16 operands, and
+//! 2. **Tensor-core tile** (`mma`; in `invariant` on sm_90a the warpgroup tiles of
+//!    `INVARIANT_WGMMA_TILES` for every M where `invariant_wgmma` holds) — `fast` and
+//!    `invariant`, for bf16/f16 operands, and
 //!    f32 operands in `fast` only (rounded to TF32: `invariant` keeps f32 accuracy), when
 //!    both operands are stored tensors or their transposes:
 //!    - skinny N (N ≤ 64, the LoRA ranks): `bn` = N rounded up to a power of two ≥ 16,
@@ -333,6 +335,61 @@ const MMA_TILES: [MmaRow; 7] = [
         tile: |_| (64, 64, 2, 2),
     },
 ];
+
+/// The warpgroup tiles of the `invariant` profile, tried in order where
+/// [`invariant_wgmma`] holds: one instruction (`wgmma.mma_async`, one per k step of 16
+/// from 0) for every M of a GEMM, the tile's size following M, N and the SM count as in
+/// `fast` (a tile's size does not change a row's sums: each output is one accumulator).
+/// M ≤ 64 (decode, LoRA's small batches) takes one warpgroup of 64 rows.
+const INVARIANT_WGMMA_TILES: [MmaRow; 4] = [
+    MmaRow {
+        name: "wgmma skinny-N (sm_90a, invariant: n = N rounded up to a power of two)",
+        needs: WGMMA,
+        wgmma: true,
+        applies: |s, _| s.n <= 64,
+        tile: |s| {
+            let bm = if s.m <= 64 { 64 } else { 128 };
+            (bm, pow2(s.n), bm / 16, 1)
+        },
+    },
+    MmaRow {
+        name: "wgmma skinny-M (sm_90a, invariant: 1 warpgroup of m64n128k16)",
+        needs: WGMMA,
+        wgmma: true,
+        applies: |s, _| s.m <= 64,
+        tile: |_| (64, 128, 4, 1),
+    },
+    MmaRow {
+        name: "wgmma large (sm_90a: 2 warpgroups of m64n256k16)",
+        needs: WGMMA,
+        wgmma: true,
+        applies: |s, t| s.n > 128 && wgmma_tiles(s, 256) >= t.sm_count as u64,
+        tile: |_| (128, 256, 8, 1),
+    },
+    MmaRow {
+        name: "wgmma 128×128 (sm_90a: 2 warpgroups of m64n128k16)",
+        needs: WGMMA,
+        wgmma: true,
+        applies: |_, _| true,
+        tile: |_| (128, 128, 8, 1),
+    },
+];
+
+/// Whether an `invariant` GEMM takes [`INVARIANT_WGMMA_TILES`]: on a target with wgmma,
+/// 16-bit operands (`sixteen_bit`), both stored tensors read along K (`x @ wᵀ`), K past
+/// the short-K tile's 32 (a LoRA up-projection's K = r = 16 keeps `mma.sync`'s many small
+/// CTAs, not a 64-deep zero-filled wgmma slice), and no split-K ([`invariant_split_k`] at wgmma's K slice of 64 — the wgmma tile does not split
+/// K). Every condition is of N, K, the layouts and the target, none of M, so each GEMM
+/// runs one instruction at every batch size.
+fn invariant_wgmma(s: &MatmulShape, t: &Target, sixteen_bit: bool) -> bool {
+    t.features.wgmma
+        && sixteen_bit
+        && s.operands_2d
+        && s.lhs_k_contiguous
+        && s.rhs_k_contiguous
+        && s.k > 32
+        && invariant_split_k(s.n, s.k, 64) == 1
+}
 
 /// A candidate SIMT tile: when it applies, its `(bm, bn, tm, tn)` and its description.
 struct SimtRow {
@@ -770,20 +827,30 @@ fn mma(
         _ => MmaEpilogue::Single,
     };
     let esz = dt.size_bytes() as u32;
+    // `invariant` runs one instruction for every M of a GEMM: wgmma where it can for any
+    // M, else `mma.sync` (`fast` picks by the tile count).
+    let invariant_wgmma = profile == Profile::Invariant && invariant_wgmma(s, t, sixteen_bit);
     // K slices of 128 bytes per row (every 16-byte chunk of a row in a different bank
     // group of one 128-byte line, after the swizzle), or K rounded up to a power of two
-    // ≥ 16 when that is less.
-    let bk = (128 / esz).min(s.k.next_power_of_two().max(16) as u32);
-    let slices = s.k.div_ceil(bk as u64).max(1) as u32;
+    // ≥ 16 when that is less — except for wgmma, whose slice is one 128-byte swizzle span
+    // (a shorter K is zero-filled to it).
+    let bk_sync = (128 / esz).min(s.k.next_power_of_two().max(16) as u32);
     let sms = t.sm_count as u64;
     let mut too_big = Vec::new();
-    let (rows_tried, lacking) = tried(&MMA_TILES, s, t);
+    let table: &[MmaRow] = if invariant_wgmma {
+        &INVARIANT_WGMMA_TILES
+    } else {
+        &MMA_TILES
+    };
+    let (rows_tried, lacking) = tried(table, s, t);
     for row in rows_tried {
         // The warpgroup tile reads both operands K-major as 16-bit elements; `invariant`
-        // keeps `mma.sync` for every M (one instruction, one accumulation order).
-        if row.wgmma && !(sixteen_bit && profile == Profile::Fast) {
+        // takes it only from its own table (one instruction for every M).
+        if row.wgmma && !(sixteen_bit && (profile == Profile::Fast || invariant_wgmma)) {
             continue;
         }
+        let bk = if row.wgmma { 128 / esz } else { bk_sync };
+        let slices = s.k.div_ceil(bk as u64).max(1) as u32;
         let (bm, mut bn, warps_m, warps_n) = (row.tile)(s);
         if let Some(d) = rows {
             bn = bn.max(d as u32);
