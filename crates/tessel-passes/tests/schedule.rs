@@ -464,3 +464,31 @@ fn invariant_orders_depend_on_n_and_k_alone_random_shapes() {
         }
     }
 }
+
+/// `invariant` never takes the ping-pong tile: it is chosen by the number of tiles, so its
+/// instruction (m64n128k16 against the warpgroup tile's) would follow M.
+#[test]
+fn the_pingpong_tile_is_fast_only() {
+    let src = "step s(x: bf16[M, K], w: bf16[N, K]) -> bf16[M, N] { x @ w^T }";
+    let module = tessel_syntax::parse(src).expect("parses");
+    let dims: BTreeMap<String, u64> = [("M", 2048), ("N", 17408), ("K", 5120)]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect();
+    let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+    let t = Target::h100();
+    let f = fuse::run(&g, &t, Profile::Invariant);
+    let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, true));
+    let (grp, _) = f.groups.iter().next().expect("one group");
+    let tile = &s[grp].as_ref().expect("scheduled").tile;
+    assert!(
+        !matches!(
+            tile,
+            TileConfig::Mma {
+                engine: MmaEngine::WgmmaPingpong { .. },
+                ..
+            }
+        ),
+        "{tile}"
+    );
+}

@@ -40,9 +40,9 @@ use tessel_ir::Group;
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
 /// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
 /// warpgroup tile becomes its warp-specialised TMA variant where it can ([`prefer_tma`];
-/// `Options::wgmma_tma`). `wgmma_pingpong`: the warpgroup tile becomes the persistent
-/// ping-pong tile where it can ([`prefer_pingpong`]; `Options::wgmma_pingpong`), and
-/// where it cannot, the TMA variant if `wgmma_tma` asks for it.
+/// `Options::wgmma_tma`). `wgmma_pingpong`: in `fast`, the warpgroup tile becomes the
+/// persistent ping-pong tile where it can ([`prefer_pingpong`]; `Options::wgmma_pingpong`),
+/// and where it cannot, the TMA variant if `wgmma_tma` asks for it.
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
@@ -54,7 +54,9 @@ pub fn run(
     for grp in fusion.groups.keys() {
         let mut sch = choose(g, fusion, grp, target, (profile, split_k));
         if let Some(mm) = fusion.groups[grp].ops.matmul() {
-            if wgmma_pingpong {
+            // Only in `fast`: in `invariant` the tile would follow M (it needs two tiles
+            // per SM), and with it the wgmma instruction's width.
+            if wgmma_pingpong && profile == Profile::Fast {
                 let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
                 sch = prefer_pingpong(g, mm, rows, sch, target);
             }
