@@ -52,13 +52,16 @@
 //!
 //! **Why 128 × 128 per warpgroup.** The tile a warpgroup computes holds 16384 f32
 //! accumulators, 128 a thread, as the `wgmma: 1` tile's 64 × 256 a warpgroup does, which
-//! fits the 232 registers with the epilogue's. Of the two shapes with that count, 128 × 128
-//! loads 256 rows of operands per K slice where 64 × 256 loads 320 (a 32 KiB stage
-//! against 40, so four stages fit beside the staging tiles: 64 × 256 would need
-//! 4 × 40 KiB + 2 × 66 KiB, over the limit), and its 64-row halves are the staged
-//! epilogue's unit as they stand; it reads 20 % more shared memory per MAC (B's 128 rows
-//! once per block), which the wgmma rate leaves room for (2 × 6 KiB a k step against
-//! 256 tensor-core cycles at 128 B a cycle: 96 cycles). Not yet measured on the GPU.
+//! fits the 232 registers with the epilogue's (ptxas: no spills). Of the two shapes with
+//! that count, 128 × 128 loads 256 rows of operands per K slice where 64 × 256 loads 320
+//! (a 32 KiB stage against 40, so four stages fit beside the two staging tiles: 64 × 256
+//! would need 4 × 40 KiB + 2 × 66 KiB, over the 227 KiB), and its 64-row halves are the
+//! staged epilogue's unit as they stand. The cost: wgmma reads its operands from shared
+//! memory per instruction, and two m64n128k16 read A's 2 × 2 KiB and B's 8 KiB (B once per
+//! block) — 12 KiB a k step, 96 cycles at 128 bytes a cycle — against 10 KiB for one
+//! m64n256k16, both for the 128 tensor-core cycles of 262144 MACs at the H100's 2048 a
+//! cycle an SM. 75 % of the shared-memory bandwidth leaves room, with TMA's writes
+//! (2 KiB a k step), but not much: the GPU must say whether the main loop keeps its rate.
 //!
 //! **Bits.** Each output element is one accumulation over k in order, slice after slice,
 //! from 0 — the `wgmma: 1` tile's order, the executor's bits of `mma.sync`'s. The tiles'
