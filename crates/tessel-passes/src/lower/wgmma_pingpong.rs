@@ -56,12 +56,13 @@
 //! that count, 128 × 128 loads 256 rows of operands per K slice where 64 × 256 loads 320
 //! (a 32 KiB stage against 40, so four stages fit beside the two staging tiles: 64 × 256
 //! would need 4 × 40 KiB + 2 × 66 KiB, over the 227 KiB), and its 64-row halves are the
-//! staged epilogue's unit as they stand. The cost: wgmma reads its operands from shared
-//! memory per instruction, and two m64n128k16 read A's 2 × 2 KiB and B's 8 KiB (B once per
-//! block) — 12 KiB a k step, 96 cycles at 128 bytes a cycle — against 10 KiB for one
-//! m64n256k16, both for the 128 tensor-core cycles of 262144 MACs at the H100's 2048 a
-//! cycle an SM. 75 % of the shared-memory bandwidth leaves room, with TMA's writes
-//! (2 KiB a k step), but not much: the GPU must say whether the main loop keeps its rate.
+//! staged epilogue's unit as they stand. Shared-memory traffic per k step (the 128
+//! tensor-core cycles of 262144 MACs at the H100's 2048 a cycle an SM) is the same for
+//! both: wgmma reads its operands per instruction, two m64n128k16 12 KiB (B once per
+//! block) against 10 KiB for one m64n256k16, and TMA writes 8 KiB (256 rows × 32 bytes)
+//! against 10 — 20 KiB either way, L2 traffic 20 % less for 128 × 128. Not measured on the
+//! GPU yet: whether one warpgroup's main loop keeps the tensor cores at their rate is what
+//! the benchmark must show.
 //!
 //! **Bits.** Each output element is one accumulation over k in order, slice after slice,
 //! from 0 — the `wgmma: 1` tile's order, the executor's bits of `mma.sync`'s. The tiles'
