@@ -79,7 +79,8 @@ pub struct Summary {
     /// Programs with an update kernel that computes its rows' reductions (fuse rule 6: a
     /// kernel whose reduction order names "the rows' reductions").
     pub update_rows: u64,
-    /// Programs with a warpgroup (wgmma) GEMM tile (a schedule with `wgmma: 1`).
+    /// Programs with a warpgroup (wgmma) GEMM tile (a schedule with `wgmma: 1`, `wgmma:
+    /// tma` or `wgmma: pingpong`).
     pub wgmma: u64,
     /// Gradient programs ([`gen::Config::grad`]): the elements and directions of their
     /// gradients compared with finite differences ([`fd`]), and those not compared because
@@ -120,7 +121,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .any(|k| k.contains("q computed in the prologue")) as u64;
         s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
         s.update_rows += schedules.iter().any(|k| k.contains("the rows' reductions")) as u64;
-        s.wgmma += schedules.iter().any(|k| k.contains("wgmma: 1")) as u64;
+        s.wgmma += schedules.iter().any(|k| k.contains("wgmma: ")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,

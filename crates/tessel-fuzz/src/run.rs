@@ -18,6 +18,9 @@ pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, Stri
 pub struct Device<'a> {
     pub target: &'a Target,
     pub run: Option<RunOn<'a>>,
+    /// Compile with `Options::wgmma_pingpong` (the persistent ping-pong GEMM tile where
+    /// it applies on `target`).
+    pub wgmma_pingpong: bool,
 }
 
 /// What a case observed besides its outcome.
@@ -196,6 +199,7 @@ fn run_inner(
         verify: true,
         tensor_parallel: false,
         wgmma_tma: false,
+        wgmma_pingpong: device.is_some_and(|d| d.wgmma_pingpong),
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {
         Ok(c) => c,

@@ -119,6 +119,7 @@ fn tp_inner(
         verify: true,
         tensor_parallel: true,
         wgmma_tma: false,
+        wgmma_pingpong: false,
     };
     let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;
     let mut shape: Option<(Vec<Sharding>, usize)> = None;

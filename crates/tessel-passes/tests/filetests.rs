@@ -165,6 +165,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         verify: true,
         tensor_parallel: false,
         wgmma_tma: false,
+        wgmma_pingpong: false,
     };
     let out = match &info.run {
         Run::Check(check) => {

@@ -19,6 +19,7 @@ pub fn options(target: &Target, args: &CompileArgs) -> Options {
         target: target.clone(),
         verify: true,
         wgmma_tma: args.wgmma_tma,
+        wgmma_pingpong: args.wgmma_pingpong,
         ..Options::default()
     }
 }

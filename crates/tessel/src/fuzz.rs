@@ -67,10 +67,12 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         (Ok(_), _) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: Some(&run_on_gpu),
+            wgmma_pingpong: false,
         }),
         (Err(_), Some(_)) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: None,
+            wgmma_pingpong: false,
         }),
         (Err(_), None) => None,
     };

@@ -84,6 +84,14 @@ pub struct CompileArgs {
     /// checked on the GPU (issue 19).
     #[arg(long)]
     pub wgmma_tma: bool,
+    /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a,
+    /// where they have at least two 128 × 128 tiles per SM, as the persistent ping-pong
+    /// tile instead (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma
+    /// consumer warpgroups taking tiles in turn, one's epilogue overlapping the other's
+    /// main loop; `wgmma: pingpong` in the schedule). With --wgmma-tma too, the GEMMs it
+    /// does not take get the TMA tile. Not the default until measured on the GPU (issue 19).
+    #[arg(long)]
+    pub wgmma_pingpong: bool,
 }
 
 /// How inputs are made.

@@ -382,7 +382,8 @@ fn the_tma_tile_round_trips_as_text() {
     let bad = text.replace("wgmma: tma", "wgmma: 2");
     let e = tessel_ir::text::read_graph(&bad).expect_err("wgmma: 2");
     assert!(
-        e.to_string().contains("`wgmma` is 0, 1 or tma, found `2`"),
+        e.to_string()
+            .contains("`wgmma` is 0, 1, tma or pingpong, found `2`"),
         "{e}"
     );
 }
