@@ -79,7 +79,8 @@ pub struct Summary {
     /// Programs with an update kernel that computes its rows' reductions (fuse rule 6: a
     /// kernel whose reduction order names "the rows' reductions").
     pub update_rows: u64,
-    /// Programs with a warpgroup (wgmma) GEMM tile (an `mma` schedule with `wgmma: 1`).
+    /// Programs with a warpgroup (wgmma) GEMM tile (an `mma` schedule with `wgmma: 1`,
+    /// `wgmma: tma` or `wgmma: pingpong`).
     pub wgmma: u64,
     /// Programs with a warpgroup attention tile (an `attention` schedule with `wgmma: 1`).
     pub wgmma_attention: u64,
@@ -124,7 +125,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         s.update_rows += schedules.iter().any(|k| k.contains("the rows' reductions")) as u64;
         s.wgmma += schedules
             .iter()
-            .any(|k| k.starts_with("mma {") && k.contains("wgmma: 1")) as u64;
+            .any(|k| k.starts_with("mma {") && k.contains("wgmma: ")) as u64;
         s.wgmma_attention += schedules
             .iter()
             .any(|k| k.starts_with("attention {") && k.contains("wgmma: 1"))

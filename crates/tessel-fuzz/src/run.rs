@@ -20,6 +20,9 @@ pub struct Device<'a> {
     pub run: Option<RunOn<'a>>,
     /// Compile under `Options::wgmma_attention`.
     pub wgmma_attention: bool,
+    /// Compile with `Options::wgmma_pingpong` (the persistent ping-pong GEMM tile where
+    /// it applies on `target`).
+    pub wgmma_pingpong: bool,
 }
 
 /// What a case observed besides its outcome.
@@ -198,6 +201,7 @@ fn run_inner(
         verify: true,
         tensor_parallel: false,
         wgmma_tma: false,
+        wgmma_pingpong: device.as_ref().is_some_and(|d| d.wgmma_pingpong),
         wgmma_attention: device.as_ref().is_some_and(|d| d.wgmma_attention),
     };
     let compiled = match tessel_passes::compile(&graph, &opts) {

@@ -120,6 +120,7 @@ fn tp_inner(
         tensor_parallel: true,
         wgmma_tma: false,
         wgmma_attention: false,
+        wgmma_pingpong: false,
     };
     let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;
     let mut shape: Option<(Vec<Sharding>, usize)> = None;

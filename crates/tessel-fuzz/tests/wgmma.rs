@@ -4,7 +4,10 @@
 //! `fast` for an H200 of 1 SM (the 128 × 256 tile; 128 × 128 for N ≤ 128) or of one SM
 //! more than the GEMM has 128 × 256 tiles (the 128 × 128 tile) — and judged by the
 //! dtype-following reference on the executor. Each program must take a wgmma tile (checked
-//! through the kernels' schedules) and pass.
+//! through the kernels' schedules) and pass. The same programs, K rounded up to a multiple
+//! of 8 (a TMA row's whole 16-byte chunks), also run on the persistent ping-pong tile
+//! (`Options::wgmma_pingpong`) for an H200 of 1 to 3 SMs, so CTAs and consumer
+//! warpgroups take several tiles each.
 
 use tessel_fuzz::run::{run_case_traced, Device, Outcome};
 use tessel_passes::{Profile, Target};
@@ -79,6 +82,7 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
             target: &target,
             run: None,
             wgmma_attention: false,
+            wgmma_pingpong: false,
         };
         let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
         let wg: Vec<&String> = t
@@ -100,4 +104,47 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert_eq!(widths.len(), 2, "both tile widths (128, 256) drawn");
+}
+
+#[test]
+fn random_gemms_on_the_pingpong_tile_pass_the_reference() {
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for seed in 0..24u64 {
+        let (src, mut dims) = program(seed);
+        dims[2].1 = dims[2].1.next_multiple_of(8);
+        let (m, n) = (dims[0].1, dims[1].1);
+        // 1 to 3 SMs, never more than half the 128 × 128 tiles (the tile's condition).
+        let tiles = m.div_ceil(128) * n.div_ceil(128);
+        if tiles < 2 {
+            continue;
+        }
+        let sms = (1 + seed % 3).min(tiles / 2) as u32;
+        let target = Target {
+            sm_count: sms,
+            ..Target::h200()
+        };
+        let device = Device {
+            target: &target,
+            run: None,
+            wgmma_pingpong: true,
+            wgmma_attention: false,
+        };
+        let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
+        ran += 1;
+        let pp = t
+            .schedules
+            .iter()
+            .filter(|s| s.contains("wgmma: pingpong"))
+            .count();
+        if o != Outcome::Pass || pp == 0 {
+            failures.push(format!(
+                "seed {seed} {dims:?} on {sms} SMs: {} ({pp} ping-pong kernels): {}\n{src}",
+                o.kind(),
+                o.message()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(ran >= 20, "{ran} of 24 programs have two tiles or more");
 }

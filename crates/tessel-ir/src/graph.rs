@@ -1196,7 +1196,8 @@ pub fn cumsum_chunk(n: u64) -> u64 {
 pub const MAX_SCAN_CHUNKS: u64 = 8192;
 
 /// Which instructions a tensor-core tile ([`TileConfig::Mma`]) multiplies with and how its
-/// ring is filled. Text: nothing for `Sync`, `wgmma: 1`, `wgmma: tma`.
+/// ring is filled. Text: nothing for `Sync`, `wgmma: 1`, `wgmma: tma`, `wgmma: pingpong,
+/// ctas: N`.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum MmaEngine {
     /// `mma.sync` on `ldmatrix` fragments; every thread's `cp.async` fills the ring.
@@ -1219,6 +1220,16 @@ pub enum MmaEngine {
     /// operands stored tensors read along K, rows of whole 16-byte chunks, no batch; the
     /// epilogue is the consumers' alone (named barrier 1).
     WgmmaTma,
+    /// The persistent, ping-pong warp-specialised tile (sm_90a; CUTLASS 3's
+    /// `KernelTmaWarpSpecializedPingpong`): `ctas` CTAs (at most the tiles; the target's SM
+    /// count) walk the `bm × bn` output tiles of the grouped order, CTA `x` taking tiles
+    /// `x, x + ctas, ...`; a producer warpgroup loads their K slices by TMA into one ring
+    /// (as [`MmaEngine::WgmmaTma`]'s), and the `warps_m` consumer warps are two warpgroups
+    /// that take the CTA's tiles in turn, each computing a whole tile (`bm / 64` blocks of
+    /// 64 rows, `m64n{bn}k16` each) and running its epilogue while the other's main loop
+    /// runs. Needs what [`MmaEngine::WgmmaTma`] needs and `bm` = `bn` = 128, `warps_m` = 8
+    /// (two warpgroups); text `wgmma: pingpong, ctas: N`.
+    WgmmaPingpong { ctas: u32 },
 }
 
 impl MmaEngine {
@@ -1228,12 +1239,18 @@ impl MmaEngine {
     }
 
     /// Threads of the CTA beyond the `warps_m × warps_n` warps that hold accumulators: the
-    /// producer warpgroup of [`MmaEngine::WgmmaTma`] (128), else 0.
+    /// producer warpgroup of [`MmaEngine::WgmmaTma`] and [`MmaEngine::WgmmaPingpong`]
+    /// (128), else 0.
     pub fn producer_threads(self) -> u32 {
         match self {
-            MmaEngine::WgmmaTma => 128,
+            MmaEngine::WgmmaTma | MmaEngine::WgmmaPingpong { .. } => 128,
             _ => 0,
         }
+    }
+
+    /// Whether a producer warpgroup fills the ring by TMA (the warp-specialised engines).
+    pub fn is_tma(self) -> bool {
+        matches!(self, MmaEngine::WgmmaTma | MmaEngine::WgmmaPingpong { .. })
     }
 }
 
@@ -1354,9 +1371,11 @@ impl fmt::Display for TileConfig {
                 shape.name(),
                 epilogue.name(),
                 match engine {
-                    MmaEngine::Sync => "",
-                    MmaEngine::Wgmma => ", wgmma: 1",
-                    MmaEngine::WgmmaTma => ", wgmma: tma",
+                    MmaEngine::Sync => String::new(),
+                    MmaEngine::Wgmma => ", wgmma: 1".into(),
+                    MmaEngine::WgmmaTma => ", wgmma: tma".into(),
+                    MmaEngine::WgmmaPingpong { ctas } =>
+                        format!(", wgmma: pingpong, ctas: {ctas}"),
                 }
             ),
             TileConfig::GemvMma {

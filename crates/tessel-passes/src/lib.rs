@@ -81,7 +81,12 @@ pub static PASSES: &[PassInfo] = &[
                 f,
                 &o.target,
                 o.profile,
-                (!o.tensor_parallel, o.wgmma_tma, o.wgmma_attention),
+                (
+                    !o.tensor_parallel,
+                    o.wgmma_tma,
+                    o.wgmma_pingpong,
+                    o.wgmma_attention,
+                ),
             )
         }),
     },
@@ -135,6 +140,12 @@ pub struct Options {
     /// shapes allow it (`schedule/attention.rs`, `prefer_wgmma`). Off by default: the tile
     /// has run on the executor and through ptxas, not yet on a GPU (issue 19).
     pub wgmma_attention: bool,
+    /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take the persistent,
+    /// ping-pong warp-specialised tile (`wgmma: pingpong`, `lower/wgmma_pingpong.rs`) when
+    /// the operands, the shape and the target allow it ([`schedule::prefer_pingpong`]);
+    /// before `wgmma_tma`, which still applies where it does not. Off by default: the
+    /// tile has run on the executor and through ptxas, not yet on a GPU (issue 19).
+    pub wgmma_pingpong: bool,
 }
 
 /// Why compilation of a checked graph failed.

@@ -27,7 +27,7 @@ fn matmul_schedule_split(
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p, (split, false, false));
+    let s = schedule::run(&g, &f, t, p, (split, false, false, false));
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -200,7 +200,7 @@ fn features_follow_the_compute_capability_and_set_the_ptx_target() {
 
 /// A target without the sm_90a features gets the `mma.sync` schedules, which need none of
 /// them; the H200 gets the same except where the wgmma tile applies (the large bf16 GEMM,
-/// in `fast` only), which the sm_80 target leaves out for lack of wgmma.
+/// in `fast` and `invariant`), which the sm_80 target leaves out for lack of wgmma.
 #[test]
 fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
     let sm80 = Target {
@@ -223,7 +223,11 @@ fn a_target_without_the_features_keeps_the_mma_sync_tiles() {
                 |t: &TileConfig| matches!(t, TileConfig::Mma { engine, .. } if engine.is_wgmma());
             assert!(!wgmma(&a.tile), "{dt} {mnk:?} {p:?}: {}", a.why);
             if wgmma(&b.tile) {
-                assert_eq!((dt, mnk, p), ("bf16", (4096, 5120, 5120), Profile::Fast));
+                assert!(
+                    (dt, mnk) == ("bf16", (4096, 5120, 5120)) && p != Profile::Exact,
+                    "{dt} {mnk:?} {p:?}: {}",
+                    b.why
+                );
                 let TileConfig::Mma {
                     bm,
                     bn,
@@ -283,7 +287,7 @@ fn the_tma_tile_is_taken_only_when_asked() {
         let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
         let t = Target::h200();
         let f = fuse::run(&g, &t, Profile::Fast);
-        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false));
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false, false));
         let (grp, _) = f.groups.iter().next().expect("one group");
         s[grp].clone().expect("scheduled")
     };
@@ -342,7 +346,7 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
         let g = tessel_passes::attention::run(&check::run(&module, "s", &dims).expect("checks"), p);
         let g = decompose::run(&g);
         let f = fuse::run(&g, t, p);
-        let s = schedule::run(&g, &f, t, p, (true, false, asked));
+        let s = schedule::run(&g, &f, t, p, (true, false, false, asked));
         let grp = f
             .groups
             .keys()
@@ -399,6 +403,67 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
         !wgmma(&narrow) && narrow.why.contains("not multiples of 64"),
         "{}",
         narrow.why
+    );
+}
+
+/// The persistent ping-pong tile (`wgmma: pingpong`) is taken only when asked
+/// (`Options::wgmma_pingpong`), where TMA can load the operands and the GEMM has at least
+/// two 128 × 128 tiles per SM, with one CTA per SM; elsewhere the warpgroup tile stays,
+/// or becomes the TMA tile when that is asked for too.
+#[test]
+fn the_pingpong_tile_is_taken_only_when_asked_and_where_it_fills_the_sms() {
+    let sched = |(m, n, k): (u64, u64, u64), (tma, pingpong): (bool, bool)| -> Schedule {
+        let src = "step s(x: bf16[M, K], w: bf16[N, K]) -> bf16[M, N] { x @ w^T }";
+        let module = tessel_syntax::parse(src).expect("parses");
+        let dims: BTreeMap<String, u64> = [("M", m), ("N", n), ("K", k)]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b))
+            .collect();
+        let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+        let t = Target::h100();
+        let f = fuse::run(&g, &t, Profile::Fast);
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, pingpong, false));
+        let (grp, _) = f.groups.iter().next().expect("one group");
+        s[grp].clone().expect("scheduled")
+    };
+    let engine = |s: &Schedule| match s.tile {
+        TileConfig::Mma { engine, .. } => engine,
+        _ => panic!("{s:?}"),
+    };
+    // Qwen3-14B's gate projection at T = 2048: 16 × 136 tiles on 132 SMs.
+    let gate = (2048, 17408, 5120);
+    assert_eq!(engine(&sched(gate, (false, false))), MmaEngine::Wgmma);
+    let on = sched(gate, (false, true));
+    assert_eq!(
+        engine(&on),
+        MmaEngine::WgmmaPingpong { ctas: 132 },
+        "{}",
+        on.why
+    );
+    let TileConfig::Mma {
+        bm,
+        bn,
+        warps_m,
+        stages,
+        min_ctas_per_sm,
+        ..
+    } = on.tile
+    else {
+        unreachable!()
+    };
+    assert_eq!(
+        (bm, bn, warps_m, stages, min_ctas_per_sm),
+        (128, 128, 8, 4, 1)
+    );
+    assert!(on.why.contains("persistent ping-pong"), "{}", on.why);
+    // K and V at T = 2048 (N = 1024): 128 tiles, fewer than two per SM.
+    let kv = (2048, 1024, 5120);
+    assert_eq!(engine(&sched(kv, (false, true))), MmaEngine::Wgmma);
+    assert_eq!(engine(&sched(kv, (true, true))), MmaEngine::WgmmaTma);
+    // Rows of 5121 elements are no tensor map's.
+    assert_eq!(
+        engine(&sched((2048, 17408, 5121), (false, true))),
+        MmaEngine::Wgmma
     );
 }
 
@@ -479,4 +544,32 @@ fn invariant_orders_depend_on_n_and_k_alone_random_shapes() {
             );
         }
     }
+}
+
+/// `invariant` never takes the ping-pong tile: it is chosen by the number of tiles, so its
+/// instruction (m64n128k16 against the warpgroup tile's) would follow M.
+#[test]
+fn the_pingpong_tile_is_fast_only() {
+    let src = "step s(x: bf16[M, K], w: bf16[N, K]) -> bf16[M, N] { x @ w^T }";
+    let module = tessel_syntax::parse(src).expect("parses");
+    let dims: BTreeMap<String, u64> = [("M", 2048), ("N", 17408), ("K", 5120)]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b))
+        .collect();
+    let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+    let t = Target::h100();
+    let f = fuse::run(&g, &t, Profile::Invariant);
+    let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, true, false));
+    let (grp, _) = f.groups.iter().next().expect("one group");
+    let tile = &s[grp].as_ref().expect("scheduled").tile;
+    assert!(
+        !matches!(
+            tile,
+            TileConfig::Mma {
+                engine: MmaEngine::WgmmaPingpong { .. },
+                ..
+            }
+        ),
+        "{tile}"
+    );
 }

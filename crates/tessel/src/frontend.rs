@@ -20,6 +20,7 @@ pub fn options(target: &Target, args: &CompileArgs) -> Options {
         verify: true,
         wgmma_tma: args.wgmma_tma,
         wgmma_attention: args.wgmma_attention,
+        wgmma_pingpong: args.wgmma_pingpong,
         ..Options::default()
     }
 }

@@ -91,6 +91,14 @@ pub struct CompileArgs {
     /// checked on the GPU (issue 19).
     #[arg(long)]
     pub wgmma_attention: bool,
+    /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a,
+    /// where they have at least two 128 × 128 tiles per SM, as the persistent ping-pong
+    /// tile instead (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma
+    /// consumer warpgroups taking tiles in turn, one's epilogue overlapping the other's
+    /// main loop; `wgmma: pingpong` in the schedule). With --wgmma-tma too, the GEMMs it
+    /// does not take get the TMA tile. Not the default until measured on the GPU (issue 19).
+    #[arg(long)]
+    pub wgmma_pingpong: bool,
 }
 
 /// How inputs are made.
@@ -305,8 +313,9 @@ enum Command {
         /// Compile for the target with this many SMs instead of the GPU's (or the H200
         /// preset's) 132. The schedules that depend on the SM count then take other
         /// branches at the fuzzer's small sizes: `--sm-count 1` gives every 16-bit `x @ wᵀ`
-        /// of at least 65 rows and columns and K above 32 a wgmma tile (sm_90a, `fast`).
-        /// Without a GPU the executor runs the program compiled so, judged by the
+        /// of at least 65 rows and columns and K above 32 a wgmma tile (sm_90a, `fast`;
+        /// `invariant` takes one for every M where K is above 32 and K is not split,
+        /// whatever the SM count). Without a GPU the executor runs the program compiled so, judged by the
         /// reference as always.
         #[arg(long, value_name = "N", conflicts_with = "tp", value_parser = clap::value_parser!(u32).range(1..))]
         sm_count: Option<u32>,

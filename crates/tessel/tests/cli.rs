@@ -1390,3 +1390,38 @@ fn invariance_split_k_is_decided_by_n() {
     assert!(o.status.success(), "{t}");
     assert!(t.contains("invariance: PASS") && !t.contains("FAIL"), "{t}");
 }
+
+/// `--wgmma-pingpong` turns the warpgroup tile of a large bf16 projection in `fast` into the
+/// persistent ping-pong tile (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM);
+/// `build --help` documents the flag.
+#[test]
+fn wgmma_pingpong_flag_chooses_the_persistent_tile() {
+    let d = scratch("wgmma_pingpong");
+    write(
+        &d,
+        "p.tsl",
+        "step s(x: bf16[M, K], w: bf16[N, K]) -> bf16[M, N] { x @ w^T }\n",
+    );
+    let args = [
+        "explain",
+        "p.tsl",
+        "--dim",
+        "M=2048",
+        "--dim",
+        "K=5120",
+        "--dim",
+        "N=17408",
+        "--profile",
+        "fast",
+        "--target",
+        "h100",
+        "--wgmma-pingpong",
+    ];
+    let out = text(&tessel(&d, &args));
+    assert!(
+        out.contains("wgmma: pingpong, ctas: 132") && out.contains("grid [132, 1, 1]"),
+        "{out}"
+    );
+    let help = text(&tessel(&d, &["build", "--help"]));
+    assert!(help.contains("--wgmma-pingpong"), "{help}");
+}

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 
 use tessel_ir::graph::TileConfig;
 use tessel_ir::kernel::Program;
-use tessel_passes::pipeline::{pass, run_passes, Ir, Run};
+use tessel_passes::pipeline::{pass, run_passes, Ir};
 use tessel_passes::{check, compile, Options, Profile, Target};
 use tessel_ref::judge::judge_step;
-use tessel_ref::{run_program, Tensor};
+use tessel_ref::run_program;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -73,22 +73,7 @@ fn with_unroll(
     if let Err(e) = tessel_ir::verify::verify_graph(&g, Some(&f), Some(&s)) {
         panic!("{step}: the edited schedules: {e:?}");
     }
-    let mut p = None;
-    for info in tessel_passes::PASSES {
-        match (&info.run, &mut p) {
-            (Run::Lower(run), None) => p = Some(run(&g, &f, &s).expect("lowers").program),
-            (Run::Kernel { run, .. }, Some(p)) => {
-                for (_, k) in p.kernels.iter_mut() {
-                    run(k).expect("kernel pass");
-                }
-            }
-            _ => {}
-        }
-    }
-    let p = p.expect("a lower pass");
-    if let Err(e) = tessel_ir::verify::verify_program(&p, true) {
-        panic!("{step}: {e:?}");
-    }
+    let p = common::lower_scheduled(&g, &f, &s);
     (p, chosen)
 }
 
@@ -100,12 +85,7 @@ fn same_bits(step: &str, dims: &[(&str, u64)], profile: Profile, want: u32) {
     let chosen = compile(&graph, &options(profile))
         .unwrap_or_else(|e| panic!("{step}: {e}"))
         .program;
-    let ins: Vec<Tensor> = chosen
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, buf))| Tensor::random(chosen.buffers[*buf].ty.clone(), 100 + i as u64))
-        .collect();
+    let ins = common::seeded_inputs(&chosen);
     let got = run_program(&chosen, &ins).expect("runs");
     for v in judge_step(&graph, &chosen, &ins, &got, None).expect("judged") {
         assert!(

@@ -202,7 +202,9 @@ fn invariant_wgmma_matches_mma_sync_bits_at_every_m() {
         },
         ..h200.clone()
     };
-    let cases: [(&str, &[(&str, u64)], &[u32]); 9] = [
+    // (step, dims, the wgmma widths of its kernels)
+    type Case = (&'static str, &'static [(&'static str, u64)], &'static [u32]);
+    let cases: [Case; 9] = [
         ("linear", &[("M", 1), ("K", 200), ("N", 300)], &[128]),
         ("linear", &[("M", 3), ("K", 80), ("N", 257)], &[128]),
         ("linear", &[("M", 64), ("K", 136), ("N", 130)], &[128]),

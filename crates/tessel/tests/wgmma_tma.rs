@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use tessel_ir::graph::{Fusion, Graph, MmaEngine, Schedules, TileConfig};
 use tessel_ir::kernel::{LaunchArg, Op, Operand, Program, RegType, Stmt};
 use tessel_ir::Reg;
-use tessel_passes::pipeline::{pass, run_passes, Ir, Run};
+use tessel_passes::pipeline::{pass, run_passes, Ir};
 use tessel_passes::target::{Features, Target};
 use tessel_passes::{check, compile, Options, Profile};
 use tessel_ref::{run_program, Tensor};
@@ -89,24 +89,7 @@ fn tma_schedules(
 /// returns the program and how many tiles were changed.
 fn tma_program(file: &str, step: &str, dims: &[(&str, u64)]) -> (Program, usize) {
     let (g, f, s, changed) = tma_schedules(file, step, dims);
-    // `lower` and every kernel pass after it, as the registry lists them.
-    let mut p = None;
-    for info in tessel_passes::PASSES {
-        match (&info.run, &mut p) {
-            (Run::Lower(run), None) => p = Some(run(&g, &f, &s).expect("lowers").program),
-            (Run::Kernel { run, .. }, Some(p)) => {
-                for (_, k) in p.kernels.iter_mut() {
-                    run(k).expect("kernel pass");
-                }
-            }
-            _ => {}
-        }
-    }
-    let p = p.expect("a lower pass");
-    if let Err(e) = tessel_ir::verify::verify_program(&p, true) {
-        panic!("{step}: {e:?}");
-    }
-    (p, changed)
+    (common::lower_scheduled(&g, &f, &s), changed)
 }
 
 /// The kernels that issue TMA loads.
@@ -399,7 +382,8 @@ fn the_tma_tile_round_trips_as_text() {
     let bad = text.replace("wgmma: tma", "wgmma: 2");
     let e = tessel_ir::text::read_graph(&bad).expect_err("wgmma: 2");
     assert!(
-        e.to_string().contains("`wgmma` is 0, 1 or tma, found `2`"),
+        e.to_string()
+            .contains("`wgmma` is 0, 1, tma or pingpong, found `2`"),
         "{e}"
     );
 }

@@ -278,6 +278,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "epilogue",
             "min_ctas_per_sm",
             "wgmma",
+            "ctas",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split", "wgmma"],
@@ -330,6 +331,14 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             split_k: num("split_k")?,
         },
         "mma" => {
+            if let Some((_, _, pos)) = fields.iter().find(|(f, ..)| f == "ctas") {
+                if !fields
+                    .iter()
+                    .any(|(f, x, _)| f == "wgmma" && x == "pingpong")
+                {
+                    return Err(pos.error("`ctas` is a field of `wgmma: pingpong` tiles only"));
+                }
+            }
             let (sh, spos) = field("shape")?;
             let shape = MmaShape::ALL
                 .into_iter()
@@ -359,15 +368,19 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 shape,
                 epilogue,
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
-                // Written only when not `mma.sync`: `wgmma: 1` or `wgmma: tma`.
+                // Written only when not `mma.sync`: `wgmma: 1`, `wgmma: tma` or `wgmma:
+                // pingpong, ctas: N`.
                 engine: match fields.iter().find(|(f, ..)| f == "wgmma") {
                     None => MmaEngine::Sync,
                     Some((_, x, pos)) => match x.as_str() {
                         "0" => MmaEngine::Sync,
                         "1" => MmaEngine::Wgmma,
                         "tma" => MmaEngine::WgmmaTma,
+                        "pingpong" => MmaEngine::WgmmaPingpong { ctas: num("ctas")? },
                         x => {
-                            return Err(pos.error(format!("`wgmma` is 0, 1 or tma, found `{x}`")));
+                            return Err(
+                                pos.error(format!("`wgmma` is 0, 1, tma or pingpong, found `{x}`"))
+                            );
                         }
                     },
                 },

@@ -405,13 +405,37 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
             }
         }
     }
-    if engine == MmaEngine::WgmmaTma {
+    if engine.is_tma() {
         if let Some(what) = tma_operands_problem(g, mm) {
             e.push(
                 "schedule.mma",
                 loc.clone(),
-                format!("a wgmma: tma tile with {what}"),
+                format!("a {} tile with {what}", engine_text(engine)),
             );
+        }
+    }
+    if let MmaEngine::WgmmaPingpong { ctas } = engine {
+        // Each consumer warpgroup computes the whole 128 × 128 tile; every CTA has a tile.
+        let ms = &g.ty(mm).shape.0;
+        let tiles = ms[ms.len() - 2].div_ceil(bm as u64) * ms[ms.len() - 1].div_ceil(bn as u64);
+        let problems = [
+            (
+                (bm, bn, warps_m) != (128, 128, 8),
+                format!("a {bm} × {bn} tile of {warps_m} warps, not 128 × 128 of 8"),
+            ),
+            (
+                ctas == 0 || ctas as u64 > tiles,
+                format!("{ctas} CTAs for {tiles} tiles"),
+            ),
+        ];
+        for (bad, what) in problems {
+            if bad {
+                e.push(
+                    "schedule.mma",
+                    loc.clone(),
+                    format!("a wgmma: pingpong tile with {what}"),
+                );
+            }
         }
     }
     // The operands as the kernel reads them: 16-bit under widening casts (`f32(x) @ f32(w)^T`).
@@ -457,6 +481,14 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
                 }
             ),
         );
+    }
+}
+
+/// The text of a warpgroup engine, for messages.
+fn engine_text(engine: MmaEngine) -> &'static str {
+    match engine {
+        MmaEngine::WgmmaPingpong { .. } => "wgmma: pingpong",
+        _ => "wgmma: tma",
     }
 }
 

@@ -17,17 +17,53 @@ pub(super) struct WarpTile {
     pub(super) wm0: Ix,
     pub(super) wn0: Ix,
     /// `None`: every thread of the CTA runs the epilogue and meets at `bar.sync 0`.
-    /// `Some(id)`: only the accumulator-holding threads do (the consumer warpgroups of a
-    /// warp-specialised kernel, whose producer has left), at named barrier `id`.
-    pub(super) named_barrier: Option<u32>,
+    /// `Some(b)`: only the accumulator-holding threads do (the consumer warpgroups of a
+    /// warp-specialised kernel, whose producer has left), at the named barrier `b`.
+    pub(super) named_barrier: Option<NamedBarrier>,
+}
+
+/// A named barrier where an epilogue's threads meet (PTX `bar.sync id, threads`, PTX ISA
+/// §9.7.13.1).
+#[derive(Copy, Clone)]
+pub(super) struct NamedBarrier {
+    /// The barrier's id, 1 to 15 (0 is `bar.sync 0`'s).
+    pub(super) id: u32,
+    /// Where two groups of warps run the same epilogue at different times, each over its
+    /// own tile (the ping-pong consumers, `wgmma_pingpong.rs`): a predicate, the same on
+    /// every lane of a warp, true in the second group, whose warps meet at `id + 1`.
+    pub(super) second: Option<Reg>,
+}
+
+impl NamedBarrier {
+    /// Barrier `id` for every warp that runs the epilogue.
+    pub(super) fn fixed(id: u32) -> Self {
+        NamedBarrier { id, second: None }
+    }
 }
 
 impl Gen<'_> {
     /// The barrier where the epilogue's `threads` threads meet ([`WarpTile::named_barrier`]).
     fn epilogue_barrier(&mut self, wt: WarpTile, threads: u32) {
-        self.b.push(match wt.named_barrier {
-            None => Stmt::Barrier,
-            Some(id) => Stmt::BarSync { id, threads },
+        match wt.named_barrier {
+            None => self.b.push(Stmt::Barrier),
+            Some(b) => self.named_barrier_sync(b, threads),
+        }
+    }
+
+    /// `bar.sync` of `threads` at the named barrier `b`: `b.id`, or `b.id + 1` in the
+    /// second group of [`NamedBarrier::second`] (a branch that never splits a warp).
+    pub(super) fn named_barrier_sync(&mut self, b: NamedBarrier, threads: u32) {
+        let Some(second) = b.second else {
+            self.b.push(Stmt::BarSync { id: b.id, threads });
+            return;
+        };
+        self.b.push(Stmt::If {
+            cond: second,
+            then_body: vec![Stmt::BarSync {
+                id: b.id + 1,
+                threads,
+            }],
+            else_body: vec![Stmt::BarSync { id: b.id, threads }],
         });
     }
 }

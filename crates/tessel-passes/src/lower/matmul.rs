@@ -112,28 +112,8 @@ impl Gen<'_> {
                 (Ix::R(ctx), mtile, rest)
             }
             Some(g) => {
-                let span = g * nt;
-                let grp = self.idiv_c(Ix::R(ctx), span);
-                let inner = self.irem_c(Ix::R(ctx), span);
-                let first = self.imul_c(grp, g);
-                // Height of this group: min(G, mt - first).
-                let fo = self.ix_op(first);
-                let left = self.b.op(RegType::U32, Op::ISub, &[Self::imm_u(mt), fo]);
-                let short = self.b.op(
-                    RegType::Pred,
-                    Op::ICmp(ICmp::LtU),
-                    &[left.into(), Self::imm_u(g)],
-                );
-                let height = self.b.op(
-                    RegType::U32,
-                    Op::Select,
-                    &[short.into(), left.into(), Self::imm_u(g)],
-                );
-                let io = self.ix_op(inner);
-                let r = self.b.op(RegType::U32, Op::URem, &[io, height.into()]);
-                let c = self.b.op(RegType::U32, Op::UDiv, &[io, height.into()]);
-                let mtile = self.iadd(first, Ix::R(r));
-                (Ix::R(c), mtile, Ix::R(cty))
+                let (ntile, mtile) = self.grouped_tile(Ix::R(ctx), (mt, nt), g);
+                (ntile, mtile, Ix::R(cty))
             }
         };
         let batch = batch_shape.numel().max(1);
@@ -171,6 +151,33 @@ impl Gen<'_> {
             &[past.into(), Self::imm_u(k), end.into()],
         );
         Ok((ntile, mtile, lead, start, end.into()))
+    }
+
+    /// Tile `p` of the grouped order over `mt × nt` output tiles in groups of `g` row
+    /// tiles ([`Gen::matmul_cta`]): (column tile, row tile).
+    pub(super) fn grouped_tile(&mut self, p: Ix, (mt, nt): (u64, u64), g: u64) -> (Ix, Ix) {
+        let span = g * nt;
+        let grp = self.idiv_c(p, span);
+        let inner = self.irem_c(p, span);
+        let first = self.imul_c(grp, g);
+        // Height of this group: min(G, mt - first).
+        let fo = self.ix_op(first);
+        let left = self.b.op(RegType::U32, Op::ISub, &[Self::imm_u(mt), fo]);
+        let short = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[left.into(), Self::imm_u(g)],
+        );
+        let height = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[short.into(), left.into(), Self::imm_u(g)],
+        );
+        let io = self.ix_op(inner);
+        let r = self.b.op(RegType::U32, Op::URem, &[io, height.into()]);
+        let c = self.b.op(RegType::U32, Op::UDiv, &[io, height.into()]);
+        let mtile = self.iadd(first, Ix::R(r));
+        (Ix::R(c), mtile)
     }
 
     /// The second kernel of a split-K matmul: thread `e` (one per element of the matmul's

@@ -77,8 +77,12 @@ impl Gen<'_> {
         else {
             unreachable!("called for mma tiles")
         };
-        if engine == MmaEngine::WgmmaTma {
-            return self.wgmma_tma(out, (mm, row_reductions), tile);
+        match engine {
+            MmaEngine::WgmmaTma => return self.wgmma_tma(out, (mm, row_reductions), tile),
+            MmaEngine::WgmmaPingpong { .. } => {
+                return self.wgmma_pingpong(out, (mm, row_reductions), tile)
+            }
+            MmaEngine::Sync | MmaEngine::Wgmma => {}
         }
         let wgmma = engine == MmaEngine::Wgmma;
         // The schedule chose the instruction, the epilogue and the shared memory for the

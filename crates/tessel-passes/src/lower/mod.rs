@@ -31,8 +31,9 @@
 //! (shared-memory ring: `ring/layout.rs` the stage layout and swizzle, `ring/cp_async.rs`
 //! the `cp.async` loader, `ring/source.rs` what a tile is read from), `fragments`
 //! (tensor-core operand fragments); `wgmma` (the warpgroup main loop over the `cp.async`
-//! ring) and `wgmma_tma` (the warp-specialised tile: a TMA producer warpgroup, wgmma
-//! consumer warpgroups).
+//! ring), `wgmma_tma` (the warp-specialised tile: a TMA producer warpgroup, wgmma
+//! consumer warpgroups) and `wgmma_pingpong` (its persistent form: CTAs walking the tiles,
+//! the two consumer warpgroups taking them in turn).
 //! A new schedule is a new file beside them and one arm in `lower_group`.
 
 mod attention;
@@ -54,13 +55,12 @@ mod simt;
 mod update;
 mod values;
 mod wgmma;
+mod wgmma_pingpong;
 mod wgmma_tma;
 
 use crate::analysis::row_shape;
 use std::collections::HashMap;
-use tessel_ir::graph::{
-    Fusion, Graph, GroupKind, GroupOps, MmaEngine, Op as GOp, Schedules, TileConfig,
-};
+use tessel_ir::graph::{Fusion, Graph, GroupKind, GroupOps, Op as GOp, Schedules, TileConfig};
 use tessel_ir::kernel::{
     BufferDecl, BufferRole, Builder, Kernel, Launch, LaunchArg, Op, Operand, Param, ParamKind,
     Program, RegType, Stmt,
@@ -636,10 +636,7 @@ fn lower_group(
         // The warp-specialised tile moves registers between its warpgroups (`setmaxnreg`),
         // which ptxas honours only where it knows the count at entry: one CTA an SM, so
         // 65536 / 384 rounded down to 8 (168).
-        TileConfig::Mma {
-            engine: MmaEngine::WgmmaTma,
-            ..
-        } => 1,
+        TileConfig::Mma { engine, .. } if engine.is_tma() => 1,
         TileConfig::Mma {
             min_ctas_per_sm, ..
         }

@@ -35,6 +35,25 @@ use tessel_ir::kernel::{
 };
 use tessel_ir::Reg;
 
+/// The fixed bits of the shared-memory descriptors of a stage in `ring`'s layout
+/// ([`StageLayout::wgmma_k_major`](super::ring::StageLayout::wgmma_k_major): the 128-byte
+/// swizzle, its 8-row group stride; [`SmemDesc::fixed_bits`]), for A's and B's stages alike
+/// (they share the layout's row width).
+pub(super) fn wgmma_fixed_bits(ring: &Ring) -> u64 {
+    let k_major = ring
+        .layout
+        .wgmma_k_major()
+        .filter(|k| k.swizzle_bytes == WgmmaSwizzle::B128.span())
+        .expect("a 128-byte swizzled K-major stage");
+    SmemDesc {
+        start: 0,
+        lbo: 16,
+        sbo: k_major.stride_byte_offset,
+        swizzle: WgmmaSwizzle::B128,
+    }
+    .fixed_bits()
+}
+
 impl Gen<'_> {
     /// The main loop of a wgmma tile over K range `k_start .. k_end` in slices of `bk`
     /// (64 16-bit elements, one 128-byte span), through `stages` ring stages of `ra`/`rb`
@@ -117,18 +136,7 @@ impl Gen<'_> {
                 r
             })
             .collect();
-        let k_major = ring_a
-            .layout
-            .wgmma_k_major()
-            .filter(|k| k.swizzle_bytes == WgmmaSwizzle::B128.span())
-            .expect("a 128-byte swizzled K-major stage");
-        let fixed = SmemDesc {
-            start: 0,
-            lbo: 16,
-            sbo: k_major.stride_byte_offset,
-            swizzle: WgmmaSwizzle::B128,
-        }
-        .fixed_bits();
+        let fixed = wgmma_fixed_bits(ring_a);
         let wg = self.idiv_c(ctid, 128);
         let a_rows = self.imul_c(wg, 64 * ring_a.layout.row_pitch() as u64);
         (d, fixed, a_rows)
@@ -146,11 +154,26 @@ impl Gen<'_> {
         (start_a, start_b): (Reg, Reg),
         fixed: u64,
     ) {
+        self.wgmma_slice_blocks(wshape, &[(d, start_a)], start_b, fixed);
+    }
+
+    /// [`Gen::wgmma_slice`] for several blocks of 64 rows of A against the same B, each
+    /// block `(d, start_a)` its accumulators and its rows' shared address: one
+    /// `wgmma.fence`, then per k step one wgmma per block, in block order (each element
+    /// still sums its k in order). Not committed.
+    pub(super) fn wgmma_slice_blocks(
+        &mut self,
+        wshape: WgmmaShape,
+        blocks: &[(&[Reg], Reg)],
+        start_b: Reg,
+        fixed: u64,
+    ) {
         let span = WgmmaSwizzle::B128.span();
         let field = |g: &mut Self, addr: Reg| {
             g.b.op(RegType::U32, Op::ShrU, &[addr.into(), Operand::U32(4)])
         };
-        let (fa, fb) = (field(self, start_a), field(self, start_b));
+        let fas: Vec<Reg> = blocks.iter().map(|&(_, a)| field(self, a)).collect();
+        let fb = field(self, start_b);
         self.b.push(Stmt::WgmmaFence);
         for step in 0..span / 32 {
             let desc = |g: &mut Self, f: Reg| {
@@ -166,14 +189,21 @@ impl Gen<'_> {
                     &[wide.into(), Operand::U64(fixed)],
                 )
             };
-            let (a_desc, b_desc) = (desc(self, fa), desc(self, fb));
-            self.b.push(Stmt::Wgmma {
-                shape: wshape,
-                d: d.to_vec(),
-                a: WgmmaA::Desc(a_desc),
-                b_desc,
-                b_major: WgmmaMajor::K,
-            });
+            let mut b_desc = None;
+            for (&(d, _), &fa) in blocks.iter().zip(&fas) {
+                let a_desc = desc(self, fa);
+                let b_desc = match b_desc {
+                    Some(r) => r,
+                    None => *b_desc.insert(desc(self, fb)),
+                };
+                self.b.push(Stmt::Wgmma {
+                    shape: wshape,
+                    d: d.to_vec(),
+                    a: WgmmaA::Desc(a_desc),
+                    b_desc,
+                    b_major: WgmmaMajor::K,
+                });
+            }
         }
     }
 }

@@ -33,17 +33,17 @@
 //! the ring. Each output element is one accumulation over k in order, slice after slice —
 //! the `wgmma: 1` tile's order, the executor's bits of `mma.sync`'s.
 
-use super::epilogue::WarpTile;
+use super::epilogue::{NamedBarrier, WarpTile};
 use super::mma::{tile_grid, GROUP_M};
 use super::ring::tma::TmaPlan;
-use super::ring::{Ring, StageLayout};
+use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use tessel_ir::graph::TileConfig;
 use tessel_ir::kernel::{
     ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaShape,
 };
-use tessel_ir::{Reg, Value};
+use tessel_ir::{Reg, Shape, Value};
 
 /// Threads of the producer warpgroup, the CTA's first.
 pub(crate) const PRODUCER_THREADS: u32 = 128;
@@ -59,6 +59,19 @@ pub(crate) const CONSUMER_REGS: u32 = 232;
 
 /// The named barrier where the consumers meet in the epilogue (0 is `bar.sync 0`'s).
 const EPILOGUE_BARRIER: u32 = 1;
+
+/// A TMA tile's operands ([`Gen::tma_operands`]): A and B, their element size in bytes,
+/// the batch shape and (M, K, N).
+pub(super) type TmaOperands = (Operand2d, Operand2d, u32, Shape, (u64, u64, u64));
+
+/// The `wgmma` input type of a tensor-core tile's instruction shape.
+pub(super) fn wgmma_input(shape: MmaShape) -> WgmmaInput {
+    match shape {
+        MmaShape::M16N8K16Bf16 => WgmmaInput::Bf16,
+        MmaShape::M16N8K16F16 => WgmmaInput::F16,
+        MmaShape::M16N8K8Tf32 => WgmmaInput::Tf32,
+    }
+}
 
 /// Bytes of the mbarriers after the ring: FULL and EMPTY, 8 bytes each, per stage.
 pub(crate) fn barrier_bytes(stages: u32) -> u32 {
@@ -91,27 +104,11 @@ impl Gen<'_> {
         else {
             unreachable!("called for mma tiles")
         };
-        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
-        let [ra, rb] = self.operand_reads(mm);
-        let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
-        let (Some(a), Some(b)) = (self.operand_2d(&ra, true), self.operand_2d(&rb, false)) else {
-            return Err(LowerError::Unsupported {
-                what: "a wgmma: tma tile whose operands are not stored tensors".into(),
-                value: mm,
-            });
+        let (a, b, esz, batch_shape, (m, k, n)) = self.tma_operands(mm, "wgmma: tma")?;
+        let wshape = WgmmaShape {
+            n: bn,
+            input: wgmma_input(shape),
         };
-        if batch_shape.numel() > 1 {
-            return Err(LowerError::Unsupported {
-                what: "a batched wgmma: tma tile".into(),
-                value: mm,
-            });
-        }
-        let input = match shape {
-            MmaShape::M16N8K16Bf16 => WgmmaInput::Bf16,
-            MmaShape::M16N8K16F16 => WgmmaInput::F16,
-            MmaShape::M16N8K8Tf32 => WgmmaInput::Tf32,
-        };
-        let wshape = WgmmaShape { n: bn, input };
         let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
         let consumers = 32 * warps_m;
         let slices = k.div_ceil(bk as u64).max(1);
@@ -209,7 +206,7 @@ impl Gen<'_> {
             lane,
             wm0,
             wn0: Ix::C(0),
-            named_barrier: Some(EPILOGUE_BARRIER),
+            named_barrier: Some(NamedBarrier::fixed(EPILOGUE_BARRIER)),
         };
         self.tile_epilogue(
             (out, mm, row_reductions),
@@ -228,18 +225,68 @@ impl Gen<'_> {
         Ok(tile_grid((mt, nt), 1, 1))
     }
 
+    /// The operands of the matmul `mm` of a TMA tile (`what`, for messages): A and B as
+    /// stored 2-D tensors, their element size in bytes, the batch shape and (M, K, N).
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] for operands that are not stored tensors or a batch.
+    pub(super) fn tma_operands(
+        &mut self,
+        mm: Value,
+        what: &str,
+    ) -> Result<TmaOperands, LowerError> {
+        let (_, _, batch_shape, (m, k, n)) = self.matmul_operands(mm);
+        let [ra, rb] = self.operand_reads(mm);
+        let esz = self.g.ty(ra.stored).dtype.size_bytes() as u32;
+        let (Some(a), Some(b)) = (self.operand_2d(&ra, true), self.operand_2d(&rb, false)) else {
+            return Err(LowerError::Unsupported {
+                what: format!("a {what} tile whose operands are not stored tensors"),
+                value: mm,
+            });
+        };
+        if batch_shape.numel() > 1 {
+            return Err(LowerError::Unsupported {
+                what: format!("a batched {what} tile"),
+                value: mm,
+            });
+        }
+        Ok((a, b, esz, batch_shape, (m, k, n)))
+    }
+
     /// The producer's loop (one thread): per K slice, wait for its stage to be released,
     /// arm the stage's FULL barrier with the bytes of both boxes, issue them.
     fn tma_producer(
         &mut self,
-        ((ring_a, plan_a), (ring_b, plan_b)): ((&Ring, &TmaPlan), (&Ring, &TmaPlan)),
-        (full0, empty0): (Reg, Reg),
+        rings: ((&Ring, &TmaPlan), (&Ring, &TmaPlan)),
+        bars: (Reg, Reg),
         (stages, bk, slices): (u32, u32, u64),
         (m0, n0): (Ix, Ix),
     ) {
         let kt = self.b.kernel.new_reg(RegType::U32);
         self.open();
-        let (stage, parity) = self.stage_parity(kt, stages);
+        self.tma_fill(rings, bars, (stages, bk), (kt, kt), (m0, n0));
+        self.close_for(
+            kt,
+            Operand::U32(0),
+            Operand::U32(slices as u32),
+            Operand::U32(1),
+        );
+    }
+
+    /// The producer's fill of one ring slot (one thread): the ring's `j`-th fill (stage
+    /// `j mod stages`) waits until the stage is released — the EMPTY barrier's phase of the
+    /// fill `stages` before, parity `((j / stages) & 1) ^ 1`, at once in the first round —
+    /// arms FULL with both boxes' bytes and issues A's box at (K `kt · bk`, row `m0`) and
+    /// B's at (K `kt · bk`, row `n0`) (PTX ISA §9.7.9.25.5.1).
+    pub(super) fn tma_fill(
+        &mut self,
+        ((ring_a, plan_a), (ring_b, plan_b)): ((&Ring, &TmaPlan), (&Ring, &TmaPlan)),
+        (full0, empty0): (Reg, Reg),
+        (stages, bk): (u32, u32),
+        (j, kt): (Reg, Reg),
+        (m0, n0): (Ix, Ix),
+    ) {
+        let (stage, parity) = self.stage_parity(j, stages);
         let free = self
             .b
             .op(RegType::U32, Op::Xor, &[parity.into(), Operand::U32(1)]);
@@ -260,12 +307,6 @@ impl Gen<'_> {
             let dst = self.shared_addr(ring.base, off);
             self.issue_tma(plan, dst, (k0, row0), full);
         }
-        self.close_for(
-            kt,
-            Operand::U32(0),
-            Operand::U32(slices as u32),
-            Operand::U32(1),
-        );
     }
 
     /// The consumers' main loop (thread `ctid` of the consumer warpgroups): per K slice,
@@ -330,7 +371,7 @@ impl Gen<'_> {
 
     /// Slice `kt`'s ring stage (`kt mod stages`) and the parity of its round
     /// (`(kt / stages) mod 2`), as a `U32`.
-    fn stage_parity(&mut self, kt: Reg, stages: u32) -> (Ix, Reg) {
+    pub(super) fn stage_parity(&mut self, kt: Reg, stages: u32) -> (Ix, Reg) {
         let stage = self.irem_c(Ix::R(kt), stages as u64);
         let round = self.idiv_c(Ix::R(kt), stages as u64);
         let round = self.ix_op(round);

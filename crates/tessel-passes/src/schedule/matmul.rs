@@ -641,13 +641,33 @@ pub fn row_epilogue_tile(
     mma(&s, s.read, (true, true), (Some(d), false), t, profile).ok()
 }
 
+/// Whether TMA can load the operands of matmul `s` on `t` for a warp-specialised tile
+/// whose shared memory is `shared` bytes: the target has TMA and setmaxnreg, no batch,
+/// `x @ w^T` with both stored tensors read in place along K (no strided view) in rows of
+/// whole 16-byte chunks (a tensor map's row stride), and `shared` fits.
+fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
+    let needs = Features {
+        tma: true,
+        setmaxnreg: true,
+        ..Features::NONE
+    };
+    let esz = s.read.size_bytes();
+    offers(t, needs).is_ok()
+        && s.batch == 1
+        && s.operands_2d
+        && !s.views
+        && s.lhs_k_contiguous
+        && s.rhs_k_contiguous
+        && (s.k * esz) % 16 == 0
+        && shared <= t.max_shared_per_cta
+}
+
 /// The warp-specialised TMA variant of a warpgroup schedule (`wgmma: 1` → `wgmma: tma`,
 /// the same tile, stages and epilogue, one CTA an SM; `lower/wgmma_tma.rs`), where TMA can
-/// load the operands: the target has TMA and setmaxnreg, no batch, `x @ w^T` with both
-/// stored tensors read in place along K (no strided view) in rows of whole 16-byte chunks
-/// (a tensor map's row stride), and the ring with its mbarriers fits the shared memory.
-/// Any other schedule is returned as it is. Taken only under `Options::wgmma_tma` until the
-/// GPU has checked the variant (issue 19); its order of sums is the `wgmma: 1` tile's.
+/// load the operands ([`tma_loads`]) and the ring with its mbarriers fits the shared
+/// memory. Any other schedule is returned as it is. Taken only under `Options::wgmma_tma`
+/// until the GPU has checked the variant (issue 19); its order of sums is the `wgmma: 1`
+/// tile's.
 pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
     let TileConfig::Mma {
         bm,
@@ -662,23 +682,10 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
         return sch;
     };
     let s = matmul_shape(g, mm);
-    let needs = Features {
-        tma: true,
-        setmaxnreg: true,
-        ..Features::NONE
-    };
     let esz = s.read.size_bytes() as u32;
     let shared =
         mma_shared_bytes((bm, bn, bk), stages, esz, epilogue).next_multiple_of(8) + 16 * stages;
-    let fits = offers(t, needs).is_ok()
-        && s.batch == 1
-        && s.operands_2d
-        && !s.views
-        && s.lhs_k_contiguous
-        && s.rhs_k_contiguous
-        && (s.k * esz as u64) % 16 == 0
-        && shared <= t.max_shared_per_cta;
-    if !fits {
+    if !tma_loads(&s, shared, t) {
         return sch;
     }
     let mut tile = sch.tile;
@@ -697,6 +704,88 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
         tile,
         why: format!(
             "{}; warp-specialised: one producer warpgroup (setmaxnreg 40) loads both operands' K slices by TMA into the {stages}-stage ring, the 2 consumer warpgroups (setmaxnreg 232) take them through FULL/EMPTY mbarriers",
+            sch.why
+        ),
+    }
+}
+
+/// The ping-pong tile's output tile: each consumer warpgroup computes 128 × 128
+/// (`lower/wgmma_pingpong.rs` says why this size).
+pub const PINGPONG_TILE: u32 = 128;
+
+/// The ping-pong tile's ring stages: 4 × 32 KiB with the two consumers' staging tiles
+/// (2 × 34 KiB) fills 196 KiB of the 227; a fifth stage would not fit.
+pub const PINGPONG_STAGES: u32 = 4;
+
+/// Shared memory of the ping-pong tile, bytes: the ring (`stages` slices of A's and B's
+/// 128 rows of `bk` elements of `esz` bytes), for the staged epilogue one `64 × (128 +
+/// STAGED_ROW_PAD)` f32 tile per consumer warpgroup (each stages its 128 × 128 tile in two
+/// halves of 64 rows, beside the ring, which the producer keeps filling meanwhile), then
+/// the FULL and EMPTY mbarriers (8 bytes each per stage).
+pub fn pingpong_shared_bytes(bk: u32, stages: u32, esz: u32, epilogue: MmaEpilogue) -> u32 {
+    let t = PINGPONG_TILE;
+    let ring = stages * 2 * t * bk * esz;
+    let staging = if epilogue == MmaEpilogue::Staged {
+        2 * (t / 2) * (t + STAGED_ROW_PAD) * 4
+    } else {
+        0
+    };
+    ring + staging + 16 * stages
+}
+
+/// The persistent ping-pong variant of a warpgroup schedule (`wgmma: 1` → `wgmma:
+/// pingpong, ctas: N`; `lower/wgmma_pingpong.rs`): 128 × 128 tiles, [`PINGPONG_STAGES`]
+/// stages, the epilogue kind kept, one CTA an SM, `N` = the target's SMs. Taken where TMA
+/// can load the operands ([`tma_loads`]), the GEMM has at least two 128 × 128 tiles per
+/// SM (with fewer, some CTA would run one tile on one consumer warpgroup while the other
+/// idles: the `wgmma: 1` or `wgmma: tma` tile's two warpgroups on one tile serve better),
+/// and a row epilogue's rows (`rows`, of `d` columns) divide the 128 columns of a tile.
+/// Any other schedule is returned as it is. Taken only under `Options::wgmma_pingpong`
+/// until the GPU has measured it (issue 19); its order of sums is the `wgmma: 1` tile's.
+pub fn prefer_pingpong(
+    g: &Graph,
+    mm: Value,
+    rows: Option<u64>,
+    sch: Schedule,
+    t: &Target,
+) -> Schedule {
+    let TileConfig::Mma {
+        bk,
+        epilogue,
+        shape,
+        engine: MmaEngine::Wgmma,
+        ..
+    } = sch.tile
+    else {
+        return sch;
+    };
+    let s = matmul_shape(g, mm);
+    let esz = s.read.size_bytes() as u32;
+    let stages = PINGPONG_STAGES;
+    let shared = pingpong_shared_bytes(bk, stages, esz, epilogue);
+    let tb = PINGPONG_TILE as u64;
+    let tiles = s.m.div_ceil(tb) * s.n.div_ceil(tb);
+    let rows_fit = rows.is_none_or(|d| d > 0 && tb % d == 0);
+    if !tma_loads(&s, shared, t) || tiles < 2 * t.sm_count as u64 || !rows_fit {
+        return sch;
+    }
+    let ctas = tiles.min(t.sm_count as u64) as u32;
+    Schedule {
+        tile: TileConfig::Mma {
+            bm: PINGPONG_TILE,
+            bn: PINGPONG_TILE,
+            bk,
+            warps_m: 8,
+            warps_n: 1,
+            stages,
+            split_k: 1,
+            shape,
+            epilogue,
+            min_ctas_per_sm: 1,
+            engine: MmaEngine::WgmmaPingpong { ctas },
+        },
+        why: format!(
+            "{}; persistent ping-pong instead: {ctas} CTAs walk the {tiles} tiles of 128 × 128 in grouped order, one producer warpgroup (setmaxnreg 40) loads their K slices by TMA into a {stages}-stage ring, 2 consumer warpgroups (setmaxnreg 232) take the CTA's tiles in turn, one's epilogue running while the other's wgmma main loop runs ({shared} bytes of shared memory)",
             sch.why
         ),
     }

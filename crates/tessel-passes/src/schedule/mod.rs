@@ -24,8 +24,9 @@ pub use attention::{
 };
 
 pub use matmul::{
-    matmul_shape, mma_shared_bytes, prefer_tma, row_epilogue_tile, stored_operands,
-    strided_operand, swaps_last_two, MatmulShape, STAGED_ROW_PAD,
+    matmul_shape, mma_shared_bytes, pingpong_shared_bytes, prefer_pingpong, prefer_tma,
+    row_epilogue_tile, stored_operands, strided_operand, swaps_last_two, MatmulShape,
+    PINGPONG_STAGES, PINGPONG_TILE, STAGED_ROW_PAD,
 };
 
 use crate::target::{Features, Profile, Target};
@@ -39,20 +40,31 @@ use tessel_ir::Group;
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
 /// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
 /// warpgroup tile becomes its warp-specialised TMA variant where it can ([`prefer_tma`];
-/// `Options::wgmma_tma`). `wgmma_attention`: a fused attention takes the warpgroup tile
-/// where it can ([`attention::prefer_wgmma`]; `Options::wgmma_attention`).
+/// `Options::wgmma_tma`). `wgmma_pingpong`: in `fast`, the warpgroup tile becomes the
+/// persistent ping-pong tile where it can ([`prefer_pingpong`]; `Options::wgmma_pingpong`),
+/// and where it cannot, the TMA variant if `wgmma_tma` asks for it. `wgmma_attention`: a
+/// fused attention takes the warpgroup tile where it can ([`attention::prefer_wgmma`];
+/// `Options::wgmma_attention`).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
     target: &Target,
     profile: Profile,
-    (split_k, wgmma_tma, wgmma_attention): (bool, bool, bool),
+    (split_k, wgmma_tma, wgmma_pingpong, wgmma_attention): (bool, bool, bool, bool),
 ) -> Schedules {
     let mut s = Schedules::new();
     for grp in fusion.groups.keys() {
         let mut sch = choose(g, fusion, grp, target, (profile, split_k));
-        if let (true, Some(mm)) = (wgmma_tma, fusion.groups[grp].ops.matmul()) {
-            sch = prefer_tma(g, mm, sch, target);
+        if let Some(mm) = fusion.groups[grp].ops.matmul() {
+            // Only in `fast`: in `invariant` the tile would follow M (it needs two tiles
+            // per SM), and with it the wgmma instruction's width.
+            if wgmma_pingpong && profile == Profile::Fast {
+                let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
+                sch = prefer_pingpong(g, mm, rows, sch, target);
+            }
+            if wgmma_tma {
+                sch = prefer_tma(g, mm, sch, target);
+            }
         }
         if let (
             true,

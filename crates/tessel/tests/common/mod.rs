@@ -59,21 +59,52 @@ pub fn write(dir: &Path, name: &str, src: &str) {
     std::fs::write(path, src).expect("write source");
 }
 
-/// Runs two compilations of one step on the executor from the same seeded inputs (input
-/// `i` from seed `100 + i`, by `a`'s parameter order) and requires every output to be the
-/// same bytes; `what` names the case in the failure.
+/// Seeded inputs of `p`: input `i` from seed `100 + i`, in its parameter order.
+pub fn seeded_inputs(p: &tessel_ir::kernel::Program) -> Vec<tessel_ref::Tensor> {
+    p.inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, buf))| tessel_ref::Tensor::random(p.buffers[*buf].ty.clone(), 100 + i as u64))
+        .collect()
+}
+
+/// `lower` and every kernel pass after it, as the registry lists them, on a graph whose
+/// schedules a test has edited; the program verified.
+pub fn lower_scheduled(
+    g: &tessel_ir::graph::Graph,
+    f: &tessel_ir::graph::Fusion,
+    s: &tessel_ir::graph::Schedules,
+) -> tessel_ir::kernel::Program {
+    use tessel_passes::pipeline::Run;
+    let mut p = None;
+    for info in tessel_passes::PASSES {
+        match (&info.run, &mut p) {
+            (Run::Lower(run), None) => p = Some(run(g, f, s).expect("lowers").program),
+            (Run::Kernel { run, .. }, Some(p)) => {
+                for (_, k) in p.kernels.iter_mut() {
+                    run(k).expect("kernel pass");
+                }
+            }
+            _ => {}
+        }
+    }
+    let p = p.expect("a lower pass");
+    if let Err(e) = tessel_ir::verify::verify_program(&p, true) {
+        panic!("{}: {e:?}", g.name);
+    }
+    p
+}
+
+/// Runs two compilations of one step on the executor from the same seeded inputs
+/// ([`seeded_inputs`] of `a`) and requires every output to be the same bytes; `what` names
+/// the case in the failure.
 pub fn assert_same_outputs(
     a: &tessel_ir::kernel::Program,
     b: &tessel_ir::kernel::Program,
     what: &str,
 ) {
-    use tessel_ref::{run_program, Tensor};
-    let ins: Vec<Tensor> = a
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, buf))| Tensor::random(a.buffers[*buf].ty.clone(), 100 + i as u64))
-        .collect();
+    use tessel_ref::run_program;
+    let ins = seeded_inputs(a);
     let x = run_program(a, &ins).unwrap_or_else(|e| panic!("{what}, first: {e}"));
     let y = run_program(b, &ins).unwrap_or_else(|e| panic!("{what}, second: {e}"));
     for (i, (p, q)) in x.iter().zip(&y).enumerate() {
