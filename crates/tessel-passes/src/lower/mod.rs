@@ -389,7 +389,31 @@ fn lower_group(
             };
             (reads, writes)
         }
-        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
+        Part::Whole => {
+            let mut reads = leaves(g, fusion, &data.outputs, None);
+            // A fused attention backward reads its matmuls' operands from the tensors
+            // under their views (`strided`), as the forward does, even where a view is
+            // materialised too (a slice that is also a step output: fuzz seed 5204,
+            // tests/programs/regressions/fuzz_5204_panic.tsl).
+            if let GroupOps::AttentionDq {
+                scores, products, ..
+            }
+            | GroupOps::AttentionDkv { scores, products } = &data.ops
+            {
+                for &mm in scores.iter().chain(products) {
+                    for x in g.ops[mm].args() {
+                        let b = crate::view::view_base(g, x);
+                        if !reads.contains(&b)
+                            && !data.outputs.contains(&b)
+                            && fusion.is_materialized(g, b)
+                        {
+                            reads.push(b);
+                        }
+                    }
+                }
+            }
+            (reads, data.outputs.clone())
+        }
         Part::Partials { .. } => (leaves(g, fusion, &data.ops.listed(), None), vec![]),
         Part::SumPartials { .. } => (
             leaves(g, fusion, &data.outputs, data.ops.matmul()),
