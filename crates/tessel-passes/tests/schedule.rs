@@ -573,3 +573,30 @@ fn the_pingpong_tile_is_fast_only() {
         "{tile}"
     );
 }
+
+/// The elementwise tile of the one kernel of `src`'s step `s` (no dims).
+fn elementwise_tile(src: &str) -> (u32, u32) {
+    let module = tessel_syntax::parse(src).expect("parses");
+    let g = decompose::run(&check::run(&module, "s", &BTreeMap::new()).expect("checks"));
+    let t = Target::h200();
+    let f = fuse::run(&g, &t, Profile::Fast);
+    let s = schedule::run(&g, &f, &t, Profile::Fast, (true, false, false, false));
+    let (grp, _) = f.groups.iter().next().expect("one group");
+    match s[grp].clone().expect("scheduled").tile {
+        TileConfig::Elementwise { threads, vector } => (threads, vector),
+        t => panic!("{t}"),
+    }
+}
+
+/// A small elementwise kernel of math functions (decode's RoPE tables: cos and sin of 128
+/// angles) spreads its elements over a CTA's threads, vector 1; one without math, or a
+/// large one, keeps the widest vector.
+#[test]
+fn small_math_kernels_take_more_threads() {
+    let math = "step s(p: f32[2, 128]) -> f32[2, 128] { sin(p * 0.5) }";
+    assert_eq!(elementwise_tile(math), (256, 1));
+    let plain = "step s(p: f32[2, 128]) -> f32[2, 128] { p * 0.5 }";
+    assert_eq!(elementwise_tile(plain), (64, 4));
+    let large = "step s(p: f32[64, 128]) -> f32[64, 128] { sin(p * 0.5) }";
+    assert_eq!(elementwise_tile(large), (256, 4));
+}

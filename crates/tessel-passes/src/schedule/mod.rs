@@ -150,15 +150,36 @@ fn choose(
         GroupOps::Elementwise => {
             let ty = g.ty(out);
             let last = ty.shape.last();
-            let v = widest_vector(last, max_v_bytes);
-            let work = ty.shape.numel().div_ceil(v as u64);
+            let numel = ty.shape.numel();
+            let widest = widest_vector(last, max_v_bytes);
+            // A small kernel of math functions (RoPE's cos and sin of one decode step's
+            // positions: 128 elements) is latency-bound on its threads' chains, not on
+            // memory: it takes the narrowest vector that still fills one CTA of 256
+            // threads (measured: decode's k RoPE kernel, 128 elements of sin and cos over
+            // 32 threads of vector 8, 8.0 µs on the H200 in docs/perf/2026-12-06-h200-issue19.md).
+            let v = if numel < 256 * widest as u64 && cone_calls_math(g, fusion, &data.outputs) {
+                let mut v = widest;
+                while v > 1 && numel.div_ceil(v as u64) < 256 {
+                    v /= 2;
+                }
+                v
+            } else {
+                widest
+            };
+            let work = numel.div_ceil(v as u64);
             let threads = elementwise_threads(work);
             let ctas = work.div_ceil(threads as u64);
+            let why_v = if v == widest {
+                format!("widest of 8/4/2/1 dividing the last dim {last} within 16 bytes")
+            } else {
+                format!(
+                    "narrowed from {widest}: math functions over few elements spread over more threads"
+                )
+            };
             Schedule {
                 tile: TileConfig::Elementwise { threads, vector: v },
                 why: format!(
-                    "elementwise over {} elements: vector {v} (widest of 8/4/2/1 dividing the last dim {last} within 16 bytes), {threads} threads per CTA, {ctas} CTAs",
-                    ty.shape.numel()
+                    "elementwise over {numel} elements: vector {v} ({why_v}), {threads} threads per CTA, {ctas} CTAs"
                 ),
             }
         }
@@ -240,6 +261,27 @@ fn scan(g: &Graph, c: tessel_ir::Value) -> Schedule {
 }
 
 /// Threads per CTA for `work` independent items: 256, fewer (whole warps) for tiny tensors.
+/// Whether the kernel computing `outs` calls a math function (sin, exp, pow...; not
+/// within materialised values it reads).
+fn cone_calls_math(g: &Graph, fusion: &Fusion, outs: &[tessel_ir::Value]) -> bool {
+    let mut stack = outs.to_vec();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        if crate::analysis::calls_math(&g.ops[x]) {
+            return true;
+        }
+        for a in g.ops[x].args() {
+            if !fusion.is_materialized(g, a) {
+                stack.push(a);
+            }
+        }
+    }
+    false
+}
+
 fn elementwise_threads(work: u64) -> u32 {
     if work >= 256 {
         256
