@@ -575,6 +575,10 @@ fn gemv_mma(
 /// the gate projection's 1088 CTAs (33 warps per SM) reached 95–99%: too few bytes in
 /// flight per SM. Little's law on an H100 (3.35 TB/s, about 700 ns to DRAM) asks for about
 /// 18 KB in flight per SM; 10 warps of 32 lanes × 4 columns × 4 chunks × 16 bytes are 80 KB.
+/// Measured on the H200 (docs/perf/2026-12-06-h200-issue19.md, run 7, Qwen3-14B decode at
+/// B = 1): the k and v GEMVs 6.3 → 5.1 µs, o 18.2 → 17.9 µs, down 53.6 → 52.5 µs — the
+/// N = 5120 GEMVs stay at about 1.4× their memory floor, so bytes in flight were not their
+/// only limit (not yet read with Nsight Compute).
 const GEMV_VECTORS_IN_FLIGHT: u64 = 20;
 
 /// The SIMT GEMV's chunks of k per main-loop iteration: [`GEMV_VECTORS_IN_FLIGHT`] over the
