@@ -130,7 +130,8 @@ fn recip_1_2<O: MathOps>(o: &mut O, d: O::F) -> O::F {
 /// SiLU in single f32 values, for 16-bit results (a SwiGLU's `silu(gate)` rounded to bf16,
 /// often in a GEMM's epilogue): straight-line code of about 60 operations and no division (the
 /// quotient goes through [`recip_1_2`]), where [`silu`] takes about 300 and a branch for its
-/// tail. With `e = exp(-|x|) = y·2^k`,
+/// tail. With two `div.rn.f32` in their place the Qwen3-14B gate GEMM (silu in its
+/// epilogue) took 1027 µs, without them 657 µs (H200, docs/perf/2026-12-06-h200-issue19.md). With `e = exp(-|x|) = y·2^k`,
 /// `y` the unrounded pair of [`exp_f32`] (within about 2^-26):
 /// `silu(x) = x/(1 + e)` for x >= 0 and `(x·y/(1 + e))·2^k` for x < 0 — the numerator `x·y`
 /// an exact product, never tiny, so the quotient keeps full precision until the one scaling
