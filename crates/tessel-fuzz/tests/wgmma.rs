@@ -7,7 +7,8 @@
 //! through the kernels' schedules) and pass. The same programs, K rounded up to a multiple
 //! of 8 (a TMA row's whole 16-byte chunks), also run on the persistent ping-pong tile
 //! (`Options::wgmma_pingpong`) for an H200 of 1 to 3 SMs, so CTAs and consumer
-//! warpgroups take several tiles each.
+//! warpgroups take several tiles each; and in `invariant` at M from 1 (wgmma for every M:
+//! the 64-row warpgroup tile at M ≤ 64).
 
 use tessel_fuzz::run::{run_case_traced, Device, Outcome};
 use tessel_passes::{Profile, Target};
@@ -147,4 +148,54 @@ fn random_gemms_on_the_pingpong_tile_pass_the_reference() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(ran >= 20, "{ran} of 24 programs have two tiles or more");
+}
+
+/// The same random programs in `invariant`, at any M from 1 (the decode sizes the 64-row
+/// warpgroup tile serves) to 324: each GEMM must take a wgmma tile at every M (`invariant`
+/// chooses it by N, K and the layouts alone; K > 32 here and N > 64, so never split) and
+/// pass the reference.
+#[test]
+fn random_gemms_in_invariant_take_wgmma_at_every_m() {
+    let mut failures = Vec::new();
+    let mut rows = std::collections::BTreeSet::new();
+    let target = Target::h200();
+    for seed in 100..124u64 {
+        let (src, mut dims) = program(seed);
+        // M from 1 to 324: a third of the programs at decode sizes (≤ 16).
+        let m = if seed % 3 == 0 {
+            1 + seed % 16
+        } else {
+            dims[0].1 - 64 + seed % 3
+        };
+        dims[0].1 = m;
+        let device = Device {
+            target: &target,
+            run: None,
+            wgmma_attention: false,
+            wgmma_pingpong: false,
+        };
+        let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Invariant, seed, Some(device));
+        let wg: Vec<&String> = t
+            .schedules
+            .iter()
+            .filter(|s| s.contains("wgmma: 1"))
+            .collect();
+        for s in &wg {
+            rows.insert(s.contains("bm: 64"));
+        }
+        if o != Outcome::Pass || wg.is_empty() {
+            failures.push(format!(
+                "seed {seed} {dims:?}: {} ({} wgmma kernels): {}\n{src}",
+                o.kind(),
+                wg.len(),
+                o.message()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert_eq!(
+        rows.len(),
+        2,
+        "both warpgroup heights (64 and 128 rows) drawn"
+    );
 }
