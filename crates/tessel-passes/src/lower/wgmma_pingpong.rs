@@ -70,10 +70,9 @@
 
 use super::epilogue::{NamedBarrier, WarpTile};
 use super::mma::{tile_grid, GROUP_M};
-use super::ring::{Ring, StageLayout};
 use super::wgmma::wgmma_fixed_bits;
 use super::wgmma_tma::{
-    barrier_bytes, wgmma_input, CONSUMER_REGS, PRODUCER_REGS, PRODUCER_THREADS,
+    barrier_bytes, wgmma_input, TmaRing, CONSUMER_REGS, PRODUCER_REGS, PRODUCER_THREADS,
 };
 use super::{Gen, Ix, LowerError};
 use crate::schedule::{pingpong_shared_bytes, STAGED_ROW_PAD};
@@ -133,25 +132,16 @@ impl Gen<'_> {
         let total = pingpong_shared_bytes(bk, stages, esz, epilogue);
         let body = total - barrier_bytes(stages);
         let buf = self.b.kernel.new_shared(total, 1024);
-        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
-        let ring_a = Ring {
-            base,
-            layout: StageLayout::rows(bm, bk, esz),
-        };
-        let b_base = self.b.op(
-            RegType::U32,
-            Op::IAdd,
-            &[base.into(), Operand::U32(stages * ring_a.stage_bytes())],
-        );
-        let ring_b = Ring {
-            base: b_base,
-            layout: StageLayout::rows(bn, bk, esz),
-        };
+        let TmaRing {
+            ring_a,
+            ring_b,
+            plan_a,
+            plan_b,
+            full0,
+            empty0,
+        } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
+        let base = ring_a.base;
         let ring_bytes = stages * (ring_a.stage_bytes() + ring_b.stage_bytes());
-        let plan_a = self.tma_plan(&a, &ring_a, mm)?;
-        let plan_b = self.tma_plan(&b, &ring_b, mm)?;
-        let full0 = self.shared_addr(base, Ix::C(body as u64));
-        let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let bid = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
@@ -163,28 +153,7 @@ impl Gen<'_> {
         let n_cta = self.idiv_c(left, ctas as u64);
         let n_cta = self.ix_op(n_cta);
 
-        // Thread 0 initialises the barriers; everyone sees them after the CTA barrier.
-        let t0 = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::Eq),
-            &[tid.into(), Operand::U32(0)],
-        );
-        self.open();
-        for s in 0..stages {
-            let full = self.shared_addr(full0, Ix::C(8 * s as u64));
-            self.b.push(Stmt::MbarInit {
-                addr: full,
-                count: Operand::U32(1),
-            });
-            let empty = self.shared_addr(empty0, Ix::C(8 * s as u64));
-            self.b.push(Stmt::MbarInit {
-                addr: empty,
-                count: Operand::U32(WARPGROUP),
-            });
-        }
-        self.b.push(Stmt::FenceMbarrierInit);
-        self.close_if(t0);
-        self.b.push(Stmt::Barrier);
+        let t0 = self.init_ring_barriers(tid, (full0, empty0), stages, WARPGROUP);
 
         let producer = self.b.op(
             RegType::Pred,

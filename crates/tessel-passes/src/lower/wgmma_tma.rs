@@ -78,6 +78,99 @@ pub(crate) fn barrier_bytes(stages: u32) -> u32 {
     2 * 8 * stages
 }
 
+/// A warp-specialised tile's ring in its shared buffer: A's stages, then B's, then (at
+/// `body` bytes) the FULL and EMPTY mbarriers, one of each per stage; with each operand's
+/// TMA plan ([`Gen::tma_ring`]).
+pub(super) struct TmaRing {
+    pub ring_a: Ring,
+    pub ring_b: Ring,
+    pub plan_a: TmaPlan,
+    pub plan_b: TmaPlan,
+    /// Shared addresses of FULL[0] and EMPTY[0]; stage `s`'s are `8·s` bytes on.
+    pub full0: Reg,
+    pub empty0: Reg,
+}
+
+impl Gen<'_> {
+    /// The ring of a TMA-fed wgmma tile in `buf` (1024-aligned for the 128-byte swizzle):
+    /// `stages` stages of A's `bm` rows of `bk` elements of `esz` bytes from the buffer's
+    /// start, then B's of `bn` rows, and the mbarriers at `body` bytes; the operands' TMA
+    /// plans (their tensor-map parameters) for matmul `mm`.
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] for an operand TMA cannot load ([`Gen::tma_plan`]).
+    pub(super) fn tma_ring(
+        &mut self,
+        buf: tessel_ir::SharedBuf,
+        (a, b): (&Operand2d, &Operand2d),
+        (bm, bn, bk, esz, stages): (u32, u32, u32, u32, u32),
+        body: u32,
+        mm: Value,
+    ) -> Result<TmaRing, LowerError> {
+        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+        let ring_a = Ring {
+            base,
+            layout: StageLayout::rows(bm, bk, esz),
+        };
+        let b_base = self.b.op(
+            RegType::U32,
+            Op::IAdd,
+            &[base.into(), Operand::U32(stages * ring_a.stage_bytes())],
+        );
+        let ring_b = Ring {
+            base: b_base,
+            layout: StageLayout::rows(bn, bk, esz),
+        };
+        let plan_a = self.tma_plan(a, &ring_a, mm)?;
+        let plan_b = self.tma_plan(b, &ring_b, mm)?;
+        let full0 = self.shared_addr(base, Ix::C(body as u64));
+        let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
+        Ok(TmaRing {
+            ring_a,
+            ring_b,
+            plan_a,
+            plan_b,
+            full0,
+            empty0,
+        })
+    }
+
+    /// Thread 0 (`tid` = 0) initialises each stage's FULL mbarrier for one arrival (the
+    /// producer's `expect_tx`) and its EMPTY one for `empty_arrivals` (the consumer threads
+    /// that release it), then `fence.mbarrier_init`; every thread sees them after the
+    /// CTA barrier that follows (PTX ISA §9.7.13.15.9). Returns the predicate `tid = 0`.
+    pub(super) fn init_ring_barriers(
+        &mut self,
+        tid: Reg,
+        (full0, empty0): (Reg, Reg),
+        stages: u32,
+        empty_arrivals: u32,
+    ) -> Reg {
+        let t0 = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::Eq),
+            &[tid.into(), Operand::U32(0)],
+        );
+        self.open();
+        for s in 0..stages {
+            let full = self.shared_addr(full0, Ix::C(8 * s as u64));
+            self.b.push(Stmt::MbarInit {
+                addr: full,
+                count: Operand::U32(1),
+            });
+            let empty = self.shared_addr(empty0, Ix::C(8 * s as u64));
+            self.b.push(Stmt::MbarInit {
+                addr: empty,
+                count: Operand::U32(empty_arrivals),
+            });
+        }
+        self.b.push(Stmt::FenceMbarrierInit);
+        self.close_if(t0);
+        self.b.push(Stmt::Barrier);
+        t0
+    }
+}
+
 impl Gen<'_> {
     /// The warp-specialised tile of matmul `mm` (its group's output `out`, with
     /// `row_reductions` for a row epilogue; see the module doc). Returns the grid.
@@ -117,24 +210,15 @@ impl Gen<'_> {
         // KiB the launch's dynamic shared memory), 1024-aligned for the swizzle.
         let body = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue).next_multiple_of(8);
         let buf = self.b.kernel.new_shared(body + barrier_bytes(stages), 1024);
-        let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
-        let ring_a = Ring {
-            base,
-            layout: StageLayout::rows(bm, bk, esz),
-        };
-        let b_base = self.b.op(
-            RegType::U32,
-            Op::IAdd,
-            &[base.into(), Operand::U32(stages * ring_a.stage_bytes())],
-        );
-        let ring_b = Ring {
-            base: b_base,
-            layout: StageLayout::rows(bn, bk, esz),
-        };
-        let plan_a = self.tma_plan(&a, &ring_a, mm)?;
-        let plan_b = self.tma_plan(&b, &ring_b, mm)?;
-        let full0 = self.shared_addr(base, Ix::C(body as u64));
-        let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
+        let TmaRing {
+            ring_a,
+            ring_b,
+            plan_a,
+            plan_b,
+            full0,
+            empty0,
+        } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
+        let base = ring_a.base;
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let (ntile, mtile, lead, _, _) =
@@ -142,28 +226,7 @@ impl Gen<'_> {
         let m0 = self.imul_c(mtile, bm as u64);
         let n0 = self.imul_c(ntile, bn as u64);
 
-        // Thread 0 initialises the barriers; everyone sees them after the CTA barrier.
-        let t0 = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::Eq),
-            &[tid.into(), Operand::U32(0)],
-        );
-        self.open();
-        for s in 0..stages {
-            let full = self.shared_addr(full0, Ix::C(8 * s as u64));
-            self.b.push(Stmt::MbarInit {
-                addr: full,
-                count: Operand::U32(1),
-            });
-            let empty = self.shared_addr(empty0, Ix::C(8 * s as u64));
-            self.b.push(Stmt::MbarInit {
-                addr: empty,
-                count: Operand::U32(consumers),
-            });
-        }
-        self.b.push(Stmt::FenceMbarrierInit);
-        self.close_if(t0);
-        self.b.push(Stmt::Barrier);
+        let t0 = self.init_ring_barriers(tid, (full0, empty0), stages, consumers);
 
         let producer = self.b.op(
             RegType::Pred,
