@@ -121,6 +121,24 @@ pub fn calls_math(op: &Op) -> bool {
     }
 }
 
+/// Whether a math function ([`calls_math`]) is computed in the cone of `roots`: the walk
+/// goes from a value `x` on to its argument `a` where `descend(x, a)` (a kernel's cone
+/// stops at the materialised values it reads).
+pub fn cone_calls_math(g: &Graph, roots: &[Value], descend: impl Fn(Value, Value) -> bool) -> bool {
+    let mut stack = roots.to_vec();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if !seen.insert(x) {
+            continue;
+        }
+        if calls_math(&g.ops[x]) {
+            return true;
+        }
+        stack.extend(g.ops[x].args().iter().filter(|&&a| descend(x, a)));
+    }
+    false
+}
+
 /// What the attention kernel reads, from the shapes of its matmul `s = q @ kᵀ` and `v`.
 pub struct AttentionShape {
     /// Batch dims of the logits (everything but the last two).

@@ -97,7 +97,7 @@
 //!
 //! It does not choose tiles (`schedule` does) and never changes arithmetic.
 
-use crate::analysis::{calls_math, row_shape, users};
+use crate::analysis::{row_shape, users};
 use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
@@ -1075,23 +1075,7 @@ fn is_row_use(g: &Graph, v: Value, user: Value, users: &SecondaryMap<Value, Vec<
 
 /// True if computing `v` (stopping at materialised values) calls a math-library function.
 fn uses_math(g: &Graph, v: Value, mat: &EntitySet<Value>) -> bool {
-    let mut stack = vec![v];
-    let mut seen: EntitySet<Value> = EntitySet::new();
-    while let Some(x) = stack.pop() {
-        if !seen.insert(x) {
-            continue;
-        }
-        let op = &g.ops[x];
-        if calls_math(op) {
-            return true;
-        }
-        for a in op.args() {
-            if x == v || !mat.contains(a) {
-                stack.push(a);
-            }
-        }
-    }
-    false
+    crate::analysis::cone_calls_math(g, &[v], |x, a| x == v || !mat.contains(a))
 }
 
 /// The reductions computed inside the kernel of `out`, in definition order.

@@ -357,69 +357,34 @@ fn lower_group(
     // Parameters: every materialised value the kernel reads, then its outputs; the scratch
     // buffer of a split-K part comes last.
     let attention = data.kind() == GroupKind::Attention;
-    let (reads, writes): (Vec<Value>, Vec<Value>) = match part {
+    let (mut reads, writes): (Vec<Value>, Vec<Value>) = match part {
         Part::SumPartials { .. } if attention => (vec![], data.outputs.clone()),
         Part::Whole | Part::Partials { .. } if attention => {
-            let mut reads = leaves(g, fusion, &data.outputs, None);
-            // Fused attention reads q, k and v from the tensors under their views, even
-            // where a view is materialised too (a step output).
-            if let GroupOps::Attention {
-                scores, attention, ..
-            } = data.ops
-            {
-                if let (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) =
-                    (&g.ops[scores], &g.ops[attention])
-                {
-                    for x in [*lhs, *rhs, *v] {
-                        let b = crate::view::view_base(g, x);
-                        // (q computed in the prologue has no buffer: its cone's leaves
-                        // are among `reads` already.)
-                        if !reads.contains(&b)
-                            && !data.outputs.contains(&b)
-                            && fusion.is_materialized(g, b)
-                        {
-                            reads.push(b);
-                        }
-                    }
-                }
-            }
             let writes = match part {
                 Part::Whole => data.outputs.clone(),
                 _ => vec![],
             };
-            (reads, writes)
+            (leaves(g, fusion, &data.outputs, None), writes)
         }
-        Part::Whole => {
-            let mut reads = leaves(g, fusion, &data.outputs, None);
-            // A fused attention backward reads its matmuls' operands from the tensors
-            // under their views (`strided`), as the forward does, even where a view is
-            // materialised too (a slice that is also a step output: fuzz seed 5204,
-            // tests/programs/regressions/fuzz_5204_panic.tsl).
-            if let GroupOps::AttentionDq {
-                scores, products, ..
-            }
-            | GroupOps::AttentionDkv { scores, products } = &data.ops
-            {
-                for &mm in scores.iter().chain(products) {
-                    for x in g.ops[mm].args() {
-                        let b = crate::view::view_base(g, x);
-                        if !reads.contains(&b)
-                            && !data.outputs.contains(&b)
-                            && fusion.is_materialized(g, b)
-                        {
-                            reads.push(b);
-                        }
-                    }
-                }
-            }
-            (reads, data.outputs.clone())
-        }
+        Part::Whole => (leaves(g, fusion, &data.outputs, None), data.outputs.clone()),
         Part::Partials { .. } => (leaves(g, fusion, &data.ops.listed(), None), vec![]),
         Part::SumPartials { .. } => (
             leaves(g, fusion, &data.outputs, data.ops.matmul()),
             data.outputs.clone(),
         ),
     };
+    // The attention kernels (forward and backward) read their matmuls' operands from the
+    // tensors under their views, even where a view is materialised too (a step output,
+    // a slice that is also one: tests/programs/regressions/fuzz_5204_panic.tsl). (q
+    // computed in the prologue has no buffer: its cone's leaves are among `reads` already.)
+    if !matches!(part, Part::SumPartials { .. }) {
+        for x in in_place_operands(g, &data.ops) {
+            let b = crate::view::view_base(g, x);
+            if !reads.contains(&b) && !data.outputs.contains(&b) && fusion.is_materialized(g, b) {
+                reads.push(b);
+            }
+        }
+    }
     let mut args = Vec::new();
     let mut params: Vec<Value> = Vec::new();
     for &v in reads.iter().chain(writes.iter()) {
@@ -670,6 +635,29 @@ fn lower_group(
         _ => 0,
     };
     Ok((kernel, args))
+}
+
+/// The operands an attention kernel reads in place under their views (`view::strided`):
+/// the forward's q, k and v; the backward's score matmuls' and products' operands. None
+/// for other kernels.
+fn in_place_operands(g: &Graph, ops: &GroupOps) -> Vec<Value> {
+    match ops {
+        GroupOps::Attention {
+            scores, attention, ..
+        } => match (&g.ops[*scores], &g.ops[*attention]) {
+            (GOp::MatMul { lhs, rhs }, GOp::Attention { v, .. }) => vec![*lhs, *rhs, *v],
+            _ => vec![],
+        },
+        GroupOps::AttentionDq {
+            scores, products, ..
+        }
+        | GroupOps::AttentionDkv { scores, products } => scores
+            .iter()
+            .chain(products)
+            .flat_map(|&mm| g.ops[mm].args().to_vec())
+            .collect(),
+        _ => vec![],
+    }
 }
 
 /// Materialised values read by the kernel writing `outputs`, in value order; the walk does

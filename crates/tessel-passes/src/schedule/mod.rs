@@ -157,7 +157,10 @@ fn choose(
             // memory: it takes the narrowest vector that still fills one CTA of 256
             // threads (measured: decode's k RoPE kernel, 128 elements of sin and cos over
             // 32 threads of vector 8, 8.0 µs on the H200 in docs/perf/2026-12-06-h200-issue19.md).
-            let v = if numel < 256 * widest as u64 && cone_calls_math(g, fusion, &data.outputs) {
+            let v = if numel < 256 * widest as u64
+                && crate::analysis::cone_calls_math(g, &data.outputs, |_, a| {
+                    !fusion.is_materialized(g, a)
+                }) {
                 let mut v = widest;
                 while v > 1 && numel.div_ceil(v as u64) < 256 {
                     v /= 2;
@@ -261,27 +264,6 @@ fn scan(g: &Graph, c: tessel_ir::Value) -> Schedule {
 }
 
 /// Threads per CTA for `work` independent items: 256, fewer (whole warps) for tiny tensors.
-/// Whether the kernel computing `outs` calls a math function (sin, exp, pow...; not
-/// within materialised values it reads).
-fn cone_calls_math(g: &Graph, fusion: &Fusion, outs: &[tessel_ir::Value]) -> bool {
-    let mut stack = outs.to_vec();
-    let mut seen = std::collections::HashSet::new();
-    while let Some(x) = stack.pop() {
-        if !seen.insert(x) {
-            continue;
-        }
-        if crate::analysis::calls_math(&g.ops[x]) {
-            return true;
-        }
-        for a in g.ops[x].args() {
-            if !fusion.is_materialized(g, a) {
-                stack.push(a);
-            }
-        }
-    }
-    false
-}
-
 fn elementwise_threads(work: u64) -> u32 {
     if work >= 256 {
         256
