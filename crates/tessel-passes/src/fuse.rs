@@ -353,10 +353,36 @@ fn run_with(
         }
     }
 
-    // Rule 10's cones stay inside their kernels: a plan another rule cut is dropped.
+    // Rule 10's cones stay inside their kernels: a plan another rule cut is dropped — and
+    // so is one whose cones read a value another kernel materialises after the plan's
+    // first kernel runs (at its first output): a cumsum of the probabilities, written by
+    // its scan kernel (rule 9) later in the step (fuzz seed 530071,
+    // tests/programs/regressions/fuzz_530071_panic.tsl).
+    let reads_later = |p: &crate::attention_bwd::Plan| {
+        let (dq, dkv) = p.outputs();
+        let mut stack: Vec<Value> = dq
+            .iter()
+            .chain(&dkv)
+            .flat_map(|&o| g.ops[o].args().to_vec())
+            .collect();
+        let mut seen: EntitySet<Value> = EntitySet::new();
+        while let Some(x) = stack.pop() {
+            if !seen.insert(x) || dq.contains(&x) || dkv.contains(&x) {
+                continue;
+            }
+            if mat.contains(x) {
+                if x > dq[0] {
+                    return true;
+                }
+                continue;
+            }
+            stack.extend(g.ops[x].args());
+        }
+        false
+    };
     if let Some(i) = plans
         .iter()
-        .position(|p| p.inside.iter().any(|&x| mat.contains(x)))
+        .position(|p| p.inside.iter().any(|&x| mat.contains(x)) || reads_later(p))
     {
         let mut rest = plans;
         rest.remove(i);
