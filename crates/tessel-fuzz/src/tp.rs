@@ -118,9 +118,7 @@ fn tp_inner(
         profile,
         verify: true,
         tensor_parallel: true,
-        wgmma_tma: false,
-        wgmma_attention: false,
-        wgmma_pingpong: false,
+        ..Options::default()
     };
     let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;
     let mut shape: Option<(Vec<Sharding>, usize)> = None;

@@ -120,7 +120,7 @@ pub static PASSES: &[PassInfo] = &[
 ];
 
 /// How a step is compiled.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Options {
     pub target: Target,
     /// Which schedules are allowed (design §5).
@@ -132,20 +132,38 @@ pub struct Options {
     pub tensor_parallel: bool,
     /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take its warp-specialised
     /// TMA variant (`wgmma: tma`, `lower/wgmma_tma.rs`) when the operands and the target
-    /// allow it ([`schedule::prefer_tma`]). Off by default: the variant has run on the
-    /// executor and through ptxas, not yet on a GPU (issue 19).
+    /// allow it ([`schedule::prefer_tma`]). Off by default: checked on an H200, where it gained
+    /// nothing beside the ping-pong tile (docs/perf/2026-12-06-h200-issue19.md).
     pub wgmma_tma: bool,
     /// A fused attention takes the warpgroup tile (`attention { .., wgmma: 1 }`: wgmma
     /// with two warpgroups of 64 query rows, `lower/attention.rs`) where the target and
-    /// shapes allow it (`schedule/attention.rs`, `prefer_wgmma`). Off by default: the tile
-    /// has run on the executor and through ptxas, not yet on a GPU (issue 19).
+    /// shapes allow it (`schedule/attention.rs`, `prefer_wgmma`). Off by default: checked on
+    /// an H200, where it ran 2-5% faster than the mma.sync tile, still without
+    /// FlashAttention-3's producer warpgroup (issue 19).
     pub wgmma_attention: bool,
     /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take the persistent,
     /// ping-pong warp-specialised tile (`wgmma: pingpong`, `lower/wgmma_pingpong.rs`) when
     /// the operands, the shape and the target allow it ([`schedule::prefer_pingpong`]);
-    /// before `wgmma_tma`, which still applies where it does not. Off by default: the
-    /// tile has run on the executor and through ptxas, not yet on a GPU (issue 19).
+    /// before `wgmma_tma`, which still applies where it does not. On by default: its bits
+    /// are the `wgmma: 1` tile's, and on an H200 the Qwen3-14B prefill layer ran in 0.95x the
+    /// time it takes on that tile, its GEMMs in 0.82-1.01x (docs/perf/2026-12-06-h200-issue19.md).
     pub wgmma_pingpong: bool,
+}
+
+impl Default for Options {
+    /// The default target and profile, no verifier, no tensor parallelism; the ping-pong
+    /// GEMM tile on, the opt-in tiles (`wgmma_tma`, `wgmma_attention`) off.
+    fn default() -> Options {
+        Options {
+            target: Target::default(),
+            profile: Profile::default(),
+            verify: false,
+            tensor_parallel: false,
+            wgmma_tma: false,
+            wgmma_attention: false,
+            wgmma_pingpong: true,
+        }
+    }
 }
 
 /// Why compilation of a checked graph failed.

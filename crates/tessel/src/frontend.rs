@@ -12,15 +12,15 @@ use tessel_syntax::ast::{FuncKind, Module};
 use tessel_syntax::{Diagnostic, LoadError, SourceMap};
 
 /// The options every command compiles with: `target`, the IR verifier on and the schedule
-/// choices of `args` (`--wgmma-tma`, `--wgmma-attention`; a command's `--profile` is set per step, by
-/// [`compile_step`]).
+/// choices of `args` (`--wgmma-tma`, `--wgmma-attention`, `--no-wgmma-pingpong`; a command's
+/// `--profile` is set per step, by [`compile_step`]).
 pub fn options(target: &Target, args: &CompileArgs) -> Options {
     Options {
         target: target.clone(),
         verify: true,
         wgmma_tma: args.wgmma_tma,
         wgmma_attention: args.wgmma_attention,
-        wgmma_pingpong: args.wgmma_pingpong,
+        wgmma_pingpong: !args.no_wgmma_pingpong,
         ..Options::default()
     }
 }

@@ -70,13 +70,13 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
             target: &target,
             run: Some(&run_on_gpu),
             wgmma_attention: a.wgmma_attention,
-            wgmma_pingpong: false,
+            wgmma_pingpong: true,
         }),
         (Err(_), true) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: None,
             wgmma_attention: a.wgmma_attention,
-            wgmma_pingpong: false,
+            wgmma_pingpong: true,
         }),
         (Err(_), false) => None,
     };

@@ -80,25 +80,25 @@ pub struct CompileArgs {
     pub tp: Option<u32>,
     /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a
     /// as its warp-specialised TMA variant instead (a TMA producer warpgroup, two wgmma
-    /// consumer warpgroups, mbarriers; `wgmma: tma` in the schedule). Not the default until
-    /// checked on the GPU (issue 19).
+    /// consumer warpgroups, mbarriers; `wgmma: tma` in the schedule). Not the default: it
+    /// gained nothing beside the ping-pong tile on an H200.
     #[arg(long)]
     pub wgmma_tma: bool,
     /// Run prefill attention (head dims multiples of 64 up to 256, keys not split) in
     /// `fast` on sm_90a on the warpgroup tile: two wgmma warpgroups of 64 query rows, S =
     /// Q·Kᵀ from shared memory, P·V with P in registers (`wgmma: 1` in the attention's
-    /// schedule; the same order of sums as the mma.sync tile). Not the default until
-    /// checked on the GPU (issue 19).
+    /// schedule; the same order of sums as the mma.sync tile). Not the default until it
+    /// has FlashAttention-3's producer warpgroup (issue 19).
     #[arg(long)]
     pub wgmma_attention: bool,
-    /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a,
-    /// where they have at least two 128 × 128 tiles per SM, as the persistent ping-pong
-    /// tile instead (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma
-    /// consumer warpgroups taking tiles in turn, one's epilogue overlapping the other's
-    /// main loop; `wgmma: pingpong` in the schedule). With --wgmma-tma too, the GEMMs it
-    /// does not take get the TMA tile. Not the default until measured on the GPU (issue 19).
+    /// Keep the large 16-bit GEMMs on the warpgroup (wgmma) tile in `fast` on sm_90a. By
+    /// default those with at least two 128 × 128 tiles per SM run on the persistent
+    /// ping-pong tile (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma
+    /// consumer warpgroups taking tiles in turn, one's epilogue overlapping the other's main
+    /// loop; `wgmma: pingpong` in the schedule; the same order of sums, so the same bits).
+    /// With --wgmma-tma, the GEMMs the ping-pong tile does not take get the TMA tile.
     #[arg(long)]
-    pub wgmma_pingpong: bool,
+    pub no_wgmma_pingpong: bool,
 }
 
 /// How inputs are made.

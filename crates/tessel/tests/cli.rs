@@ -1322,7 +1322,8 @@ fn floor_division_is_not_a_silent_comment() {
 }
 
 /// `--wgmma-tma` turns the warpgroup tile of a large bf16 projection in `fast` into its
-/// warp-specialised TMA variant (`wgmma: tma`); without it the tile stays `wgmma: 1`.
+/// warp-specialised TMA variant (`wgmma: tma`) where the ping-pong tile does not take it
+/// (here: `--no-wgmma-pingpong`); without it the tile stays `wgmma: 1`.
 #[test]
 fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
     let d = scratch("wgmma_tma");
@@ -1344,6 +1345,7 @@ fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
         "fast",
         "--target",
         "h200",
+        "--no-wgmma-pingpong",
     ];
     let plain = text(&tessel(&d, &args));
     assert!(
@@ -1391,11 +1393,11 @@ fn invariance_split_k_is_decided_by_n() {
     assert!(t.contains("invariance: PASS") && !t.contains("FAIL"), "{t}");
 }
 
-/// `--wgmma-pingpong` turns the warpgroup tile of a large bf16 projection in `fast` into the
-/// persistent ping-pong tile (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM);
-/// `build --help` documents the flag.
+/// A large bf16 projection in `fast` takes the persistent ping-pong tile by default
+/// (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM), and `--no-wgmma-pingpong`
+/// keeps it on the warpgroup tile (`wgmma: 1`); `build --help` documents the flag.
 #[test]
-fn wgmma_pingpong_flag_chooses_the_persistent_tile() {
+fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
     let d = scratch("wgmma_pingpong");
     write(
         &d,
@@ -1415,13 +1417,19 @@ fn wgmma_pingpong_flag_chooses_the_persistent_tile() {
         "fast",
         "--target",
         "h100",
-        "--wgmma-pingpong",
     ];
     let out = text(&tessel(&d, &args));
     assert!(
         out.contains("wgmma: pingpong, ctas: 132") && out.contains("grid [132, 1, 1]"),
         "{out}"
     );
+    let mut off = args.to_vec();
+    off.push("--no-wgmma-pingpong");
+    let out = text(&tessel(&d, &off));
+    assert!(
+        out.contains("wgmma: 1") && !out.contains("pingpong"),
+        "{out}"
+    );
     let help = text(&tessel(&d, &["build", "--help"]));
-    assert!(help.contains("--wgmma-pingpong"), "{help}");
+    assert!(help.contains("--no-wgmma-pingpong"), "{help}");
 }

@@ -44,6 +44,8 @@ fn program_in(
         verify: true,
         profile,
         target: target.clone(),
+        // The `wgmma: 1` tile's tests: the ping-pong tile has its own (wgmma_pingpong.rs).
+        wgmma_pingpong: false,
         ..Default::default()
     };
     compile(&g, &opts)

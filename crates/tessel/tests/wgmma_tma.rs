@@ -50,6 +50,8 @@ fn options(target: Target) -> Options {
         verify: true,
         profile: Profile::Fast,
         target,
+        // The TMA tile's tests: the ping-pong tile, taken first by default, has its own.
+        wgmma_pingpong: false,
         ..Default::default()
     }
 }
