@@ -999,11 +999,12 @@ pub struct Fusion {
     /// The group that writes each materialised value; none for step inputs and for values
     /// computed inside a kernel.
     pub writer: SecondaryMap<Value, PackedOption<Group>>,
-    /// A value stored in another value's buffer, written by no group: a chain of
-    /// [`Op::Reshape`]s over that value, which is materialised (a row-major reshape of a
-    /// row-major tensor is the same bytes, numpy's no-copy reshape). `fuse` makes one where
-    /// a GEMM reads a reshape of a tensor (`x [B, T, K]` as its `[B·T, K]` left operand);
-    /// never a step output, which has a buffer of its own (verifier rule `fusion.alias`).
+    /// A value stored in another value's buffer, written by no group: both are chains of
+    /// [`Op::Reshape`]s over one value (the other may be that value itself), which is
+    /// materialised (a row-major reshape of a row-major tensor is the same bytes, numpy's
+    /// no-copy reshape). `fuse` makes one where a GEMM reads a reshape of a tensor (`x [B,
+    /// T, K]` as its `[B·T, K]` left operand), or another reshape of a step output; never a
+    /// step output, which has a buffer of its own (verifier rule `fusion.alias`).
     pub alias: SecondaryMap<Value, PackedOption<Value>>,
 }
 

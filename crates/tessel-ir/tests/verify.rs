@@ -390,6 +390,43 @@ fn fusion_rules() {
     });
 }
 
+/// `fusion.alias`: an alias and its base are reshapes of one value, in either order or as
+/// siblings (the decode layer's `attn` output and o_proj's `[B·T, H·d]` view of it), never
+/// anything else, and an alias is never a step output.
+#[test]
+fn alias_rules() {
+    let text = |alias: &str, extra_output: &str| {
+        format!(
+            "graph a {{
+  v0 = input 0 \"x\" : f32[2, 3, 4]
+  v1 = exp v0 : f32[2, 3, 4]
+  v2 = reshape v1 : f32[6, 4]
+  v3 = reshape v1 : f32[3, 8]
+  v4 = permute v1, perm [1, 0, 2] : f32[3, 2, 4]
+  v5 = reshape v4 : f32[6, 4]
+  v6 = neg v3 : f32[3, 8]
+  output \"y\" = v2
+  output \"w\" = v5
+  output \"z\" = v6{extra_output}
+  g0 = elementwise outputs [v2] reductions []
+  g1 = elementwise outputs [v5] reductions []
+  g2 = elementwise outputs [v6] reductions []
+  {alias}
+}}"
+        )
+    };
+    let verdict = |alias: &str, extra: &str| {
+        let (g, f, _) = tessel_ir::text::read_graph(&text(alias, extra)).unwrap();
+        rules(verify_graph(&g, Some(&f), None))
+    };
+    assert_eq!(verdict("alias v3 = v2", ""), Vec::<&str>::new());
+    // A step output has a buffer of its own.
+    assert!(verdict("alias v3 = v2", "\n  output \"v\" = v3").contains(&"fusion.alias"));
+    // v5 is a reshape of the permute of v1: other bytes than v3's.
+    assert!(verdict("alias v3 = v5", "").contains(&"fusion.alias"));
+    assert!(verdict("alias v4 = v2", "").contains(&"fusion.alias"));
+}
+
 #[test]
 fn schedule_rules() {
     let g0 = Group::from_u32(0);

@@ -179,6 +179,12 @@ fn run_with(
     // GEMM's store).
     let mut tips: Vec<(Value, Value)> = Vec::new();
     let mut aliases: Vec<(Value, Value)> = Vec::new();
+    let reshaped_outputs: std::collections::HashMap<Value, Value> = g
+        .outputs
+        .iter()
+        .map(|&(_, o)| (reshape_base(g, o, &EntitySet::new()), o))
+        .filter(|&(b, o)| b != o && !mat.contains(b))
+        .collect();
     for (v, op) in g.ops.iter() {
         if let Op::MatMul { .. } = op {
             if claimed.contains(v) {
@@ -186,8 +192,14 @@ fn run_with(
             }
             for read in g.matmul_reads(v).expect("a matmul") {
                 // A reshape of a tensor (`x [B, T, K]` read as `[B·T, K]`) is read in the
-                // tensor's buffer: an alias, no copy (`Fusion::alias`).
-                let base = reshape_base(g, read.stored);
+                // tensor's buffer: an alias, no copy (`Fusion::alias`). Where a step output
+                // is another reshape of the same tensor (the attention's heads as `[T, H·d]`,
+                // read by o_proj as `[B·T, H·d]`), the output's buffer is read, so the
+                // tensor under both is not written as well.
+                let mut base = reshape_base(g, read.stored, &mat);
+                if let Some(&o) = reshaped_outputs.get(&base) {
+                    base = o;
+                }
                 if base != read.stored {
                     aliases.push((read.stored, base));
                 }
@@ -532,11 +544,12 @@ fn backward_group(
     None
 }
 
-/// The value under the chain of reshapes ending at `x` (`x` itself if it is no reshape).
-fn reshape_base(g: &Graph, x: Value) -> Value {
+/// The value under the chain of reshapes ending at `x` (`x` itself if it is no reshape),
+/// or the first value of the chain, from `x` down, that `mat` holds.
+fn reshape_base(g: &Graph, x: Value, mat: &EntitySet<Value>) -> Value {
     let mut v = x;
-    while let Op::Reshape { arg } = g.ops[v] {
-        v = arg;
+    while let (Op::Reshape { arg }, false) = (&g.ops[v], mat.contains(v)) {
+        v = *arg;
     }
     v
 }

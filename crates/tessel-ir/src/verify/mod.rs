@@ -68,8 +68,10 @@
 //!   bound once, nothing else.
 //! - `fusion.writer`: each group output has that group as its writer, and each writer
 //!   entry names an existing group that lists the value among its outputs.
-//! - `fusion.alias`: an alias is a chain of reshapes over its base, which is materialised
-//!   and no alias itself; no group writes an alias and no step output is one.
+//! - `fusion.alias`: an alias and its base are chains of reshapes over one value (the base
+//!   may be that value), so they hold the same elements in the same row-major order; the
+//!   base is materialised and no alias itself; no group writes an alias and no step output
+//!   is one.
 //! - `fusion.reductions`: a row-reduction group has at least one reduction; each is a
 //!   `reduce` over the last axis of a value whose last dim is the outputs' row length. An
 //!   elementwise group has none. A matmul group lists its one matmul, then, only when its

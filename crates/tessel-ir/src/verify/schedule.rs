@@ -309,17 +309,24 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
     }
     for (v, base) in f.alias.iter() {
         let Some(base) = base.expand() else { continue };
-        let mut under = v;
-        while exists(g, under) && under != base {
-            match g.ops[under] {
-                Op::Reshape { arg } if arg < under => under = arg,
-                _ => break,
+        // The value under a chain of reshapes: the alias and its base hold the same
+        // elements in the same row-major order when theirs is the same value.
+        let under = |x: Value| {
+            let mut u = x;
+            while let Op::Reshape { arg } = g.ops[u] {
+                if arg >= u || !exists(g, arg) {
+                    break;
+                }
+                u = arg;
             }
-        }
+            u
+        };
         let problem = if !exists(g, v) || !exists(g, base) {
             Some("names a value that does not exist".to_string())
-        } else if under != base || v == base {
-            Some(format!("{v} is not a chain of reshapes over {base}"))
+        } else if under(v) != under(base) || v == base {
+            Some(format!(
+                "{v} and {base} are not chains of reshapes over one value"
+            ))
         } else if f.alias[base].is_some() || !f.is_materialized(g, base) {
             Some(format!(
                 "its base {base} is not materialised in a buffer of its own"
