@@ -59,6 +59,43 @@ pub fn run(g: &Graph, profile: Profile) -> Graph {
     reorder_live(&out)
 }
 
+/// The values of checked graph `g` that the fused attention kernels compute block by block
+/// and never store, where the pass fuses them (`invariant`, `fast`): each recognised
+/// attention's P·V product, the cast and softmax under it, the logits' cone down to
+/// `q @ kᵀ` and that matmul, and the plain values (masks, scales) the cone reads. `check`
+/// lets these, and only these, pass 2^32 elements (`check::MAX_NUMEL`): causal attention
+/// at 40 heads over 16384 positions has 2^33.3 scores. In `exact`, which fuses no attention,
+/// `lower` refuses to store them.
+pub fn in_kernel(g: &Graph) -> std::collections::HashSet<Value> {
+    let users = users(g);
+    let mut out = std::collections::HashSet::new();
+    for o in g.ops.keys() {
+        let Some((x, _, _)) = recognise(g, &users, o) else {
+            continue;
+        };
+        let Op::MatMul { lhs: pc, .. } = g.ops[o] else {
+            continue;
+        };
+        let Op::Cast { arg: p } = g.ops[pc] else {
+            continue;
+        };
+        let Some((s, cone)) = logits_matmul(g, x) else {
+            continue;
+        };
+        out.extend([o, pc, p, x, s]);
+        // The cone and what its leaves compute from (plain: no reduction or matmul).
+        let mut stack = cone;
+        let mut seen = std::collections::HashSet::new();
+        while let Some(w) = stack.pop() {
+            if w != s && seen.insert(w) {
+                out.insert(w);
+                stack.extend(g.ops[w].args());
+            }
+        }
+    }
+    out
+}
+
 /// True if `x` is read by exactly the op `by` and is no step output.
 fn single_use(g: &Graph, users: &Users, x: Value, by: Value) -> bool {
     users[x] == [by] && !g.outputs.iter().any(|(_, v)| *v == x)

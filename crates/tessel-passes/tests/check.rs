@@ -885,6 +885,68 @@ fn tensors_past_32_bit_offsets_are_refused_at_their_source() {
     }
 }
 
+/// Causal attention over 65536 positions of one head: its scores, f32[1, 65536, 65536], hold
+/// 2^32 elements — past what a kernel may store or index, but a fused attention kernel
+/// computes them block by block and never stores them.
+const HUGE_ATTENTION: &str =
+    "step s(q: bf16[65536, 64], k: bf16[65536, 64], v: bf16[65536, 64]) -> bf16[65536, 64] {
+    let s = f32(q[None] @ k[None]^T) * 0.125;
+    let p = softmax(where(causal(65536, 65536)[None], s, -inf), axis: -1);
+    (bf16(p) @ v[None])[0]
+}";
+
+#[test]
+fn a_fused_attentions_scores_may_pass_32_bit_offsets_and_nothing_else() {
+    let m = tessel_syntax::parse(HUGE_ATTENTION).unwrap();
+    let g = check::run(&m, "s", &dims(4)).unwrap_or_else(|d| panic!("{d:?}"));
+    let biggest = g.ops.keys().map(|v| g.ty(v).shape.numel()).max();
+    assert_eq!(biggest, Some(1 << 32), "the scores are in the graph");
+
+    // The same scores, also returned: an output is stored, so it is refused, at its source.
+    let src = HUGE_ATTENTION
+        .replace(
+            "-> bf16[65536, 64] {",
+            "-> (bf16[65536, 64], f32[1, 65536, 65536]) {",
+        )
+        .replace(
+            "(bf16(p) @ v[None])[0]\n}",
+            "((bf16(p) @ v[None])[0], s)\n}",
+        );
+    assert_ne!(src, HUGE_ATTENTION);
+    let ds = errors(&src);
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::BAD_DIM);
+    assert_eq!(primary(&src, &ds[0]), "f32(q[None] @ k[None]^T) * 0.125");
+    assert!(
+        ds[0].help.iter().any(|h| h.contains("fused attention")),
+        "{ds:?}"
+    );
+
+    // Softmax over the scores with no `@ v` after it is no attention: refused, blamed on the
+    // last value of the chain (the softmax), not on the scores under it.
+    let src = "step s(q: bf16[65536, 64], k: bf16[65536, 64]) -> f32[64] {
+    let p = softmax(f32(q @ k^T), axis: -1);
+    p[0, 0:64]
+}";
+    let ds = errors(src);
+    assert_eq!(ds.len(), 1, "{ds:?}");
+    assert_eq!(ds[0].code, check::codes::BAD_DIM);
+    assert_eq!(primary(src, &ds[0]), "softmax(f32(q @ k^T), axis: -1)");
+
+    // Past 2^40 elements even attention's scores are refused at once.
+    let src = "step s(q: bf16[1048577, 64], k: bf16[1048577, 64], v: bf16[1048577, 64]) -> bf16[1048577, 64] {
+    let s = f32(q[None] @ k[None]^T);
+    (bf16(softmax(s, axis: -1)) @ v[None])[0]
+}";
+    let ds = errors(src);
+    assert_eq!(ds[0].code, check::codes::BAD_DIM, "{ds:?}");
+    assert!(
+        ds[0].message.contains("1099513724929 elements"),
+        "{}",
+        ds[0].message
+    );
+}
+
 #[test]
 fn exponential_inlining_stops_with_the_call_chain() {
     // h40 doubles h39 doubles ... : 2^40 nodes if inlined. It must stop quickly, once,

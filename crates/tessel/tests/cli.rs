@@ -1433,3 +1433,45 @@ fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
     let help = text(&tessel(&d, &["build", "--help"]));
     assert!(help.contains("--no-wgmma-pingpong"), "{help}");
 }
+
+/// Causal attention at 40 heads over 16384 positions (issue 19's longest benchmark) has
+/// 40 · 16384² ≈ 2^33.3 scores: `fast` compiles it, the fused kernel never storing them,
+/// and `exact`, which fuses no attention, would store them — refused at lowering with the
+/// reason, not a wrong index. `check` skips it (its CPU references would hold the scores).
+#[test]
+fn attention_past_32_bit_scores_compiles_fused_and_is_refused_unfused() {
+    let d = scratch("attention-16384");
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/programs/attention_bench.tsl")
+        .display()
+        .to_string();
+    let args = |profile| {
+        [
+            "explain",
+            &file,
+            "--step",
+            "prefill",
+            "--dim",
+            "T=16384",
+            "--target",
+            "h100",
+            "--profile",
+            profile,
+        ]
+        .map(str::to_string)
+    };
+    let o = tessel(&d, &args("fast").each_ref().map(String::as_str));
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("(group g0, Attention) writes intermediate") && t.contains("16384, 128]"),
+        "{t}"
+    );
+    let o = tessel(&d, &args("exact").each_ref().map(String::as_str));
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("10737418240 elements") && t.contains("only a fused attention's scores"),
+        "{t}"
+    );
+}

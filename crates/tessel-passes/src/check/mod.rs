@@ -228,8 +228,15 @@ pub const MAX_CALL_DEPTH: usize = 64;
 /// Largest element count of one tensor: 2^32 - 2 = 4294967294. Kernels index with 32-bit
 /// offsets, and `lower` refuses a tensor of `u32::MAX` elements or more (a loop bound of
 /// `numel` must itself fit in a `u32`). Refusing here puts the error at the source span, before
-/// anything is allocated.
+/// anything is allocated. Only the values a fused attention kernel computes block by block
+/// and never stores — its scores, masked logits and probabilities, and the mask under them
+/// ([`crate::attention::in_kernel`]) — may hold more, up to [`MAX_FUSED_NUMEL`].
 pub const MAX_NUMEL: u64 = u32::MAX as u64 - 1;
+
+/// Largest element count of a value that no kernel stores or indexes whole (attention's
+/// scores, see [`MAX_NUMEL`]): 2^40, so that element and byte counts stay far from `u64`'s
+/// range. Causal attention at 40 heads over 16384 positions has 40 · 16384² ≈ 2^33.3.
+pub const MAX_FUSED_NUMEL: u64 = 1 << 40;
 
 /// Most graph nodes plus inlined `fn` calls one step may expand to. Every `fn` is inlined
 /// at each call, so `fn g(a) { h(a) + h(a) }` nested 40 deep is 2^40 nodes; past this bound
@@ -344,7 +351,15 @@ pub fn run(
     c.eval_consts();
     let result = c.check_step(func, dims);
     match result {
-        Ok(()) if c.diags.is_empty() => Ok(remove_dead(&c.graph)),
+        Ok(()) if c.diags.is_empty() => {
+            let (graph, old) = remove_dead_mapped(&c.graph);
+            c.refuse_stored_past_32_bits(&graph, &old);
+            if c.diags.is_empty() {
+                Ok(graph)
+            } else {
+                Err(c.diags)
+            }
+        }
         _ => Err(c.diags),
     }
 }
@@ -593,8 +608,11 @@ impl<'m> Checker<'m> {
         Ok(v)
     }
 
-    /// Refuses a tensor of more than [`MAX_NUMEL`] elements at `span`; `input` names a step
-    /// parameter whose declared type it is.
+    /// Refuses at `span` a step input (`input` names the parameter whose declared type it
+    /// is) of more than [`MAX_NUMEL`] elements, or a computed value of more than
+    /// [`MAX_FUSED_NUMEL`]. A computed value past [`MAX_NUMEL`] is refused later, once the
+    /// whole step is built, unless a fused attention kernel computes it without storing it
+    /// ([`Checker::refuse_stored_past_32_bits`]).
     pub(crate) fn addressable(
         &mut self,
         ty: &TensorType,
@@ -606,9 +624,64 @@ impl<'m> Checker<'m> {
             .0
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d));
-        if numel.is_some_and(|n| n <= MAX_NUMEL) {
+        let limit = if input.is_some() {
+            MAX_NUMEL
+        } else {
+            MAX_FUSED_NUMEL
+        };
+        if numel.is_some_and(|n| n <= limit) {
             return Ok(());
         }
+        self.error(Self::too_large(ty, span, input, numel));
+        Err(Reported)
+    }
+
+    /// Refuses each value of the finished step `g` past [`MAX_NUMEL`] elements that is a
+    /// step result or that no fused attention kernel computes
+    /// ([`crate::attention::in_kernel`]): a kernel would store it or index it whole with
+    /// 32-bit offsets. Blamed, at the span of the expression each was built for (`old`
+    /// maps `g`'s values to the checker's): such results where there are any, else the last
+    /// value of each chain (`a + b` rather than the broadcasts of `a` and `b` under it).
+    fn refuse_stored_past_32_bits(&mut self, g: &Graph, old: &HashMap<Value, Value>) {
+        let big = |v: Value| g.ty(v).shape.numel() > MAX_NUMEL;
+        if !g.ops.keys().any(big) {
+            return;
+        }
+        let fused = crate::attention::in_kernel(g);
+        let stored = |v: Value| g.outputs.iter().any(|(_, o)| *o == v);
+        let refused = |v: Value| big(v) && (stored(v) || !fused.contains(&v));
+        let users = crate::analysis::users(g);
+        // A stored result is the cause where there is one (returning the scores keeps the
+        // attention from fusing, and so refuses everything under it too).
+        let results: Vec<Value> = g.ops.keys().filter(|&v| big(v) && stored(v)).collect();
+        let blamed: Vec<Value> = if results.is_empty() {
+            g.ops
+                .keys()
+                .filter(|&v| refused(v) && !users[v].iter().any(|&u| refused(u)))
+                .collect()
+        } else {
+            results
+        };
+        for v in blamed {
+            let span = self.spans[old[&v]];
+            let ty = g.ty(v).clone();
+            let numel = Some(ty.shape.numel());
+            let d = Self::too_large(&ty, span, None, numel).with_help(
+                "only a fused attention's scores may be larger (its kernel never stores them); \
+                 anything else must be split into smaller tensors",
+            );
+            self.diags.push(d);
+        }
+    }
+
+    /// The diagnostic for a tensor of `numel` elements (`None`: more than 2^64) past what
+    /// its kind may hold, at `span`; `input` names a step parameter whose declared type it is.
+    fn too_large(
+        ty: &TensorType,
+        span: Span,
+        input: Option<&str>,
+        numel: Option<u64>,
+    ) -> Diagnostic {
         let count = match numel {
             Some(n) => format!("{n} elements"),
             None => "more than 2^64 elements".to_string(),
@@ -617,16 +690,14 @@ impl<'m> Checker<'m> {
             Some(name) => format!("input `{name}`"),
             None => "this value".to_string(),
         };
-        Err(self.error(
-            Diagnostic::error(
-                codes::BAD_DIM,
-                format!("{what} is too large: {ty} has {count}"),
-            )
-            .with_label(span, format!("{ty}: {count}"))
-            .with_note(format!(
-                "a tensor holds at most 2^32 - 2 = {MAX_NUMEL} elements, because kernels \
-                 index with 32-bit offsets"
-            )),
+        Diagnostic::error(
+            codes::BAD_DIM,
+            format!("{what} is too large: {ty} has {count}"),
+        )
+        .with_label(span, format!("{ty}: {count}"))
+        .with_note(format!(
+            "a tensor holds at most 2^32 - 2 = {MAX_NUMEL} elements, because kernels \
+             index with 32-bit offsets"
         ))
     }
 
@@ -710,6 +781,11 @@ pub(crate) fn dtype_rank(d: DType) -> u8 {
 /// A copy of `g` without values that no output needs (inputs always stay); also the
 /// `grad` pass's last step.
 pub(crate) fn remove_dead(g: &Graph) -> Graph {
+    remove_dead_mapped(g).0
+}
+
+/// [`remove_dead`], with the value of `g` each value of the copy was.
+fn remove_dead_mapped(g: &Graph) -> (Graph, HashMap<Value, Value>) {
     let mut live: HashSet<Value> = g.outputs.iter().map(|(_, v)| *v).collect();
     let ops: Vec<(Value, &Op)> = g.ops.iter().collect();
     // A live row statistic keeps its attention live: the attention's kernel forms it.
@@ -743,5 +819,6 @@ pub(crate) fn remove_dead(g: &Graph) -> Graph {
     let f = |a: &Value| map.get(a).copied().unwrap_or(*a);
     out.inputs = g.inputs.iter().map(|(n, v)| (n.clone(), f(v))).collect();
     out.outputs = g.outputs.iter().map(|(n, v)| (n.clone(), f(v))).collect();
-    out
+    let old = map.into_iter().map(|(o, n)| (n, o)).collect();
+    (out, old)
 }

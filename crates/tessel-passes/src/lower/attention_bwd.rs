@@ -856,6 +856,10 @@ impl Gen<'_> {
                     a
                 }
                 GOp::Reshape { .. } => {
+                    let numel = sr.numel();
+                    if numel >= u32::MAX as u64 {
+                        return Err(LowerError::TooLarge { value: w, numel });
+                    }
                     let flat = self.flatten(&ix, &sr);
                     self.unflatten(flat, &sa)
                 }

@@ -72,7 +72,11 @@ use tessel_ir::{BufferId, DType, Group, Reg, Shape, Value};
 pub enum LowerError {
     #[error("{what} is not supported yet (value {value})")]
     Unsupported { what: String, value: Value },
-    #[error("tensor {value} has {numel} elements; kernels index with 32 bits (at most 2^32 - 1)")]
+    #[error(
+        "tensor {value} has {numel} elements, and a kernel would store it or index it whole \
+         with 32-bit offsets (at most 2^32 - 1 elements); only a fused attention's scores may \
+         be larger (the `exact` profile fuses no attention)"
+    )]
     TooLarge { value: Value, numel: u64 },
     #[error("group {0} has no schedule")]
     NoSchedule(Group),

@@ -173,6 +173,12 @@ impl Gen<'_> {
                 {
                     return self.per_lane(v, idx, lanes);
                 }
+                // The flat index is a u32: a reshape of a fused attention's scores (which
+                // `check` lets pass 2^32 elements) cannot be indexed through it.
+                let numel = ty.shape.numel();
+                if numel >= u32::MAX as u64 {
+                    return Err(LowerError::TooLarge { value: v, numel });
+                }
                 let flat = self.flatten(idx, &ty.shape);
                 let ai = self.unflatten(flat, &sa);
                 self.value(*arg, &ai, lanes)
