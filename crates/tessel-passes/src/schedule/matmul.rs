@@ -13,7 +13,7 @@
 //!      per SM: one wave, and the most loads in flight); 8 chunks of 32 k in flight per warp (4 for
 //!      M > 8, whose second left fragment doubles the registers).
 //!    - `exact` and `fast` otherwise: the SIMT GEMV, 4 warps per CTA, each warp `columns`
-//!      output columns (M·columns ≤ 32 accumulators, ≥ 264 CTAs — 2 per SM), loading
+//!      output columns (M·columns ≤ 32 accumulators, ≥ 1056 CTAs — 8 per SM), loading
 //!      several chunks of k per iteration (`GEMV_VECTORS_IN_FLIGHT`). At M = 1 it
 //!      streams the weight at the copy bandwidth (measured 42.3 µs for the gate projection,
 //!      against 47.1 µs for the tensor-core GEMV, whose 16-row fragment is 1/16 used).
@@ -577,8 +577,8 @@ fn gemv_mma(
 /// 18 KB in flight per SM; 10 warps of 32 lanes × 4 columns × 4 chunks × 16 bytes are 80 KB.
 /// Measured on the H200 (docs/perf/2026-12-06-h200-issue19.md, run 7, Qwen3-14B decode at
 /// B = 1): the k and v GEMVs 6.3 → 5.1 µs, o 18.2 → 17.9 µs, down 53.6 → 52.5 µs — the
-/// N = 5120 GEMVs stay at about 1.4× their memory floor, so bytes in flight were not their
-/// only limit (not yet read with Nsight Compute).
+/// N = 5120 GEMVs stayed at about 1.4× their memory floor: the number of warps was their
+/// limit ([`GEMV_MIN_CTAS_PER_SM`]).
 const GEMV_VECTORS_IN_FLIGHT: u64 = 20;
 
 /// The SIMT GEMV's chunks of k per main-loop iteration: [`GEMV_VECTORS_IN_FLIGHT`] over the
@@ -587,13 +587,26 @@ fn gemv_unroll(m: u64, columns: u32) -> u32 {
     (GEMV_VECTORS_IN_FLIGHT / (m + columns as u64)).clamp(1, 8) as u32
 }
 
-/// The SIMT GEMV for decode, its vector the widest of `dt` elements within 16 bytes.
+/// CTAs per SM (of 4 warps) the SIMT GEMV's columns per warp are chosen to reach: 8, so
+/// 32 warps an SM stream the weight. Nsight Compute on the Qwen3-14B decode layer at B = 1
+/// (docs/perf/2026-12-06-issue19/run10, H100) found the q and down GEMVs, at 4 columns a
+/// warp (320 CTAs, 2.4 an SM), stalled on their loads 85% of the time with DRAM at 66% and
+/// 75%: too few warps to cover the latency, whatever each keeps in flight. With 1 column
+/// a warp (1280 CTAs) on the H200 (run 12): q 16.7 → 14.0 µs, down 52.4 → 44.1 µs (95% of
+/// the copy bandwidth), the layer 225.6 → 212.7 µs; with 2 columns (4 CTAs an SM) 221.5.
+const GEMV_MIN_CTAS_PER_SM: u64 = 8;
+
+/// The SIMT GEMV for decode, its vector the widest of `dt` elements within 16 bytes: the
+/// most columns a warp (4, 2, 1) whose M·columns accumulators fit 32 registers and whose
+/// CTAs number [`GEMV_MIN_CTAS_PER_SM`] an SM (the left rows are then shared by the
+/// columns' loads), else 1.
 fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
     let sms = t.sm_count as u64;
     let v = widest_vector(s.k, 16 / dt.size_bytes() as u32);
+    let min_ctas = GEMV_MIN_CTAS_PER_SM * sms;
     let columns = [4u32, 2, 1]
         .into_iter()
-        .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= 2 * sms)
+        .find(|&c| s.m * c as u64 <= 32 && s.n.div_ceil(4 * c as u64) >= min_ctas)
         .unwrap_or(1);
     let unroll = gemv_unroll(s.m, columns);
     Schedule {
@@ -609,7 +622,7 @@ fn gemv(s: &MatmulShape, dt: DType, t: &Target) -> Schedule {
             s.m,
             s.n,
             s.k,
-            2 * sms,
+            min_ctas,
             match (s.widened, dt) {
                 (false, _) => String::new(),
                 (true, DType::F32) => {
