@@ -3,7 +3,8 @@ tests/programs/attention_bench.tsl, for `tessel bench` to be read beside it
 (scripts/gpu-attention.sh runs both in one device call).
 
 Shapes (Qwen3-14B: 40 query heads, 8 key/value heads, head dim 128, bf16):
-  prefill: q [1, 40, T, 128], k and v [1, 8, T, 128], causal (is_causal=True), T = 2048, 4096;
+  prefill: q [1, 40, T, 128], k and v [1, 8, T, 128], causal (is_causal=True), T = 2048,
+           4096 and 16384 (forward only: the backward stops at 4096);
   decode:  q [8, 40, 1, 128], k and v [8, 8, 4096, 128], every key visible.
 GQA through `enable_gqa=True` (torch >= 2.5), so K and V are not repeated in memory.
 Each backend torch offers (flash, memory-efficient, cuDNN, math) is timed where it accepts
@@ -83,7 +84,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}")
     backward = "--backward" in sys.argv[2:]
     res = []
-    for t in (2048, 4096):
+    for t in (2048, 4096) if backward else (2048, 4096, 16384):
         q = torch.randn(1, 40, t, 128, device=dev, dtype=dt)
         k = torch.randn(1, 8, t, 128, device=dev, dtype=dt)
         v = torch.randn(1, 8, t, 128, device=dev, dtype=dt)
