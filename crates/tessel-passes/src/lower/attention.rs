@@ -96,6 +96,12 @@ impl Gen<'_> {
         let (m, n, d, e) = (sh.m, sh.n, sh.d as u32, sh.e as u32);
         let pack = pack as u64;
         let rows_total = m * pack;
+        // The row halves of a warp's 16 rows (the accumulator layout's rows g and g + 8)
+        // that can hold a real row: with at most 8 rows a batch entry (decode: one new
+        // token's query heads of a K/V head), rows 8..15 of every warp are padding, and
+        // their logits, softmax and stores are not computed at all (their P is 0, so the
+        // real rows' sums are the same).
+        let halves: usize = if rows_total <= 8 { 1 } else { 2 };
         let bm = 16 * warps;
         let threads = 32 * warps;
         // The batch dims that are not packed: one CTA row (grid y) per combination.
@@ -210,6 +216,10 @@ impl Gen<'_> {
         let q_computed = crate::analysis::q_in_prologue(g, self.fusion, s);
         let mut q_chunks = Vec::new();
         for i in 0..(bm * chunks_q).div_ceil(threads) {
+            // With one row block (rows_total ≤ bm, so row0 = 0), a pass whose first row is
+            // past the last real row holds padding rows only, for every thread.
+            let padding =
+                rows_total <= bm as u64 && ((i * threads) / chunks_q) as u64 >= rows_total;
             let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
             let rr = self.idiv_c(ei, chunks_q as u64);
             let cc = self.irem_c(ei, chunks_q as u64);
@@ -225,6 +235,7 @@ impl Gen<'_> {
                 col,
                 shared,
                 inside,
+                padding,
             });
         }
         if !q_computed {
@@ -523,7 +534,7 @@ impl Gen<'_> {
             .collect();
         let eval = |gen: &mut Self, what: Value, masked: bool| -> Result<(), LowerError> {
             for (f, acc) in sacc.iter().enumerate() {
-                for q in 0..4 {
+                for q in 0..2 * halves {
                     let (dr, dc) = MmaShape::cd_pos(0, q);
                     let row = &lane_rows[dr / 8];
                     let key = gen.iadd(j0, t2);
@@ -585,7 +596,7 @@ impl Gen<'_> {
         // Online softmax per row half (registers q = 2h, 2h + 1 of every fragment).
         let mut probs: Vec<[Operand; 4]> = vec![[Operand::f32(0.0); 4]; ni];
         let mut scales = Vec::new();
-        for h in 0..2usize {
+        for h in 0..halves {
             let mut mx = Operand::f32(f32::NEG_INFINITY);
             for x in &xs {
                 for q in [2 * h, 2 * h + 1] {
@@ -723,7 +734,7 @@ impl Gen<'_> {
             let slot = self.imul_c(rg, outer_count);
             let slot = self.iadd(slot, outer_flat);
             let slot = self.imul_c(slot, rows_total);
-            for (h, real) in lane_rows.iter().map(|r| r.real).enumerate() {
+            for (h, real) in lane_rows.iter().map(|r| r.real).enumerate().take(halves) {
                 let mut l: Operand = l_run[h].into();
                 for x in [1, 2] {
                     let o = self.b.op(RegType::F32, Op::ShflBfly, &[l, Operand::U32(x)]);
@@ -772,7 +783,7 @@ impl Gen<'_> {
             ]);
         }
         // O / l, 0 for a row that saw no key; stored for real rows.
-        for h in 0..2usize {
+        for h in 0..halves {
             let mut l: Operand = l_run[h].into();
             for sh in [1, 2] {
                 let o = self

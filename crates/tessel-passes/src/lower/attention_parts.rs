@@ -40,6 +40,10 @@ pub(super) struct QChunk {
     pub(super) col: Ix,
     pub(super) shared: Ix,
     pub(super) inside: Reg,
+    /// Known when lowering: every thread's row in this chunk is past the last real row
+    /// (one row block, decode's few rows), so the prologue stores zeros instead of
+    /// computing q there.
+    pub(super) padding: bool,
 }
 
 impl Gen<'_> {
@@ -50,7 +54,8 @@ impl Gen<'_> {
     /// over those lanes — a row-reduction kernel's order at `d / 8` threads per row,
     /// vector 8 (`schedule::prologue_order`). Every lane of the CTA runs every chunk
     /// (rows past the end compute a real row's values, never stored), so the shuffles
-    /// see full warps.
+    /// see full warps — but a chunk of padding rows alone ([`QChunk::padding`], the same
+    /// for every lane), which is stored as zeros.
     pub(super) fn q_prologue(
         &mut self,
         qb: Value,
@@ -63,6 +68,17 @@ impl Gen<'_> {
         let tpr = (d / 8) as u32;
         let lead_shape = Shape(shape.0[..shape.rank() - 1].to_vec());
         for c in chunks {
+            if c.padding {
+                let addr = self.shared_addr(sbase, c.shared);
+                self.b.push(Stmt::Store {
+                    space: Space::Shared,
+                    width: Width::V4,
+                    addr,
+                    offset: 0,
+                    values: vec![Operand::U32(0); 4],
+                });
+                continue;
+            }
             self.memo.push(Default::default());
             let row = self.idiv_c(c.row, d);
             let mut idx = self.unflatten(row, &lead_shape);
