@@ -422,6 +422,23 @@ fn alias_rules() {
     assert_eq!(verdict("alias v3 = v2", ""), Vec::<&str>::new());
     // A step output has a buffer of its own.
     assert!(verdict("alias v3 = v2", "\n  output \"v\" = v3").contains(&"fusion.alias"));
+    // The GEMM-like reader of v3 runs before the group that writes v2, v3's base (fuzz
+    // seed 580147: the base, a step output, was written after its reader).
+    let late = text("alias v3 = v2", "")
+        .replace(
+            "  g0 = elementwise outputs [v2] reductions []\n",
+            "",
+        )
+        .replace(
+            "  g2 = elementwise outputs [v6] reductions []\n",
+            "  g2 = elementwise outputs [v6] reductions []\n  g3 = elementwise outputs [v2] reductions []\n",
+        );
+    let (g, f, _) = tessel_ir::text::read_graph(&late).unwrap();
+    assert!(rules(verify_graph(&g, Some(&f), None)).contains(&"fusion.alias"));
+    // An input has its buffer: it is no alias (fuzz seed 1061: an input read by a GEMM was
+    // aliased to an output reshaped from it).
+    let (g, f, _) = tessel_ir::text::read_graph(&text("alias v0 = v2", "")).unwrap();
+    assert!(rules(verify_graph(&g, Some(&f), None)).contains(&"fusion.alias"));
     // v5 is a reshape of the permute of v1: other bytes than v3's.
     assert!(verdict("alias v3 = v5", "").contains(&"fusion.alias"));
     assert!(verdict("alias v4 = v2", "").contains(&"fusion.alias"));

@@ -183,7 +183,7 @@ fn run_with(
         .outputs
         .iter()
         .map(|&(_, o)| (reshape_base(g, o, &EntitySet::new()), o))
-        .filter(|&(b, o)| b != o && !mat.contains(b))
+        .filter(|&(b, o)| b != o && !mat.contains(b) && !matches!(g.ops[b], Op::Input { .. }))
         .collect();
     for (v, op) in g.ops.iter() {
         if let Op::MatMul { .. } = op {
@@ -195,10 +195,14 @@ fn run_with(
                 // tensor's buffer: an alias, no copy (`Fusion::alias`). Where a step output
                 // is another reshape of the same tensor (the attention's heads as `[T, H·d]`,
                 // read by o_proj as `[B·T, H·d]`), the output's buffer is read, so the
-                // tensor under both is not written as well.
+                // tensor under both is not written as well — where the output comes before
+                // the GEMM, so that its kernel has run (an output reshaped from the GEMM's
+                // own operand comes after it: fuzz seed 580147).
                 let mut base = reshape_base(g, read.stored, &mat);
                 if let Some(&o) = reshaped_outputs.get(&base) {
-                    base = o;
+                    if o < v {
+                        base = o;
+                    }
                 }
                 if base != read.stored {
                     aliases.push((read.stored, base));
@@ -561,8 +565,8 @@ fn reshape_base(g: &Graph, x: Value, mat: &EntitySet<Value>) -> Value {
 /// elements each and form the row's reductions by butterfly shuffles (as a row-reduction
 /// kernel of `d / 8` threads per row, vector 8, would), then the values, into the shared
 /// tile the fragments are loaded from. So the tensor must:
-/// - be read only by that view chain (no step output, no other reader: it is never
-///   written to memory);
+/// - be read only by that view chain, no value of which is a step output (no other
+///   reader: it is never written to memory);
 /// - need no matmul in its cone (the projection is materialised by rule 0, and its
 ///   epilogue is where a bias lands) and have every reduction of its cone over its own
 ///   rows (rule 4 already made sure of that while it was materialised);
@@ -583,11 +587,14 @@ fn q_prologue(
         return None;
     };
     let qb = view_base(g, lhs);
-    if matches!(g.ops[qb], Op::Input { .. }) || g.outputs.iter().any(|(_, o)| *o == qb) {
+    let mut chain = view_chain(g, lhs);
+    // No value from the base up to the matmul is a step output (which is written to
+    // memory, so the kernel would read it: fuzz seed 20428, q's reshape returned).
+    let returned = |v: Value| g.outputs.iter().any(|(_, o)| *o == v);
+    if matches!(g.ops[qb], Op::Input { .. }) || returned(qb) || chain.iter().any(|&v| returned(v)) {
         return None;
     }
     // Each value from the base up to the matmul has exactly one reader, the next.
-    let mut chain = view_chain(g, lhs);
     chain.reverse();
     let mut x = qb;
     for next in chain.into_iter().chain([s]) {

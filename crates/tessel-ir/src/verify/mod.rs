@@ -70,8 +70,8 @@
 //!   entry names an existing group that lists the value among its outputs.
 //! - `fusion.alias`: an alias and its base are chains of reshapes over one value (the base
 //!   may be that value), so they hold the same elements in the same row-major order; the
-//!   base is materialised and no alias itself; no group writes an alias and no step output
-//!   is one.
+//!   base is materialised and no alias itself; no group writes an alias, and no step input
+//!   or output is one; a group reading an alias comes after the group writing its base.
 //! - `fusion.reductions`: a row-reduction group has at least one reduction; each is a
 //!   `reduce` over the last axis of a value whose last dim is the outputs' row length. An
 //!   elementwise group has none. A matmul group lists its one matmul, then, only when its

@@ -333,6 +333,8 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             ))
         } else if f.writer[v].is_some() {
             Some("a group writes it".to_string())
+        } else if matches!(g.ops[v], Op::Input { .. }) {
+            Some("it is a step input, which has a buffer of its own".to_string())
         } else if g.outputs.iter().any(|(_, o)| *o == v) {
             Some("it is a step output, which has a buffer of its own".to_string())
         } else {
@@ -343,6 +345,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
         }
     }
     update_order(g, f, e);
+    alias_order(g, f, e);
     for (n, v) in &g.outputs {
         if exists(g, *v) && !f.is_materialized(g, *v) {
             e.push(
@@ -915,29 +918,55 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
 /// group that reads the value it overwrites in place and before every group that reads it.
 /// What a group reads: the materialised values its outputs' cones reach (an update's cone
 /// is its rows and positions: its kernel never reads `dst`).
-fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
-    let reads = |grp: Group| -> Vec<Value> {
-        let mut seen = std::collections::HashSet::new();
-        let mut found = Vec::new();
-        let outs = &f.groups[grp].outputs;
-        let mut stack: Vec<Value> = outs.iter().copied().filter(|&v| exists(g, v)).collect();
-        while let Some(v) = stack.pop() {
-            if !seen.insert(v) {
-                continue;
-            }
-            if !outs.contains(&v) && f.is_materialized(g, v) {
-                found.push(v);
-                continue;
-            }
-            let args = match &g.ops[v] {
-                op @ Op::Update { .. } => op.update_sources(),
-                op => op.args(),
-            };
-            stack.extend(args.into_iter().filter(|&a| exists(g, a) && a < v));
+/// The materialised values group `grp`'s kernel reads: those its outputs' cones reach
+/// before any other materialised value (an update's through its sources).
+fn group_reads(g: &Graph, f: &Fusion, grp: Group) -> Vec<Value> {
+    let mut seen = std::collections::HashSet::new();
+    let mut found = Vec::new();
+    let outs = &f.groups[grp].outputs;
+    let mut stack: Vec<Value> = outs.iter().copied().filter(|&v| exists(g, v)).collect();
+    while let Some(v) = stack.pop() {
+        if !seen.insert(v) {
+            continue;
         }
-        found
-    };
-    let all: Vec<(Group, Vec<Value>)> = f.groups.keys().map(|grp| (grp, reads(grp))).collect();
+        if !outs.contains(&v) && f.is_materialized(g, v) {
+            found.push(v);
+            continue;
+        }
+        let args = match &g.ops[v] {
+            op @ Op::Update { .. } => op.update_sources(),
+            op => op.args(),
+        };
+        stack.extend(args.into_iter().filter(|&a| exists(g, a) && a < v));
+    }
+    found
+}
+
+/// `fusion.alias`, in order: a group that reads an alias runs after the group writing the
+/// alias's base (kernels run in group order; a step input is no alias).
+fn alias_order(g: &Graph, f: &Fusion, e: &mut Errors) {
+    for grp in f.groups.keys() {
+        for r in group_reads(g, f, grp) {
+            let Some(b) = f.alias[r].expand().filter(|&b| exists(g, b)) else {
+                continue;
+            };
+            if let Some(w) = f.writer[b].expand().filter(|&w| w >= grp) {
+                e.push(
+                    "fusion.alias",
+                    format!("group {grp}"),
+                    format!("reads {r}, an alias of {b}, which {w} writes, not an earlier group"),
+                );
+            }
+        }
+    }
+}
+
+fn update_order(g: &Graph, f: &Fusion, e: &mut Errors) {
+    let all: Vec<(Group, Vec<Value>)> = f
+        .groups
+        .keys()
+        .map(|grp| (grp, group_reads(g, f, grp)))
+        .collect();
     for (u, op) in g.ops.iter() {
         let Op::Update { dst, .. } = op else { continue };
         let Some(ug) = f.writer[u].expand() else {
