@@ -55,12 +55,28 @@ pub enum Error {
         /// The `grad` or `tp` pass's error, as it words it.
         message: String,
     },
-    /// The GPU runtime failed (no GPU, JIT, launch, a faulting kernel).
+    /// The PTX writer could not print a kernel (an internal error: a legalized, verified
+    /// kernel always prints).
+    #[error(transparent)]
+    Ptx(#[from] tessel_ptx::PtxError),
+    /// The GPU runtime failed (no GPU, an allocation, a copy, a tensor map, a synchronize).
     #[error(transparent)]
     Device(#[from] tessel_cuda::Error),
+    /// The driver's JIT could not load the step's PTX module.
+    #[error("loading the PTX module")]
+    LoadModule(#[source] tessel_cuda::Error),
+    /// A kernel's launch was refused, or it faulted while running.
+    #[error("kernel `{kernel}`")]
+    Kernel {
+        /// The kernel's name.
+        kernel: String,
+        /// The runtime's error.
+        #[source]
+        error: tessel_cuda::Error,
+    },
     /// The CPU executor failed while running the step (a fault such as an out-of-bounds
     /// access, or memory that cannot be had).
-    #[error("executing step `{step}` on the CPU executor")]
+    #[error("executing step `{step}` on the CPU")]
     Executor {
         /// The step's name.
         step: String,

@@ -8,13 +8,18 @@
 //!   options (target, profile, schedule choices), the step's `grad`s differentiated for the
 //!   references, and with tensor parallelism the plan and each rank's phases compiled: a
 //!   [`Step`].
+//! - [`device`]: a compiled program on the GPU (tessel-cuda): its PTX module loaded, its
+//!   buffers allocated and uploaded, its launches run once or handed to the timers;
+//!   [`execute`]: the same program on the CPU kernel-IR executor (tessel-ref).
 //! - [`make_inputs`]: a step's inputs in parameter order, bound by name from a checkpoint, a
 //!   safetensors file, iota fills, or seeded random ([`InputSpec`]).
 //!
 //! Errors are one typed [`Error`]: source diagnostics carry the diagnostics and their
 //! rendered report; weights, compile and device errors keep their cause.
 
+pub mod device;
 mod error;
+mod exec;
 mod inputs;
 mod source;
 mod step;
@@ -22,6 +27,7 @@ pub mod weights;
 pub mod words;
 
 pub use error::{Error, RequestError, SourceDiagnostics, UnboundDims, WeightsError};
+pub use exec::execute;
 pub use inputs::{make_inputs, st_dtype, InputSpec};
 pub use source::Source;
 pub use step::{Config, Step};

@@ -2,7 +2,7 @@
 //! (→ `grad` for the references → tensor-parallel plan and ranks) that every user of the
 //! compiler runs.
 
-use crate::error::{Error, RequestError, SourceDiagnostics, UnboundDims};
+use crate::error::{Error, RequestError, SourceDiagnostics, UnboundDims, WeightsError};
 use crate::source::Source;
 use crate::weights::{StepWeights, Weights};
 use crate::words::plural;
@@ -11,6 +11,7 @@ use tessel_ir::graph::Graph;
 use tessel_ir::kernel::Program;
 use tessel_ir::ranks::Rank;
 use tessel_passes::{check, compile, Compiled, Options};
+use tessel_ref::Tensor;
 use tessel_syntax::ast::FuncKind;
 
 /// How to compile a step.
@@ -47,6 +48,70 @@ pub struct Step {
 }
 
 impl Step {
+    /// The step's inputs in parameter order, taken by name from `named`: each must be a
+    /// parameter of the step and have its dtype and shape exactly (nothing is converted),
+    /// and every parameter must be given once.
+    ///
+    /// # Errors
+    /// [`Error::Weights`] listing every name that is missing, unknown, given twice or of
+    /// the wrong type.
+    pub fn inputs_by_name(&self, named: Vec<(String, Tensor)>) -> Result<Vec<Tensor>, Error> {
+        let p = &self.compiled.program;
+        let mut slots: Vec<Option<Tensor>> = vec![None; p.inputs.len()];
+        let mut problems = Vec::new();
+        for (name, t) in named {
+            let Some(i) = p.inputs.iter().position(|(n, _)| *n == name) else {
+                problems.push(format!("step `{}` has no input `{name}`", self.name));
+                continue;
+            };
+            let ty = &p.buffers[p.inputs[i].1].ty;
+            if t.ty != *ty {
+                problems.push(format!(
+                    "input `{name}` of step `{}` is {ty}, given {}",
+                    self.name, t.ty
+                ));
+            } else if slots[i].replace(t).is_some() {
+                problems.push(format!("input `{name}` is given twice"));
+            }
+        }
+        for ((name, _), slot) in p.inputs.iter().zip(&slots) {
+            if slot.is_none() && !problems.iter().any(|m| m.contains(&format!("`{name}`"))) {
+                problems.push(format!(
+                    "input `{name}` of step `{}` is not given",
+                    self.name
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(WeightsError::new(problems.join("\n")).into());
+        }
+        Ok(slots.into_iter().flatten().collect())
+    }
+
+    /// Runs the step once on the GPU: its module loaded, `inputs` (parameter order, as
+    /// [`Step::inputs_by_name`] gives them) uploaded, every kernel launched in order and
+    /// checked, the outputs (in `compiled.program.outputs` order) read back.
+    ///
+    /// # Errors
+    /// [`Error::LoadModule`], [`Error::Kernel`], [`Error::Device`] from the runtime;
+    /// [`Error::Ptx`] for a kernel the writer cannot print.
+    pub fn run_gpu(&self, gpu: &tessel_cuda::Gpu, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        crate::device::run_once(gpu, &self.compiled.program, &self.compiled.ptx, inputs)
+    }
+
+    /// Runs the step once on the CPU kernel-IR executor, which follows every kernel's
+    /// reduction order: in `exact`, the GPU's bits.
+    ///
+    /// # Errors
+    /// [`Error::Executor`].
+    pub fn run_executor(&self, inputs: &[Tensor]) -> Result<Vec<Tensor>, Error> {
+        crate::execute(
+            &self.compiled.program,
+            inputs,
+            &tessel_ref::ExecOptions::default(),
+        )
+    }
+
     /// With tensor parallelism: the ranks' programs, to run.
     pub fn rank_programs(&self) -> Option<Vec<Rank<Program>>> {
         self.ranks

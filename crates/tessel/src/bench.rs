@@ -238,7 +238,7 @@ pub fn bench(
             sets.push(set);
         }
         println!("step {} ({} buffer copies rotated)", step.name, copies);
-        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect::<Result<_>>()?;
+        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect::<Result<_, _>>()?;
         // One timing per fusion group: a split-K matmul's two kernels are timed together.
         let c = &step.compiled;
         let mut groups: Vec<(tessel_ir::Group, Vec<usize>)> = Vec::new();

@@ -104,7 +104,7 @@ pub fn invariance(
     let ptx = target.ptx_header();
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {
-            Some(g) => device::run_once(g, p, &ptx, inputs),
+            Some(g) => Ok(device::run_once(g, p, &ptx, inputs)?),
             None => execute(p, inputs, "executor"),
         }
     };
