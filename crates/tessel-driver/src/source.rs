@@ -57,6 +57,36 @@ impl Source {
         }
     }
 
+    /// Parses `text`, a program of one file without imports (a generated program, a test's
+    /// string), named `name` in its diagnostics.
+    ///
+    /// # Errors
+    /// [`Error::Source`] for syntax errors, whose report ends `N syntax errors in NAME`.
+    pub fn parse(name: &str, text: &str, color: bool) -> Result<Source, Error> {
+        let mut sources = SourceMap::new();
+        sources.add(name, name, text.to_string());
+        match tessel_syntax::parse(text) {
+            Ok(module) => Ok(Source {
+                name: name.to_string(),
+                sources,
+                module,
+                color,
+            }),
+            Err(diagnostics) => {
+                let rendered = format!(
+                    "{}\n{} in {name}",
+                    render(&diagnostics, &sources, color),
+                    plural(diagnostics.len(), "syntax error")
+                );
+                Err(SourceDiagnostics {
+                    diagnostics,
+                    rendered,
+                }
+                .into())
+            }
+        }
+    }
+
     /// The named file's own items (imports included, imported items not), with the shared
     /// expression arena: what `tessel build --emit ast` prints.
     pub fn root_module(&self) -> Module {

@@ -279,9 +279,15 @@ impl Source {
         Ok(weights.bind(func, &inputs)?)
     }
 
-    /// Compiles the checked step; with tensor parallelism, also its plan and the ranks'
-    /// programs (tessel-passes `tp::ranks`, each phase compiled, split-K off).
-    fn compile_checked(
+    /// Compiles step `name`, checked as `checked` ([`Source::check_step`]'s graph, which a
+    /// caller that needs it keeps a copy of), with `weights` bound; with tensor
+    /// parallelism, also its plan and the ranks' programs (tessel-passes `tp::ranks`, each
+    /// phase compiled, split-K off).
+    ///
+    /// # Errors
+    /// [`Error::Compile`] when a pass fails; [`Error::Transform`] when `grad` or the
+    /// tensor-parallel split fails.
+    pub fn compile_checked(
         &self,
         name: &str,
         checked: Graph,
