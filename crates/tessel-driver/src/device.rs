@@ -3,8 +3,8 @@
 
 use crate::Error;
 use tessel_cuda::{
-    Arg, Buffer, Gpu, KernelCall, Launch, Module, TensorMap, TensorMapDtype, TensorMapSwizzle,
-    TiledMap,
+    check_buffers, Arg, Buffer, BufferRequirement, ExternalBuffer, ExternalStream, Gpu, KernelCall,
+    Launch, Module, TensorMap, TensorMapDtype, TensorMapSwizzle, TiledMap,
 };
 use tessel_ir::kernel::{
     BufferRole, LaunchArg, Program, TensorMapDesc, TensorMapSwizzle as IrSwizzle,
@@ -132,6 +132,11 @@ impl Loaded<'_> {
 /// # Errors
 /// A map `tessel_cuda`'s host check or the driver rejects.
 pub fn tensor_map(t: &TensorMapDesc, buffer: &Buffer) -> Result<TensorMap> {
+    Ok(TensorMap::encode_tiled(buffer, &tiled_map(t))?)
+}
+
+/// The runtime's form of the tensor map a launch describes.
+fn tiled_map(t: &TensorMapDesc) -> TiledMap {
     let dtype = match t.dtype {
         DType::Bf16 => TensorMapDtype::Bf16,
         DType::F16 => TensorMapDtype::F16,
@@ -146,15 +151,14 @@ pub fn tensor_map(t: &TensorMapDesc, buffer: &Buffer) -> Result<TensorMap> {
         IrSwizzle::B128 => TensorMapSwizzle::B128,
     };
     let rank = t.rank.clamp(1, 5) as usize;
-    let map = TiledMap {
+    TiledMap {
         dtype,
         dims: t.dims[..rank].to_vec(),
         strides: t.strides[..rank - 1].to_vec(),
         box_dims: t.box_dims[..rank].to_vec(),
         swizzle,
         offset: 0,
-    };
-    Ok(TensorMap::encode_tiled(buffer, &map)?)
+    }
 }
 
 /// The launches of `p`, loaded as `module`, as data: `buffers[i]` is the program's buffer i.
@@ -202,4 +206,155 @@ pub fn run_once(gpu: &Gpu, p: &Program, h: &PtxHeader, inputs: &[Tensor]) -> Res
     let l = load(gpu, p, h, inputs)?;
     l.run(gpu)?;
     l.outputs()
+}
+
+/// The alignment every buffer of a program needs, bytes: its widest access (a 16-byte
+/// vector load or store, a TMA tile) — what an owned buffer from `cuMemAlloc` always has.
+pub const BUFFER_ALIGN: u64 = 16;
+
+/// What each of `p`'s buffers needs of memory bound to it, in `p.buffers` order: its name,
+/// its bytes (`ty.size_bytes()`) and [`BUFFER_ALIGN`].
+pub fn external_requirements(p: &Program) -> Vec<BufferRequirement> {
+    p.buffers
+        .iter()
+        .map(|(_, decl)| BufferRequirement {
+            name: decl.name.clone(),
+            bytes: decl.ty.size_bytes(),
+            align: BUFFER_ALIGN,
+        })
+        .collect()
+}
+
+/// Enqueues every launch of `p`, loaded as `module`, on `stream` over `buffers`: memory
+/// tessel does not own, one per program buffer in `p.buffers` order (inputs, outputs,
+/// `inout`s and intermediates alike; the caller fills the inputs and reads the outputs, in
+/// `stream`'s order). Nothing is allocated, copied or synchronized here (except in checked
+/// mode, where each launch is waited for). The safety contract is tessel-cuda's
+/// ([`tessel_cuda::external`]): the memory and the stream outlive the launches.
+///
+/// # Errors
+/// [`Error::Device`] with [`tessel_cuda::Error::External`] when the buffers do not fit
+/// [`external_requirements`] (checked before any launch); [`Error::Kernel`] when a launch is
+/// refused or faults; [`Error::Device`] for a tensor map the driver rejects.
+pub fn launch_external(
+    gpu: &Gpu,
+    module: &Module,
+    p: &Program,
+    stream: &ExternalStream,
+    buffers: &[ExternalBuffer],
+) -> Result<()> {
+    check_buffers(&external_requirements(p), buffers).map_err(tessel_cuda::Error::from)?;
+    for l in &p.launches {
+        let k = &p.kernels[l.kernel];
+        let args = l
+            .args
+            .iter()
+            .map(|a| {
+                Ok(match a {
+                    LaunchArg::Buffer(b) => Arg::External(buffers[b.as_u32() as usize]),
+                    LaunchArg::U32(x) => Arg::U32(*x),
+                    LaunchArg::TensorMap(t) => Arg::TensorMap(TensorMap::encode_tiled_external(
+                        gpu,
+                        &buffers[t.buffer.as_u32() as usize],
+                        &tiled_map(t),
+                    )?),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let launch = Launch {
+            grid: k.grid,
+            block: k.block,
+            shared_bytes: k.dynamic_shared_bytes(),
+        };
+        module
+            .launch_on(stream, &k.name, launch, &args)
+            .map_err(|error| Error::Kernel {
+                kernel: k.name.clone(),
+                error,
+            })?;
+    }
+    Ok(())
+}
+
+/// A tensor in memory tessel does not own, named as a program buffer: a step input or
+/// output by its name, an intermediate by its buffer name (`t3`).
+#[derive(Debug, Clone)]
+pub struct ExternalTensor {
+    /// The input's, output's or intermediate's name.
+    pub name: String,
+    /// Its element type.
+    pub dtype: DType,
+    /// Its shape, elements per dim, row-major and contiguous.
+    pub shape: Vec<u64>,
+    /// Its memory.
+    pub buffer: ExternalBuffer,
+}
+
+/// The memory of every buffer of `p`, in `p.buffers` order, from `tensors` by name (an
+/// `inout` buffer by its input or its output name, or both when they are the same memory),
+/// each of the buffer's dtype and shape exactly, then checked against
+/// [`external_requirements`]: what [`launch_external`] takes.
+///
+/// # Errors
+/// [`Error::Weights`] listing every unknown name, buffer given twice with two memories,
+/// buffer not given and dtype or shape that differs; [`Error::Device`] with
+/// [`tessel_cuda::Error::External`] for memory too short or misaligned.
+pub fn bind_external(p: &Program, tensors: &[ExternalTensor]) -> Result<Vec<ExternalBuffer>> {
+    let buffer_of = |name: &str| {
+        p.inputs
+            .iter()
+            .chain(&p.outputs)
+            .find(|(n, _)| n == name)
+            .map(|(_, b)| *b)
+            .or_else(|| {
+                p.buffers
+                    .iter()
+                    .find(|(_, d)| d.role == BufferRole::Temp && d.name == name)
+                    .map(|(b, _)| b)
+            })
+    };
+    let mut bound: Vec<Option<ExternalBuffer>> = vec![None; p.buffers.len()];
+    let mut problems = Vec::new();
+    for t in tensors {
+        let Some(b) = buffer_of(&t.name) else {
+            problems.push(format!("step `{}` has no buffer `{}`", p.name, t.name));
+            continue;
+        };
+        let ty = &p.buffers[b].ty;
+        if t.dtype != ty.dtype || t.shape != ty.shape.0 {
+            problems.push(format!(
+                "`{}` is {ty}, given {}{}",
+                t.name,
+                t.dtype,
+                tessel_ir::Shape(t.shape.clone())
+            ));
+            continue;
+        }
+        let slot = &mut bound[b.as_u32() as usize];
+        match slot {
+            Some(prev) if *prev != t.buffer => {
+                problems.push(format!("`{}` is given twice, with two memories", t.name))
+            }
+            _ => *slot = Some(t.buffer),
+        }
+    }
+    for (b, decl) in p.buffers.iter() {
+        if bound[b.as_u32() as usize].is_none() {
+            let name = p
+                .inputs
+                .iter()
+                .chain(&p.outputs)
+                .find(|(_, x)| *x == b)
+                .map_or(decl.name.as_str(), |(n, _)| n.as_str());
+            if !problems.iter().any(|m| m.contains(&format!("`{name}`"))) {
+                problems.push(format!("`{name}` ({}) is not given", decl.ty));
+            }
+        }
+    }
+    if !problems.is_empty() {
+        return Err(crate::WeightsError::new(problems.join("\n")).into());
+    }
+    let buffers: Vec<ExternalBuffer> = bound.into_iter().flatten().collect();
+    check_buffers(&external_requirements(p), &buffers).map_err(tessel_cuda::Error::from)?;
+    Ok(buffers)
 }

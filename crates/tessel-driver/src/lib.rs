@@ -9,7 +9,10 @@
 //!   references, and with tensor parallelism the plan and each rank's phases compiled: a
 //!   [`Step`].
 //! - [`device`]: a compiled program on the GPU (tessel-cuda): its PTX module loaded, its
-//!   buffers allocated and uploaded, its launches run once or handed to the timers;
+//!   buffers allocated and uploaded, its launches run once or handed to the timers; or, on
+//!   memory and a stream the caller owns (a framework's tensors), its buffers bound by name,
+//!   dtype and shape ([`device::bind_external`]) and its launches enqueued
+//!   ([`device::launch_external`]) under tessel-cuda's safety contract;
 //!   [`execute`]: the same program on the CPU kernel-IR executor (tessel-ref).
 //! - [`make_inputs`]: a step's inputs in parameter order, bound by name from a checkpoint, a
 //!   safetensors file, iota fills, or seeded random ([`InputSpec`]).

@@ -115,3 +115,89 @@ fn inputs_by_name_reports_every_problem() {
     assert!(m.contains("step `add` has no input `z`"), "{m}");
     assert!(m.contains("input `y` of step `add` is not given"), "{m}");
 }
+
+#[test]
+fn external_memory_must_fit_every_buffer_of_the_program() {
+    use tessel_cuda::{check_buffers, ExternalBuffer, ExternalError};
+    use tessel_driver::device::{external_requirements, BUFFER_ALIGN};
+    let src = Source::load(&file("external.tsl", ADD), false).expect("loads");
+    let step = src
+        .compile_step("add", &config(5), &Weights::none())
+        .expect("compiles");
+    let need = external_requirements(&step.compiled.program);
+    assert_eq!(need.len(), step.compiled.program.buffers.len());
+    assert!(
+        need.iter()
+            .all(|r| r.bytes == 20 && r.align == BUFFER_ALIGN),
+        "{need:?}"
+    );
+    // SAFETY: never launched on; only the host checks read them.
+    let fits: Vec<ExternalBuffer> = (0..need.len() as u64)
+        .map(|i| unsafe { ExternalBuffer::from_raw(0x10_0000 + i * 256, 20) }.expect("valid"))
+        .collect();
+    assert_eq!(check_buffers(&need, &fits), Ok(()));
+    assert!(matches!(
+        check_buffers(&need, &fits[1..]),
+        Err(ExternalError::Count { .. })
+    ));
+    // SAFETY: as above.
+    let odd = unsafe { ExternalBuffer::from_raw(0x10_0004, 20) }.expect("valid");
+    let mut misaligned = fits.clone();
+    misaligned[0] = odd;
+    assert!(matches!(
+        check_buffers(&need, &misaligned),
+        Err(ExternalError::Misaligned { .. })
+    ));
+}
+
+#[test]
+fn external_tensors_are_bound_by_name_dtype_and_shape() {
+    use tessel_cuda::ExternalBuffer;
+    use tessel_driver::device::{bind_external, ExternalTensor};
+    let src = Source::load(&file("bind_external.tsl", ADD), false).expect("loads");
+    let step = src
+        .compile_step("add", &config(5), &Weights::none())
+        .expect("compiles");
+    let p = &step.compiled.program;
+    let at = |i: u64| {
+        // SAFETY: never launched on; only the host checks read it.
+        unsafe { ExternalBuffer::from_raw(0x20_0000 + i * 256, 20) }.expect("valid")
+    };
+    let tensor = |name: &str, dtype, i| ExternalTensor {
+        name: name.into(),
+        dtype,
+        shape: vec![5],
+        buffer: at(i),
+    };
+    let mut all: Vec<ExternalTensor> = p
+        .inputs
+        .iter()
+        .chain(&p.outputs)
+        .enumerate()
+        .map(|(i, (n, _))| tensor(n, DType::F32, i as u64))
+        .collect();
+    all.extend(
+        p.buffers
+            .iter()
+            .filter(|(_, d)| d.role == tessel_ir::kernel::BufferRole::Temp)
+            .enumerate()
+            .map(|(i, (_, d))| tensor(&d.name, DType::F32, 100 + i as u64)),
+    );
+    let bound = bind_external(p, &all).expect("binds");
+    assert_eq!(bound.len(), p.buffers.len());
+    // The wrong dtype, and nothing for `y`.
+    let wrong = vec![tensor("x", DType::Bf16, 0)];
+    let Err(Error::Weights(e)) = bind_external(p, &wrong) else {
+        panic!("expected a binding error");
+    };
+    assert!(
+        e.message().contains("`x` is f32[5], given bf16[5]"),
+        "{}",
+        e.message()
+    );
+    assert!(
+        e.message().contains("`y` (f32[5]) is not given"),
+        "{}",
+        e.message()
+    );
+}
