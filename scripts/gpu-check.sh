@@ -4,7 +4,10 @@
 #      examples at T=4096 (RoPE at positions 0.. and 127000..) and the test programs at odd shapes;
 #   2. tessel bench: time and bandwidth of every kernel against the measured copy bandwidth;
 #   3. compute-sanitizer memcheck on every example, racecheck on the shared-memory kernels;
-#   4. tests/gpu/hf_compare.py: the same inputs through Hugging Face transformers.
+#   4. tests/gpu/hf_compare.py: the same inputs through Hugging Face transformers;
+#   5. the runtime's launches on memory and a stream it does not own (tessel-cuda's
+#      tests/external.rs, and a compiled step on such memory in tessel-driver's tests/gpu.rs,
+#      as the Python package will launch on torch's tensors and stream).
 # Usage: scripts/gpu-check.sh BIN OUTDIR   (BIN: a release build of tessel). Writes a few logs
 # and results.tar (the JSON records) to OUTDIR; exits non-zero if any step failed.
 set -uo pipefail
@@ -43,6 +46,8 @@ for start in 0 127000; do
   done
   step "hf-compare-pos$start" hf.log python3 tests/gpu/hf_compare.py $D --json "$OUT/json/hf_compare_pos$start.json"
 done
+step cuda-external runtime.log cargo test --release -p tessel-cuda --test external -- --ignored --test-threads=1
+step driver-external runtime.log cargo test --release -p tessel-driver --test gpu -- --ignored --test-threads=1
 tar -C "$OUT" -cf "$OUT/results.tar" json && rm -rf "$OUT/json"
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
 echo "gpu-check: all steps passed"

@@ -79,6 +79,9 @@ pub enum Error {
     /// A caller error detected before anything reached the GPU.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// External memory that does not fit a launch, found on the host.
+    #[error("invalid external buffer: {0}")]
+    External(#[from] crate::ExternalError),
     /// A tensor map that `cuTensorMapEncodeTiled` would reject, found on the host.
     #[error("invalid tensor map: {0}")]
     TensorMap(#[from] crate::TensorMapError),

@@ -5,6 +5,10 @@
 //!   [`Gpu::open`] returns [`Error::NoGpu`] (never panics) on a machine without a driver or GPU.
 //! - [`Buffer`]: untyped device bytes; upload, download, poison with a byte pattern.
 //! - [`Module`]: PTX loaded by the driver's JIT; [`Module::launch`] runs one kernel.
+//! - External memory ([`external`]): [`ExternalBuffer`] and [`ExternalStream`], device
+//!   pointers and a stream tessel does not own (a framework's tensors and current stream),
+//!   checked on the host ([`check_buffers`]) and launched on with [`Module::launch_on`];
+//!   the module documents the safety contract.
 //! - [`TensorMap`]: a TMA tensor map encoded on the host (`cuTensorMapEncodeTiled`) from a
 //!   [`TiledMap`] checked first ([`TensorMapError`]), passed by value as [`Arg::TensorMap`].
 //! - Timing: [`Gpu::time_graph`] (CUDA-graph replays between CUDA events, the benchmark
@@ -19,6 +23,7 @@ mod bandwidth;
 mod blas;
 mod buffer;
 mod error;
+pub mod external;
 mod gpu;
 mod module;
 pub mod nccl;
@@ -29,6 +34,9 @@ pub use bandwidth::{measure_copy_bandwidth, Bandwidth};
 pub use blas::{Blas, GemmType, Layout};
 pub use buffer::Buffer;
 pub use error::Error;
+pub use external::{
+    check_buffers, BufferRequirement, ExternalBuffer, ExternalError, ExternalStream,
+};
 pub use gpu::{Gpu, Properties};
 pub use module::{Arg, Launch, Module};
 pub use tensor_map::{TensorMap, TensorMapDtype, TensorMapError, TensorMapSwizzle, TiledMap};

@@ -54,6 +54,9 @@ pub enum Arg<'a> {
     U64(u64),
     /// A `.param .align 64 .b8 p[128]`: a tensor map by value.
     TensorMap(crate::TensorMap),
+    /// A `.param .u64` holding the address of memory tessel does not own (see
+    /// [`crate::external`]'s safety contract).
+    External(crate::ExternalBuffer),
 }
 
 struct Function {
@@ -136,7 +139,14 @@ impl Module {
         self.gpu.check_after(kernel)
     }
 
-    fn enqueue(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
+    /// Checks a launch and returns its function, with the dynamic shared memory limit raised
+    /// as the launch needs: what both launch paths do before enqueueing.
+    pub(crate) fn prepare(
+        &self,
+        kernel: &str,
+        launch: Launch,
+        args: &[Arg<'_>],
+    ) -> Result<CudaFunction, Error> {
         self.validate(kernel, launch, args)?;
         let (function, max_dynamic_shared) = self.function(kernel)?;
         if launch.shared_bytes > DEFAULT_MAX_DYNAMIC_SHARED
@@ -144,6 +154,11 @@ impl Module {
         {
             self.raise_shared_limit(kernel, &function, launch.shared_bytes)?;
         }
+        Ok(function)
+    }
+
+    fn enqueue(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
+        let function = self.prepare(kernel, launch, args)?;
 
         let stream = self.gpu.stream();
         let mut builder = stream.launch_builder(&function);
@@ -155,6 +170,7 @@ impl Module {
                 Arg::F32(v) => builder.arg(v),
                 Arg::U64(v) => builder.arg(v),
                 Arg::TensorMap(t) => builder.arg(t),
+                Arg::External(b) => builder.arg(&b.address),
             };
         }
         let config = LaunchConfig {

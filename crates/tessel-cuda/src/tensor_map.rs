@@ -209,16 +209,36 @@ impl TensorMap {
     /// [`Error::TensorMap`] for a map the rules reject; [`Error::Driver`] if the driver
     /// still refuses it.
     pub fn encode_tiled(buffer: &Buffer, map: &TiledMap) -> Result<TensorMap, Error> {
-        let address = buffer.device_ptr();
-        map.validate(address, buffer.len() as u64)?;
+        Self::encode_at(buffer.gpu(), buffer.device_ptr(), buffer.len() as u64, map)
+    }
+
+    /// Encodes `map` over `buffer`, memory tessel does not own, in `gpu`'s context, after
+    /// [`TiledMap::validate`] (which checks the address's alignment and that the map stays
+    /// inside the buffer).
+    ///
+    /// # Errors
+    /// As [`TensorMap::encode_tiled`].
+    pub fn encode_tiled_external(
+        gpu: &crate::Gpu,
+        buffer: &crate::ExternalBuffer,
+        map: &TiledMap,
+    ) -> Result<TensorMap, Error> {
+        Self::encode_at(gpu, buffer.address(), buffer.len(), map)
+    }
+
+    fn encode_at(
+        gpu: &crate::Gpu,
+        address: u64,
+        len: u64,
+        map: &TiledMap,
+    ) -> Result<TensorMap, Error> {
+        map.validate(address, len)?;
         let rank = map.dims.len();
         let esz = map.dtype.size_bytes();
         let strides: Vec<u64> = map.strides.clone();
         let elem_strides = [1u32; 5];
         let mut raw = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-        buffer
-            .gpu()
-            .context()
+        gpu.context()
             .bind_to_thread()
             .map_err(Error::driver("binding the context to encode a tensor map"))?;
         // SAFETY: the arrays hold `rank` (dims, box, element strides) and `rank - 1`

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use tessel_driver::{Config, Error as DriverError, Source, StepWeights};
 use tessel_ir::kernel::Program;
 use tessel_passes::{Options, Profile, Target};
 use tessel_ref::Tensor;
@@ -186,14 +187,14 @@ fn run_inner(
     device: Option<Device>,
     trace: &mut Trace,
 ) -> Outcome {
-    let module = match tessel_syntax::parse(source) {
-        Ok(m) => m,
-        Err(d) => return Outcome::Rejected(first_message(&d)),
+    let src = match Source::parse("fuzz.tsl", source, false) {
+        Ok(s) => s,
+        Err(e) => return rejected_or_error(e),
     };
     let dims: BTreeMap<String, u64> = dims.iter().cloned().collect();
-    let graph = match tessel_passes::check::run(&module, step, &dims) {
+    let graph = match src.check_step(step, &dims) {
         Ok(g) => g,
-        Err(d) => return Outcome::Rejected(first_message(&d)),
+        Err(e) => return rejected_or_error(e),
     };
     let opts = Options {
         target: device.map_or_else(Target::h200, |d| d.target.clone()),
@@ -204,10 +205,24 @@ fn run_inner(
         wgmma_pingpong: device.as_ref().is_some_and(|d| d.wgmma_pingpong),
         wgmma_attention: device.as_ref().is_some_and(|d| d.wgmma_attention),
     };
-    let compiled = match tessel_passes::compile(&graph, &opts) {
-        Ok(c) => c,
-        Err(e) => return Outcome::Error(format!("compile: {e}: {:?}", e)),
+    let config = Config {
+        dims,
+        options: opts,
+        tp: None,
     };
+    // `compiled` from `check`'s graph; `judged_graph` with every `grad(...)` differentiated,
+    // as the CLI judges it (`tessel check`): the backward is the program's own math, op for op.
+    let (compiled, judged_graph) =
+        match src.compile_checked(step, graph.clone(), StepWeights::default(), &config) {
+            Ok(s) => (s.compiled, s.checked),
+            Err(DriverError::Compile { error: e, .. }) => {
+                return Outcome::Error(format!("compile: {e}: {:?}", e))
+            }
+            Err(DriverError::Transform { message, .. }) => {
+                return Outcome::Error(format!("grad: {message}"))
+            }
+            Err(e) => return Outcome::Error(e.to_string()),
+        };
     let p = &compiled.program;
     trace
         .schedules
@@ -236,12 +251,6 @@ fn run_inner(
             Err(e) => return Outcome::Error(format!("device: {e}")),
         },
         None => None,
-    };
-    // The references judge the program with every `grad(...)` differentiated, as the CLI
-    // does (`tessel check`): the backward is the program's own math, op for op.
-    let judged_graph = match tessel_passes::grad::run(&graph) {
-        Ok(g) => g,
-        Err(e) => return Outcome::Error(format!("grad: {e}")),
     };
     let judged =
         match tessel_ref::judge::judge_step(&judged_graph, p, &inputs, &exec, gpu.as_deref()) {
@@ -273,6 +282,33 @@ fn run_inner(
         Outcome::Pass
     } else {
         Outcome::Fail(wrong.join("; "))
+    }
+}
+
+/// A front-end error as a case's outcome: diagnostics reject the program (the first one
+/// says why); anything else is an error.
+pub(crate) fn rejected_or_error<O: From<Rejection>>(e: DriverError) -> O {
+    match e {
+        DriverError::Source(d) => Rejection::Rejected(first_message(&d.diagnostics)).into(),
+        DriverError::UnboundDims(u) => {
+            Rejection::Rejected(first_message(&u.source_report.diagnostics)).into()
+        }
+        e => Rejection::Error(e.to_string()).into(),
+    }
+}
+
+/// Why the front end did not hand a case on.
+pub(crate) enum Rejection {
+    Rejected(String),
+    Error(String),
+}
+
+impl From<Rejection> for Outcome {
+    fn from(r: Rejection) -> Outcome {
+        match r {
+            Rejection::Rejected(m) => Outcome::Rejected(m),
+            Rejection::Error(m) => Outcome::Error(m),
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //! does: heads split through odd reshapes, a bias or a table sliced per rank, caches
 //! updated by heads, reductions and concats beside the split axis.
 
-use crate::run::{first_message, panic_message};
+use crate::run::{panic_message, rejected_or_error, Rejection};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use tessel_ir::kernel::Program;
@@ -29,6 +29,15 @@ pub enum TpOutcome {
     Differ(String),
     /// Partitioned but failed to compile or run, or panicked: a defect too.
     Error(String),
+}
+
+impl From<Rejection> for TpOutcome {
+    fn from(r: Rejection) -> TpOutcome {
+        match r {
+            Rejection::Rejected(m) => TpOutcome::Rejected(m),
+            Rejection::Error(m) => TpOutcome::Error(m),
+        }
+    }
 }
 
 impl TpOutcome {
@@ -82,14 +91,14 @@ fn tp_inner(
     sizes: &[u32],
     device: Option<RunRanks>,
 ) -> TpOutcome {
-    let module = match tessel_syntax::parse(source) {
-        Ok(m) => m,
-        Err(d) => return TpOutcome::Rejected(first_message(&d)),
+    let src = match tessel_driver::Source::parse("fuzz.tsl", source, false) {
+        Ok(s) => s,
+        Err(e) => return rejected_or_error(e),
     };
     let dims: BTreeMap<String, u64> = dims.iter().cloned().collect();
-    let g = match tessel_passes::check::run(&module, step, &dims) {
+    let g = match src.check_step(step, &dims) {
         Ok(g) => g,
-        Err(d) => return TpOutcome::Rejected(first_message(&d)),
+        Err(e) => return rejected_or_error(e),
     };
     let largest = sizes.iter().copied().max().unwrap_or(1);
     match plan(&g, largest) {

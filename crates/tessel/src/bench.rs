@@ -5,11 +5,11 @@
 use crate::device::{self, open_gpu};
 use crate::frontend::{compile_steps, load, options, step_params, target_for, Step};
 use crate::inputs::{make_inputs, note_unused};
-use crate::weights::Weights;
 use crate::{CompileArgs, InputArgs};
 use anyhow::Result;
 use serde_json::json;
 use std::path::Path;
+use tessel_driver::Weights;
 use tessel_ir::DType;
 use tessel_passes::{Compiled, Peaks};
 
@@ -187,7 +187,7 @@ pub fn bench(
         props.name, bw.median_gb_s
     );
     let src = load(file)?;
-    let weights = Weights::from_args(in_args)?;
+    let weights = Weights::open(&in_args.spec())?;
     let (target, from) = target_for(args, Some(&gpu));
     println!(
         "target: {} ({}, from {from}){}",
@@ -238,7 +238,7 @@ pub fn bench(
             sets.push(set);
         }
         println!("step {} ({} buffer copies rotated)", step.name, copies);
-        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect::<Result<_>>()?;
+        let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect::<Result<_, _>>()?;
         // One timing per fusion group: a split-K matmul's two kernels are timed together.
         let c = &step.compiled;
         let mut groups: Vec<(tessel_ir::Group, Vec<usize>)> = Vec::new();

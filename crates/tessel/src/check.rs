@@ -6,13 +6,13 @@ use crate::cpu::execute;
 use crate::device;
 use crate::frontend::{bound_dims, compile_step, load, options, step_params, target_for, Step};
 use crate::inputs::make_inputs;
-use crate::weights::Weights;
-use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tessel_driver::words::plural;
+use tessel_driver::Weights;
 use tessel_passes::check as check_pass;
 use tessel_ref::judge::GpuJudgement;
 
@@ -57,7 +57,7 @@ pub fn check(
             bail!("cannot read {}: no such file", f.display());
         }
     }
-    let weights = Weights::from_args(in_args)?;
+    let weights = Weights::open(&in_args.spec())?;
     let sources: Vec<_> = files.iter().map(|f| (f, load(f))).collect();
     if let Some(step) = &args.step {
         let has = |src: &crate::frontend::Source| check_pass::steps(&src.module).contains(step);
@@ -131,7 +131,9 @@ pub fn check(
                     // Over the default list, an example needing dims the command line did
                     // not give is not checked (and says so); a file named explicitly must
                     // compile.
-                    if let Some(u) = e.downcast_ref::<crate::frontend::UnboundDims>() {
+                    if let Some(tessel_driver::Error::UnboundDims(u)) =
+                        e.downcast_ref::<tessel_driver::Error>()
+                    {
                         if every_example {
                             println!(
                                 "{} step {}: SKIPPED — needs --dim {}",

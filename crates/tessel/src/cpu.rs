@@ -1,10 +1,10 @@
 //! Running a compiled [`Program`] on the CPU kernel-IR executor (`tessel-ref`), with a
 //! progress bar: `run --cpu`, `check` and `invariance` without a GPU.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tessel_ir::kernel::Program;
-use tessel_ref::{run_program_with, ExecOptions, Tensor};
+use tessel_ref::{ExecOptions, Tensor};
 
 /// A bar over the CTAs the executor runs. It stays hidden until the executor reports how
 /// many there are: drawn at length 0, indicatif shows a full bar at "0/0".
@@ -33,10 +33,7 @@ pub fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<Tensor>
     let opts = ExecOptions {
         progress: Some(&cb),
     };
-    let r = run_program_with(p, inputs, &opts);
+    let r = tessel_driver::execute(p, inputs, &opts);
     pb.finish_and_clear();
-    Ok(
-        r.with_context(|| format!("executing step `{}` on the CPU", p.name))?
-            .0,
-    )
+    Ok(r?)
 }

@@ -4,11 +4,11 @@
 
 use crate::device;
 use crate::frontend::{compile_steps, load, options, target_for};
-use crate::weights::Weights;
-use crate::words::plural;
 use crate::CompileArgs;
 use anyhow::Result;
 use std::path::Path;
+use tessel_driver::words::plural;
+use tessel_driver::Weights;
 use tessel_ir::kernel::BufferRole;
 
 /// `tessel explain`; with `--tp`, each step's tensor-parallel plan and rank 0's phases

@@ -1,15 +1,16 @@
-//! Source to compiled program: read (a file and its imports), parse, check, compile — with
-//! diagnostics rendered for the terminal, each against the file it lies in.
+//! The command line's side of compiling: the options and target a command's arguments
+//! give, and `tessel-driver`'s source → compiled step sequence called with them, its
+//! diagnostics coloured when stderr is a terminal.
 
-use crate::weights::{StepWeights, Weights};
 use crate::CompileArgs;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::path::Path;
-use tessel_passes::{check, compile, Compiled, Options, Target};
-use tessel_syntax::ast::{FuncKind, Module};
-use tessel_syntax::{Diagnostic, LoadError, SourceMap};
+use tessel_driver::{Config, Weights};
+use tessel_passes::{Options, Target};
+
+pub use tessel_driver::{Source, Step};
 
 /// The options every command compiles with: `target`, the IR verifier on and the schedule
 /// choices of `args` (`--wgmma-tma`, `--wgmma-attention`, `--no-wgmma-pingpong`; a command's
@@ -79,172 +80,30 @@ pub fn parse_profile(s: &str) -> Result<tessel_passes::Profile, String> {
         .ok_or_else(|| format!("`{s}`: the profiles are exact, invariant and fast"))
 }
 
-/// A program: its file, the files it imports, and their items in one module.
-pub struct Source {
-    /// The file as named on the command line.
-    pub name: String,
-    /// Every file read, the named one first; diagnostics render against it.
-    pub sources: SourceMap,
-    /// The imported `fn`s and `const`s, then the file's own items (see `tessel_syntax::load`).
-    pub module: Module,
-}
-
-impl Source {
-    /// The named file's own items (imports included, imported items not), with the shared
-    /// expression arena: what `tessel build --emit ast` prints.
-    pub fn root_module(&self) -> Module {
-        tessel_syntax::load::root_module(&self.module, &self.sources)
-    }
-}
-
-/// One step, checked and compiled.
-pub struct Step {
-    pub name: String,
-    /// The step as `check` built it, with every `grad(...)` differentiated (the `grad`
-    /// pass run on it alone): what the references evaluate and `--tp` splits. `compiled`
-    /// is compiled from `check`'s graph itself, so that `grad` runs after `attention`.
-    pub checked: tessel_ir::graph::Graph,
-    pub compiled: Compiled,
-    /// Its parameters read from `--weights`, validated against their types.
-    pub weights: StepWeights,
-    /// With `--tp N`: what each of the N ranks runs, its phases compiled (tessel-passes
-    /// `tp::ranks`); `compiled` is still the step as written (its inputs and outputs are
-    /// the ranks' whole ones).
-    pub ranks: Option<Vec<tessel_ir::ranks::Rank<Compiled>>>,
-    /// With `--tp N`: the plan the ranks were made from.
-    pub plan: Option<tessel_passes::tp::TpPlan>,
-}
-
-impl Step {
-    /// With `--tp N`: the ranks' programs, to run.
-    pub fn rank_programs(&self) -> Option<Vec<tessel_ir::ranks::Rank<tessel_ir::kernel::Program>>> {
-        self.ranks
-            .as_ref()
-            .map(|rs| rs.iter().map(|r| r.map(|c| c.program.clone())).collect())
-    }
-}
-
-fn render(diags: &[Diagnostic], sources: &SourceMap) -> String {
-    let color = std::io::stderr().is_terminal();
-    diags
-        .iter()
-        .map(|d| sources.render(d, color))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Reads `path` and the files it imports, and parses them: every command that takes a
 /// source file goes through here. Syntax and import errors are rendered into the error.
 pub fn load(path: &Path) -> Result<Source> {
-    let name = path.display().to_string();
-    match tessel_syntax::load(path) {
-        Ok(l) => Ok(Source {
-            name,
-            sources: l.sources,
-            module: l.module,
-        }),
-        Err(LoadError::Read { error, .. }) => {
-            Err(anyhow::Error::new(error).context(format!("cannot read {name}")))
-        }
-        Err(LoadError::Diagnostics {
-            sources,
-            diagnostics: d,
-        }) => {
-            let syntax = d.iter().all(|d| !d.code.starts_with("E012"));
-            let what = if syntax { "syntax error" } else { "error" };
-            Err(anyhow::Error::new(Rendered(format!(
-                "{}\n{} loading {name}",
-                render(&d, &sources),
-                crate::words::plural(d.len(), what)
-            ))))
-        }
-    }
+    Ok(Source::load(path, std::io::stderr().is_terminal())?)
 }
 
-/// Diagnostics rendered for the terminal: each already says `[E0401] Error: ...`, so `main`
-/// prints them without its own `error: ` prefix.
-#[derive(Debug)]
-pub struct Rendered(pub String);
-
-impl std::fmt::Display for Rendered {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Rendered {}
-
-/// A step whose only errors are dims without a value (E0214): `check` over the default
-/// example list reports it as skipped rather than failed.
-#[derive(Debug)]
-pub struct UnboundDims {
-    pub step: String,
-    pub dims: Vec<String>,
-    rendered: String,
-}
-
-impl std::fmt::Display for UnboundDims {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.rendered)
-    }
-}
-
-impl std::error::Error for UnboundDims {}
-
-/// Checks and compiles the steps `args` selects. Every step is checked and its `--weights`
-/// tensors validated (all problems of all steps reported together) before any is compiled.
+/// Checks and compiles the steps `args` selects, in `args.profile` and with `--tp`. Every
+/// step is checked and its `--weights` tensors validated (all problems of all steps
+/// reported together) before any is compiled.
 pub fn compile_steps(
     src: &Source,
     args: &CompileArgs,
     opts: &Options,
     weights: &Weights,
 ) -> Result<Vec<Step>> {
-    let dims = bound_dims(args)?;
-    let checked: Vec<(String, tessel_ir::graph::Graph)> = step_names(src, args)?
-        .into_iter()
-        .map(|name| check_step(src, &name, &dims).map(|g| (name, g)))
-        .collect::<Result<_>>()?;
-    let mut bound = Vec::new();
-    let mut problems = Vec::new();
-    for (name, graph) in &checked {
-        match bind_weights(src, name, graph, weights) {
-            Ok(w) => bound.push(w),
-            Err(e) => problems.push(format!("{e:#}")),
-        }
-    }
-    if !problems.is_empty() {
-        bail!(problems.join("\n"));
-    }
-    checked
-        .into_iter()
-        .zip(bound)
-        .map(|((name, graph), w)| {
-            compile_checked(src, &name, graph, w, (args.profile, args.tp), opts)
-        })
-        .collect()
-}
-
-/// The `--weights` tensors of step `name`, whose graph is `graph`, validated against the
-/// types `check` gave its parameters.
-fn bind_weights(
-    src: &Source,
-    name: &str,
-    graph: &tessel_ir::graph::Graph,
-    weights: &Weights,
-) -> Result<StepWeights> {
-    let Some(func) = src
-        .module
-        .funcs()
-        .find(|f| f.kind == FuncKind::Step && f.name.node == name)
-    else {
-        bail!("internal error: step `{name}` was checked but is not in the module");
+    let config = Config {
+        dims: bound_dims(args)?,
+        options: Options {
+            profile: args.profile,
+            ..opts.clone()
+        },
+        tp: args.tp,
     };
-    let inputs: Vec<(String, tessel_ir::TensorType)> = graph
-        .inputs
-        .iter()
-        .map(|(n, v)| (n.clone(), graph.ty(*v).clone()))
-        .collect();
-    weights.bind(func, &inputs)
+    Ok(src.compile_steps(args.step.as_deref(), &config, weights)?)
 }
 
 /// The `--dim` bindings; a dim given twice with two values is an error.
@@ -262,42 +121,16 @@ pub fn bound_dims(args: &CompileArgs) -> Result<BTreeMap<String, u64>> {
 
 /// The steps of `src` that `args` selects (`--step`, else all); an error if there are none.
 pub fn step_names(src: &Source, args: &CompileArgs) -> Result<Vec<String>> {
-    let all = check::steps(&src.module);
-    let names: Vec<String> = match &args.step {
-        Some(s) if all.contains(s) => vec![s.clone()],
-        Some(s) => bail!(
-            "{} has no step `{s}`; its steps are: {}",
-            src.name,
-            all.join(", ")
-        ),
-        None => all,
-    };
-    if names.is_empty() {
-        bail!("{} has no `step` to compile", src.name);
-    }
-    Ok(names)
+    Ok(src.step_names(args.step.as_deref())?)
 }
 
-/// Steps `names` of `src`, each with its parameters' names: the inputs its compiled program
-/// takes, known before it is compiled.
+/// Steps `names` of `src`, each with its parameters' names.
 pub fn step_params<'a>(src: &'a Source, names: &'a [String]) -> Vec<(&'a str, Vec<&'a str>)> {
-    names
-        .iter()
-        .map(|name| {
-            let params = src
-                .module
-                .funcs()
-                .find(|f| f.name.node == *name)
-                .map(|f| f.params.iter().map(|p| p.name.node.as_str()).collect())
-                .unwrap_or_default();
-            (name.as_str(), params)
-        })
-        .collect()
+    src.step_params(names)
 }
 
 /// Checks step `name` of `src`, validates its `--weights` tensors and compiles it in
-/// `profile`; diagnostics are rendered into the error ([`UnboundDims`] when the only errors
-/// are dims without a value).
+/// `profile` (without tensor parallelism).
 pub fn compile_step(
     src: &Source,
     name: &str,
@@ -306,90 +139,22 @@ pub fn compile_step(
     opts: &Options,
     weights: &Weights,
 ) -> Result<Step> {
-    let checked = check_step(src, name, dims)?;
-    let bound = bind_weights(src, name, &checked, weights)?;
-    compile_checked(src, name, checked, bound, (profile, None), opts)
+    let config = Config {
+        dims: dims.clone(),
+        options: Options {
+            profile,
+            ..opts.clone()
+        },
+        tp: None,
+    };
+    Ok(src.compile_step(name, &config, weights)?)
 }
 
-/// Compiles the checked step in `profile`; with `tp = Some(N)`, also its tensor-parallel
-/// plan and the N ranks' programs (tessel-passes `tp::ranks`, each phase compiled).
-fn compile_checked(
-    src: &Source,
-    name: &str,
-    checked: tessel_ir::graph::Graph,
-    weights: StepWeights,
-    (profile, tp): (tessel_passes::Profile, Option<u32>),
-    opts: &Options,
-) -> Result<Step> {
-    let opts = &Options {
-        profile,
-        ..opts.clone()
-    };
-    let what = || format!("compiling step `{name}` of {}", src.name);
-    let compiled = compile(&checked, opts).with_context(what)?;
-    // The program as the references judge it and tensor parallelism splits it: every
-    // `grad(...)` differentiated (before `attention`, so the backward is the program's
-    // own math, op for op).
-    let checked = tessel_passes::grad::run(&checked)
-        .map_err(|e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name))?;
-    let (ranks, plan) = match tp {
-        None => (None, None),
-        Some(n) => {
-            let tp_error = |e| anyhow::anyhow!("step `{name}` of {}: {e}", src.name);
-            let plan = tessel_passes::tp::plan(&checked, n).map_err(tp_error)?;
-            // No split-K in a rank: a GEMM's split would follow its shard's tile count.
-            let rank_opts = Options {
-                tensor_parallel: true,
-                ..opts.clone()
-            };
-            let ranks = tessel_passes::tp::ranks(&checked, &plan)
-                .map_err(tp_error)?
-                .into_iter()
-                .map(|r| {
-                    let rank = r.rank;
-                    r.try_map(|p| compile(&p, &rank_opts))
-                        .with_context(|| format!("{}: rank {rank}", what()))
-                })
-                .collect::<Result<Vec<_>>>()?;
-            (Some(ranks), Some(plan))
-        }
-    };
-    Ok(Step {
-        name: name.to_string(),
-        checked,
-        compiled,
-        weights,
-        ranks,
-        plan,
-    })
-}
-
-/// Runs `check` on step `name` of `src`: its graph IR, or its diagnostics rendered into the
-/// error ([`UnboundDims`] when the only errors are dims without a value).
+/// Runs `check` on step `name` of `src`: its graph IR.
 pub fn check_step(
     src: &Source,
     name: &str,
     dims: &BTreeMap<String, u64>,
 ) -> Result<tessel_ir::graph::Graph> {
-    let name = name.to_string();
-    check::run(&src.module, &name, dims).map_err(|d| {
-        let rendered = format!(
-            "{}\n{} in step `{name}`",
-            render(&d, &src.sources),
-            crate::words::plural(d.len(), "error")
-        );
-        if d.iter().all(|x| x.code == "E0214") {
-            let dims = d
-                .iter()
-                .filter_map(|x| x.message.split('`').nth(1).map(str::to_string))
-                .collect();
-            anyhow::Error::new(UnboundDims {
-                step: name.clone(),
-                dims,
-                rendered,
-            })
-        } else {
-            anyhow::Error::new(Rendered(rendered))
-        }
-    })
+    Ok(src.check_step(name, dims)?)
 }

@@ -61,7 +61,8 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
     }
     let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
-        device::run_once(g, p, &target.ptx_header(), inputs).map_err(|e| format!("{e:#}"))
+        device::run_once(g, p, &target.ptx_header(), inputs)
+            .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
     };
     // Without a GPU, `--sm-count` and `--wgmma-attention` still need the fuzzer to
     // compile for its target, and nothing to run beside the executor.

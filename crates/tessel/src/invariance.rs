@@ -13,11 +13,11 @@ use crate::device::{self, open_gpu};
 use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::memory::{ensure_fits, Place};
-use crate::weights::Weights;
 use crate::{CompileArgs, InputArgs, WeightArgs};
 use anyhow::{bail, Result};
 use std::collections::HashMap;
 use std::path::Path;
+use tessel_driver::Weights;
 use tessel_ir::graph::{Graph, Op};
 use tessel_ir::kernel::{BufferRole, Program};
 use tessel_ir::{BufferId, Value};
@@ -66,7 +66,7 @@ pub fn invariance(
         allow_random: false,
         weights: weight_args.clone(),
     };
-    let weights = Weights::from_args(&input_args(0))?;
+    let weights = Weights::open(&input_args(0).spec())?;
     let dims = step_param_dims(&src, args.step.as_deref());
     if !dims.iter().any(|d| d == batch_dim) {
         bail!(
@@ -104,7 +104,7 @@ pub fn invariance(
     let ptx = target.ptx_header();
     let run = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>> {
         match &gpu {
-            Some(g) => device::run_once(g, p, &ptx, inputs),
+            Some(g) => Ok(device::run_once(g, p, &ptx, inputs)?),
             None => execute(p, inputs, "executor"),
         }
     };

@@ -35,8 +35,6 @@ mod paths;
 mod ranks;
 mod run;
 mod tpcheck;
-mod weights;
-mod words;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -121,6 +119,20 @@ pub struct InputArgs {
     pub allow_random: bool,
     #[command(flatten)]
     pub weights: WeightArgs,
+}
+
+impl InputArgs {
+    /// The driver's form of these options.
+    pub fn spec(&self) -> tessel_driver::InputSpec {
+        tessel_driver::InputSpec {
+            inputs: self.inputs.clone(),
+            seed: self.seed,
+            fills: self.fills.clone(),
+            allow_random: self.allow_random,
+            checkpoint: self.weights.weights.clone(),
+            layer: self.weights.layer,
+        }
+    }
 }
 
 /// Where the step parameters declared `from "tensor.name"` are read.
@@ -542,8 +554,10 @@ fn real_main() {
         Ok(false) => std::process::exit(1),
         Err(e) => {
             // Rendered diagnostics carry their own `[E0401] Error:` heading.
-            let rendered = e.downcast_ref::<frontend::Rendered>().is_some()
-                || e.downcast_ref::<frontend::UnboundDims>().is_some();
+            let rendered = matches!(
+                e.downcast_ref::<tessel_driver::Error>(),
+                Some(tessel_driver::Error::Source(_) | tessel_driver::Error::UnboundDims(_))
+            );
             if rendered {
                 eprintln!("{e:#}");
             } else {

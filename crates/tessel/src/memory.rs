@@ -176,6 +176,6 @@ fn refuse(
          Its largest tensors: {}. Run it at smaller dims{given}",
         gb(need),
         gb(have),
-        crate::words::and_list(&largest)
+        tessel_driver::words::and_list(&largest)
     )
 }

@@ -148,7 +148,11 @@ impl<'r> Loaded<'r> {
     /// Phase `k`'s launches.
     fn calls(&self, k: usize) -> Result<Vec<KernelCall<'_>>> {
         let buffers: Vec<&Buffer> = self.bound[k].iter().map(|&i| &self.storage[i]).collect();
-        calls_over(&self.modules[k], &self.rank.phases[k].body, &buffers)
+        Ok(calls_over(
+            &self.modules[k],
+            &self.rank.phases[k].body,
+            &buffers,
+        )?)
     }
 
     fn launch(&self, k: usize) -> Result<()> {

@@ -6,12 +6,12 @@ use crate::device;
 use crate::frontend::{compile_steps, load, options, step_params, target_for};
 use crate::inputs::{make_inputs, note_unused, write_outputs};
 use crate::memory::{ensure_fits, Place};
-use crate::weights::Weights;
-use crate::words::plural;
 use crate::{CompileArgs, InputArgs};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+use tessel_driver::words::plural;
+use tessel_driver::Weights;
 use tessel_ir::kernel::BufferRole;
 use tessel_ref::Tensor;
 
@@ -50,7 +50,7 @@ pub fn run(
     cpu: bool,
 ) -> Result<()> {
     let src = load(file)?;
-    let weights = Weights::from_args(in_args)?;
+    let weights = Weights::open(&in_args.spec())?;
     let gpu = device::gpu_unless(cpu);
     let (target, _) = target_for(args, gpu.as_ref().ok());
     let steps = compile_steps(&src, args, &options(&target, args), &weights)?;

@@ -8,10 +8,10 @@ use crate::device::open_gpu;
 use crate::frontend::{compile_steps, load, options, target_for, Step};
 use crate::inputs::make_inputs;
 use crate::ranks::{self, Transport};
-use crate::weights::Weights;
 use crate::{CompileArgs, InputArgs, WeightArgs};
 use anyhow::{bail, Result};
 use std::path::Path;
+use tessel_driver::Weights;
 use tessel_ref::Tensor;
 
 /// `tessel tp-check`. Returns false if any output differs.
@@ -50,7 +50,7 @@ pub fn tp_check(
         allow_random: false,
         weights: weight_args.clone(),
     };
-    let weights = Weights::from_args(&input_args(0))?;
+    let weights = Weights::open(&input_args(0).spec())?;
     let gpu = if cpu {
         None
     } else {
@@ -151,6 +151,6 @@ fn describe(outs: &[Tensor]) -> String {
     let bytes: usize = outs.iter().map(|t| t.data.len()).sum();
     format!(
         "{} ({bytes} bytes)",
-        crate::words::plural(outs.len(), "output")
+        tessel_driver::words::plural(outs.len(), "output")
     )
 }

@@ -12,9 +12,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use tessel_driver::{Config, Source, Weights};
 use tessel_ir::DType;
 use tessel_passes::{check, compile, Options, PtxHeader};
-use tessel_ptx::PtxOptions;
 use tessel_ref::{error_stats, eval_graph, run_program, Tensor};
 
 fn root() -> PathBuf {
@@ -55,36 +55,25 @@ fn compile_file_with(
     dims: &[(&str, u64)],
     profile: tessel_passes::Profile,
 ) -> Vec<Step> {
-    let src = std::fs::read_to_string(path).expect("read");
-    let module = tessel_syntax::parse(&src)
-        .unwrap_or_else(|d| panic!("{}: {}", path.display(), d[0].render("f", &src, false)));
-    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let opts = Options {
-        verify: true,
-        profile,
-        ..Default::default()
+    let src = Source::load(path, false).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let config = Config {
+        dims: dims.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        options: Options {
+            verify: true,
+            profile,
+            ..Default::default()
+        },
+        tp: None,
     };
-    check::steps(&module)
+    // `checked` has the step's `grad`s differentiated: what the references evaluate.
+    src.compile_steps(None, &config, &Weights::none())
+        .unwrap_or_else(|e| panic!("{}: {:#}", path.display(), anyhow::Error::from(e)))
         .into_iter()
-        .map(|name| {
-            let checked = check::run(&module, &name, &dims).unwrap_or_else(|d| {
-                panic!(
-                    "{} step {name}: {}",
-                    path.display(),
-                    d[0].render("f", &src, false)
-                )
-            });
-            let c = compile(&checked, &opts)
-                .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
-            // The references evaluate the program with its `grad`s differentiated.
-            let checked = tessel_passes::grad::run(&checked)
-                .unwrap_or_else(|e| panic!("{} step {name}: {e}", path.display()));
-            Step {
-                name,
-                checked,
-                program: c.program,
-                header: c.ptx,
-            }
+        .map(|s| Step {
+            name: s.name,
+            checked: s.checked,
+            program: s.compiled.program,
+            header: s.compiled.ptx,
         })
         .collect()
 }
@@ -92,8 +81,7 @@ fn compile_file_with(
 /// The PTX module of `p` under `h`, the header of the step it was compiled in (as the CLI
 /// writes it).
 fn ptx(p: &tessel_ir::kernel::Program, h: &PtxHeader) -> String {
-    let ks: Vec<_> = p.kernels.values().collect();
-    tessel_ptx::write_module(&ks, &PtxOptions::with_header(h.version, &h.target)).expect("ptx")
+    tessel_driver::device::ptx_of(p, h).expect("ptx")
 }
 
 /// The golden cases: every Qwen3-14B example at T = 4096 in the default (`exact`) profile,
@@ -598,16 +586,21 @@ fn compile_with_temps(
     dims: &[(&str, u64)],
     profile: tessel_passes::Profile,
 ) -> tessel_ir::kernel::Program {
-    let src = std::fs::read_to_string(path).expect("read");
-    let module = tessel_syntax::parse(&src).expect("parse");
-    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let g = check::run(&module, step, &dims).expect("check");
-    let opts = Options {
-        verify: true,
-        profile,
-        ..Default::default()
+    let src = Source::load(path, false).expect("load");
+    let config = Config {
+        dims: dims.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        options: Options {
+            verify: true,
+            profile,
+            ..Default::default()
+        },
+        tp: None,
     };
-    let mut p = compile(&g, &opts).expect("compile").program;
+    let mut p = src
+        .compile_step(step, &config, &Weights::none())
+        .expect("compile")
+        .compiled
+        .program;
     let temps: Vec<_> = p
         .buffers
         .iter()

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tessel_ir::kernel::Program;
-use tessel_passes::{check, compile, Options, Profile};
+use tessel_passes::{check, Options, Profile};
 use tessel_ref::{run_program, Tensor};
 
 fn root() -> PathBuf {
@@ -19,20 +19,20 @@ fn root() -> PathBuf {
 
 /// Step `step` of `file` compiled at `dims` in `profile`.
 fn program(file: &str, step: &str, dims: &[(&str, u64)], profile: Profile) -> Program {
-    let path = root().join(file);
-    let loaded = tessel_syntax::load::load(&path)
+    let src = tessel_driver::Source::load(&root().join(file), false)
         .unwrap_or_else(|_| panic!("{file}: does not load (run `tessel check` on it)"));
-    let module = loaded.module;
-    let dims: BTreeMap<String, u64> = dims.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    let g = check::run(&module, step, &dims)
-        .unwrap_or_else(|d| panic!("{step}: {} (`tessel check` renders it)", d[0].message));
-    let opts = Options {
-        verify: true,
-        profile,
-        ..Default::default()
+    let config = tessel_driver::Config {
+        dims: dims.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+        options: Options {
+            verify: true,
+            profile,
+            ..Default::default()
+        },
+        tp: None,
     };
-    compile(&g, &opts)
-        .unwrap_or_else(|e| panic!("{step}: {e}"))
+    src.compile_step(step, &config, &tessel_driver::Weights::none())
+        .unwrap_or_else(|e| panic!("{step}: {e} (`tessel check` renders it)"))
+        .compiled
         .program
 }
 

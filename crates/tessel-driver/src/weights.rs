@@ -20,8 +20,8 @@
 //! Without `--weights`, a `from` parameter is an input like any other (`--inputs`, or
 //! seeded random): nothing here is used.
 
-use crate::InputArgs;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::weights_result::{bail, weights_error as anyhow, Context, Result};
+use crate::InputSpec;
 use memmap2::Mmap;
 use safetensors::tensor::{Metadata, TensorInfo};
 use safetensors::{Dtype, SafeTensorError, SafeTensors};
@@ -65,9 +65,9 @@ impl Weights {
     /// Opens `--weights` (its index, or its single file's header) and reads the names in
     /// `--inputs` (its header only). Errors: `--layer` without `--weights`; a checkpoint
     /// that is missing, of no known layout, or corrupt; an unreadable `--inputs`.
-    pub fn from_args(args: &InputArgs) -> Result<Weights> {
-        let Some(path) = &args.weights.weights else {
-            if let Some(n) = args.weights.layer {
+    pub fn open(args: &InputSpec) -> Result<Weights> {
+        let Some(path) = &args.checkpoint else {
+            if let Some(n) = args.layer {
                 bail!(
                     "--layer {n} fills `{{layer}}` in the tensor names of `from` parameters, \
                      which are read only with --weights: give --weights PATH too"
@@ -91,7 +91,7 @@ impl Weights {
         }
         Ok(Weights {
             checkpoint: Some(checkpoint),
-            layer: args.weights.layer,
+            layer: args.layer,
             explicit,
             noted: RefCell::default(),
         })
@@ -205,7 +205,7 @@ impl Weights {
             for p in &problems {
                 let _ = write!(msg, "\n  - {p}");
             }
-            bail!(msg);
+            bail!("{msg}");
         }
         Ok(bound)
     }

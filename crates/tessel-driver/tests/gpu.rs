@@ -1,0 +1,131 @@
+//! A compiled step run on memory and a stream tessel does not own, against the executor,
+//! bit for bit. `#[ignore]`d (it needs an NVIDIA GPU); on the GPU machine:
+//!
+//! ```text
+//! cargo test --release -p tessel-driver --test gpu -- --ignored --test-threads=1
+//! ```
+
+use cudarc::driver::sys;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use tessel_cuda::{ExternalBuffer, ExternalStream, Gpu, Module};
+use tessel_driver::device::{bind_external, launch_external, ptx_of, ExternalTensor};
+use tessel_driver::{Config, Source, Weights};
+use tessel_ref::Tensor;
+
+fn ok(status: sys::CUresult, what: &str) {
+    assert_eq!(status, sys::CUresult::CUDA_SUCCESS, "{what}");
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_step_on_external_memory_gives_the_executors_bits() {
+    let gpu = Gpu::open(0).expect("a GPU");
+    let dir = std::env::temp_dir().join(format!("tessel-driver-gpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let path = dir.join("scale.tsl");
+    let text = "step scale(x: bf16[T, D], w: bf16[D]) -> bf16[T, D] {\n    x * w + bf16(1.0)\n}\n";
+    std::fs::write(&path, text).expect("write source");
+    let src = Source::load(&path, false).expect("loads");
+    let config = Config {
+        dims: BTreeMap::from([("T".into(), 37), ("D".into(), 130)]),
+        ..Config::default()
+    };
+    let step = src
+        .compile_step("scale", &config, &Weights::none())
+        .expect("compiles");
+    let p = &step.compiled.program;
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), 7 + i as u64))
+        .collect();
+    let expected = step.run_executor(&inputs).expect("the executor runs it");
+
+    let module = Module::load(&gpu, &ptx_of(p, &step.compiled.ptx).expect("ptx")).expect("JIT");
+    // The framework's side: every buffer its own allocation, a stream of its own.
+    let mut device: sys::CUdevice = 0;
+    let mut ctx: sys::CUcontext = std::ptr::null_mut();
+    let mut stream: sys::CUstream = std::ptr::null_mut();
+    let mut ptrs: Vec<sys::CUdeviceptr> = Vec::new();
+    // SAFETY: driver calls with out-pointers to locals; everything is freed below, after
+    // the stream is synchronized.
+    unsafe {
+        ok(sys::cuDeviceGet(&mut device, 0), "cuDeviceGet");
+        ok(sys::cuDevicePrimaryCtxRetain(&mut ctx, device), "retain");
+        ok(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+        ok(
+            sys::cuStreamCreate(
+                &mut stream,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+            ),
+            "cuStreamCreate",
+        );
+        for (_, d) in p.buffers.iter() {
+            let mut ptr: sys::CUdeviceptr = 0;
+            ok(
+                sys::cuMemAlloc_v2(&mut ptr, d.ty.size_bytes().max(1) as usize),
+                "alloc",
+            );
+            ptrs.push(ptr);
+        }
+        for ((_, b), t) in p.inputs.iter().zip(&inputs) {
+            let ptr = ptrs[b.as_u32() as usize];
+            ok(
+                sys::cuMemcpyHtoD_v2(ptr, t.data.as_ptr().cast::<c_void>(), t.data.len()),
+                "upload",
+            );
+        }
+    }
+    let tensors: Vec<ExternalTensor> = p
+        .buffers
+        .iter()
+        .map(|(b, d)| {
+            let name = p
+                .inputs
+                .iter()
+                .chain(&p.outputs)
+                .find(|(_, x)| *x == b)
+                .map_or(d.name.clone(), |(n, _)| n.clone());
+            ExternalTensor {
+                name,
+                dtype: d.ty.dtype,
+                shape: d.ty.shape.0.clone(),
+                // SAFETY: allocated above with this length, freed after the stream is done.
+                buffer: unsafe {
+                    ExternalBuffer::from_raw(ptrs[b.as_u32() as usize], d.ty.size_bytes())
+                }
+                .expect("valid"),
+            }
+        })
+        .collect();
+    let buffers = bind_external(p, &tensors).expect("binds");
+    // SAFETY: `stream` is live until destroyed below.
+    let on = unsafe { ExternalStream::from_raw(stream) };
+    gpu.set_checked(false);
+    launch_external(&gpu, &module, p, &on, &buffers).expect("launches");
+
+    let mut got = Vec::new();
+    // SAFETY: as above; the copies follow the synchronized stream.
+    unsafe {
+        ok(sys::cuStreamSynchronize(stream), "synchronize");
+        for (_, b) in &p.outputs {
+            let mut data = vec![0u8; p.buffers[*b].ty.size_bytes() as usize];
+            let ptr = ptrs[b.as_u32() as usize];
+            ok(
+                sys::cuMemcpyDtoH_v2(data.as_mut_ptr().cast::<c_void>(), ptr, data.len()),
+                "download",
+            );
+            got.push(data);
+        }
+        ok(sys::cuStreamDestroy_v2(stream), "cuStreamDestroy");
+        for ptr in ptrs {
+            ok(sys::cuMemFree_v2(ptr), "cuMemFree");
+        }
+        ok(sys::cuDevicePrimaryCtxRelease_v2(device), "release");
+    }
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        assert!(*g == e.data, "output {i} differs from the executor's");
+    }
+}
