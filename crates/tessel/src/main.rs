@@ -85,10 +85,11 @@ pub struct CompileArgs {
     #[arg(long)]
     pub wgmma_tma: bool,
     /// Run prefill attention (head dims multiples of 64 up to 256, keys not split) in
-    /// `fast` on sm_90a on the warpgroup tile: two wgmma warpgroups of 64 query rows, S =
-    /// Q·Kᵀ from shared memory, P·V with P in registers (`wgmma: 1` in the attention's
-    /// schedule; the same order of sums as the mma.sync tile). Not the default until
-    /// checked on the GPU (issue 19).
+    /// `fast` on sm_90a on the warpgroup tile, FlashAttention-3's structure: a producer
+    /// warpgroup loading K and V by TMA through an mbarrier ring, two wgmma consumer
+    /// warpgroups of 64 query rows, S = Q·Kᵀ from shared memory, P·V with P in registers
+    /// (`wgmma: 1` in the attention's schedule; the same order of sums as the mma.sync
+    /// tile). Not the default until checked on the GPU (issue 19).
     #[arg(long)]
     pub wgmma_attention: bool,
     /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a,

@@ -1,13 +1,16 @@
 //! The warpgroup attention tile (`TileConfig::Attention` with `wgmma`) on the kernel-IR
 //! executor: every program below is compiled twice in `fast` for an H100 — once under
-//! `Options::wgmma_attention`, where its attention takes the wgmma tile (two warpgroups of
-//! 64 query rows, S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major),
+//! `Options::wgmma_attention`, where its attention takes the wgmma tile (a TMA producer
+//! warpgroup feeding two consumer warpgroups of 64 query rows through mbarriers, S = Q·Kᵀ
+//! from shared memory, P·V with P in registers and V MN-major),
 //! and once without, where it takes the `mma.sync` tile — and the two must give the same
 //! bits: the tiles sum in one order (`schedule::attention::order`), and the executor models
 //! wgmma and mma.sync as the same fma chain over k, so any difference is a wrong element
 //! read or written (a descriptor, a panel, the MN-major V, P's register fragment, a row's
-//! lanes, a key tail). The executor also checks the async-proxy fences and waits as it
-//! runs. Shapes have tails: query rows and keys not multiples of 128. One layer also goes
+//! lanes, a key tail). The executor runs each warp in its own context (the producer's
+//! EMPTY waits, the consumers' FULL waits, the named barriers) and checks the async-proxy
+//! fences and waits as it runs: a read of a stage before its TMA has landed, a refill of
+//! a stage a wgmma still reads, a deadlock, are errors. Shapes have tails: query rows and keys not multiples of 128. One layer also goes
 //! through `tessel check`, which judges the executor by the reference.
 
 mod common;
@@ -17,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use tessel_ir::graph::TileConfig;
 use tessel_ir::kernel::{Program, Stmt, WgmmaA, WgmmaMajor};
+use tessel_ir::DType;
 use tessel_passes::target::Target;
 use tessel_passes::{check, compile, Compiled, Options, Profile};
 
@@ -317,4 +321,187 @@ fn a_qwen3_layer_on_the_wgmma_tile_passes_check() {
     let t = common::text(&o);
     assert!(o.status.success(), "{t}");
     assert_eq!(t.matches(": PASS — ").count(), 2, "{t}");
+}
+
+/// Every statement of `body`, depth first.
+fn flat(body: &[Stmt], out: &mut Vec<Stmt>) {
+    for s in body {
+        out.push(s.clone());
+        match s {
+            Stmt::For { body, .. } => flat(body, out),
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                flat(then_body, out);
+                flat(else_body, out);
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn the_tile_is_a_tma_producer_warpgroup_and_two_consumers() {
+    // FlashAttention-3's structure (Shah et al. 2024, §3.1): 384 threads, the producer's
+    // registers given to the consumers, K and V by TMA through 3-d maps (head dim, key,
+    // K/V head) on FULL/EMPTY mbarriers, the consumers' own named barrier, the producer's
+    // for the block crossing the causal diagonal.
+    let c = compiled(
+        ATTENTION,
+        "prefill",
+        &[("T", 150), ("H", 4), ("KV", 2), ("D", 128)],
+        true,
+    );
+    let k = c
+        .program
+        .kernels
+        .values()
+        .find(|k| k.schedule.contains("wgmma: 1"))
+        .expect("a wgmma attention kernel");
+    assert_eq!(k.block, [384, 1, 1]);
+    assert_eq!(k.min_ctas_per_sm, 1);
+    let mut all = Vec::new();
+    flat(&k.body, &mut all);
+    let count = |f: &dyn Fn(&Stmt) -> bool| all.iter().filter(|s| f(s)).count();
+    assert_eq!(
+        count(&|s| matches!(
+            s,
+            Stmt::SetMaxNReg {
+                inc: false,
+                regs: 40
+            }
+        )),
+        1
+    );
+    assert_eq!(
+        count(&|s| matches!(
+            s,
+            Stmt::SetMaxNReg {
+                inc: true,
+                regs: 232
+            }
+        )),
+        1
+    );
+    // d / 64 boxes of K and e / 64 of V per block, each at (column, key, K/V head).
+    assert_eq!(
+        count(&|s| matches!(s, Stmt::TmaLoad { coords, .. } if coords.len() == 3)),
+        4
+    );
+    assert_eq!(count(&|s| matches!(s, Stmt::MbarArriveExpectTx { .. })), 1);
+    assert!(count(&|s| matches!(s, Stmt::MbarWait { .. })) >= 2);
+    assert_eq!(
+        count(&|s| matches!(
+            s,
+            Stmt::BarSync {
+                id: 1,
+                threads: 256
+            }
+        )),
+        1
+    );
+    assert_eq!(
+        count(&|s| matches!(
+            s,
+            Stmt::BarSync {
+                id: 2,
+                threads: 128
+            }
+        )),
+        1
+    );
+    // Q by the 256 consumer threads (2048 16-byte chunks: 8 each), K and V of the
+    // crossing block by the producer's 128 threads (1024 chunks each: 8 + 8).
+    assert_eq!(count(&|s| matches!(s, Stmt::CpAsync { .. })), 8 + 16);
+    let tiles = attention_tiles(&c);
+    assert!(tiles[0].1.contains("producer warpgroup"), "{}", tiles[0].1);
+}
+
+#[test]
+fn keys_past_the_ctas_bound_never_reach_p_v_even_as_nan() {
+    // 70 new queries over a cache of 256 keys, 4 query heads on 1 K/V head: 280 rows, not
+    // split, on the wgmma tile. len = 50: no row sees key 120 or later, and those rows of
+    // the cache hold NaN (unwritten). The block crossing a CTA's last visible key is
+    // copied by the producer with cp.async, zero past it, as the mma.sync tile's copies
+    // are; loaded by TMA whole, its NaN rows would reach P·V as 0 · NaN.
+    let dims = [
+        ("B", 1),
+        ("N", 70),
+        ("H", 4),
+        ("KV", 1),
+        ("S", 256),
+        ("D", 64),
+    ];
+    let with = compiled(ATTENTION, "decode", &dims, true);
+    assert!(
+        matches!(
+            attention_tiles(&with)[0].0,
+            TileConfig::Attention { wgmma: true, .. }
+        ),
+        "{:?}",
+        attention_tiles(&with)
+    );
+    let without = compiled(ATTENTION, "decode", &dims, false);
+    let mut ins = common::seeded_inputs(&with.program);
+    for ((name, _), t) in with.program.inputs.iter().zip(ins.iter_mut()) {
+        match name.as_str() {
+            "r" => *t = tessel_ref::Tensor::from_i32(vec![1], &[50]),
+            "kc" | "vc" => {
+                assert_eq!(t.ty.dtype, DType::Bf16);
+                for key in 120..256usize {
+                    for c in 0..64usize {
+                        let at = 2 * (key * 64 + c);
+                        t.data[at..at + 2].copy_from_slice(&0x7fc0u16.to_le_bytes());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let x = tessel_ref::run_program(&with.program, &ins).expect("runs with");
+    let y = tessel_ref::run_program(&without.program, &ins).expect("runs without");
+    assert!(x[0].to_f32_vec().iter().all(|v| v.is_finite()));
+    assert!(x[0].data == y[0].data, "the tiles differ");
+}
+
+#[test]
+fn one_query_and_odd_lengths_give_the_mma_sync_tiles_bits() {
+    // T = 1: one key, 2 packed rows of a 128-row CTA; odd T (a tail of one key past a
+    // block, 65 rows) at head dim 64; f16 without a mask over 1 and 129 keys.
+    same_bits(
+        ATTENTION,
+        "prefill",
+        &[("T", 1), ("H", 4), ("KV", 2), ("D", 64)],
+        (64, 64),
+    );
+    same_bits(
+        ATTENTION,
+        "prefill",
+        &[("T", 65), ("H", 2), ("KV", 2), ("D", 64)],
+        (64, 64),
+    );
+    same_bits(
+        ATTENTION,
+        "full_f16",
+        &[("H", 1), ("T", 1), ("S", 1), ("D", 64)],
+        (64, 64),
+    );
+    same_bits(
+        ATTENTION,
+        "full_f16",
+        &[("H", 3), ("T", 33), ("S", 129), ("D", 64)],
+        (64, 64),
+    );
+}
+
+#[test]
+fn the_q_prologue_at_head_dim_64_and_odd_t_gives_the_mma_sync_tiles_bits() {
+    same_bits(
+        ATTENTION,
+        "prologue",
+        &[("T", 77), ("H", 4), ("KV", 1), ("D", 64)],
+        (64, 64),
+    );
 }

@@ -35,9 +35,10 @@ pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: 
 }
 
 /// Warps of the warpgroup tile (`wgmma: 1`): two consumer warpgroups of 64 query rows, 128
-/// rows a CTA — FlashAttention-3's tile for head dim 128 (Shah, Bikshandi, Zhang, Thakkar,
-/// Ramani, Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
-/// Low-precision", 2024, §3), here without its producer warpgroup: every thread copies.
+/// rows a CTA, fed by a producer warpgroup that loads K and V by TMA (128 threads more)
+/// — FlashAttention-3's tile for head dim 128 (Shah, Bikshandi, Zhang, Thakkar, Ramani,
+/// Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+/// Low-precision", 2024, §3.1).
 const WGMMA_WARPS: u32 = 8;
 /// Keys per block of the warpgroup tile: 64, the mma.sync tile's ([`BLOCK_N`]), so that
 /// both sum in one order and give the same bits on the executor (the running maximum and
@@ -52,6 +53,13 @@ const WGMMA_BLOCK_N: u32 = BLOCK_N;
 /// j + 1 is copied: K and V of blocks j - 1, j and j + 1 are resident. With 2 the tile
 /// lowers without the overlap (S, softmax, P·V in turn).
 const WGMMA_STAGES: u32 = 3;
+
+/// Shared memory of the warpgroup tile: its rings ([`attention_shared_bytes`] at
+/// [`WGMMA_WARPS`]), 8 bytes per warp of the CTA (producer included) for combining the
+/// rows' key bounds, and the ring's FULL and EMPTY mbarriers, 8 bytes each per stage.
+pub fn wgmma_attention_shared_bytes(block_n: u32, stages: u32, d: u64, e: u64) -> u32 {
+    attention_shared_bytes(WGMMA_WARPS, block_n, stages, d, e) + 8 * (WGMMA_WARPS + 4) + 16 * stages
+}
 
 /// The warpgroup tile (`wgmma: 1`) in place of `sch`, an attention tile chosen by
 /// [`choose`], where it can serve: the `fast` profile on a target with wgmma, 16-bit V,
@@ -83,8 +91,7 @@ pub fn prefer_wgmma(
         g.ty(a).dtype,
         tessel_ir::DType::Bf16 | tessel_ir::DType::F16
     );
-    let shared = attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, WGMMA_STAGES, sh.d, sh.e)
-        + 8 * WGMMA_WARPS;
+    let shared = wgmma_attention_shared_bytes(WGMMA_BLOCK_N, WGMMA_STAGES, sh.d, sh.e);
     let needs = Features {
         wgmma: true,
         ..Features::NONE
@@ -130,7 +137,7 @@ pub fn prefer_wgmma(
             wgmma: true,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major), keys in blocks of {WGMMA_BLOCK_N} through a ring of {WGMMA_STAGES} stages filled by cp.async one block ahead, each block's P·V issued behind the next block's S (its softmax overlapping the tensor cores){prologue_why}, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} consumer warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major) and a producer warpgroup (FlashAttention-3's warp specialisation: setmaxnreg gives its registers to the consumers), keys in blocks of {WGMMA_BLOCK_N} through a ring of {WGMMA_STAGES} stages that the producer fills by TMA (the block that crosses the CTA's last visible key by cp.async, zero past it) and the consumers release through mbarriers, exactly the blocks the consumers walk (one key bound for both), each block's P·V issued behind the next block's S (its softmax overlapping the tensor cores){prologue_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack, WGMMA_WARPS / 4
         ),
     }

@@ -21,6 +21,7 @@ mod matmul;
 
 pub use attention::{
     attention_shared_bytes, prologue_order, row_epilogue_order, update_rows_order,
+    wgmma_attention_shared_bytes,
 };
 
 pub use matmul::{
