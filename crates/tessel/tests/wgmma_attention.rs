@@ -412,6 +412,24 @@ fn the_tile_is_a_tma_producer_warpgroup_and_two_consumers() {
         )),
         1
     );
+    // Ping-pong (§3.1): each warpgroup waits for its turn at its barrier (3 or 4) and
+    // hands it over at the other's once its block's GEMMs are issued — in both arms of the
+    // first block's test, and the second warpgroup's first arrival before the loop.
+    let bar = |sync: bool, id: u32| -> usize {
+        count(&|s| match s {
+            Stmt::BarSync {
+                id: i,
+                threads: 256,
+            } => sync && *i == id,
+            Stmt::BarArrive {
+                id: i,
+                threads: 256,
+            } => !sync && *i == id,
+            _ => false,
+        })
+    };
+    assert_eq!((bar(true, 3), bar(true, 4)), (1, 1));
+    assert_eq!((bar(false, 3), bar(false, 4)), (3, 2));
     // Q by the 256 consumer threads (2048 16-byte chunks: 8 each), K and V of the
     // crossing block by the producer's 128 threads (1024 chunks each: 8 + 8).
     assert_eq!(count(&|s| matches!(s, Stmt::CpAsync { .. })), 8 + 16);

@@ -18,12 +18,14 @@
 //! The warpgroup tile (`wgmma`) is the same loop in FlashAttention-3's form (Shah et al.,
 //! "FlashAttention-3", 2024): two consumer warpgroups of 64 rows multiply with `wgmma`
 //! (PTX ISA §9.7.15.5: S = Q·Kᵀ with both operands in shared memory, P·V with P in
-//! registers and V MN-major, P·V a block behind S — §3.2's intra-warpgroup overlap), and a
-//! producer warpgroup (`attention_tma.rs`, §3.1's warp specialisation) fills the K/V ring
+//! registers and V MN-major, P·V a block behind S — §3.2's intra-warpgroup overlap — the
+//! two warpgroups taking turns to issue a block's GEMMs at named barriers, §3.1's
+//! ping-pong: [`TURN_BARRIER`]), and a producer warpgroup (`attention_tma.rs`, §3.1's warp specialisation) fills the K/V ring
 //! by TMA (PTX ISA §9.7.9.25.5.1) through FULL/EMPTY mbarriers (§9.7.13.15), its registers
 //! given to the consumers by `setmaxnreg` (§9.7.19.5).
 
 use super::attention_parts::{BoundAt, KvCopy, LaneRow, QChunk};
+use super::epilogue::NamedBarrier;
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
@@ -51,6 +53,12 @@ const ATTENTION_CONSUMER_REGS: u32 = 232;
 /// Named barrier of the warpgroup tile's consumers (Q in shared memory; `bar.sync 0` would
 /// wait for the producer, which never comes back).
 const CONSUMER_BARRIER: u32 = 1;
+
+/// The ping-pong's named barriers (FlashAttention-3 §3.1, "Pingpong scheduling"): the
+/// first consumer warpgroup waits for its turn to issue a block's GEMMs at `TURN_BARRIER`,
+/// the second at `TURN_BARRIER + 1`; each counts both warpgroups (256 threads: the waiter's
+/// `bar.sync`, the other's `bar.arrive`). The producer's barrier is 2.
+const TURN_BARRIER: u32 = 3;
 
 impl Gen<'_> {
     /// Fused attention: the group's output `out` is attention `a`, whose logits come from
@@ -380,6 +388,9 @@ impl Gen<'_> {
         // producer's body until the consumers' is complete.
         let mut split_roles = None;
         let mut ring_bars = None;
+        // The pipelined warpgroup tile's ping-pong: `second` (the consumer warpgroup is
+        // the second).
+        let mut turn: Option<Reg> = None;
         if wgmma {
             let full0 = self.shared_addr(base, Ix::C((shared + 8 * bound_warps) as u64));
             let empty0 = self.shared_addr(full0, Ix::C(8 * stages as u64));
@@ -427,6 +438,29 @@ impl Gen<'_> {
                 id: CONSUMER_BARRIER,
                 threads,
             });
+            if pipelined {
+                // Ping-pong (FlashAttention-3 §3.1): the first warpgroup's turn comes
+                // first, by the second's arrival at its barrier (where the CTA has a block:
+                // every turn is taken, none left open at exit).
+                let second = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::GeU),
+                    &[ctid.into(), Operand::U32(128)],
+                );
+                let any = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[first, blocks]);
+                let go = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[second.into(), any.into()]);
+                self.open();
+                self.b.push(Stmt::BarArrive {
+                    id: TURN_BARRIER,
+                    threads,
+                });
+                self.close_if(go);
+                turn = Some(second);
+            }
         } else {
             kv_copy.origins = self.kv_origins(&kv_copy);
             for st in 0..ahead {
@@ -596,6 +630,15 @@ impl Gen<'_> {
                 // 32 bytes inside a panel, the next panel `rows · 128` bytes on.
                 let k_desc = self.wgmma_desc(stage_k, 0);
                 let d_regs: Vec<Reg> = sacc.iter().flatten().copied().collect();
+                // Ping-pong: this warpgroup's turn to issue (the other has issued its
+                // block's GEMMs and runs its softmax while these run).
+                if let Some(second) = turn {
+                    let mine = NamedBarrier {
+                        id: TURN_BARRIER,
+                        second: Some(second),
+                    };
+                    self.named_barrier_sync(mine, threads);
+                }
                 self.b.push(Stmt::WgmmaFence);
                 for ks in 0..d / 16 {
                     let at = |rows: u32| ((ks / 4) * rows * 128 + (ks % 4) * 32) as u64 >> 4;
@@ -621,11 +664,19 @@ impl Gen<'_> {
                         let later =
                             self.b
                                 .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[jb.into(), first]);
+                        // The other warpgroup's turn once these GEMMs are issued.
+                        let pass_turn = |gen: &mut Self| {
+                            if let Some(second) = turn {
+                                gen.pass_turn(second, (jb, blocks), threads);
+                            }
+                        };
                         self.open();
                         self.pv_wgmma(pa, *pv_stage, (&ring_v, block_n, e, winput), &o_acc);
+                        pass_turn(self);
                         self.b.push(Stmt::WgmmaWait(1));
                         let then_body = self.close();
                         self.open();
+                        pass_turn(self);
                         self.b.push(Stmt::WgmmaWait(0));
                         let else_body = self.close();
                         self.b.push(Stmt::If {
@@ -1052,6 +1103,35 @@ impl Gen<'_> {
             let empty = self.shared_addr(empty0, at);
             self.b.push(Stmt::MbarArrive { addr: empty });
         }
+    }
+
+    /// The ping-pong's hand-over, once a consumer warpgroup has issued block `jb`'s GEMMs:
+    /// the first warpgroup arrives at the second's barrier; the second at the first's,
+    /// except after the CTA's last block (`blocks`), where the first takes no more turns.
+    /// `threads`: both warpgroups'.
+    fn pass_turn(&mut self, second: Reg, (jb, blocks): (Reg, Operand), threads: u32) {
+        self.open();
+        let next = self
+            .b
+            .op(RegType::U32, Op::IAdd, &[jb.into(), Operand::U32(1)]);
+        let more = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[next.into(), blocks]);
+        self.open();
+        self.b.push(Stmt::BarArrive {
+            id: TURN_BARRIER,
+            threads,
+        });
+        self.close_if(more);
+        let then_body = self.close();
+        self.b.push(Stmt::If {
+            cond: second,
+            then_body,
+            else_body: vec![Stmt::BarArrive {
+                id: TURN_BARRIER + 1,
+                threads,
+            }],
+        });
     }
 
     /// O's registers of row half `h` (`q = 2h, 2h + 1` of every fragment) times `scale`.
