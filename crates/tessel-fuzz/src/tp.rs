@@ -120,6 +120,7 @@ fn tp_inner(
         tensor_parallel: true,
         wgmma_tma: false,
         wgmma_attention: false,
+        wgmma_attention_keys: 0,
         wgmma_pingpong: false,
     };
     let mut first: Option<(Vec<Tensor>, Option<Vec<Tensor>>)> = None;

@@ -85,7 +85,7 @@ pub static PASSES: &[PassInfo] = &[
                     !o.tensor_parallel,
                     o.wgmma_tma,
                     o.wgmma_pingpong,
-                    o.wgmma_attention,
+                    o.wgmma_attention.then_some(o.wgmma_attention_keys),
                 ),
             )
         }),
@@ -140,6 +140,11 @@ pub struct Options {
     /// shapes allow it (`schedule/attention.rs`, `prefer_wgmma`). Off by default: the tile
     /// has run on the executor and through ptxas, not yet on a GPU (issue 19).
     pub wgmma_attention: bool,
+    /// Keys per block of the warpgroup attention tile: 64 (the `mma.sync` tile's, so the
+    /// same order of sums and the same executor bits; 0 means 64) or 128
+    /// (FlashAttention-3's at head dim 128: another order of sums, its own bits; `explain`
+    /// prints it as the tile's `block_n` and in the order).
+    pub wgmma_attention_keys: u32,
     /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take the persistent,
     /// ping-pong warp-specialised tile (`wgmma: pingpong`, `lower/wgmma_pingpong.rs`) when
     /// the operands, the shape and the target allow it ([`schedule::prefer_pingpong`]);

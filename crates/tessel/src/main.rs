@@ -92,6 +92,12 @@ pub struct CompileArgs {
     /// tile). Not the default until checked on the GPU (issue 19).
     #[arg(long)]
     pub wgmma_attention: bool,
+    /// Keys per block of the --wgmma-attention tile: 64 (the default, the mma.sync tile's:
+    /// the same order of sums, the same executor bits) or 128 (FlashAttention-3's at head
+    /// dim 128: another order of sums, within the same bound; `explain` prints it as the
+    /// tile's block_n).
+    #[arg(long, value_name = "KEYS", requires = "wgmma_attention", value_parser = ["64", "128"])]
+    pub wgmma_attention_keys: Option<String>,
     /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a,
     /// where they have at least two 128 × 128 tiles per SM, as the persistent ping-pong
     /// tile instead (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma

@@ -31,6 +31,17 @@ fn root() -> PathBuf {
 /// Step `step` of `file` at `dims`, compiled in `fast` for an H100, with or without the
 /// warpgroup attention tile.
 fn compiled(file: &str, step: &str, dims: &[(&str, u64)], wgmma_attention: bool) -> Compiled {
+    compiled_keys(file, step, dims, wgmma_attention, 0)
+}
+
+/// [`compiled`] with the warpgroup tile's keys per block asked for (0: its default, 64).
+fn compiled_keys(
+    file: &str,
+    step: &str,
+    dims: &[(&str, u64)],
+    wgmma_attention: bool,
+    keys: u32,
+) -> Compiled {
     let module = tessel_syntax::load::load(&root().join(file))
         .unwrap_or_else(|_| panic!("{file}: does not load"))
         .module;
@@ -41,6 +52,7 @@ fn compiled(file: &str, step: &str, dims: &[(&str, u64)], wgmma_attention: bool)
         profile: Profile::Fast,
         target: Target::h100(),
         wgmma_attention,
+        wgmma_attention_keys: keys,
         ..Default::default()
     };
     compile(&g, &opts).unwrap_or_else(|e| panic!("{step}: {e}"))
@@ -370,7 +382,7 @@ fn the_tile_is_a_tma_producer_warpgroup_and_two_consumers() {
             s,
             Stmt::SetMaxNReg {
                 inc: false,
-                regs: 40
+                regs: 56
             }
         )),
         1
@@ -380,7 +392,7 @@ fn the_tile_is_a_tma_producer_warpgroup_and_two_consumers() {
             s,
             Stmt::SetMaxNReg {
                 inc: true,
-                regs: 232
+                regs: 224
             }
         )),
         1
@@ -522,4 +534,81 @@ fn the_q_prologue_at_head_dim_64_and_odd_t_gives_the_mma_sync_tiles_bits() {
         &[("T", 77), ("H", 4), ("KV", 1), ("D", 64)],
         (64, 64),
     );
+}
+
+#[test]
+fn keys_in_blocks_of_128_when_asked_give_the_mma_sync_tiles_bits_at_128() {
+    // FlashAttention-3's block at d = 128 (`Options::wgmma_attention_keys`): block_n 128,
+    // 3 stages, the reason saying it is another order than the mma.sync tile's 64; bits
+    // equal to the mma.sync tile's at 128 keys a block (another order: not its default).
+    for (file, step, dims) in [
+        (
+            ATTENTION,
+            "prefill",
+            vec![("T", 300), ("H", 4), ("KV", 2), ("D", 128)],
+        ),
+        (
+            ATTENTION,
+            "prologue",
+            vec![("T", 77), ("H", 4), ("KV", 1), ("D", 64)],
+        ),
+        (
+            ATTENTION,
+            "decode",
+            vec![
+                ("B", 1),
+                ("N", 70),
+                ("H", 4),
+                ("KV", 1),
+                ("S", 256),
+                ("D", 64),
+            ],
+        ),
+        ("tests/programs/layer_small.tsl", "qwen3", vec![("T", 130)]),
+    ] {
+        let what = format!("{file} {step} {dims:?}");
+        let with = compiled_keys(file, step, &dims, true, 128);
+        let tiles = attention_tiles(&with);
+        assert!(
+            matches!(
+                tiles[0].0,
+                TileConfig::Attention {
+                    wgmma: true,
+                    block_n: 128,
+                    stages: 3,
+                    ..
+                }
+            ),
+            "{what}: {tiles:?}"
+        );
+        assert!(
+            tiles[0].1.contains("keys in blocks of 128 (asked for"),
+            "{}",
+            tiles[0].1
+        );
+        let k = with
+            .program
+            .kernels
+            .values()
+            .find(|k| k.schedule.contains("wgmma: 1"))
+            .expect("a wgmma attention kernel");
+        assert!(
+            k.schedule.contains("keys in blocks of 128 from key 0"),
+            "{}",
+            k.schedule
+        );
+        let without = lowered(file, step, &dims, false, (128, 2));
+        common::assert_same_outputs(&with.program, &without, &what);
+        // And not the mma.sync tile's own (64 keys a block) bits: the test can tell.
+        if step == "prefill" {
+            let own = compiled(file, step, &dims, false);
+            let ins = common::seeded_inputs(&with.program);
+            let x = tessel_ref::run_program(&with.program, &ins).expect("runs");
+            let y = tessel_ref::run_program(&own.program, &ins).expect("runs");
+            assert!(
+                x[0].data != y[0].data,
+                "{what}: 128 keys a block gave the bits of 64"
+            );
+        }
+    }
 }

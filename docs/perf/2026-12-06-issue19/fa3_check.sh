@@ -10,7 +10,8 @@
 #   2. compute-sanitizer memcheck, racecheck and synccheck on small attention runs;
 #   3. bench: the Qwen3-14B prefill layer at T = 2048 and the attention alone
 #      (tests/programs/attention_bench.tsl, as runs 8/9) at T = 2048 and 4096, each with
-#      and without --wgmma-attention, in one run on one card.
+#      and without --wgmma-attention (and with --wgmma-attention-keys 128), in one run on
+#      one card.
 # Usage (device): bash docs/perf/2026-12-06-issue19/fa3_check.sh   (writes under $OUT)
 B=./target/release/tessel_s
 L=$OUT/logs; mkdir -p $L
@@ -19,6 +20,7 @@ t() { local name=$1; shift; echo "== $*" >> $L/$name.txt; /usr/bin/time -f "%e s
 A="tests/programs/attention.tsl --profile fast --wgmma-attention"
 # 1. check
 t check $B check $A --step prefill --dim T=150 --dim H=4 --dim KV=2 --dim D=128
+t check $B check $A --step prefill --dim T=300 --dim H=4 --dim KV=2 --dim D=128 --wgmma-attention-keys 128
 t check $B check $A --step prefill --dim T=70 --dim H=8 --dim KV=1 --dim D=64
 t check $B check $A --step prefill --dim T=1 --dim H=4 --dim KV=2 --dim D=64
 t check $B check $A --step prologue --dim T=100 --dim H=4 --dim KV=2 --dim D=128
@@ -42,9 +44,11 @@ S memcheck $A --step decode --dim B=1 --dim N=70 --dim H=4 --dim KV=1 --dim S=25
 F="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0"
 t prefill $B bench $F
 t prefill $B bench $F --wgmma-attention
+t prefill $B bench $F --wgmma-attention --wgmma-attention-keys 128
 AB="tests/programs/attention_bench.tsl --step prefill --profile fast"
 for T in 2048 4096; do
   t attention $B bench $AB --dim T=$T
   t attention $B bench $AB --dim T=$T --wgmma-attention
+  t attention $B bench $AB --dim T=$T --wgmma-attention --wgmma-attention-keys 128
 done
 grep -h "PASS\|FAIL\|rc \|ERROR SUMMARY\|error" $L/check.txt $L/sanitizer.txt > $L/summary.txt 2>&1

@@ -45,10 +45,13 @@ const PRODUCER: u32 = 128;
 
 /// The warpgroup tile's register budgets after `setmaxnreg` (PTX ISA §9.7.19.5): the
 /// producer's `dec` and the consumers' `inc`, within the 168 a thread ptxas allots at
-/// entry to 384 threads at one CTA an SM: 128 · 40 + 256 · 232 = 64512 = 168 · 384 (the
-/// GEMM's pair, `wgmma_tma.rs`; FlashAttention-3 gives its producer 24 or 32).
-const ATTENTION_PRODUCER_REGS: u32 = 40;
-const ATTENTION_CONSUMER_REGS: u32 = 232;
+/// entry to 384 threads at one CTA an SM: 128 · 56 + 256 · 224 = 64512 = 168 · 384.
+/// FlashAttention-3 gives its producer 24 (consumers 240), the GEMM's tile 40 (232,
+/// `wgmma_tma.rs`); this producer also copies a block by `cp.async`, and ptxas (CUDA 13.0,
+/// sm_90a) spills in it at 128 keys a block below 56 (12 bytes at 40, 68 at 24), while the
+/// consumers need no more than 224 at 64 or 128 keys, d = 128.
+const ATTENTION_PRODUCER_REGS: u32 = 56;
+const ATTENTION_CONSUMER_REGS: u32 = 224;
 
 /// Named barrier of the warpgroup tile's consumers (Q in shared memory; `bar.sync 0` would
 /// wait for the producer, which never comes back).
