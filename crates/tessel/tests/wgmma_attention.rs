@@ -612,3 +612,33 @@ fn keys_in_blocks_of_128_when_asked_give_the_mma_sync_tiles_bits_at_128() {
         }
     }
 }
+
+#[test]
+fn a_single_key_broadcast_over_the_batch_is_loaded_by_tma() {
+    // Fuzz seed 9083 (--attention --large --wgmma-attention), shrunk: one key (K and V
+    // [3, 1, 1, 128], broadcast over a batch of 2 × 3 × 5). The key dim has one index and
+    // a stride of 0, which a tensor map cannot take: the lowering failed ("strides ... not
+    // whole 16-byte chunks"); the map now takes whole rows there (a stride never used).
+    let d = common::scratch("wgmma-attention-one-key");
+    let src = "step fuzz(t12: f16[D3, 1, D2, D5], t11: f16[D3, 1, D2, D5], t10: f16[2, 3, 5, 7, 128]) -> f16[D0, D3, 5, D1, D5] {
+    let t18 = f32(t10 @ transpose(t11, -1, -2)) * 0.0625;
+    let t21 = softmax(t18, axis: 4);
+    let t22 = f16(t21);
+    t22 @ t12
+}
+";
+    common::write(&d, "one_key.tsl", src);
+    let file = d.join("one_key.tsl").display().to_string();
+    let dims = [("D0", 2), ("D1", 7), ("D2", 1), ("D3", 3), ("D5", 128)];
+    let with = compiled(&file, "fuzz", &dims, true);
+    assert!(
+        matches!(
+            attention_tiles(&with)[0].0,
+            TileConfig::Attention { wgmma: true, .. }
+        ),
+        "{:?}",
+        attention_tiles(&with)
+    );
+    let without = compiled(&file, "fuzz", &dims, false);
+    common::assert_same_outputs(&with.program, &without.program, "one key");
+}

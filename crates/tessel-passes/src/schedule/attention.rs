@@ -4,7 +4,8 @@
 use super::offers;
 use crate::analysis::attention_shape;
 use crate::target::{Features, Target};
-use tessel_ir::graph::{Graph, Schedule, TileConfig};
+use crate::view::strided;
+use tessel_ir::graph::{Graph, Op as GOp, Schedule, TileConfig};
 use tessel_ir::Value;
 
 /// Keys per block: 64 (FlashAttention-2's block for head dim 128 on sm_80+; 4 pairs of
@@ -104,6 +105,21 @@ pub fn prefer_wgmma(
         wgmma: true,
         ..Features::NONE
     };
+    // K and V are loaded by TMA (`lower/attention_tma.rs`): each a view a tensor map can
+    // describe — K `[.., d, n]` by its columns d and rows n, V `[.., n, e]` by e and n.
+    let tma_why = {
+        let (GOp::MatMul { rhs, .. }, GOp::Attention { v, .. }) = (&g.ops[s], &g.ops[a]) else {
+            unreachable!("an attention's scores are a matmul")
+        };
+        let r = sh.batch.len() + 2;
+        let batch: Vec<usize> = (0..r - 2).collect();
+        [(*rhs, (r - 2, r - 1)), (*v, (r - 1, r - 2))]
+            .into_iter()
+            .find_map(|(x, (c, w))| {
+                let esz = g.ty(x).dtype.size_bytes();
+                strided(g, x)?.tma_error((c, w, &batch), esz)
+            })
+    };
     let why_not = if !fast {
         Some("the fast profile only".to_string())
     } else if block_n != 64 && block_n != 128 {
@@ -119,6 +135,8 @@ pub fn prefer_wgmma(
         ))
     } else if split > 0 {
         Some("the keys are split (decode)".into())
+    } else if let Some(e) = tma_why {
+        Some(format!("TMA cannot load K or V: {e}"))
     } else if shared > t.max_shared_per_cta {
         Some(format!("its {shared} bytes of shared memory do not fit"))
     } else {

@@ -112,9 +112,9 @@ impl Gen<'_> {
     /// (the ring's stages hold whole rows of the view). `value` names the op in errors.
     ///
     /// # Errors
-    /// [`LowerError::Unsupported`] where TMA cannot load the view: a stride that is not a
-    /// whole number of 16-byte chunks, a column stride other than 1, more than 5 dims, a
-    /// stage layout TMA does not write in the 128-byte swizzle, no buffer.
+    /// [`LowerError::Unsupported`] where TMA cannot load the view
+    /// ([`crate::view::StridedView::tma_error`]), a stage layout TMA does not write in the
+    /// 128-byte swizzle, no buffer.
     pub(in crate::lower) fn tma_plan_view(
         &mut self,
         view: &crate::view::StridedView,
@@ -132,25 +132,15 @@ impl Gen<'_> {
             .tma()
             .filter(|b| b.swizzle_bytes == 128)
             .ok_or_else(|| unsupported("a stage layout TMA does not write in 128-byte swizzle"))?;
-        if view.strides[col_dim] != 1 {
-            return Err(unsupported("a column stride other than 1"));
+        if let Some(e) = view.tma_error((col_dim, row_dim, batch_dims), esz) {
+            return Err(unsupported(e));
         }
-        let row_stride = view.strides[row_dim];
+        let row_stride = view.tma_row_stride((col_dim, row_dim), esz);
         let batch: Vec<usize> = batch_dims
             .iter()
             .copied()
             .filter(|&k| view.shape[k] > 1 && view.strides[k] > 0)
             .collect();
-        if batch.len() > 3 {
-            return Err(unsupported("more than 5 dims"));
-        }
-        let whole = |s: u64| s > 0 && (s * esz) % 16 == 0;
-        if !whole(row_stride)
-            || batch.iter().any(|&k| !whole(view.strides[k]))
-            || (view.offset * esz) % 16 != 0
-        {
-            return Err(unsupported("strides or an offset not whole 16-byte chunks"));
-        }
         let buffer = *self
             .buffers
             .get(&view.base)
