@@ -642,3 +642,67 @@ fn a_single_key_broadcast_over_the_batch_is_loaded_by_tma() {
     let without = compiled(&file, "fuzz", &dims, false);
     common::assert_same_outputs(&with.program, &without.program, "one key");
 }
+
+/// Whether every wgmma group committed in `body` has been waited for (`wait_group 0`) at
+/// each `mbarrier.arrive` after the first wgmma, starting with `done` (none in flight):
+/// both arms of an `if` must have waited, a loop's body is walked twice (its second pass
+/// starting from the first's end). Counts the arrivals (first pass) in `n`; returns
+/// whether nothing is in flight at the end.
+fn released_after_waits(
+    body: &[Stmt],
+    mut done: bool,
+    (seen, n, count): (&mut bool, &mut usize, bool),
+) -> bool {
+    for s in body {
+        match s {
+            Stmt::Wgmma { .. } => *seen = true,
+            Stmt::WgmmaCommit => done = false,
+            Stmt::WgmmaWait(0) => done = true,
+            Stmt::MbarArrive { .. } if *seen => {
+                assert!(done, "a stage released with a wgmma group in flight");
+                if count {
+                    *n += 1;
+                }
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                let t = released_after_waits(then_body, done, (&mut *seen, &mut *n, count));
+                let e = released_after_waits(else_body, done, (&mut *seen, &mut *n, count));
+                done = t && e;
+            }
+            Stmt::For { body, .. } => {
+                let end = released_after_waits(body, done, (&mut *seen, &mut *n, count));
+                let again = released_after_waits(body, done && end, (&mut *seen, &mut *n, false));
+                done = done && end && again;
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+#[test]
+fn a_stage_is_released_only_after_the_wgmmas_reading_it_complete() {
+    // In program order, on every path, each consumer's EMPTY arrival comes after a
+    // `wgmma.wait_group 0` with no wgmma committed in between: the S and P·V reading the
+    // stage are complete, so the producer may refill it. (The executor reports a refill
+    // under a wgmma in flight only when its schedule runs the producer in that window,
+    // which its lowest-position-first order seldom does here; this checks the order.)
+    for (stages, dims) in [
+        (3, [("T", 150), ("H", 4), ("KV", 2), ("D", 128)]),
+        (2, [("T", 150), ("H", 4), ("KV", 2), ("D", 64)]),
+    ] {
+        let p = lowered(ATTENTION, "prefill", &dims, true, (64, stages));
+        let k = p
+            .kernels
+            .values()
+            .find(|k| k.schedule.contains("wgmma: 1"))
+            .expect("a wgmma attention kernel");
+        let (mut seen, mut n) = (false, 0);
+        released_after_waits(&k.body, true, (&mut seen, &mut n, true));
+        assert_eq!(n, if stages == 3 { 2 } else { 1 }, "stages {stages}");
+    }
+}
