@@ -25,6 +25,7 @@ fn a_one_percent_error_is_caught_and_most_bounds_are_points() {
             tensor_parallel: false,
             wgmma_tma: false,
             wgmma_attention: false,
+            wgmma_attention_keys: 0,
             wgmma_pingpong: false,
         };
         let c = tessel_passes::compile(&g, &opts).expect("and compile");

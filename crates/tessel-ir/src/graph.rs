@@ -1145,11 +1145,13 @@ pub enum TileConfig {
     /// go to an f32 scratch buffer, and a second kernel merges the ranges in order.
     ///
     /// With `wgmma` (text `wgmma: 1`, printed only when set; sm_90a): the warps are
-    /// warpgroups of 4 (64 query rows each), Q, K and V are staged in 128-byte panels
-    /// (the wgmma swizzle), S = Q·Kᵀ is one `wgmma` per 16 of the head dim with both
-    /// operands in shared memory, and P·V one `wgmma` per 16 keys with P in registers and
-    /// V's tile read MN-major (`lower/attention.rs`); every sum in the same order as
-    /// without.
+    /// consumer warpgroups of 4 (64 query rows each), and a producer warpgroup of 128
+    /// threads more loads K and V by TMA into the ring through mbarriers
+    /// (FlashAttention-3's warp specialisation, Shah et al. 2024, §3.1); Q, K and V are
+    /// staged in 128-byte panels (the wgmma swizzle), S = Q·Kᵀ is one `wgmma` per 16 of the
+    /// head dim with both operands in shared memory, and P·V one `wgmma` per 16 keys with
+    /// P in registers and V's tile read MN-major (`lower/attention.rs`); every sum in the
+    /// same order as without.
     Attention {
         warps: u32,
         block_n: u32,
@@ -1304,7 +1306,8 @@ impl TileConfig {
                 ..
             } => 32 * warps_m * warps_n + engine.producer_threads(),
             TileConfig::GemvMma { warps, .. } => 32 * warps,
-            TileConfig::Attention { warps, .. } => 32 * warps,
+            // The warpgroup tile's producer warpgroup comes on top of its consumers.
+            TileConfig::Attention { warps, wgmma, .. } => 32 * warps + if wgmma { 128 } else { 0 },
             TileConfig::Update { threads, .. } => threads,
             TileConfig::Scan { threads, .. } => threads,
             TileConfig::AttentionBwd { warps, .. } => 32 * warps,

@@ -85,7 +85,7 @@ pub static PASSES: &[PassInfo] = &[
                     !o.tensor_parallel,
                     o.wgmma_tma,
                     o.wgmma_pingpong,
-                    o.wgmma_attention,
+                    o.wgmma_attention.then_some(o.wgmma_attention_keys),
                 ),
             )
         }),
@@ -141,6 +141,11 @@ pub struct Options {
     /// an H200, where it ran 2-5% faster than the mma.sync tile, still without
     /// FlashAttention-3's producer warpgroup (issue 19).
     pub wgmma_attention: bool,
+    /// Keys per block of the warpgroup attention tile: 64 (the `mma.sync` tile's, so the
+    /// same order of sums and the same executor bits; 0 means 64) or 128
+    /// (FlashAttention-3's at head dim 128: another order of sums, its own bits; `explain`
+    /// prints it as the tile's `block_n` and in the order).
+    pub wgmma_attention_keys: u32,
     /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take the persistent,
     /// ping-pong warp-specialised tile (`wgmma: pingpong`, `lower/wgmma_pingpong.rs`) when
     /// the operands, the shape and the target allow it ([`schedule::prefer_pingpong`]);
@@ -161,6 +166,7 @@ impl Default for Options {
             tensor_parallel: false,
             wgmma_tma: false,
             wgmma_attention: false,
+            wgmma_attention_keys: 0,
             wgmma_pingpong: true,
         }
     }

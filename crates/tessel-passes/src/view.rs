@@ -17,6 +17,50 @@ pub struct StridedView {
     pub strides: Vec<u64>,
 }
 
+impl StridedView {
+    /// Elements between consecutive indices of `row_dim` as a TMA tensor map may take them
+    /// (`ring/tma.rs`): the view's stride, or, for a dim of one index (whose stride is
+    /// never used), the columns `col_dim` rounded up to whole 16-byte chunks of `esz`-byte
+    /// elements.
+    pub fn tma_row_stride(&self, (col_dim, row_dim): (usize, usize), esz: u64) -> u64 {
+        match self.shape[row_dim] {
+            1 => (self.shape[col_dim] * esz).next_multiple_of(16) / esz,
+            _ => self.strides[row_dim],
+        }
+    }
+
+    /// Why a TMA tensor map cannot describe tiles of this view (rows along `row_dim`,
+    /// columns along `col_dim`, the dims `batch` named by coordinate; dims of one index or
+    /// stride 0 left out), or `None` where it can: the columns not contiguous, a stride or
+    /// the offset not whole 16-byte chunks (`cuTensorMapEncodeTiled`'s `globalStrides` and
+    /// 16-byte aligned start), more than 5 dims. The schedule asks it before taking a tile
+    /// that loads by TMA; the lowering asks it again.
+    pub fn tma_error(
+        &self,
+        (col_dim, row_dim, batch): (usize, usize, &[usize]),
+        esz: u64,
+    ) -> Option<&'static str> {
+        let whole = |s: u64| s > 0 && (s * esz) % 16 == 0;
+        let kept: Vec<usize> = batch
+            .iter()
+            .copied()
+            .filter(|&k| self.shape[k] > 1 && self.strides[k] > 0)
+            .collect();
+        if self.strides[col_dim] != 1 && self.shape[col_dim] > 1 {
+            Some("a column stride other than 1")
+        } else if kept.len() > 3 {
+            Some("more than 5 dims")
+        } else if !whole(self.tma_row_stride((col_dim, row_dim), esz))
+            || kept.iter().any(|&k| !whole(self.strides[k]))
+            || (self.offset * esz) % 16 != 0
+        {
+            Some("strides or an offset not whole 16-byte chunks")
+        } else {
+            None
+        }
+    }
+}
+
 /// True for the ops a [`StridedView`] looks through.
 pub fn is_view_op(op: &Op) -> bool {
     matches!(

@@ -166,6 +166,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         tensor_parallel: false,
         wgmma_tma: false,
         wgmma_attention: false,
+        wgmma_attention_keys: 0,
         wgmma_pingpong: false,
     };
     let out = match &info.run {

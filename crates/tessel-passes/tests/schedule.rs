@@ -27,7 +27,7 @@ fn matmul_schedule_split(
         .collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
-    let s = schedule::run(&g, &f, t, p, (split, false, false, false));
+    let s = schedule::run(&g, &f, t, p, (split, false, false, None));
     let (grp, _) = f.groups.iter().next().expect("one group");
     s[grp].clone().expect("scheduled")
 }
@@ -287,7 +287,7 @@ fn the_tma_tile_is_taken_only_when_asked() {
         let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
         let t = Target::h200();
         let f = fuse::run(&g, &t, Profile::Fast);
-        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false, false));
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, false, None));
         let (grp, _) = f.groups.iter().next().expect("one group");
         s[grp].clone().expect("scheduled")
     };
@@ -346,7 +346,7 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
         let g = tessel_passes::attention::run(&check::run(&module, "s", &dims).expect("checks"), p);
         let g = decompose::run(&g);
         let f = fuse::run(&g, t, p);
-        let s = schedule::run(&g, &f, t, p, (true, false, false, asked));
+        let s = schedule::run(&g, &f, t, p, (true, false, false, asked.then_some(0)));
         let grp = f
             .groups
             .keys()
@@ -377,7 +377,12 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
         "{:?}",
         on.tile
     );
-    assert!(on.why.contains("2 warpgroups of 64 rows"), "{}", on.why);
+    assert!(
+        on.why.contains("2 consumer warpgroups of 64 rows")
+            && on.why.contains("a producer warpgroup"),
+        "{}",
+        on.why
+    );
     assert!(wgmma(&sched(64, &h100, Profile::Fast, true)));
     // Not asked, not fast, no wgmma, a head dim of 32: the mma.sync tile.
     assert!(!wgmma(&sched(128, &h100, Profile::Fast, false)));
@@ -422,7 +427,7 @@ fn the_pingpong_tile_is_taken_only_when_asked_and_where_it_fills_the_sms() {
         let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
         let t = Target::h100();
         let f = fuse::run(&g, &t, Profile::Fast);
-        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, pingpong, false));
+        let s = schedule::run(&g, &f, &t, Profile::Fast, (true, tma, pingpong, None));
         let (grp, _) = f.groups.iter().next().expect("one group");
         s[grp].clone().expect("scheduled")
     };
@@ -559,7 +564,7 @@ fn the_pingpong_tile_is_fast_only() {
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let t = Target::h100();
     let f = fuse::run(&g, &t, Profile::Invariant);
-    let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, true, false));
+    let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, true, None));
     let (grp, _) = f.groups.iter().next().expect("one group");
     let tile = &s[grp].as_ref().expect("scheduled").tile;
     assert!(
@@ -580,7 +585,7 @@ fn elementwise_tile(src: &str) -> (u32, u32) {
     let g = decompose::run(&check::run(&module, "s", &BTreeMap::new()).expect("checks"));
     let t = Target::h200();
     let f = fuse::run(&g, &t, Profile::Fast);
-    let s = schedule::run(&g, &f, &t, Profile::Fast, (true, false, false, false));
+    let s = schedule::run(&g, &f, &t, Profile::Fast, (true, false, false, None));
     let (grp, _) = f.groups.iter().next().expect("one group");
     match s[grp].clone().expect("scheduled").tile {
         TileConfig::Elementwise { threads, vector } => (threads, vector),

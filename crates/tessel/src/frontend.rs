@@ -21,6 +21,10 @@ pub fn options(target: &Target, args: &CompileArgs) -> Options {
         verify: true,
         wgmma_tma: args.wgmma_tma,
         wgmma_attention: args.wgmma_attention,
+        wgmma_attention_keys: args
+            .wgmma_attention_keys
+            .as_deref()
+            .map_or(0, |k| k.parse().expect("clap accepts 64 or 128 only")),
         wgmma_pingpong: !args.no_wgmma_pingpong,
         ..Options::default()
     }

@@ -83,12 +83,19 @@ pub struct CompileArgs {
     #[arg(long)]
     pub wgmma_tma: bool,
     /// Run prefill attention (head dims multiples of 64 up to 256, keys not split) in
-    /// `fast` on sm_90a on the warpgroup tile: two wgmma warpgroups of 64 query rows, S =
-    /// Q·Kᵀ from shared memory, P·V with P in registers (`wgmma: 1` in the attention's
-    /// schedule; the same order of sums as the mma.sync tile). Not the default until it
-    /// has FlashAttention-3's producer warpgroup (issue 19).
+    /// `fast` on sm_90a on the warpgroup tile, FlashAttention-3's structure: a producer
+    /// warpgroup loading K and V by TMA through an mbarrier ring, two wgmma consumer
+    /// warpgroups of 64 query rows, S = Q·Kᵀ from shared memory, P·V with P in registers
+    /// (`wgmma: 1` in the attention's schedule; the same order of sums as the mma.sync
+    /// tile). Not the default until checked on the GPU (issue 19).
     #[arg(long)]
     pub wgmma_attention: bool,
+    /// Keys per block of the --wgmma-attention tile: 64 (the default, the mma.sync tile's:
+    /// the same order of sums, the same executor bits) or 128 (FlashAttention-3's at head
+    /// dim 128: another order of sums, within the same bound; `explain` prints it as the
+    /// tile's block_n).
+    #[arg(long, value_name = "KEYS", requires = "wgmma_attention", value_parser = ["64", "128"])]
+    pub wgmma_attention_keys: Option<String>,
     /// Keep the large 16-bit GEMMs on the warpgroup (wgmma) tile in `fast` on sm_90a. By
     /// default those with at least two 128 × 128 tiles per SM run on the persistent
     /// ping-pong tile (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma

@@ -835,7 +835,7 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 if pack == 0 {
                     e.push("schedule.tile", loc.clone(), "attention pack is 0");
                 }
-                (32 * warps as u64, 1)
+                (32 * warps as u64 + if wgmma { 128 } else { 0 }, 1)
             }
             TileConfig::AttentionBwd { warps, block_n } => {
                 if !(1..=8).contains(&warps) {

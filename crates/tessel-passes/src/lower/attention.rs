@@ -14,13 +14,23 @@
 //! rows, and multiplies the probabilities — rounded to V's dtype and repacked from accumulator to A
 //! fragments in registers, the layouts of PTX ISA §9.7.14.5.8 — by V's tile read transposed
 //! (`ldmatrix.trans`).
+//!
+//! The warpgroup tile (`wgmma`) is the same loop in FlashAttention-3's form (Shah et al.,
+//! "FlashAttention-3", 2024): two consumer warpgroups of 64 rows multiply with `wgmma`
+//! (PTX ISA §9.7.15.5: S = Q·Kᵀ with both operands in shared memory, P·V with P in
+//! registers and V MN-major, P·V a block behind S — §3.2's intra-warpgroup overlap — the
+//! two warpgroups taking turns to issue a block's GEMMs at named barriers, §3.1's
+//! ping-pong: [`TURN_BARRIER`]), and a producer warpgroup (`attention_tma.rs`, §3.1's warp specialisation) fills the K/V ring
+//! by TMA (PTX ISA §9.7.9.25.5.1) through FULL/EMPTY mbarriers (§9.7.13.15), its registers
+//! given to the consumers by `setmaxnreg` (§9.7.19.5).
 
 use super::attention_parts::{BoundAt, KvCopy, LaneRow, QChunk};
+use super::epilogue::NamedBarrier;
 use super::fragments::{one_operand, FragSrc};
 use super::ring::{Operand2d, Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::analysis::attention_shape;
-use crate::schedule::attention_shared_bytes;
+use crate::schedule::{attention_shared_bytes, wgmma_attention_shared_bytes};
 use crate::view::strided;
 use std::collections::HashMap;
 use tessel_ir::graph::{Op as GOp, RowStat, TileConfig};
@@ -29,6 +39,29 @@ use tessel_ir::kernel::{
     WgmmaMajor, WgmmaShape, WgmmaSwizzle, Width,
 };
 use tessel_ir::{DType, Reg, Shape, Value};
+
+/// Threads of the warpgroup tile's producer warpgroup, the CTA's first.
+const PRODUCER: u32 = 128;
+
+/// The warpgroup tile's register budgets after `setmaxnreg` (PTX ISA §9.7.19.5): the
+/// producer's `dec` and the consumers' `inc`, within the 168 a thread ptxas allots at
+/// entry to 384 threads at one CTA an SM: 128 · 56 + 256 · 224 = 64512 = 168 · 384.
+/// FlashAttention-3 gives its producer 24 (consumers 240), the GEMM's tile 40 (232,
+/// `wgmma_tma.rs`); this producer also copies a block by `cp.async`, and ptxas (CUDA 13.0,
+/// sm_90a) spills in it at 128 keys a block below 56 (12 bytes at 40, 68 at 24), while the
+/// consumers need no more than 224 at 64 or 128 keys, d = 128.
+const ATTENTION_PRODUCER_REGS: u32 = 56;
+const ATTENTION_CONSUMER_REGS: u32 = 224;
+
+/// Named barrier of the warpgroup tile's consumers (Q in shared memory; `bar.sync 0` would
+/// wait for the producer, which never comes back).
+const CONSUMER_BARRIER: u32 = 1;
+
+/// The ping-pong's named barriers (FlashAttention-3 §3.1, "Pingpong scheduling"): the
+/// first consumer warpgroup waits for its turn to issue a block's GEMMs at `TURN_BARRIER`,
+/// the second at `TURN_BARRIER + 1`; each counts both warpgroups (256 threads: the waiter's
+/// `bar.sync`, the other's `bar.arrive`). The producer's barrier is 2.
+const TURN_BARRIER: u32 = 3;
 
 impl Gen<'_> {
     /// Fused attention: the group's output `out` is attention `a`, whose logits come from
@@ -115,8 +148,27 @@ impl Gen<'_> {
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
         let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
-        let warp = self.idiv_c(Ix::R(tid), 32);
-        let lane = self.irem_c(Ix::R(tid), 32);
+        // The warpgroup tile's threads 0..128 are its producer, 128.. its consumers:
+        // `ctid`, the thread's index among the consumers, is `tid - 128` for a consumer and
+        // `tid + 128` for a producer thread, which so shares the rows of a consumer thread
+        // of the second warpgroup in the key bounds before the roles split.
+        let ctid = match wgmma {
+            true => {
+                let t = self.b.op(
+                    RegType::U32,
+                    Op::IAdd,
+                    &[tid.into(), Operand::U32(PRODUCER)],
+                );
+                self.b.op(
+                    RegType::U32,
+                    Op::And,
+                    &[t.into(), Operand::U32(threads - 1)],
+                )
+            }
+            false => tid,
+        };
+        let warp = self.idiv_c(Ix::R(ctid), 32);
+        let lane = self.irem_c(Ix::R(ctid), 32);
         let row0 = self.imul_c(Ix::R(cx), bm as u64);
         // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
         // y mod outer, and the results go to the scratch buffer.
@@ -169,7 +221,14 @@ impl Gen<'_> {
             false => StageLayout::rows(rows, cols, esz),
         };
         let align = if wgmma { 1024 } else { 128 };
-        let buf = self.b.kernel.new_shared(shared + 8 * warps, align);
+        // The warpgroup tile: a key-bound slot for each of its 12 warps, then the ring's
+        // FULL and EMPTY mbarriers.
+        let bound_warps = if wgmma { warps + PRODUCER / 32 } else { warps };
+        let total = match wgmma {
+            true => wgmma_attention_shared_bytes(block_n, stages, sh.d, sh.e),
+            false => shared + 8 * warps,
+        };
+        let buf = self.b.kernel.new_shared(total, align);
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_q = Ring {
             base,
@@ -211,40 +270,48 @@ impl Gen<'_> {
 
         // Q's tile: chunk c of the CTA's rows (8 elements), copied — zero past the last
         // row — or, where q's tensor is not in memory (fuse rule 7), computed below, after
-        // the first K/V copies are on their way.
+        // the first K/V copies are on their way; by the threads of the consumers (`t`
+        // their index), all of the mma.sync tile's.
         let chunks_q = d / 8;
         let q_computed = crate::analysis::q_in_prologue(g, self.fusion, s);
-        let mut q_chunks = Vec::new();
-        for i in 0..(bm * chunks_q).div_ceil(threads) {
-            // With one row block (rows_total ≤ bm, so row0 = 0), a pass whose first row is
-            // past the last real row holds padding rows only, for every thread.
-            let padding =
-                rows_total <= bm as u64 && ((i * threads) / chunks_q) as u64 >= rows_total;
-            let ei = self.iadd(Ix::R(tid), Ix::C((i * threads) as u64));
-            let rr = self.idiv_c(ei, chunks_q as u64);
-            let cc = self.irem_c(ei, chunks_q as u64);
-            let r = self.iadd(row0, rr);
-            let (inside, b, pos) = packed_row(self, r);
-            let row_off = self.view_offset(&qv, &b);
-            let pos_off = self.imul_c(pos, qv.strides[rank - 2]);
-            let row = self.iadd(row_off, pos_off);
-            let col = self.imul_c(cc, 8);
-            let shared = self.ring_offset(&ring_q, rr, col);
-            q_chunks.push(QChunk {
-                row,
-                col,
-                shared,
-                inside,
-                padding,
-            });
-        }
-        if !q_computed {
-            for c in &q_chunks {
-                let off = self.iadd(c.row, c.col);
-                self.cp_async_16(qv.base, off, (base, c.shared), c.inside);
+        let q_load = |gen: &mut Self, t: Reg| -> Vec<QChunk> {
+            let mut q_chunks = Vec::new();
+            for i in 0..(bm * chunks_q).div_ceil(threads) {
+                // With one row block (rows_total ≤ bm, so row0 = 0), a pass whose first row
+                // is past the last real row holds padding rows only, for every thread.
+                let padding =
+                    rows_total <= bm as u64 && ((i * threads) / chunks_q) as u64 >= rows_total;
+                let ei = gen.iadd(Ix::R(t), Ix::C((i * threads) as u64));
+                let rr = gen.idiv_c(ei, chunks_q as u64);
+                let cc = gen.irem_c(ei, chunks_q as u64);
+                let r = gen.iadd(row0, rr);
+                let (inside, b, pos) = packed_row(gen, r);
+                let row_off = gen.view_offset(&qv, &b);
+                let pos_off = gen.imul_c(pos, qv.strides[rank - 2]);
+                let row = gen.iadd(row_off, pos_off);
+                let col = gen.imul_c(cc, 8);
+                let shared = gen.ring_offset(&ring_q, rr, col);
+                q_chunks.push(QChunk {
+                    row,
+                    col,
+                    shared,
+                    inside,
+                    padding,
+                });
             }
-        }
-        self.b.push(Stmt::CpAsyncCommit);
+            if !q_computed {
+                for c in &q_chunks {
+                    let off = gen.iadd(c.row, c.col);
+                    gen.cp_async_16(qv.base, off, (base, c.shared), c.inside);
+                }
+            }
+            gen.b.push(Stmt::CpAsyncCommit);
+            q_chunks
+        };
+        let q_chunks = match wgmma {
+            true => Vec::new(),
+            false => q_load(self, tid),
+        };
 
         // The lane's two rows in the accumulator layout.
         let gq = self.idiv_c(lane, 4);
@@ -266,11 +333,18 @@ impl Gen<'_> {
                 Ok(gen.value(bv, idx, 1)?[0])
             }
         });
+        // Every warp of the CTA takes part (the warpgroup tile's producer too, with a
+        // consumer's rows, each warp its own slot): producer and consumers walk one range of
+        // key blocks.
+        let bound_warp = match wgmma {
+            true => self.idiv_c(Ix::R(tid), 32),
+            false => warp,
+        };
         let (n_end, n_min) = self.key_bounds(
             bound_at.as_ref().map(|f| f as &BoundAt<'_>),
             &lane_rows,
             n,
-            (warps, warp, lane),
+            (bound_warps, bound_warp, lane),
             (base, shared),
         )?;
         let blocks = match n_end {
@@ -313,7 +387,6 @@ impl Gen<'_> {
             threads,
             tid,
         };
-        kv_copy.origins = self.kv_origins(&kv_copy);
         let first_ix = match first {
             Operand::U32(x) => Ix::C(x as u64),
             Operand::Reg(r) => Ix::R(r),
@@ -324,31 +397,108 @@ impl Gen<'_> {
         // `pipelined`), all but the two read.
         let pipelined = wgmma && stages >= 3;
         let ahead = if pipelined { stages - 2 } else { stages - 1 };
-        for st in 0..ahead {
-            let jb = self.iadd(first_ix, Ix::C(st as u64));
-            let jo = self.ix_op(jb);
-            let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[jo, blocks]);
-            self.open();
-            let j0 = self.imul_c(jb, block_n as u64);
-            self.issue_kv(&kv_copy, Ix::C(st as u64), j0)?;
-            self.close_if(ok);
-            self.b.push(Stmt::CpAsyncCommit);
-        }
-        if q_computed {
-            self.q_prologue(qv.base, &q_chunks, q_reductions, base)?;
-        }
-        // Q has landed once only the K/V groups may be in flight (and the prologue's
-        // stores are visible after the barrier; to wgmma, which reads through the async
-        // proxy, after each thread's proxy fence); then its fragments.
-        self.b.push(Stmt::CpAsyncWait(ahead));
+        // The warpgroup tile: the producer warpgroup fills the ring (`attention_tma.rs`),
+        // the consumers load Q and walk the blocks; `split` holds the role predicate and the
+        // producer's body until the consumers' is complete.
+        let mut split_roles = None;
+        let mut ring_bars = None;
+        // The pipelined warpgroup tile's ping-pong: `second` (the consumer warpgroup is
+        // the second).
+        let mut turn: Option<Reg> = None;
         if wgmma {
+            let full0 = self.shared_addr(base, Ix::C((shared + 8 * bound_warps) as u64));
+            let empty0 = self.shared_addr(full0, Ix::C(8 * stages as u64));
+            self.init_ring_barriers(tid, (full0, empty0), stages, threads);
+            let producer = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[tid.into(), Operand::U32(PRODUCER)],
+            );
+            self.open();
+            self.b.push(Stmt::SetMaxNReg {
+                inc: false,
+                regs: ATTENTION_PRODUCER_REGS,
+            });
+            kv_copy.threads = PRODUCER;
+            kv_copy.origins = self.kv_origins(&kv_copy);
+            let batch: Vec<(usize, Ix)> =
+                outer_dims.iter().copied().zip(outer_idx.clone()).collect();
+            self.attention_producer(
+                &kv_copy,
+                (&batch, rank),
+                (full0, empty0),
+                (first, blocks),
+                (stages, n),
+                a,
+            )?;
+            let then_body = self.close();
+            split_roles = Some((producer, then_body));
+            ring_bars = Some((full0, empty0));
+            self.open();
+            self.b.push(Stmt::SetMaxNReg {
+                inc: true,
+                regs: ATTENTION_CONSUMER_REGS,
+            });
+            let q_chunks = q_load(self, ctid);
+            if q_computed {
+                self.q_prologue(qv.base, &q_chunks, q_reductions, base)?;
+            }
+            // Q has landed (and the prologue's stores are visible to wgmma, which reads
+            // through the async proxy, after each thread's proxy fence and the consumers'
+            // barrier; the producer has its own road).
+            self.b.push(Stmt::CpAsyncWaitAll);
             self.b.push(Stmt::FenceProxyAsync);
+            self.b.push(Stmt::BarSync {
+                id: CONSUMER_BARRIER,
+                threads,
+            });
+            if pipelined {
+                // Ping-pong (FlashAttention-3 §3.1): the first warpgroup's turn comes
+                // first, by the second's arrival at its barrier (where the CTA has a block:
+                // every turn is taken, none left open at exit).
+                let second = self.b.op(
+                    RegType::Pred,
+                    Op::ICmp(ICmp::GeU),
+                    &[ctid.into(), Operand::U32(128)],
+                );
+                let any = self
+                    .b
+                    .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[first, blocks]);
+                let go = self
+                    .b
+                    .op(RegType::Pred, Op::PAnd, &[second.into(), any.into()]);
+                self.open();
+                self.b.push(Stmt::BarArrive {
+                    id: TURN_BARRIER,
+                    threads,
+                });
+                self.close_if(go);
+                turn = Some(second);
+            }
+        } else {
+            kv_copy.origins = self.kv_origins(&kv_copy);
+            for st in 0..ahead {
+                let jb = self.iadd(first_ix, Ix::C(st as u64));
+                let jo = self.ix_op(jb);
+                let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[jo, blocks]);
+                self.open();
+                let j0 = self.imul_c(jb, block_n as u64);
+                self.issue_kv(&kv_copy, Ix::C(st as u64), j0)?;
+                self.close_if(ok);
+                self.b.push(Stmt::CpAsyncCommit);
+            }
+            if q_computed {
+                self.q_prologue(qv.base, &q_chunks, q_reductions, base)?;
+            }
+            // Q has landed once only the K/V groups may be in flight (and the prologue's
+            // stores are visible after the barrier); then its fragments.
+            self.b.push(Stmt::CpAsyncWait(ahead));
+            self.b.push(Stmt::Barrier);
         }
-        self.b.push(Stmt::Barrier);
         // The operands: for mma.sync, Q's A fragments (kept in registers) and the K and V
         // fragment plans; for wgmma, the descriptor of the warpgroup's 64 rows of Q.
         let operands = if wgmma {
-            let wg = self.idiv_c(Ix::R(tid), 128);
+            let wg = self.idiv_c(Ix::R(ctid), 128);
             let rows_off = self.imul_c(wg, 64 * 128);
             let q_rows = self.shared_addr(base, rows_off);
             Operands::Wgmma {
@@ -435,19 +585,31 @@ impl Gen<'_> {
         });
         let jb = self.b.kernel.new_reg(RegType::U32);
         self.open();
-        self.b.push(Stmt::CpAsyncWait(ahead - 1));
-        if wgmma {
-            self.b.push(Stmt::FenceProxyAsync);
+        if let Some((full0, _)) = ring_bars {
+            // The block's K and V have landed: FULL[rd] has completed the phase of fill
+            // `jb - first` (parity: its round mod 2).
+            let i = self.b.op(RegType::U32, Op::ISub, &[jb.into(), first]);
+            let round = self.idiv_c(Ix::R(i), stages as u64);
+            let ro = self.ix_op(round);
+            let parity = self.b.op(RegType::U32, Op::And, &[ro, Operand::U32(1)]);
+            let at = self.imul_c(Ix::R(rd), 8);
+            let full = self.shared_addr(full0, at);
+            self.b.push(Stmt::MbarWait {
+                addr: full,
+                parity: parity.into(),
+            });
+        } else {
+            self.b.push(Stmt::CpAsyncWait(ahead - 1));
+            self.b.push(Stmt::Barrier);
+            let j_next = self.iadd(Ix::R(jb), Ix::C(ahead as u64));
+            let ao = self.ix_op(j_next);
+            let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, blocks]);
+            self.open();
+            let j_ahead = self.imul_c(j_next, block_n as u64);
+            self.issue_kv(&kv_copy, Ix::R(wr), j_ahead)?;
+            self.close_if(ok);
+            self.b.push(Stmt::CpAsyncCommit);
         }
-        self.b.push(Stmt::Barrier);
-        let j_next = self.iadd(Ix::R(jb), Ix::C(ahead as u64));
-        let ao = self.ix_op(j_next);
-        let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, blocks]);
-        self.open();
-        let j_ahead = self.imul_c(j_next, block_n as u64);
-        self.issue_kv(&kv_copy, Ix::R(wr), j_ahead)?;
-        self.close_if(ok);
-        self.b.push(Stmt::CpAsyncCommit);
 
         // S = Q Kᵀ for this block.
         let rk = self.imul_c(Ix::R(rd), ring_k.stage_bytes() as u64);
@@ -482,6 +644,15 @@ impl Gen<'_> {
                 // 32 bytes inside a panel, the next panel `rows · 128` bytes on.
                 let k_desc = self.wgmma_desc(stage_k, 0);
                 let d_regs: Vec<Reg> = sacc.iter().flatten().copied().collect();
+                // Ping-pong: this warpgroup's turn to issue (the other has issued its
+                // block's GEMMs and runs its softmax while these run).
+                if let Some(second) = turn {
+                    let mine = NamedBarrier {
+                        id: TURN_BARRIER,
+                        second: Some(second),
+                    };
+                    self.named_barrier_sync(mine, threads);
+                }
                 self.b.push(Stmt::WgmmaFence);
                 for ks in 0..d / 16 {
                     let at = |rows: u32| ((ks / 4) * rows * 128 + (ks % 4) * 32) as u64 >> 4;
@@ -507,11 +678,19 @@ impl Gen<'_> {
                         let later =
                             self.b
                                 .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[jb.into(), first]);
+                        // The other warpgroup's turn once these GEMMs are issued.
+                        let pass_turn = |gen: &mut Self| {
+                            if let Some(second) = turn {
+                                gen.pass_turn(second, (jb, blocks), threads);
+                            }
+                        };
                         self.open();
                         self.pv_wgmma(pa, *pv_stage, (&ring_v, block_n, e, winput), &o_acc);
+                        pass_turn(self);
                         self.b.push(Stmt::WgmmaWait(1));
                         let then_body = self.close();
                         self.open();
+                        pass_turn(self);
                         self.b.push(Stmt::WgmmaWait(0));
                         let else_body = self.close();
                         self.b.push(Stmt::If {
@@ -684,11 +863,19 @@ impl Gen<'_> {
                     let pas: Vec<Vec<Reg>> = (0..ni / 2).map(|ks| pa_of(self, ks)).collect();
                     self.pv_wgmma(&pas, rd, (&ring_v, block_n, e, winput), &o_acc);
                     self.b.push(Stmt::WgmmaWait(0));
+                    self.release_kv(ring_bars, rd);
                 }
                 Some((pa, pv_stage)) => {
-                    // The previous block's P·V has completed: O rescaled, this block's P
-                    // and stage kept for the next block (or the loop's end).
+                    // The previous block's P·V has completed (its stage is released to
+                    // the producer): O rescaled, this block's P and stage kept for the
+                    // next block (or the loop's end).
                     self.b.push(Stmt::WgmmaWait(0));
+                    let later = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::Ne), &[jb.into(), first]);
+                    self.open();
+                    self.release_kv(ring_bars, *pv_stage);
+                    self.close_if(later);
                     for (h, &scale) in scales.iter().enumerate() {
                         self.rescale_o(&o_acc, h, scale);
                     }
@@ -708,6 +895,7 @@ impl Gen<'_> {
             let last_pv = |gen: &mut Self| {
                 gen.pv_wgmma(pa, *pv_stage, (&ring_v, block_n, e, winput), &o_acc);
                 gen.b.push(Stmt::WgmmaWait(0));
+                gen.release_kv(ring_bars, *pv_stage);
             };
             match (first, blocks) {
                 (Operand::U32(f), Operand::U32(b)) => {
@@ -725,7 +913,9 @@ impl Gen<'_> {
                 }
             }
         }
-        self.b.push(Stmt::CpAsyncWaitAll);
+        if !wgmma {
+            self.b.push(Stmt::CpAsyncWaitAll);
+        }
 
         if let (Some(rg), Some(ranges)) = (range, ranges) {
             // The range's O (unnormalised), maximum and sum, for the merge kernel.
@@ -838,6 +1028,14 @@ impl Gen<'_> {
             }
             self.close_if(real);
         }
+        if let Some((producer, then_body)) = split_roles {
+            let else_body = self.close();
+            self.b.push(Stmt::If {
+                cond: producer,
+                then_body,
+                else_body,
+            });
+        }
         Ok([
             rows_total.div_ceil(bm as u64).max(1) as u32,
             outer_count as u32,
@@ -908,6 +1106,46 @@ impl Gen<'_> {
             });
         }
         self.b.push(Stmt::WgmmaCommit);
+    }
+
+    /// Every consumer thread arrives on the EMPTY mbarrier of ring stage `stage` (the
+    /// warpgroup tile's, `bars` = (FULL[0], EMPTY[0])): its K and V are read for the last
+    /// time. Nothing without a ring's barriers.
+    fn release_kv(&mut self, bars: Option<(Reg, Reg)>, stage: Reg) {
+        if let Some((_, empty0)) = bars {
+            let at = self.imul_c(Ix::R(stage), 8);
+            let empty = self.shared_addr(empty0, at);
+            self.b.push(Stmt::MbarArrive { addr: empty });
+        }
+    }
+
+    /// The ping-pong's hand-over, once a consumer warpgroup has issued block `jb`'s GEMMs:
+    /// the first warpgroup arrives at the second's barrier; the second at the first's,
+    /// except after the CTA's last block (`blocks`), where the first takes no more turns.
+    /// `threads`: both warpgroups'.
+    fn pass_turn(&mut self, second: Reg, (jb, blocks): (Reg, Operand), threads: u32) {
+        self.open();
+        let next = self
+            .b
+            .op(RegType::U32, Op::IAdd, &[jb.into(), Operand::U32(1)]);
+        let more = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[next.into(), blocks]);
+        self.open();
+        self.b.push(Stmt::BarArrive {
+            id: TURN_BARRIER,
+            threads,
+        });
+        self.close_if(more);
+        let then_body = self.close();
+        self.b.push(Stmt::If {
+            cond: second,
+            then_body,
+            else_body: vec![Stmt::BarArrive {
+                id: TURN_BARRIER + 1,
+                threads,
+            }],
+        });
     }
 
     /// O's registers of row half `h` (`q = 2h, 2h + 1` of every fragment) times `scale`.

@@ -25,7 +25,8 @@
 //! schedule); `index` (index arithmetic), `values` (the shape-op walk), `memory` (loads and
 //! stores), `numerics` (dtype arithmetic) serve every schedule. One file per schedule:
 //! `rows` (elementwise, row reduction), `gemv`, `simt`, `mma`, `gemv_mma`, `attention` (its
-//! main loop; `attention_parts`: tile copies, key bounds, flash-decoding's merge kernel),
+//! main loop; `attention_parts`: tile copies, key bounds, flash-decoding's merge kernel;
+//! `attention_tma`: the warpgroup tile's TMA producer warpgroup),
 //! `update` (an in-place update, over its rows only), `scan` (a cumsum); the pieces the
 //! matmul schedules share: `matmul` (operands, CTA order, split-K), `epilogue`, `ring`
 //! (shared-memory ring: `ring/layout.rs` the stage layout and swizzle, `ring/cp_async.rs`
@@ -39,6 +40,7 @@
 mod attention;
 mod attention_bwd;
 mod attention_parts;
+mod attention_tma;
 mod epilogue;
 mod fragments;
 mod gemv;
@@ -630,6 +632,7 @@ fn lower_group(
         // which ptxas honours only where it knows the count at entry: one CTA an SM, so
         // 65536 / 384 rounded down to 8 (168).
         TileConfig::Mma { engine, .. } if engine.is_tma() => 1,
+        TileConfig::Attention { wgmma: true, .. } => 1,
         TileConfig::Mma {
             min_ctas_per_sm, ..
         }

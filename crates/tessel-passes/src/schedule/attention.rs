@@ -4,7 +4,8 @@
 use super::offers;
 use crate::analysis::attention_shape;
 use crate::target::{Features, Target};
-use tessel_ir::graph::{Graph, Schedule, TileConfig};
+use crate::view::strided;
+use tessel_ir::graph::{Graph, Op as GOp, Schedule, TileConfig};
 use tessel_ir::Value;
 
 /// Keys per block: 64 (FlashAttention-2's block for head dim 128 on sm_80+; 4 pairs of
@@ -35,38 +36,48 @@ pub fn attention_shared_bytes(warps: u32, block_n: u32, stages: u32, d: u64, e: 
 }
 
 /// Warps of the warpgroup tile (`wgmma: 1`): two consumer warpgroups of 64 query rows, 128
-/// rows a CTA — FlashAttention-3's tile for head dim 128 (Shah, Bikshandi, Zhang, Thakkar,
-/// Ramani, Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
-/// Low-precision", 2024, §3), here without its producer warpgroup: every thread copies.
+/// rows a CTA, fed by a producer warpgroup that loads K and V by TMA (128 threads more)
+/// — FlashAttention-3's tile for head dim 128 (Shah, Bikshandi, Zhang, Thakkar, Ramani,
+/// Dao, "FlashAttention-3: Fast and Accurate Attention with Asynchrony and
+/// Low-precision", 2024, §3.1).
 const WGMMA_WARPS: u32 = 8;
-/// Keys per block of the warpgroup tile: 64, the mma.sync tile's ([`BLOCK_N`]), so that
-/// both sum in one order and give the same bits on the executor (the running maximum and
-/// sum are rescaled per block). FlashAttention-3 takes 128 at head dim 128 (S's wgmma
-/// m64n128k16, 64 accumulators a thread for S and 64 for O): the tile lowers at 128 too
-/// (`tests/wgmma_attention.rs` checks both), with another order of sums; which is faster
-/// is the GPU's to say (issue 19).
+/// Keys per block of the warpgroup tile by default: 64, the mma.sync tile's ([`BLOCK_N`]),
+/// so that both sum in one order and give the same bits on the executor (the running
+/// maximum and sum are rescaled per block). FlashAttention-3 takes 128 at head dim 128
+/// (S's wgmma m64n128k16, 64 accumulators a thread for S and 64 for O): asked for
+/// (`Options::wgmma_attention_keys`), the tile takes 128, with another order of sums
+/// (`tests/wgmma_attention.rs` checks both against the mma.sync tile at the same keys per
+/// block); which is faster is the GPU's to say (issue 19).
 const WGMMA_BLOCK_N: u32 = BLOCK_N;
 /// Ring stages of the warpgroup tile: 3, so that a block's P·V can run behind the next
 /// block's S (FlashAttention-3's intra-warpgroup overlap, §3.2: the softmax of block j
 /// runs on the CUDA cores while P·V of block j - 1 runs on the tensor cores) while block
-/// j + 1 is copied: K and V of blocks j - 1, j and j + 1 are resident. With 2 the tile
-/// lowers without the overlap (S, softmax, P·V in turn).
+/// j + 1 is loaded: K and V of blocks j - 1, j and j + 1 are resident. With 2 the tile
+/// lowers without the overlap (S, softmax, P·V in turn), taken where 3 do not fit.
 const WGMMA_STAGES: u32 = 3;
+
+/// Shared memory of the warpgroup tile: its rings ([`attention_shared_bytes`] at
+/// [`WGMMA_WARPS`]), 8 bytes per warp of the CTA (producer included) for combining the
+/// rows' key bounds, and the ring's FULL and EMPTY mbarriers, 8 bytes each per stage.
+pub fn wgmma_attention_shared_bytes(block_n: u32, stages: u32, d: u64, e: u64) -> u32 {
+    attention_shared_bytes(WGMMA_WARPS, block_n, stages, d, e) + 8 * (WGMMA_WARPS + 4) + 16 * stages
+}
 
 /// The warpgroup tile (`wgmma: 1`) in place of `sch`, an attention tile chosen by
 /// [`choose`], where it can serve: the `fast` profile on a target with wgmma, 16-bit V,
 /// head dims `d` and `e` multiples of 64 up to 256 (whole 128-byte panels; e is P·V's n),
 /// keys not split (a prefill's rows, not a decode's), its rings within the target's shared
 /// memory. Otherwise `sch`, its reason saying why not. `q_prologue`: the kernel computes
-/// q ([`crate::analysis::q_in_prologue`]). Taken only under
-/// `Options::wgmma_attention` until the GPU has checked the tile (issue 19). The order of
-/// every sum is the `mma.sync` tile's ([`order`]).
+/// q ([`crate::analysis::q_in_prologue`]). `keys`: keys per block, 64 (0 means 64) or 128
+/// (`Options::wgmma_attention_keys`). Taken only under `Options::wgmma_attention` until
+/// the GPU has checked the tile (issue 19). The order of every sum is the `mma.sync`
+/// tile's at the same keys per block ([`order`]).
 pub fn prefer_wgmma(
     g: &Graph,
     (s, a): (Value, Value),
     sch: Schedule,
     t: &Target,
-    (q_prologue, fast): (bool, bool),
+    (q_prologue, fast, keys): (bool, bool, u32),
 ) -> Schedule {
     let TileConfig::Attention {
         pack,
@@ -83,14 +94,36 @@ pub fn prefer_wgmma(
         g.ty(a).dtype,
         tessel_ir::DType::Bf16 | tessel_ir::DType::F16
     );
-    let shared = attention_shared_bytes(WGMMA_WARPS, WGMMA_BLOCK_N, WGMMA_STAGES, sh.d, sh.e)
-        + 8 * WGMMA_WARPS;
+    let block_n = if keys == 0 { WGMMA_BLOCK_N } else { keys };
+    // Three stages where they fit (P·V behind S), else two.
+    let stages = match wgmma_attention_shared_bytes(block_n, WGMMA_STAGES, sh.d, sh.e) {
+        x if x <= t.max_shared_per_cta => WGMMA_STAGES,
+        _ => 2,
+    };
+    let shared = wgmma_attention_shared_bytes(block_n, stages, sh.d, sh.e);
     let needs = Features {
         wgmma: true,
         ..Features::NONE
     };
+    // K and V are loaded by TMA (`lower/attention_tma.rs`): each a view a tensor map can
+    // describe — K `[.., d, n]` by its columns d and rows n, V `[.., n, e]` by e and n.
+    let tma_why = {
+        let (GOp::MatMul { rhs, .. }, GOp::Attention { v, .. }) = (&g.ops[s], &g.ops[a]) else {
+            unreachable!("an attention's scores are a matmul")
+        };
+        let r = sh.batch.len() + 2;
+        let batch: Vec<usize> = (0..r - 2).collect();
+        [(*rhs, (r - 2, r - 1)), (*v, (r - 1, r - 2))]
+            .into_iter()
+            .find_map(|(x, (c, w))| {
+                let esz = g.ty(x).dtype.size_bytes();
+                strided(g, x)?.tma_error((c, w, &batch), esz)
+            })
+    };
     let why_not = if !fast {
         Some("the fast profile only".to_string())
+    } else if block_n != 64 && block_n != 128 {
+        Some(format!("{block_n} keys per block asked for (64 or 128)"))
     } else if let Err(e) = offers(t, needs) {
         Some(format!("it needs {e}"))
     } else if !sixteen {
@@ -102,6 +135,8 @@ pub fn prefer_wgmma(
         ))
     } else if split > 0 {
         Some("the keys are split (decode)".into())
+    } else if let Some(e) = tma_why {
+        Some(format!("TMA cannot load K or V: {e}"))
     } else if shared > t.max_shared_per_cta {
         Some(format!("its {shared} bytes of shared memory do not fit"))
     } else {
@@ -120,18 +155,26 @@ pub fn prefer_wgmma(
         true => ", q (its RoPE and norm) computed by each CTA for its own rows before the key loop, never stored",
         false => "",
     };
+    let keys_why = match block_n == BLOCK_N {
+        true => "",
+        false => " (asked for: not the mma.sync tile's 64, so another order of sums)",
+    };
     Schedule {
         tile: TileConfig::Attention {
             warps: WGMMA_WARPS,
-            block_n: WGMMA_BLOCK_N,
-            stages: WGMMA_STAGES,
+            block_n,
+            stages,
             pack,
             split: 0,
             wgmma: true,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major), keys in blocks of {WGMMA_BLOCK_N} through a ring of {WGMMA_STAGES} stages filled by cp.async one block ahead, each block's P·V issued behind the next block's S (its softmax overlapping the tensor cores){prologue_why}, {ctas} CTAs",
-            sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack, WGMMA_WARPS / 4
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {} consumer warpgroups of 64 rows per CTA on wgmma (S = Q·Kᵀ from shared memory, P·V with P in registers and V MN-major) and a producer warpgroup (FlashAttention-3's warp specialisation: setmaxnreg gives its registers to the consumers), keys in blocks of {block_n}{keys_why} through a ring of {stages} stages that the producer fills by TMA (the block that crosses the CTA's last visible key by cp.async, zero past it) and the consumers release through mbarriers, exactly the blocks the consumers walk (one key bound for both), {}{prologue_why}, {ctas} CTAs",
+            sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack, WGMMA_WARPS / 4,
+            match stages >= 3 {
+                true => "each block's P·V issued behind the next block's S (its softmax overlapping the tensor cores), and the two consumer warpgroups taking turns to issue a block's GEMMs at named barriers (ping-pong: one's softmax overlapping the other's GEMMs)",
+                false => "each block's S, softmax and P·V in turn (three stages do not fit)",
+            }
         ),
     }
 }

@@ -21,6 +21,7 @@ mod matmul;
 
 pub use attention::{
     attention_shared_bytes, prologue_order, row_epilogue_order, update_rows_order,
+    wgmma_attention_shared_bytes,
 };
 
 pub use matmul::{
@@ -44,13 +45,14 @@ use tessel_ir::Group;
 /// persistent ping-pong tile where it can ([`prefer_pingpong`]; `Options::wgmma_pingpong`),
 /// and where it cannot, the TMA variant if `wgmma_tma` asks for it. `wgmma_attention`: a
 /// fused attention takes the warpgroup tile where it can ([`attention::prefer_wgmma`];
-/// `Options::wgmma_attention`).
+/// `Options::wgmma_attention`), with its keys per block (`Options::wgmma_attention_keys`;
+/// 0: 64).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
     target: &Target,
     profile: Profile,
-    (split_k, wgmma_tma, wgmma_pingpong, wgmma_attention): (bool, bool, bool, bool),
+    (split_k, wgmma_tma, wgmma_pingpong, wgmma_attention): (bool, bool, bool, Option<u32>),
 ) -> Schedules {
     let mut s = Schedules::new();
     for grp in fusion.groups.keys() {
@@ -67,7 +69,7 @@ pub fn run(
             }
         }
         if let (
-            true,
+            Some(keys),
             GroupOps::Attention {
                 scores, attention, ..
             },
@@ -79,7 +81,7 @@ pub fn run(
                 (*scores, *attention),
                 sch,
                 target,
-                (prologue, profile == Profile::Fast),
+                (prologue, profile == Profile::Fast, keys),
             );
         }
         s[grp] = Some(sch);

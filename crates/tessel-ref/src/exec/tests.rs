@@ -138,6 +138,49 @@ fn a_wait_that_nothing_satisfies_is_a_deadlock() {
     );
 }
 
+#[test]
+fn a_named_barrier_phase_left_open_at_exit_is_an_error() {
+    // Warp 1 arrives at barrier 3 for 64 threads; warp 0 never waits there. With
+    // `matched`, warp 0 does (`bar.sync 3, 64`) and the CTA runs.
+    for matched in [true, false] {
+        let mut k = kernel("open", vec![ptr("out", DType::F32, true)], 64, 1);
+        let mut b = Builder::new(&mut k);
+        let tid = b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let warp = b.op(RegType::U32, Op::ShrU, &[r(tid), u(5)]);
+        let w1 = b.op(RegType::Pred, Op::ICmp(ICmp::Eq), &[r(warp), u(1)]);
+        let else_body = match matched {
+            true => vec![Stmt::BarSync { id: 3, threads: 64 }],
+            false => vec![],
+        };
+        b.push(Stmt::If {
+            cond: w1,
+            then_body: vec![Stmt::BarArrive { id: 3, threads: 64 }],
+            else_body,
+        });
+        b.finish();
+        let sk = assign_slots(&k).unwrap();
+        let (res, _) = run_cta(
+            &sk,
+            &[vec![0; 128]],
+            &[LaunchArg::Buffer(BufferId::from_u32(0))],
+        );
+        match matched {
+            true => {
+                res.unwrap();
+            }
+            false => {
+                let e = res.unwrap_err().to_string();
+                assert!(
+                    e.contains(
+                        "the CTA exits with barrier 3's phase open: 32 of 64 threads arrived"
+                    ),
+                    "{e}"
+                );
+            }
+        }
+    }
+}
+
 /// Buffers and arguments for any kernel: 64 KiB of seeded bytes per pointer, `n` for
 /// every scalar.
 fn inputs(k: &Kernel, seed: u64, n: u32) -> (Vec<Vec<u8>>, Vec<LaunchArg>) {

@@ -9,7 +9,12 @@
 //! The map is a kernel parameter of kind [`ParamKind::TensorMap`] with its launch argument
 //! [`LaunchArg::TensorMap`] (the runtime encodes it with `cuTensorMapEncodeTiled`); it
 //! applies to a materialised tensor read along its contiguous last dim, rows of whole
-//! 16-byte chunks (`globalStrides`), no strided view.
+//! 16-byte chunks (`globalStrides`). A strided view read in place (the attention's K and V
+//! head views, [`Gen::tma_plan_view`]) is a map of up to 5 dims over the same buffer: its
+//! contiguous dim, its rows, its batch dims; the view's element offset, which the map
+//! cannot carry (it starts at the buffer's first byte), is absorbed into the coordinates
+//! of the first two dims (`TmaPlan::origin`), their sizes grown by as much, so the map's
+//! edge along the rows is still the view's.
 
 use super::layout::TmaBoxes;
 use super::{Operand2d, Ring};
@@ -24,6 +29,8 @@ use tessel_ir::{Reg, Value};
 pub(in crate::lower) struct TmaPlan {
     tmap: Reg,
     boxes: TmaBoxes,
+    /// Added to each coordinate of a load (dims in the map's order; empty: all 0).
+    origin: Vec<u64>,
 }
 
 impl TmaPlan {
@@ -89,7 +96,89 @@ impl Gen<'_> {
         });
         self.extra_args.push(LaunchArg::TensorMap(desc));
         let tmap = self.b.op(RegType::U64, Op::Param(index), &[]);
-        Ok(TmaPlan { tmap, boxes })
+        Ok(TmaPlan {
+            tmap,
+            boxes,
+            origin: Vec::new(),
+        })
+    }
+
+    /// The TMA plan of tiles of the strided view `view` into `ring`: the tile's rows along
+    /// the view's dim `row_dim`, its columns along the view's contiguous dim `col_dim`
+    /// (stride 1), and `batch_dims` (the dims a load names by coordinate, in this order
+    /// after the rows; dims of size 1 or stride 0 are left out, their coordinate being 0).
+    /// Loads name (column, row, batch…) in the view's own indices ([`Gen::issue_tma_at`]).
+    /// Rows past the view's last are zero-filled by the map; columns never reach past it
+    /// (the ring's stages hold whole rows of the view). `value` names the op in errors.
+    ///
+    /// # Errors
+    /// [`LowerError::Unsupported`] where TMA cannot load the view
+    /// ([`crate::view::StridedView::tma_error`]), a stage layout TMA does not write in the
+    /// 128-byte swizzle, no buffer.
+    pub(in crate::lower) fn tma_plan_view(
+        &mut self,
+        view: &crate::view::StridedView,
+        (col_dim, row_dim, batch_dims): (usize, usize, &[usize]),
+        ring: &Ring,
+        value: Value,
+    ) -> Result<TmaPlan, LowerError> {
+        let unsupported = |what: &str| LowerError::Unsupported {
+            what: format!("a TMA-loaded view with {what}"),
+            value,
+        };
+        let layout = ring.layout;
+        let esz = layout.esz as u64;
+        let boxes = layout
+            .tma()
+            .filter(|b| b.swizzle_bytes == 128)
+            .ok_or_else(|| unsupported("a stage layout TMA does not write in 128-byte swizzle"))?;
+        if let Some(e) = view.tma_error((col_dim, row_dim, batch_dims), esz) {
+            return Err(unsupported(e));
+        }
+        let row_stride = view.tma_row_stride((col_dim, row_dim), esz);
+        let batch: Vec<usize> = batch_dims
+            .iter()
+            .copied()
+            .filter(|&k| view.shape[k] > 1 && view.strides[k] > 0)
+            .collect();
+        let buffer = *self
+            .buffers
+            .get(&view.base)
+            .ok_or_else(|| unsupported("no buffer"))?;
+        // The offset as (column, row) of the map: element `offset + c + r · stride` is
+        // (offset mod stride + c, offset / stride + r).
+        let origin = vec![view.offset % row_stride, view.offset / row_stride];
+        let mut dims = vec![
+            origin[0] + view.shape[col_dim],
+            origin[1] + view.shape[row_dim],
+        ];
+        let mut strides = vec![row_stride * esz];
+        let mut box_dims = vec![boxes.box_cols, layout.rows];
+        for &k in &batch {
+            dims.push(view.shape[k]);
+            strides.push(view.strides[k] * esz);
+            box_dims.push(1);
+        }
+        let desc = TensorMapDesc::new(
+            buffer,
+            self.g.ty(view.base).dtype,
+            &dims,
+            &strides,
+            &box_dims,
+            TensorMapSwizzle::B128,
+        );
+        let index = self.b.kernel.params.len() as u32;
+        self.b.kernel.params.push(Param {
+            name: format!("tmap{index}"),
+            kind: ParamKind::TensorMap,
+        });
+        self.extra_args.push(LaunchArg::TensorMap(desc));
+        let tmap = self.b.op(RegType::U64, Op::Param(index), &[]);
+        Ok(TmaPlan {
+            tmap,
+            boxes,
+            origin,
+        })
     }
 
     /// The TMA loads of one stage at shared address `stage` (aligned to the layout's
@@ -102,11 +191,35 @@ impl Gen<'_> {
         (k0, row0): (Ix, Ix),
         mbar: Reg,
     ) {
+        self.issue_tma_at(plan, stage, &[k0, row0], mbar);
+    }
+
+    /// The TMA loads of one stage at shared address `stage`, the first box at coordinates
+    /// `at` (the first the column, each later box one box further along it, plus the
+    /// plan's origin), completing on the mbarrier at `mbar`.
+    pub(in crate::lower) fn issue_tma_at(
+        &mut self,
+        plan: &TmaPlan,
+        stage: Reg,
+        at: &[Ix],
+        mbar: Reg,
+    ) {
         let b = plan.boxes;
+        let at: Vec<Ix> = at
+            .iter()
+            .enumerate()
+            .map(|(k, &x)| match plan.origin.get(k) {
+                Some(&o) => self.iadd(x, Ix::C(o)),
+                None => x,
+            })
+            .collect();
         for i in 0..b.boxes {
             let dst = self.shared_addr(stage, Ix::C((i * b.box_bytes) as u64));
-            let k = self.iadd(k0, Ix::C((i * b.box_cols) as u64));
-            let coords: Vec<Operand> = vec![self.ix_op(k), self.ix_op(row0)];
+            let c0 = self.iadd(at[0], Ix::C((i * b.box_cols) as u64));
+            let mut coords: Vec<Operand> = vec![self.ix_op(c0)];
+            for &x in &at[1..] {
+                coords.push(self.ix_op(x));
+            }
             self.b.push(Stmt::TmaLoad {
                 dst,
                 tmap: plan.tmap,

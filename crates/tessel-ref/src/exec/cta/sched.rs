@@ -98,6 +98,19 @@ impl<'a> Cta<'a> {
                 continue;
             }
             if self.state.iter().all(|&s| s == WarpState::Exited) {
+                // A named barrier's phase some warps arrived at and none completed: a
+                // `bar.arrive` no wait matched (a ping-pong's turn handed over once too
+                // often), which a later CTA on the SM could find counted.
+                if let Some((id, bar)) = self.bars.iter().enumerate().find(|(_, b)| b.expected != 0)
+                {
+                    let sites = &self.k.code.sites;
+                    return Err(self.mismatch(format!(
+                        "the CTA exits with barrier {id}'s phase open: {} of {} threads arrived (first arrival at {})",
+                        bar.arrived * 32,
+                        bar.expected * 32,
+                        sites[bar.site as usize]
+                    )));
+                }
                 return Ok(());
             }
             if !self.repoll()? {
