@@ -1,4 +1,6 @@
 #!/bin/bash
+# (Prepared in the fourth session; not run: no device could be started. Run it first next time,
+# rebuilding the binaries: F from f3e62fb, H from main, X5 as below.)
 # Device run 13 of issue 19 (fourth session): the decode attention without its padding row
 # half (6e1d090).
 #   F = target/release/tessel_f3_s   f3e62fb (the GEMV's columns, before 6e1d090)
