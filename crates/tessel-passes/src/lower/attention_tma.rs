@@ -88,17 +88,7 @@ impl Gen<'_> {
         let jb = self.b.kernel.new_reg(RegType::U32);
         self.open();
         let i = self.b.op(RegType::U32, Op::ISub, &[jb.into(), first]);
-        let (stage, parity) = self.stage_parity(i, stages);
-        let free = self
-            .b
-            .op(RegType::U32, Op::Xor, &[parity.into(), Operand::U32(1)]);
-        let bar = self.imul_c(stage, 8);
-        let empty = self.shared_addr(empty0, bar);
-        self.b.push(Stmt::MbarWait {
-            addr: empty,
-            parity: free.into(),
-        });
-        let full = self.shared_addr(full0, bar);
+        let (stage, full) = self.acquire_stage(i, stages, (full0, empty0));
         let j0 = self.imul_c(Ix::R(jb), block_n as u64);
 
         // Thread 0: FULL armed with both tiles' bytes, then their TMA loads.

@@ -349,17 +349,7 @@ impl Gen<'_> {
         (j, kt): (Reg, Reg),
         (m0, n0): (Ix, Ix),
     ) {
-        let (stage, parity) = self.stage_parity(j, stages);
-        let free = self
-            .b
-            .op(RegType::U32, Op::Xor, &[parity.into(), Operand::U32(1)]);
-        let bar = self.imul_c(stage, 8);
-        let empty = self.shared_addr(empty0, bar);
-        self.b.push(Stmt::MbarWait {
-            addr: empty,
-            parity: free.into(),
-        });
-        let full = self.shared_addr(full0, bar);
+        let (stage, full) = self.acquire_stage(j, stages, (full0, empty0));
         self.b.push(Stmt::MbarArriveExpectTx {
             addr: full,
             bytes: Operand::U32(plan_a.stage_bytes() + plan_b.stage_bytes()),
@@ -434,6 +424,29 @@ impl Gen<'_> {
 
     /// Slice `kt`'s ring stage (`kt mod stages`) and the parity of its round
     /// (`(kt / stages) mod 2`), as a `U32`.
+    /// The producer's side of fill `j` of a `stages`-stage ring: waits until its stage
+    /// (`j mod stages`) is released — the EMPTY barrier's phase of the fill `stages` before,
+    /// parity `((j / stages) & 1) ^ 1`, at once in the first round — and returns the stage
+    /// and the address of its FULL barrier, for the caller to arm.
+    pub(super) fn acquire_stage(
+        &mut self,
+        j: Reg,
+        stages: u32,
+        (full0, empty0): (Reg, Reg),
+    ) -> (Ix, Reg) {
+        let (stage, parity) = self.stage_parity(j, stages);
+        let free = self
+            .b
+            .op(RegType::U32, Op::Xor, &[parity.into(), Operand::U32(1)]);
+        let bar = self.imul_c(stage, 8);
+        let empty = self.shared_addr(empty0, bar);
+        self.b.push(Stmt::MbarWait {
+            addr: empty,
+            parity: free.into(),
+        });
+        (stage, self.shared_addr(full0, bar))
+    }
+
     pub(super) fn stage_parity(&mut self, kt: Reg, stages: u32) -> (Ix, Reg) {
         let stage = self.irem_c(Ix::R(kt), stages as u64);
         let round = self.idiv_c(Ix::R(kt), stages as u64);

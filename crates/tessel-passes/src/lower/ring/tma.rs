@@ -89,13 +89,7 @@ impl Gen<'_> {
             &[boxes.box_cols, layout.rows],
             TensorMapSwizzle::B128,
         );
-        let index = self.b.kernel.params.len() as u32;
-        self.b.kernel.params.push(Param {
-            name: format!("tmap{index}"),
-            kind: ParamKind::TensorMap,
-        });
-        self.extra_args.push(LaunchArg::TensorMap(desc));
-        let tmap = self.b.op(RegType::U64, Op::Param(index), &[]);
+        let tmap = self.tensor_map_param(desc);
         Ok(TmaPlan {
             tmap,
             boxes,
@@ -167,13 +161,7 @@ impl Gen<'_> {
             &box_dims,
             TensorMapSwizzle::B128,
         );
-        let index = self.b.kernel.params.len() as u32;
-        self.b.kernel.params.push(Param {
-            name: format!("tmap{index}"),
-            kind: ParamKind::TensorMap,
-        });
-        self.extra_args.push(LaunchArg::TensorMap(desc));
-        let tmap = self.b.op(RegType::U64, Op::Param(index), &[]);
+        let tmap = self.tensor_map_param(desc);
         Ok(TmaPlan {
             tmap,
             boxes,
@@ -227,5 +215,20 @@ impl Gen<'_> {
                 mbar,
             });
         }
+    }
+}
+
+impl Gen<'_> {
+    /// A kernel parameter for the host-encoded tensor map `desc` (passed by value, PTX ISA
+    /// §5.5.8.1 `.param .align 64 .b8`), its launch argument, and the register holding
+    /// the parameter's address that `cp.async.bulk.tensor` takes.
+    fn tensor_map_param(&mut self, desc: TensorMapDesc) -> Reg {
+        let index = self.b.kernel.params.len() as u32;
+        self.b.kernel.params.push(Param {
+            name: format!("tmap{index}"),
+            kind: ParamKind::TensorMap,
+        });
+        self.extra_args.push(LaunchArg::TensorMap(desc));
+        self.b.op(RegType::U64, Op::Param(index), &[])
     }
 }
