@@ -197,10 +197,18 @@ fn run_with(
                 // read by o_proj as `[B·T, H·d]`), the output's buffer is read, so the
                 // tensor under both is not written as well — where the output comes before
                 // the GEMM, so that its kernel has run (an output reshaped from the GEMM's
-                // own operand comes after it: fuzz seed 580147).
+                // own operand comes after it: fuzz seed 580147), and where the GEMM's read
+                // is no value the output's kernel computes it from (its reshape chain: the
+                // kernel would read its own output, fuzz seed 602693).
                 let mut base = reshape_base(g, read.stored, &mat);
                 if let Some(&o) = reshaped_outputs.get(&base) {
-                    if o < v {
+                    let mut on_chain = o == read.stored;
+                    let mut x = o;
+                    while let Op::Reshape { arg } = g.ops[x] {
+                        on_chain |= arg == read.stored;
+                        x = arg;
+                    }
+                    if o < v && !on_chain {
                         base = o;
                     }
                 }
