@@ -532,6 +532,11 @@ impl Graph {
         x
     }
 
+    /// True if `v` is a step output (returned, so written to memory).
+    pub fn is_output(&self, v: Value) -> bool {
+        self.outputs.iter().any(|(_, o)| *o == v)
+    }
+
     /// True if `v` is an `inout` step input.
     pub fn is_inout_input(&self, v: Value) -> bool {
         matches!(self.ops.get(v), Some(Op::Input { inout: true, .. }))

@@ -98,7 +98,7 @@ pub fn in_kernel(g: &Graph) -> std::collections::HashSet<Value> {
 
 /// True if `x` is read by exactly the op `by` and is no step output.
 fn single_use(g: &Graph, users: &Users, x: Value, by: Value) -> bool {
-    users[x] == [by] && !g.outputs.iter().any(|(_, v)| *v == x)
+    users[x] == [by] && !g.is_output(x)
 }
 
 /// True if computing `v` needs no reduction, matmul or softmax.

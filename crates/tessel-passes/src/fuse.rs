@@ -598,8 +598,10 @@ fn q_prologue(
     let mut chain = view_chain(g, lhs);
     // No value from the base up to the matmul is a step output (which is written to
     // memory, so the kernel would read it: fuzz seed 20428, q's reshape returned).
-    let returned = |v: Value| g.outputs.iter().any(|(_, o)| *o == v);
-    if matches!(g.ops[qb], Op::Input { .. }) || returned(qb) || chain.iter().any(|&v| returned(v)) {
+    if matches!(g.ops[qb], Op::Input { .. })
+        || g.is_output(qb)
+        || chain.iter().any(|&v| g.is_output(v))
+    {
         return None;
     }
     // Each value from the base up to the matmul has exactly one reader, the next.
@@ -656,7 +658,7 @@ fn row_epilogue_of(
     users: &SecondaryMap<Value, Vec<Value>>,
     (target, profile): (&Target, Profile),
 ) -> Option<Value> {
-    if g.outputs.iter().any(|(_, o)| *o == tip) {
+    if g.is_output(tip) {
         return None;
     }
     let [r] = users[tip][..] else {

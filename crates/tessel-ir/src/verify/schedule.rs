@@ -335,7 +335,7 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             Some("a group writes it".to_string())
         } else if matches!(g.ops[v], Op::Input { .. }) {
             Some("it is a step input, which has a buffer of its own".to_string())
-        } else if g.outputs.iter().any(|(_, o)| *o == v) {
+        } else if g.is_output(v) {
             Some("it is a step output, which has a buffer of its own".to_string())
         } else {
             None

@@ -648,12 +648,11 @@ impl<'m> Checker<'m> {
             return;
         }
         let fused = crate::attention::in_kernel(g);
-        let stored = |v: Value| g.outputs.iter().any(|(_, o)| *o == v);
-        let refused = |v: Value| big(v) && (stored(v) || !fused.contains(&v));
+        let refused = |v: Value| big(v) && (g.is_output(v) || !fused.contains(&v));
         let users = crate::analysis::users(g);
         // A stored result is the cause where there is one (returning the scores keeps the
         // attention from fusing, and so refuses everything under it too).
-        let results: Vec<Value> = g.ops.keys().filter(|&v| big(v) && stored(v)).collect();
+        let results: Vec<Value> = g.ops.keys().filter(|&v| big(v) && g.is_output(v)).collect();
         let blamed: Vec<Value> = if results.is_empty() {
             g.ops
                 .keys()
