@@ -17,6 +17,16 @@ pub enum Error {
         #[source]
         error: std::io::Error,
     },
+    /// The compile cache's directory or an entry's file could not be written
+    /// ([`crate::cache::store`]).
+    #[error("cannot write the compile cache at {path}")]
+    Cache {
+        /// The directory or file.
+        path: String,
+        /// The operating system's error.
+        #[source]
+        error: std::io::Error,
+    },
     /// Lexer, parser, import, name, dtype or shape errors: the diagnostics and their
     /// ariadne report (displayed as the report).
     #[error(transparent)]

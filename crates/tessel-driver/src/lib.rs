@@ -17,9 +17,13 @@
 //! - [`make_inputs`]: a step's inputs in parameter order, bound by name from a checkpoint, a
 //!   safetensors file, iota fills, or seeded random ([`InputSpec`]).
 //!
+//! - [`cache`]: compiled steps on disk, keyed by the sources, dims, options and compiler
+//!   build, so that a second process does not compile a step again.
+//!
 //! Errors are one typed [`Error`]: source diagnostics carry the diagnostics and their
 //! rendered report; weights, compile and device errors keep their cause.
 
+pub mod cache;
 pub mod device;
 mod error;
 mod exec;
