@@ -1,0 +1,438 @@
+"""``tessel.compile`` and the :class:`Step` it returns: arguments bound by name, checked, and
+handed to the compiled step (``tessel._tessel``) as device addresses (CUDA tensors) or bytes
+(CPU tensors and numpy arrays)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import _tessel
+from ._tessel import ArgumentError
+
+# The language's dtypes, by the names the compiled step reports, as torch's attribute names
+# and numpy's dtype names ("bfloat16" is ml_dtypes').
+_TORCH_DTYPES = {
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f32": "float32",
+    "i32": "int32",
+    "bool": "bool",
+}
+_NUMPY_DTYPES = {
+    "bf16": "bfloat16",
+    "f16": "float16",
+    "f32": "float32",
+    "i32": "int32",
+    "bool": "bool",
+}
+
+# Every buffer a kernel reads or writes is accessed with up to 16-byte vectors and TMA tiles
+# (tessel-driver `device::BUFFER_ALIGN`).
+_ALIGN = 16
+
+_compiler_id: Optional[str] = None
+
+
+def _compiler() -> str:
+    """The compiler build's identifier: the SHA-256 of the extension module's file, so that
+    a rebuilt compiler never reads a step an older build cached."""
+    global _compiler_id
+    if _compiler_id is None:
+        h = hashlib.sha256()
+        with open(_tessel.__file__, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        _compiler_id = f"tessel {_tessel.__version__} {h.hexdigest()}"
+    return _compiler_id
+
+
+def cache_dir() -> Optional[pathlib.Path]:
+    """Where compiled steps are cached: ``$TESSEL_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/tessel``, else ``~/.cache/tessel``. ``TESSEL_CACHE_DIR=off`` (or
+    ``0``, or empty) turns the cache off: ``None``."""
+    env = os.environ.get("TESSEL_CACHE_DIR")
+    if env is not None:
+        return None if env.strip().lower() in ("", "0", "off", "none") else pathlib.Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
+    return base / "tessel"
+
+
+def _torch():
+    """torch, when it is installed (it is optional: numpy arrays work without it)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _numpy():
+    import numpy
+
+    return numpy
+
+
+def _numpy_dtype(name: str):
+    np = _numpy()
+    if name == "bf16":
+        try:
+            import ml_dtypes
+        except ImportError as e:
+            raise ArgumentError(
+                "bf16 numpy arrays need the ml_dtypes package (pip install ml_dtypes); "
+                "or pass torch tensors"
+            ) from e
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_NUMPY_DTYPES[name])
+
+
+def steps(path) -> List[str]:
+    """The steps of the file ``path``, in order. Raises :class:`CompileError` for a file
+    that does not parse."""
+    return _tessel.steps(os.fspath(path))
+
+
+def compile(
+    path,
+    step: Optional[str] = None,
+    *,
+    dims: Optional[Dict[str, int]] = None,
+    profile: str = "exact",
+    target: Optional[str] = None,
+    cache: bool = True,
+    **options: Any,
+) -> "Step":
+    """Compiles step ``step`` of the ``.tsl`` file ``path`` (its only step when ``None``).
+
+    - ``dims``: the symbolic dims the step's shapes use, e.g. ``{"T": 4096}``; every dim a
+      parameter's shape names must be bound.
+    - ``profile``: ``"exact"`` (the default, as the command line's: bit-identical to the CPU
+      executor), ``"invariant"`` (a row's result independent of the batch) or ``"fast"``
+      (docs/numerics.md).
+    - ``target``: a preset (``"h100"``, ``"h200"``) or ``"device:N"``; by default the
+      current CUDA device when torch sees one, else GPU 0 when the driver opens it, else
+      the H200 preset (a step for the CPU executor).
+    - ``cache``: read and write the on-disk cache (:func:`cache_dir`).
+    - ``options``: the schedule choices of the command line: ``wgmma_pingpong`` (on by
+      default), ``wgmma_tma``, ``wgmma_attention``, ``wgmma_attention_keys`` (64 or 128).
+
+    Raises :class:`CompileError` with the rendered report when the source or the dims are
+    wrong, :class:`ArgumentError` for an unknown profile, target or option.
+    """
+    if dims is None:
+        dims = {}
+    for name, size in dims.items():
+        if not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int):
+            raise ArgumentError(f"dims: expected str -> int, given {name!r}: {size!r}")
+        if size < 1:
+            raise ArgumentError(f"dims: `{name}` = {size}; a dim must be at least 1")
+    if target is None:
+        torch = _torch()
+        if torch is not None and torch.cuda.is_available():
+            target = f"device:{torch.cuda.current_device()}"
+    compiled = _tessel.compile(
+        os.fspath(path),
+        step,
+        dims,
+        profile,
+        target,
+        options,
+        os.fspath(cache_dir()) if cache and cache_dir() is not None else None,
+        _compiler(),
+    )
+    return Step(compiled)
+
+
+class Param:
+    """A step parameter: its name, dtype (``"bf16"``, ``"f16"``, ``"f32"``, ``"i32"``,
+    ``"bool"``), shape, and whether the step updates it in place (``inout``)."""
+
+    __slots__ = ("name", "dtype", "shape", "inout")
+
+    def __init__(self, name: str, dtype: str, shape: Sequence[int], inout: bool):
+        self.name = name
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.inout = inout
+
+    def __repr__(self) -> str:
+        inout = "inout " if self.inout else ""
+        return f"{self.name}: {inout}{self.dtype}{list(self.shape)}"
+
+
+class Result:
+    """A step result: name, dtype, shape, and where its memory comes from: ``None`` (its
+    own), ``("param", n)`` (parameter ``n``'s: an ``inout`` parameter, or an input returned
+    as it is) or ``("result", n)`` (the same value as result ``n``)."""
+
+    __slots__ = ("name", "dtype", "shape", "memory")
+
+    def __init__(self, name, dtype, shape, memory):
+        self.name = name
+        self.dtype = dtype
+        self.shape = tuple(shape)
+        self.memory = memory
+
+    def __repr__(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)}"
+
+
+def _describe(v) -> str:
+    torch = _torch()
+    if torch is not None and isinstance(v, torch.Tensor):
+        return f"a {str(v.dtype).replace('torch.', '')}{list(v.shape)} tensor on {v.device}"
+    np = _numpy()
+    if isinstance(v, np.ndarray):
+        return f"a {v.dtype}{list(v.shape)} numpy array"
+    return f"a {type(v).__name__}"
+
+
+class Step:
+    """A compiled step, called like a function: ``step(x, w=...)`` binds arguments to its
+    parameters by position and name, checks each (dtype, shape, device, contiguity,
+    alignment: an :class:`ArgumentError` naming the argument when one is wrong) and runs the
+    step, returning its result (a tuple of results when it has several).
+
+    - CUDA tensors (all on one device): launched on torch's current stream with no copy;
+      results allocated through torch's caching allocator, or written into ``out`` (a
+      tensor, or a sequence with one entry per result, ``None`` to allocate that one).
+    - CPU tensors or numpy arrays: run on tessel's CPU executor; results of the inputs'
+      kind (torch tensors when any input is one).
+    - ``inout`` parameters are updated in place, and returned as their result.
+    """
+
+    def __init__(self, compiled):
+        self._c = compiled
+        self.params = [Param(*p) for p in compiled.params]
+        self.results = [Result(*r) for r in compiled.results]
+        self._index = {p.name: i for i, p in enumerate(self.params)}
+
+    # What the compiled step says about itself.
+    name = property(lambda self: self._c.name, doc="The step's name in its source.")
+    ptx = property(lambda self: self._c.ptx, doc="Its PTX module.")
+    program = property(lambda self: self._c.program, doc="Its kernel program, as text.")
+    kernels = property(lambda self: self._c.kernels, doc="The kernels it launches, in order.")
+    key = property(lambda self: self._c.key, doc="Its cache key (SHA-256).")
+    from_cache = property(lambda self: self._c.from_cache, doc="Read from the disk cache.")
+    profile = property(lambda self: self._c.profile, doc="The numerics profile.")
+    target = property(lambda self: self._c.target, doc="The target's name.")
+    workspace_bytes = property(
+        lambda self: self._c.workspace_bytes, doc="Device memory its intermediates take."
+    )
+    tensor_cores = property(
+        lambda self: self._c.tensor_cores,
+        doc="Whether it issues tensor-core instructions (judged by tolerance, not bits).",
+    )
+
+    def __repr__(self) -> str:
+        params = ", ".join(map(repr, self.params))
+        results = ", ".join(map(repr, self.results))
+        return f"<tessel.Step {self.name}({params}) -> ({results}), {self.profile}, {self.target}>"
+
+    def _bind(self, args: tuple, kwargs: dict) -> list:
+        if len(args) > len(self.params):
+            raise ArgumentError(
+                f"step `{self.name}` takes {len(self.params)} parameters, given {len(args)} "
+                "positional arguments"
+            )
+        values: List[Any] = list(args) + [_MISSING] * (len(self.params) - len(args))
+        for name, v in kwargs.items():
+            i = self._index.get(name)
+            if i is None:
+                known = ", ".join(p.name for p in self.params)
+                raise ArgumentError(f"step `{self.name}` has no parameter `{name}` (it has {known})")
+            if values[i] is not _MISSING:
+                raise ArgumentError(f"`{name}` is given twice")
+            values[i] = v
+        missing = [p.name for p, v in zip(self.params, values) if v is _MISSING]
+        if missing:
+            raise ArgumentError(
+                f"step `{self.name}` is missing {', '.join(f'`{m}`' for m in missing)}"
+            )
+        return values
+
+    def __call__(self, *args, out=None, **kwargs):
+        values = self._bind(args, kwargs)
+        torch = _torch()
+        is_torch = [torch is not None and isinstance(v, torch.Tensor) for v in values]
+        cuda = [t and v.is_cuda for t, v in zip(is_torch, values)]
+        if any(cuda):
+            first = cuda.index(True)
+            for p, v, c in zip(self.params, values, cuda):
+                if not c:
+                    raise ArgumentError(
+                        f"`{p.name}` is {_describe(v)}, but `{self.params[first].name}` is on "
+                        f"{values[first].device}: pass every argument on the same CUDA device"
+                    )
+            return self._run_cuda(torch, values, out)
+        return self._run_cpu(values, out, any(is_torch))
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def _check_torch(self, torch, what: str, spec, v, device=None):
+        if not isinstance(v, torch.Tensor):
+            raise ArgumentError(f"`{what}` must be a torch.Tensor, given {_describe(v)}")
+        want = getattr(torch, _TORCH_DTYPES[spec.dtype])
+        if v.dtype != want:
+            raise ArgumentError(
+                f"`{what}` must be {spec.dtype} ({want}), given {_describe(v)}"
+            )
+        if tuple(v.shape) != spec.shape:
+            raise ArgumentError(f"`{what}` must have shape {list(spec.shape)}, given {_describe(v)}")
+        if device is not None and v.device != device:
+            raise ArgumentError(f"`{what}` is on {v.device}, the other arguments on {device}")
+        if not v.is_contiguous():
+            raise ArgumentError(
+                f"`{what}` is not contiguous (strides {list(v.stride())}); pass "
+                f"`{what}.contiguous()`"
+            )
+        if v.is_cuda and v.data_ptr() % _ALIGN:
+            raise ArgumentError(
+                f"`{what}` starts at address {v.data_ptr():#x}, not {_ALIGN}-byte aligned "
+                f"(a view at an offset?); pass `{what}.clone()`"
+            )
+
+    def _check_numpy(self, what: str, spec, v):
+        np = _numpy()
+        if not isinstance(v, np.ndarray):
+            raise ArgumentError(
+                f"`{what}` must be a torch.Tensor or numpy.ndarray, given {_describe(v)}"
+            )
+        want = _numpy_dtype(spec.dtype)
+        if v.dtype != want:
+            raise ArgumentError(f"`{what}` must be {spec.dtype} ({want}), given {_describe(v)}")
+        if tuple(v.shape) != spec.shape:
+            raise ArgumentError(f"`{what}` must have shape {list(spec.shape)}, given {_describe(v)}")
+        if not v.flags["C_CONTIGUOUS"]:
+            raise ArgumentError(
+                f"`{what}` is not C-contiguous; pass `numpy.ascontiguousarray({what})`"
+            )
+
+    def _outs(self, out) -> list:
+        """``out`` as one entry (or ``None``) per result."""
+        n = len(self.results)
+        if out is None:
+            return [None] * n
+        if not isinstance(out, (list, tuple)):
+            out = [out]
+        if len(out) != n:
+            raise ArgumentError(f"`out` has {len(out)} entries; step `{self.name}` has {n} results")
+        for r, o in zip(self.results, out):
+            if o is not None and r.memory is not None:
+                raise ArgumentError(
+                    f"`out` for result `{r.name}`: it is a parameter's memory, pass None"
+                )
+        return list(out)
+
+    def _finish(self, values, own):
+        """The results in order: each of its own memory (``own``), a parameter's, or an
+        earlier result's."""
+        results = []
+        for r, o in zip(self.results, own):
+            if r.memory is None:
+                results.append(o)
+            elif r.memory[0] == "param":
+                results.append(values[r.memory[1]])
+            else:
+                results.append(results[r.memory[1]])
+        return results[0] if len(results) == 1 else tuple(results)
+
+    # -- the GPU ----------------------------------------------------------------------------
+
+    def _run_cuda(self, torch, values, out):
+        device = values[0].device
+        for p, v in zip(self.params, values):
+            self._check_torch(torch, p.name, p, v, device)
+        outs = self._outs(out)
+        own = []
+        for r, o in zip(self.results, outs):
+            if r.memory is not None:
+                own.append(None)
+            elif o is None:
+                own.append(
+                    torch.empty(r.shape, dtype=getattr(torch, _TORCH_DTYPES[r.dtype]), device=device)
+                )
+            else:
+                self._check_torch(torch, f"out[{r.name}]", r, o, device)
+                own.append(o)
+        workspace = None
+        if self._c.workspace_bytes:
+            workspace = torch.empty(self._c.workspace_bytes, dtype=torch.uint8, device=device)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        self._c.launch(
+            device.index if device.index is not None else torch.cuda.current_device(),
+            stream,
+            [v.data_ptr() for v in values],
+            [o.data_ptr() if o is not None else 0 for o in own],
+            workspace.data_ptr() if workspace is not None else 0,
+        )
+        # The workspace is freed here, after its launches are enqueued on the stream it was
+        # allocated on: torch's caching allocator reuses it only for later work of that
+        # stream, which runs after them.
+        return self._finish(values, own)
+
+    # -- the CPU executor ---------------------------------------------------------------------
+
+    def _run_cpu(self, values, out, as_torch: bool):
+        torch = _torch() if as_torch else None
+        np = _numpy()
+        data = []
+        for p, v in zip(self.params, values):
+            if torch is not None and isinstance(v, torch.Tensor):
+                self._check_torch(torch, p.name, p, v)
+                t = v.detach()
+                if t.dtype == torch.bfloat16:
+                    t = t.view(torch.int16)
+                data.append(t.numpy().tobytes())
+            else:
+                self._check_numpy(p.name, p, v)
+                data.append(v.tobytes())
+        outs = self._outs(out)
+        raw = self._c.run_executor(data)
+        own = []
+        for i, (r, o, b) in enumerate(zip(self.results, outs, raw)):
+            if r.memory is None:
+                if o is not None:
+                    kind = torch if torch is not None and isinstance(o, torch.Tensor) else None
+                    self._copy_into(kind, f"out[{r.name}]", r, o, self._from_bytes(kind, np, b, r))
+                    value = o
+                else:
+                    value = self._from_bytes(torch, np, b, r)
+                own.append(value)
+            else:
+                own.append(None)
+                if r.memory[0] == "param" and self.params[r.memory[1]].inout:
+                    # The executor ran on a copy: update the caller's tensor in place.
+                    p = self.params[r.memory[1]]
+                    v = values[r.memory[1]]
+                    kind = torch if torch is not None and isinstance(v, torch.Tensor) else None
+                    self._copy_into(kind, p.name, p, v, self._from_bytes(kind, np, b, r))
+        return self._finish(values, own)
+
+    @staticmethod
+    def _from_bytes(torch, np, b: bytes, spec):
+        if torch is not None:
+            dtype = getattr(torch, _TORCH_DTYPES[spec.dtype])
+            return torch.frombuffer(bytearray(b), dtype=dtype).reshape(spec.shape)
+        return np.frombuffer(bytearray(b), dtype=_numpy_dtype(spec.dtype)).reshape(spec.shape)
+
+    def _copy_into(self, torch, what, spec, dst, value):
+        if torch is not None and isinstance(dst, torch.Tensor):
+            self._check_torch(torch, what, spec, dst)
+            with torch.no_grad():
+                dst.copy_(value if isinstance(value, torch.Tensor) else torch.from_numpy(value))
+        else:
+            self._check_numpy(what, spec, dst)
+            dst[...] = value
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()

@@ -1,0 +1,288 @@
+"""The package without a GPU: numpy arrays (and torch CPU tensors, when torch is installed)
+through the CPU executor, bit for bit against the command line; every argument error names
+its argument; compile errors carry the rendered report; the disk cache."""
+
+import json
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import tessel
+from conftest import ROOT, program
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+ST_DTYPES = {"BF16": BF16, "F16": np.float16, "F32": np.float32, "I32": np.int32, "BOOL": np.bool_}
+
+
+def read_safetensors(path) -> dict:
+    """A safetensors file's tensors as numpy arrays (the format: an 8-byte little-endian
+    header length, a JSON header of dtype, shape and byte offsets, the data)."""
+    raw = pathlib.Path(path).read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    data = raw[8 + n :]
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = t["data_offsets"]
+        out[name] = np.frombuffer(data[lo:hi], dtype=ST_DTYPES[t["dtype"]]).reshape(t["shape"])
+    return out
+
+
+def write(tmp_path, name, text) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+# -- results ----------------------------------------------------------------------------------
+
+
+def test_f32_step_matches_numpy(tmp_path):
+    src = write(tmp_path, "axpy.tsl", "step axpy(x: f32[T], y: f32[T]) -> f32[T] { x * 2.0 + y }\n")
+    step = tessel.compile(src, dims={"T": 37})
+    x = np.linspace(-3, 3, 37, dtype=np.float32)
+    y = np.arange(37, dtype=np.float32)
+    out = step(x, y=y)
+    assert out.dtype == np.float32 and out.shape == (37,)
+    np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
+
+
+def test_bf16_promotion_matches_numpy():
+    step = tessel.compile(program("small.tsl"), "promote", dims={"T": 100})
+    a = (np.arange(100) / 7).astype(BF16)
+    b = (np.arange(100) / 3).astype(np.float16)
+    out = step(a, b)
+    np.testing.assert_array_equal(out, a.astype(np.float32) + b.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "file,step,dims",
+    [
+        ("layer_small.tsl", "qwen3", {"T": 33}),
+        ("lora.tsl", "lora_bf16", {"M": 19, "K": 64, "N": 48, "R": 8}),
+        ("kv_cache.tsl", "append", {"B": 2, "KV": 2, "R": 3, "S": 40, "D": 16}),
+    ],
+)
+@pytest.mark.parametrize("profile", ["exact", "fast"])
+def test_executor_bits_equal_the_command_line(tmp_path, tessel_cli, file, step, dims, profile):
+    """The same step, the same inputs: the package's results and the CLI's `run --cpu`
+    results are the same bits (including an `inout` cache, updated in place)."""
+    dim_args = [a for n, v in dims.items() for a in ("--dim", f"{n}={v}")]
+    inputs, outputs = tmp_path / "in.safetensors", tmp_path / "out.safetensors"
+    subprocess.run(
+        [tessel_cli, "run", program(file), "--step", step, "--profile", profile, "--cpu",
+         "--seed", "7", "--save-inputs", str(inputs), "-o", str(outputs), *dim_args],
+        check=True, capture_output=True,
+    )
+    given = read_safetensors(inputs)
+    want = read_safetensors(outputs)
+    s = tessel.compile(program(file), step, dims=dims, profile=profile, target="h200")
+    args = {p.name: given[p.name].copy() for p in s.params}
+    got = s(**args)
+    got = got if isinstance(got, tuple) else (got,)
+    for r, g in zip(s.results, got):
+        assert g.dtype == want[r.name].dtype and g.shape == want[r.name].shape, r.name
+        assert g.tobytes() == want[r.name].tobytes(), f"{file} {step}: `{r.name}` differs"
+    for p in s.params:
+        if p.inout:
+            assert args[p.name].tobytes() == want[p.name].tobytes(), f"`{p.name}` in place"
+            assert not np.array_equal(args[p.name], given[p.name]), "the cache was updated"
+
+
+def test_results_that_are_inputs_or_repeated(tmp_path):
+    src = write(
+        tmp_path,
+        "twice.tsl",
+        "step twice(x: f32[T]) -> (f32[T], f32[T]) { let y = x * 2.0; (y, y) }\n"
+        "step ident(x: f32[T]) -> f32[T] { x }\n",
+    )
+    x = np.arange(5, dtype=np.float32)
+    twice = tessel.compile(src, "twice", dims={"T": 5})
+    assert [r.memory for r in twice.results] == [None, ("result", 0)]
+    first, second = twice(x)
+    assert second is first, "a value returned twice is one array"
+    np.testing.assert_array_equal(first, x * 2)
+    # A step returning its input returns a copy: the caller's array is not aliased.
+    ident = tessel.compile(src, "ident", dims={"T": 5})
+    y = ident(x)
+    assert y is not x and not np.shares_memory(x, y)
+    np.testing.assert_array_equal(y, x)
+    split = tessel.compile(program("small.tsl"), "splits", dims={"T": 4})
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    y, z = split(a)
+    np.testing.assert_array_equal(y, a[:, 3:])
+    np.testing.assert_array_equal(z, a[:, :3])
+
+
+def test_out_is_written():
+    step = tessel.compile(program("small.tsl"), "promote", dims={"T": 4})
+    out = np.full(4, np.nan, dtype=np.float32)
+    r = step(np.ones(4, dtype=BF16), np.ones(4, dtype=np.float16), out=out)
+    assert r is out
+    np.testing.assert_array_equal(out, np.full(4, 2.0, dtype=np.float32))
+
+
+def test_step_description():
+    step = tessel.compile(program("kv_cache.tsl"), "append", dims={"B": 1, "KV": 1, "R": 1, "S": 8, "D": 4})
+    assert [p.name for p in step.params] == ["k_new", "pos", "k_cache"]
+    assert [p.inout for p in step.params] == [False, False, True]
+    assert step.params[2].shape == (1, 1, 8, 4) and step.params[2].dtype == "bf16"
+    assert step.results[-1].memory == ("param", 2)
+    assert ".entry" in step.ptx and step.kernels
+    assert "launch" in step.program
+    assert step.profile == "exact" and step.target == "NVIDIA H200"
+    assert "append(" in repr(step)
+
+
+# -- argument errors --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def promote():
+    return tessel.compile(program("small.tsl"), "promote", dims={"T": 6}, cache=False)
+
+
+@pytest.mark.parametrize(
+    "call,message",
+    [
+        (lambda s, a, b: s(a), "missing `b`"),
+        (lambda s, a, b: s(a, b, a), "given 3 positional"),
+        (lambda s, a, b: s(a, b=b, c=a), "no parameter `c`"),
+        (lambda s, a, b: s(a, b, a=a), "`a` is given twice"),
+        (lambda s, a, b: s(a, a), "`b` must be f16"),
+        (lambda s, a, b: s(a, b[:5]), "`b` must have shape [6]"),
+        (lambda s, a, b: s(a, np.stack([b, b])[:, 0]), "`b` must have shape [6]"),
+        (lambda s, a, b: s(a, np.stack([b, b], axis=1)[:, 0]), "`b` is not C-contiguous"),
+        (lambda s, a, b: s(a, [1.0] * 6), "`b` must be a torch.Tensor or numpy.ndarray, given a list"),
+        (lambda s, a, b: s(a, b, out=[None, None]), "`out` has 2 entries"),
+        (lambda s, a, b: s(a, b, out=np.zeros(6, np.float64)), "`out[out]` must be f32"),
+    ],
+)
+def test_argument_errors_name_the_argument(promote, call, message):
+    a = np.ones(6, dtype=BF16)
+    b = np.ones(6, dtype=np.float16)
+    with pytest.raises(tessel.ArgumentError) as e:
+        call(promote, a, b)
+    assert message in str(e.value)
+    assert isinstance(e.value, tessel.TesselError)
+
+
+def test_compile_errors_carry_the_report(tmp_path):
+    src = write(tmp_path, "bad.tsl", "step f(x: f32[T]) -> f32[T] {\n    x + y\n}\n")
+    with pytest.raises(tessel.CompileError) as e:
+        tessel.compile(src, dims={"T": 3})
+    text = str(e.value)
+    assert "E0201" in text and "unknown name `y`" in text
+    assert "bad.tsl:2:9" in text and "x + y" in text, text
+
+
+def test_request_errors(tmp_path):
+    f = program("small.tsl")
+    with pytest.raises(tessel.ArgumentError, match="has no step `nope`"):
+        tessel.compile(f, "nope", dims={"T": 3})
+    with pytest.raises(tessel.ArgumentError, match="name one with step="):
+        tessel.compile(f, dims={"T": 3})
+    with pytest.raises(tessel.ArgumentError, match="`T`"):
+        tessel.compile(f, "promote")
+    with pytest.raises(tessel.ArgumentError, match="the profiles are"):
+        tessel.compile(f, "promote", dims={"T": 3}, profile="quick")
+    with pytest.raises(tessel.ArgumentError, match="the targets are"):
+        tessel.compile(f, "promote", dims={"T": 3}, target="a100x")
+    with pytest.raises(tessel.ArgumentError, match="unknown option `wgmma`"):
+        tessel.compile(f, "promote", dims={"T": 3}, wgmma=True)
+    with pytest.raises(tessel.ArgumentError, match="at least 1"):
+        tessel.compile(f, "promote", dims={"T": 0})
+    with pytest.raises(tessel.CompileError, match="cannot read"):
+        tessel.compile(str(tmp_path / "missing.tsl"))
+    assert tessel.steps(f)[:2] == ["promote", "scale"]
+
+
+# -- the cache ----------------------------------------------------------------------------------
+
+
+def test_a_second_compile_reads_the_cache(fresh_cache):
+    f = program("layer_small.tsl")
+    first = tessel.compile(f, "qwen3", dims={"T": 20}, profile="fast")
+    assert not first.from_cache
+    entry = fresh_cache / first.key
+    assert (entry / "program.tkir").exists() and (entry / "step.ptx").exists()
+    again = tessel.compile(f, "qwen3", dims={"T": 20}, profile="fast")
+    assert again.from_cache and again.key == first.key
+    assert again.ptx == first.ptx and again.program == first.program
+    other = tessel.compile(f, "qwen3", dims={"T": 21}, profile="fast")
+    assert not other.from_cache and other.key != first.key
+    # Another process reads it too, without compiling.
+    code = (
+        "import tessel; s = tessel.compile(%r, 'qwen3', dims={'T': 20}, profile='fast'); "
+        "print(s.from_cache, s.key)" % f
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=dict(os.environ, TESSEL_CACHE_DIR=str(fresh_cache)))
+    assert run.stdout.split() == ["True", first.key]
+
+
+def test_cached_steps_compute_the_same_bits():
+    f = program("lora.tsl")
+    dims = {"M": 9, "K": 32, "N": 16, "R": 4}
+    x = (np.arange(9 * 32).reshape(9, 32) % 13 / 13).astype(BF16)
+    a = (np.arange(4 * 32).reshape(4, 32) % 7 / 7).astype(BF16)
+    b = (np.arange(16 * 4).reshape(16, 4) % 5 / 5).astype(BF16)
+    fresh = tessel.compile(f, "lora_bf16", dims=dims)
+    cached = tessel.compile(f, "lora_bf16", dims=dims)
+    assert cached.from_cache
+    assert fresh(x, a, b).tobytes() == cached(x, a, b).tobytes()
+
+
+def test_an_edited_source_misses(tmp_path):
+    src = tmp_path / "e.tsl"
+    src.write_text("step e(x: f32[T]) -> f32[T] { x + 1.0 }\n")
+    one = tessel.compile(str(src), dims={"T": 4})
+    src.write_text("step e(x: f32[T]) -> f32[T] { x + 2.0 }\n")
+    two = tessel.compile(str(src), dims={"T": 4})
+    assert not two.from_cache and two.key != one.key
+    np.testing.assert_array_equal(two(np.zeros(4, np.float32)), np.full(4, 2.0, np.float32))
+
+
+def test_a_damaged_entry_is_compiled_again(fresh_cache):
+    f = program("small.tsl")
+    s = tessel.compile(f, "scale", dims={"T": 8})
+    (fresh_cache / s.key / "program.tkir").write_text("program garbage {")
+    again = tessel.compile(f, "scale", dims={"T": 8})
+    assert not again.from_cache
+    assert tessel.compile(f, "scale", dims={"T": 8}).from_cache
+
+
+def test_the_cache_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESSEL_CACHE_DIR", "off")
+    assert tessel.cache_dir() is None
+    f = program("small.tsl")
+    assert not tessel.compile(f, "scale", dims={"T": 8}).from_cache
+    assert not tessel.compile(f, "scale", dims={"T": 8}).from_cache
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(tmp_path / "c2"))
+    tessel.compile(f, "scale", dims={"T": 8}, cache=False)
+    assert not (tmp_path / "c2").exists()
+
+
+# -- torch on the CPU (when installed) ----------------------------------------------------------
+
+
+def test_torch_cpu_tensors():
+    torch = pytest.importorskip("torch")
+    step = tessel.compile(program("kv_cache.tsl"), "append_f32", dims={"B": 2, "R": 2, "S": 6, "D": 3})
+    x = torch.arange(12, dtype=torch.float32).reshape(2, 2, 3)
+    pos = torch.tensor([0, 3], dtype=torch.int32)
+    cache = torch.zeros(2, 6, 3)
+    m, c = step(x, pos, cache)
+    assert c is cache and isinstance(m, torch.Tensor)
+    assert torch.equal(cache[0, :2], x[0] * 0.5 + 1.0) and torch.equal(cache[1, 3:5], x[1] * 0.5 + 1.0)
+    assert torch.equal(m, cache.max(dim=1).values)
+    with pytest.raises(tessel.ArgumentError, match="`x` is not contiguous"):
+        step(x.transpose(1, 2).contiguous().transpose(1, 2), pos, cache)
