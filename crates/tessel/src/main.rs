@@ -9,6 +9,7 @@
 //! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
+//!                [--plot OUT.svg|OUT.png]   drawn against their floors
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
 //!                [--grad]                   gradient programs, also against finite differences
@@ -32,6 +33,7 @@ mod inputs;
 mod invariance;
 mod memory;
 mod paths;
+mod plot;
 mod ranks;
 mod run;
 mod tpcheck;
@@ -303,6 +305,14 @@ enum Command {
         /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Also draw each kernel's measured time against its floor as a horizontal bar chart
+        /// (blue: measured; orange: the floor bench prints, bytes at the measured copy
+        /// bandwidth or multiply-adds at the datasheet peak; a black tick: cuBLAS on the same
+        /// product), titled with the step, the card and the totals. The extension chooses
+        /// the format: .svg or .png. With several steps, FILE.STEP.svg (or .png) for each.
+        /// Not with --tp.
+        #[arg(long, value_name = "FILE.svg|FILE.png", value_parser = plot::parse_plot_path, conflicts_with = "tp")]
+        plot: Option<PathBuf>,
     },
     /// Generate random well-typed programs, compile and run each (the CPU executor, and the
     /// GPU when there is one) and judge every output by the dtype-following reference;
@@ -414,9 +424,14 @@ impl Command {
                 }
                 v
             }
-            Command::Check { json, .. } | Command::Bench { json, .. } => json
+            Command::Check { json, .. } => json
                 .iter()
                 .map(|j| ("--json", j.clone(), Kind::File))
+                .collect(),
+            Command::Bench { json, plot, .. } => json
+                .iter()
+                .map(|j| ("--json", j.clone(), Kind::File))
+                .chain(plot.iter().map(|p| ("--plot", p.clone(), Kind::File)))
                 .collect(),
             Command::Fuzz { save, .. } => save
                 .iter()
@@ -524,7 +539,16 @@ fn real_main() {
             inputs,
             rounds,
             json,
-        } => bench::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
+            plot,
+        } => bench::bench(
+            &file,
+            &compile,
+            &inputs,
+            rounds,
+            json.as_deref(),
+            plot.as_deref(),
+        )
+        .map(|_| true),
         Command::Fuzz {
             count,
             seed,

@@ -1475,3 +1475,30 @@ fn attention_past_32_bit_scores_compiles_fused_and_is_refused_unfused() {
         "{t}"
     );
 }
+
+#[test]
+fn bench_plot_takes_svg_or_png_only_and_is_refused_before_anything_runs() {
+    let d = scratch("plot");
+    write(&d, "n.tsl", "step s(x: f32[N]) -> f32[N] { exp(x) }\n");
+    for bad in ["a.jpg", "a", "a.svg.txt"] {
+        let o = tessel(&d, &["bench", "n.tsl", "--dim", "N=4", "--plot", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.contains(&format!("invalid value '{bad}' for '--plot"))
+                && t.contains("the allowed extensions are .svg and .png"),
+            "{bad}: {t}"
+        );
+    }
+    let o = tessel(
+        &d,
+        &["bench", "n.tsl", "--plot", "a.svg", "--tp", "2", "--dim", "N=4"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cannot be used with"), "{}", text(&o));
+    // Its directory is checked with the other outputs, before the GPU is looked for.
+    write(&d, "f", "a file, not a directory");
+    let o = tessel(&d, &["bench", "n.tsl", "--plot", "f/a.png"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cannot write --plot f/a.png"), "{}", text(&o));
+}
