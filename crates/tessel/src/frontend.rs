@@ -153,12 +153,3 @@ pub fn compile_step(
     };
     Ok(src.compile_step(name, &config, weights)?)
 }
-
-/// Runs `check` on step `name` of `src`: its graph IR.
-pub fn check_step(
-    src: &Source,
-    name: &str,
-    dims: &BTreeMap<String, u64>,
-) -> Result<tessel_ir::graph::Graph> {
-    Ok(src.check_step(name, dims)?)
-}
