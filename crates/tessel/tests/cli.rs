@@ -1492,7 +1492,9 @@ fn bench_plot_takes_svg_or_png_only_and_is_refused_before_anything_runs() {
     }
     let o = tessel(
         &d,
-        &["bench", "n.tsl", "--plot", "a.svg", "--tp", "2", "--dim", "N=4"],
+        &[
+            "bench", "n.tsl", "--plot", "a.svg", "--tp", "2", "--dim", "N=4",
+        ],
     );
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("cannot be used with"), "{}", text(&o));
@@ -1500,5 +1502,9 @@ fn bench_plot_takes_svg_or_png_only_and_is_refused_before_anything_runs() {
     write(&d, "f", "a file, not a directory");
     let o = tessel(&d, &["bench", "n.tsl", "--plot", "f/a.png"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("cannot write --plot f/a.png"), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot write --plot f/a.png"),
+        "{}",
+        text(&o)
+    );
 }
