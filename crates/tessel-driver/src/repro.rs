@@ -357,8 +357,8 @@ fn reproduce_command(
     args.join(" ")
 }
 
-/// `s` quoted for a POSIX shell where it needs it.
-fn shell_quote(s: &str) -> String {
+/// `s` quoted for a POSIX shell where it needs it (in single quotes), else as it is.
+pub fn shell_quote(s: &str) -> String {
     let plain = |c: char| c.is_ascii_alphanumeric() || "-_=./:,+@%".contains(c);
     if !s.is_empty() && s.chars().all(plain) {
         s.to_string()

@@ -99,15 +99,19 @@ pub fn compile_steps(
     opts: &Options,
     weights: &Weights,
 ) -> Result<Vec<Step>> {
-    let config = Config {
+    Ok(src.compile_steps(args.step.as_deref(), &config(args, opts)?, weights)?)
+}
+
+/// The driver's [`Config`] of `args` and `opts`: `--dim`, `--profile` and `--tp`.
+pub fn config(args: &CompileArgs, opts: &Options) -> Result<Config> {
+    Ok(Config {
         dims: bound_dims(args)?,
         options: Options {
             profile: args.profile,
             ..opts.clone()
         },
         tp: args.tp,
-    };
-    Ok(src.compile_steps(args.step.as_deref(), &config, weights)?)
+    })
 }
 
 /// The `--dim` bindings; a dim given twice with two values is an error.

@@ -7,6 +7,7 @@
 //! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
 //!                         [--weights CHECKPOINT [--layer N]]  `from "..."` parameters
 //! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
+//!                [--repro-dir DIR]          a failing step's reproducer bundle (also `run`)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
 //!                [--plot OUT.svg|OUT.png]   drawn against their floors
@@ -35,6 +36,7 @@ mod memory;
 mod paths;
 mod plot;
 mod ranks;
+mod repro;
 mod run;
 mod tpcheck;
 
@@ -144,6 +146,22 @@ impl InputArgs {
     }
 }
 
+/// Where a failing step's reproducer bundle goes (`run`, `check`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct ReproArgs {
+    /// When a step fails (an output the reference rejects, a kernel launch or the executor
+    /// failing), write its reproducer bundle under DIR/STEP-ID/: the source and its imports,
+    /// bundle.json (dims, profile, target, schedule flags, each input's seed or fill, the
+    /// tessel version), command.txt (the failing command, the one that reproduces it, the
+    /// ptxas command), the IR after every pass, the PTX and ptxas.sh. Default:
+    /// ./tessel-repro. The path is printed on stderr.
+    #[arg(long, value_name = "DIR")]
+    pub repro_dir: Option<PathBuf>,
+    /// Write no reproducer bundle.
+    #[arg(long, conflicts_with = "repro_dir")]
+    pub no_repro: bool,
+}
+
 /// Where the step parameters declared `from "tensor.name"` are read.
 #[derive(Args, Clone, Debug, Default)]
 pub struct WeightArgs {
@@ -212,6 +230,8 @@ enum Command {
         /// holds (`vN` in `tessel build --emit fused` and `tessel explain`).
         #[arg(long)]
         dump_temps: bool,
+        #[command(flatten)]
+        repro: ReproArgs,
     },
     /// Check steps: every output of the CPU executor (and the GPU) judged by a reference
     /// that follows the program's dtypes, within the bound its roundings allow; the GPU's
@@ -236,6 +256,8 @@ enum Command {
         /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        #[command(flatten)]
+        repro: ReproArgs,
     },
     /// Print the schedule and TileConfig chosen for each kernel, and why.
     Explain {
@@ -409,7 +431,10 @@ impl Command {
         match self {
             Command::Build { out, .. } => vec![("-o", out.clone(), Kind::Dir)],
             Command::Run {
-                out, save_inputs, ..
+                out,
+                save_inputs,
+                repro,
+                ..
             } => {
                 let mut v = vec![match out {
                     Some(o) => ("-o", o.clone(), Kind::File),
@@ -422,11 +447,13 @@ impl Command {
                 if let Some(s) = save_inputs {
                     v.push(("--save-inputs", s.clone(), Kind::File));
                 }
+                v.extend(repro.outputs());
                 v
             }
-            Command::Check { json, .. } => json
+            Command::Check { json, repro, .. } => json
                 .iter()
                 .map(|j| ("--json", j.clone(), Kind::File))
+                .chain(repro.outputs())
                 .collect(),
             Command::Bench { json, plot, .. } => json
                 .iter()
@@ -440,6 +467,17 @@ impl Command {
             Command::Explain { .. } | Command::Invariance { .. } | Command::TpCheck { .. } => {
                 vec![]
             }
+        }
+    }
+}
+
+impl ReproArgs {
+    /// `--repro-dir` when given: checked like every output, though written only on a
+    /// failure. The default directory is not checked: most runs never write it.
+    fn outputs(&self) -> Vec<(&'static str, PathBuf, paths::Kind)> {
+        match (&self.repro_dir, self.no_repro) {
+            (Some(d), false) => vec![("--repro-dir", d.clone(), paths::Kind::Dir)],
+            _ => vec![],
         }
     }
 }
@@ -488,6 +526,7 @@ fn real_main() {
             cpu,
             save_inputs,
             dump_temps,
+            repro,
         } => run::run(
             &file,
             &compile,
@@ -496,6 +535,7 @@ fn real_main() {
                 out,
                 save_inputs,
                 dump_temps,
+                repro,
             },
             cpu,
         )
@@ -507,6 +547,7 @@ fn real_main() {
             cpu,
             fail_on_skip,
             json,
+            repro,
         } => check::check(
             &files,
             &compile,
@@ -514,6 +555,7 @@ fn real_main() {
             cpu,
             fail_on_skip,
             json.as_deref(),
+            &repro,
         ),
         Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
         Command::Invariance {
