@@ -84,6 +84,16 @@ pub enum Error {
         #[source]
         error: tessel_cuda::Error,
     },
+    /// A reproducer bundle's directory or one of its files could not be written
+    /// (`repro::write_bundle`).
+    #[error("cannot write the reproducer bundle's {}", path.display())]
+    Bundle {
+        /// The directory or file.
+        path: std::path::PathBuf,
+        /// The operating system's error.
+        #[source]
+        error: std::io::Error,
+    },
     /// The CPU executor failed while running the step (a fault such as an out-of-bounds
     /// access, or memory that cannot be had).
     #[error("executing step `{step}` on the CPU")]

@@ -152,13 +152,19 @@ pub fn make_inputs(p: &Program, args: &InputSpec, weights: &StepWeights) -> Resu
             let bytes = ty.size_bytes();
             let what =
                 format!("input `{name}` ({ty}, {bytes} bytes): cannot reserve memory for it");
-            Tensor::try_random(ty, args.seed.wrapping_mul(1000).wrapping_add(i as u64))
+            Tensor::try_random(ty, random_seed(args.seed, i))
                 .map_err(|e| anyhow!("{e}"))
                 .context(what)?
         };
         out.push(t);
     }
     Ok(out)
+}
+
+/// The seed [`make_inputs`] gives `tessel_ref::Tensor::try_random` for the input at
+/// parameter position `index` when `--seed` is `seed` and nothing else gives that input.
+pub fn random_seed(seed: u64, index: usize) -> u64 {
+    seed.wrapping_mul(1000).wrapping_add(index as u64)
 }
 
 /// An empty buffer with room for input `name` of type `ty`, or an error naming the input

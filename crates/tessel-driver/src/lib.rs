@@ -14,6 +14,8 @@
 //!   dtype and shape ([`device::bind_external`]) and its launches enqueued
 //!   ([`device::launch_external`]) under tessel-cuda's safety contract;
 //!   [`execute`]: the same program on the CPU kernel-IR executor (tessel-ref).
+//! - [`repro::write_bundle`]: a failing step's reproducer bundle (its sources, options,
+//!   inputs' seeds, every IR stage, the PTX and the ptxas command) in one directory.
 //! - [`make_inputs`]: a step's inputs in parameter order, bound by name from a checkpoint, a
 //!   safetensors file, iota fills, or seeded random ([`InputSpec`]).
 //!
@@ -28,14 +30,17 @@ pub mod device;
 mod error;
 mod exec;
 mod inputs;
+pub mod repro;
 mod source;
+mod stages;
 mod step;
 pub mod weights;
 pub mod words;
 
 pub use error::{Error, RequestError, SourceDiagnostics, UnboundDims, WeightsError};
 pub use exec::execute;
-pub use inputs::{make_inputs, st_dtype, InputSpec};
+pub use inputs::{make_inputs, random_seed, st_dtype, InputSpec};
 pub use source::Source;
+pub use stages::{stage_suffix, StageText};
 pub use step::{Config, Step};
 pub use weights::{StepWeights, Weights};

@@ -5,10 +5,11 @@
 use crate::device::{self, open_gpu};
 use crate::frontend::{compile_steps, load, options, step_params, target_for, Step};
 use crate::inputs::{make_inputs, note_unused};
+use crate::plot::{BenchPlot, PlotRow};
 use crate::{CompileArgs, InputArgs};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tessel_driver::Weights;
 use tessel_ir::DType;
 use tessel_passes::{Compiled, Peaks};
@@ -171,14 +172,29 @@ fn bench_ranks(
     Ok(recs)
 }
 
-/// `tessel bench`.
+/// `path` for step `step` of several: `DIR/STEM.STEP.EXT`.
+fn per_step(path: &Path, step: &str, several: bool) -> PathBuf {
+    if !several {
+        return path.to_path_buf();
+    }
+    let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("bench");
+    let ext = path.extension().and_then(|s| s.to_str()).unwrap_or("svg");
+    path.with_file_name(format!("{stem}.{step}.{ext}"))
+}
+
+/// `tessel bench`; with `plot_out`, each step's kernels drawn against their floors
+/// ([`crate::plot`]).
 pub fn bench(
     file: &Path,
     args: &CompileArgs,
     in_args: &InputArgs,
     rounds: u32,
     json_out: Option<&Path>,
+    plot_out: Option<&Path>,
 ) -> Result<()> {
+    if let (Some(_), Some(n)) = (plot_out, args.tp) {
+        bail!("--plot with --tp {n}: the ranks' kernels have no floors to draw; bench without --tp to plot the step's");
+    }
     let gpu = open_gpu().map_err(|why| anyhow::anyhow!("bench needs a GPU: {why}"))?;
     let props = gpu.properties().clone();
     let bw = tessel_cuda::measure_copy_bandwidth(&gpu, 2 << 30)?;
@@ -202,6 +218,7 @@ pub fn bench(
     let steps = compile_steps(&src, args, &options(&target, args), &weights)?;
     let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
     note_unused(in_args, &step_params(&src, &names));
+    let several = steps.len() > 1;
     for step in steps {
         let p = &step.compiled.program;
         let ranks = step.rank_programs();
@@ -248,6 +265,7 @@ pub fn bench(
                 _ => groups.push((grp, vec![ki])),
             }
         }
+        let mut rows = Vec::new();
         for (grp, kis) in groups {
             let kernels: Vec<&tessel_ir::kernel::Kernel> = kis
                 .iter()
@@ -326,7 +344,14 @@ pub fn bench(
                     peak / 1e12
                 );
             }
-            if let Some(base) = cublas_baseline(&gpu, &step, grp, &sets, rounds)? {
+            let base = cublas_baseline(&gpu, &step, grp, &sets, rounds)?;
+            rows.push(PlotRow {
+                name: name.clone(),
+                measured_us: us,
+                floor_us,
+                baseline_us: base.as_ref().map(|b| b.us),
+            });
+            if let Some(base) = base {
                 let flops = 2.0 * base.m as f64 * base.n as f64 * base.k as f64;
                 println!(
                     "  {:<28} {:>9.2} µs  cuBLAS ({} M={} N={} K={}): tessel/cuBLAS time {:.3}; tessel {:.1} TFLOP/s, cuBLAS {:.1} TFLOP/s",
@@ -366,6 +391,24 @@ pub fn bench(
             "file": src.name, "step": step.name, "kernel": "whole step", "timing": "graph",
             "median_us": g.median_us, "min_us": g.min_us, "max_us": g.max_us,
         }));
+        if let Some(path) = plot_out {
+            let path = per_step(path, &step.name, several);
+            let floors: f64 = rows.iter().map(|r| r.floor_us).sum();
+            let plot = BenchPlot {
+                title: format!(
+                    "{} on {}: {:.1} µs as one CUDA graph (floors {:.1} µs, {:.2}x)",
+                    step.name,
+                    props.name,
+                    g.median_us,
+                    floors,
+                    g.median_us / floors
+                ),
+                rows,
+            };
+            crate::paths::create_parent(&path)?;
+            crate::plot::draw(&plot, &path)?;
+            println!("  plotted {}", path.display());
+        }
     }
     if let Some(path) = json_out {
         crate::paths::write_file("--json", path, serde_json::to_string_pretty(&recs)?)?;

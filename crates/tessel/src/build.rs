@@ -14,12 +14,13 @@
 //! | `kernel`  | the last pass (`legalize`)    | `STEP.kir`         |
 
 use crate::device;
-use crate::frontend::{bound_dims, check_step, load, options, step_names, target_for};
+use crate::frontend::{bound_dims, load, options, step_names, target_for};
 use crate::CompileArgs;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
-use tessel_passes::{run_passes, Ir, Level, Options, PassInfo, PASSES};
+use tessel_driver::stage_suffix;
+use tessel_passes::{Ir, Level, Options, PassInfo, PASSES};
 
 /// A stage `--emit` and `--stop-after` name.
 #[derive(Clone, Copy)]
@@ -95,12 +96,7 @@ pub fn emit_help() -> String {
          ast (STEM.ast.tsl): the source as parsed, printed back\n",
     );
     for p in PASSES {
-        let ext = if p.run.gives() == Level::Kernel {
-            "kir"
-        } else {
-            "graph"
-        };
-        s += &format!("  {} (STEP.{}.{ext}): {}\n", p.name, p.name, p.what);
+        s += &format!("  {} (STEP.{}): {}\n", p.name, stage_suffix(p), p.what);
     }
     s += "  ptx (STEP.ptx): the PTX module\nAliases, the stage names from before the pass \
           registry, with their file names:\n";
@@ -127,10 +123,7 @@ fn parse_emit(name: &str) -> Result<Emit> {
     };
     let suffix = match (stage, alias(name)) {
         (_, Some((_, s))) => s.to_string(),
-        (Stage::Pass(p), None) => match p.run.gives() {
-            Level::Kernel => format!("{}.kir", p.name),
-            _ => format!("{}.graph", p.name),
-        },
+        (Stage::Pass(p), None) => stage_suffix(p),
         (Stage::Ptx, None) => "ptx".to_string(),
         (Stage::Ast, None) => "ast.tsl".to_string(),
     };
@@ -210,19 +203,11 @@ pub fn build(
     };
     let mut files = Vec::new();
     for name in step_names(&src, args)? {
-        let checked = check_step(&src, &name, &dims)?;
-        let mut dumps: HashMap<&'static str, String> = HashMap::new();
-        let ir = run_passes(
-            &checked,
-            &opts,
-            stop_pass,
-            &mut |p: &'static PassInfo, ir: &Ir| {
-                if emit.iter().any(|e| e.stage == Stage::Pass(p)) {
-                    dumps.insert(p.name, ir.text());
-                }
-            },
-        )
-        .with_context(|| format!("compiling step `{name}` of {}", src.name))?;
+        let (texts, ir) = src.stage_texts(&name, &dims, &opts, stop_pass, &|p| {
+            emit.iter().any(|e| e.stage == Stage::Pass(p))
+        })?;
+        let dumps: HashMap<&'static str, String> =
+            texts.into_iter().map(|t| (t.pass.name, t.text)).collect();
         for e in &emit {
             let text = match e.stage {
                 Stage::Ast => continue,

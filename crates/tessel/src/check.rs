@@ -4,9 +4,11 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{bound_dims, compile_step, load, options, step_params, target_for, Step};
+use crate::frontend::{
+    bound_dims, compile_step, config, load, options, step_params, target_for, Step,
+};
 use crate::inputs::make_inputs;
-use crate::{CompileArgs, InputArgs};
+use crate::{CompileArgs, InputArgs, ReproArgs};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ pub fn check(
     cpu: bool,
     fail_on_skip: bool,
     json_out: Option<&Path>,
+    repro: &ReproArgs,
 ) -> Result<bool> {
     if let Some(n) = args.tp {
         bail!("--tp {n}: `check` judges the step as written; `tessel tp-check` runs its tensor-parallel ranks at several world sizes and compares their bits");
@@ -85,6 +88,7 @@ pub fn check(
         target.ptx_target()
     );
     let opts = options(&target, args);
+    let config = config(args, &opts)?;
     let mut ok = true;
     let mut records = Vec::new();
     // Steps given a verdict (PASS or FAIL), and those skipped, by why.
@@ -155,7 +159,14 @@ pub fn check(
                     continue;
                 }
             };
-            match check_step(&src.name, &step, in_args, gpu.as_ref().ok()) {
+            let result = check_step(&src.name, &step, in_args, gpu.as_ref().ok());
+            // A failure leaves a reproducer bundle; a step skipped or passed does not.
+            let failure = match &result {
+                Ok((recs, false)) => Some(failed_outputs(recs)),
+                Ok(_) => None,
+                Err(e) => Some(format!("{e:#}")),
+            };
+            match result {
                 Ok(r) => {
                     ok &= r.1;
                     match r.0.first().and_then(|rec| rec["skip_reason"].as_str()) {
@@ -170,6 +181,9 @@ pub fn check(
                     ok = false;
                     judged += 1;
                 }
+            }
+            if let Some(what) = failure {
+                repro.write(&src, &step, &config, in_args, what);
             }
         }
     }
@@ -201,6 +215,16 @@ pub fn check(
     }
     println!("{line}");
     Ok(ok && !refused)
+}
+
+/// What failed, from `check_step`'s records: each output that failed and how.
+fn failed_outputs(recs: &[serde_json::Value]) -> String {
+    let failed: Vec<String> = recs
+        .iter()
+        .filter(|r| r["pass"] == json!(false) || r["gpu_bit_differences"].as_u64() > Some(0))
+        .map(|r| r.to_string())
+        .collect();
+    format!("check: outputs that failed:\n{}", failed.join("\n"))
 }
 
 /// How many steps `check` skipped, by why.
@@ -296,7 +320,15 @@ fn check_step(
     }
     let inputs = make_inputs(p, in_args, &step.weights)?;
     let t0 = Instant::now();
-    let exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
+    let mut exec = execute(p, &inputs, &format!("{file}:{} executor", step.name))?;
+    if crate::repro::injected() == Some(crate::repro::Injected::Mismatch) {
+        // A wrong answer made on purpose (tests of the failure path): every bit of the
+        // first element of the first output flipped.
+        if let Some(b) = exec.first_mut().map(|t| &mut t.data) {
+            let n = (p.buffers[p.outputs[0].1].ty.dtype.size_bytes() as usize).min(b.len());
+            b[..n].iter_mut().for_each(|x| *x = !*x);
+        }
+    }
     let exec_s = t0.elapsed().as_secs_f64();
     let gpu_out = match gpu {
         Some(g) => Some(device::run_once(g, p, &step.compiled.ptx, &inputs)?),

@@ -33,6 +33,18 @@ pub fn execute(p: &Program, inputs: &[Tensor], what: &str) -> Result<Vec<Tensor>
     let opts = ExecOptions {
         progress: Some(&cb),
     };
+    if crate::repro::injected() == Some(crate::repro::Injected::Executor) {
+        // A fault made on purpose, for the tests of the failure path (crate::repro).
+        let kernel = p.kernels.values().next().map_or("", |k| k.name.as_str());
+        return Err(tessel_driver::Error::Executor {
+            step: p.name.clone(),
+            error: tessel_ref::ExecError::Malformed {
+                kernel: kernel.to_string(),
+                msg: format!("a fault injected by {}", crate::repro::INJECT_ENV),
+            },
+        }
+        .into());
+    }
     let r = tessel_driver::execute(p, inputs, &opts);
     pb.finish_and_clear();
     Ok(r?)

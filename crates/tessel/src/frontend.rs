@@ -99,15 +99,19 @@ pub fn compile_steps(
     opts: &Options,
     weights: &Weights,
 ) -> Result<Vec<Step>> {
-    let config = Config {
+    Ok(src.compile_steps(args.step.as_deref(), &config(args, opts)?, weights)?)
+}
+
+/// The driver's [`Config`] of `args` and `opts`: `--dim`, `--profile` and `--tp`.
+pub fn config(args: &CompileArgs, opts: &Options) -> Result<Config> {
+    Ok(Config {
         dims: bound_dims(args)?,
         options: Options {
             profile: args.profile,
             ..opts.clone()
         },
         tp: args.tp,
-    };
-    Ok(src.compile_steps(args.step.as_deref(), &config, weights)?)
+    })
 }
 
 /// The `--dim` bindings; a dim given twice with two values is an error.
@@ -152,13 +156,4 @@ pub fn compile_step(
         tp: None,
     };
     Ok(src.compile_step(name, &config, weights)?)
-}
-
-/// Runs `check` on step `name` of `src`: its graph IR.
-pub fn check_step(
-    src: &Source,
-    name: &str,
-    dims: &BTreeMap<String, u64>,
-) -> Result<tessel_ir::graph::Graph> {
-    Ok(src.check_step(name, dims)?)
 }

@@ -7,8 +7,10 @@
 //! tessel run     FILE.tsl [--dim ...] [--inputs IN.safetensors] [--seed N] [-o OUT.safetensors]
 //!                         [--weights CHECKPOINT [--layer N]]  `from "..."` parameters
 //! tessel check   [FILES...] [--dim ...]     judged by the reference; GPU vs executor (bits)
+//!                [--repro-dir DIR]          a failing step's reproducer bundle (also `run`)
 //! tessel explain FILE.tsl [--dim ...]       schedule and TileConfig of each kernel, and why
 //! tessel bench   FILE.tsl [--dim ...]       time and bandwidth of each kernel on the GPU
+//!                [--plot OUT.svg|OUT.png]   drawn against their floors
 //! tessel invariance FILE.tsl --batch-dim M  rows bit-identical whatever the batch size
 //! tessel fuzz    [--count N] [--seed S]     random programs judged by the reference
 //!                [--grad]                   gradient programs, also against finite differences
@@ -32,7 +34,9 @@ mod inputs;
 mod invariance;
 mod memory;
 mod paths;
+mod plot;
 mod ranks;
+mod repro;
 mod run;
 mod tpcheck;
 
@@ -142,6 +146,22 @@ impl InputArgs {
     }
 }
 
+/// Where a failing step's reproducer bundle goes (`run`, `check`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct ReproArgs {
+    /// When a step fails (an output the reference rejects, a kernel launch or the executor
+    /// failing), write its reproducer bundle under DIR/STEP-ID/: the source and its imports,
+    /// bundle.json (dims, profile, target, schedule flags, each input's seed or fill, the
+    /// tessel version), command.txt (the failing command, the one that reproduces it, the
+    /// ptxas command), the IR after every pass, the PTX and ptxas.sh. Default:
+    /// ./tessel-repro. The path is printed on stderr.
+    #[arg(long, value_name = "DIR")]
+    pub repro_dir: Option<PathBuf>,
+    /// Write no reproducer bundle.
+    #[arg(long, conflicts_with = "repro_dir")]
+    pub no_repro: bool,
+}
+
 /// Where the step parameters declared `from "tensor.name"` are read.
 #[derive(Args, Clone, Debug, Default)]
 pub struct WeightArgs {
@@ -210,6 +230,8 @@ enum Command {
         /// holds (`vN` in `tessel build --emit fused` and `tessel explain`).
         #[arg(long)]
         dump_temps: bool,
+        #[command(flatten)]
+        repro: ReproArgs,
     },
     /// Check steps: every output of the CPU executor (and the GPU) judged by a reference
     /// that follows the program's dtypes, within the bound its roundings allow; the GPU's
@@ -234,6 +256,8 @@ enum Command {
         /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        #[command(flatten)]
+        repro: ReproArgs,
     },
     /// Print the schedule and TileConfig chosen for each kernel, and why.
     Explain {
@@ -303,6 +327,14 @@ enum Command {
         /// writable, checked first).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Also draw each kernel's measured time against its floor as a horizontal bar chart
+        /// (blue: measured; orange: the floor bench prints, bytes at the measured copy
+        /// bandwidth or multiply-adds at the datasheet peak; a black tick: cuBLAS on the same
+        /// product), titled with the step, the card and the totals. The extension chooses
+        /// the format: .svg or .png. With several steps, FILE.STEP.svg (or .png) for each.
+        /// Not with --tp.
+        #[arg(long, value_name = "FILE.svg|FILE.png", value_parser = plot::parse_plot_path, conflicts_with = "tp")]
+        plot: Option<PathBuf>,
     },
     /// Generate random well-typed programs, compile and run each (the CPU executor, and the
     /// GPU when there is one) and judge every output by the dtype-following reference;
@@ -399,7 +431,10 @@ impl Command {
         match self {
             Command::Build { out, .. } => vec![("-o", out.clone(), Kind::Dir)],
             Command::Run {
-                out, save_inputs, ..
+                out,
+                save_inputs,
+                repro,
+                ..
             } => {
                 let mut v = vec![match out {
                     Some(o) => ("-o", o.clone(), Kind::File),
@@ -412,11 +447,18 @@ impl Command {
                 if let Some(s) = save_inputs {
                     v.push(("--save-inputs", s.clone(), Kind::File));
                 }
+                v.extend(repro.outputs());
                 v
             }
-            Command::Check { json, .. } | Command::Bench { json, .. } => json
+            Command::Check { json, repro, .. } => json
                 .iter()
                 .map(|j| ("--json", j.clone(), Kind::File))
+                .chain(repro.outputs())
+                .collect(),
+            Command::Bench { json, plot, .. } => json
+                .iter()
+                .map(|j| ("--json", j.clone(), Kind::File))
+                .chain(plot.iter().map(|p| ("--plot", p.clone(), Kind::File)))
                 .collect(),
             Command::Fuzz { save, .. } => save
                 .iter()
@@ -425,6 +467,17 @@ impl Command {
             Command::Explain { .. } | Command::Invariance { .. } | Command::TpCheck { .. } => {
                 vec![]
             }
+        }
+    }
+}
+
+impl ReproArgs {
+    /// `--repro-dir` when given: checked like every output, though written only on a
+    /// failure. The default directory is not checked: most runs never write it.
+    fn outputs(&self) -> Vec<(&'static str, PathBuf, paths::Kind)> {
+        match (&self.repro_dir, self.no_repro) {
+            (Some(d), false) => vec![("--repro-dir", d.clone(), paths::Kind::Dir)],
+            _ => vec![],
         }
     }
 }
@@ -473,6 +526,7 @@ fn real_main() {
             cpu,
             save_inputs,
             dump_temps,
+            repro,
         } => run::run(
             &file,
             &compile,
@@ -481,6 +535,7 @@ fn real_main() {
                 out,
                 save_inputs,
                 dump_temps,
+                repro,
             },
             cpu,
         )
@@ -492,6 +547,7 @@ fn real_main() {
             cpu,
             fail_on_skip,
             json,
+            repro,
         } => check::check(
             &files,
             &compile,
@@ -499,6 +555,7 @@ fn real_main() {
             cpu,
             fail_on_skip,
             json.as_deref(),
+            &repro,
         ),
         Command::Explain { file, compile } => explain::explain(&file, &compile).map(|_| true),
         Command::Invariance {
@@ -524,7 +581,16 @@ fn real_main() {
             inputs,
             rounds,
             json,
-        } => bench::bench(&file, &compile, &inputs, rounds, json.as_deref()).map(|_| true),
+            plot,
+        } => bench::bench(
+            &file,
+            &compile,
+            &inputs,
+            rounds,
+            json.as_deref(),
+            plot.as_deref(),
+        )
+        .map(|_| true),
         Command::Fuzz {
             count,
             seed,

@@ -3,10 +3,10 @@
 
 use crate::cpu::execute;
 use crate::device;
-use crate::frontend::{compile_steps, load, options, step_params, target_for};
+use crate::frontend::{compile_steps, config, load, options, step_params, target_for};
 use crate::inputs::{make_inputs, note_unused, write_outputs};
 use crate::memory::{ensure_fits, Place};
-use crate::{CompileArgs, InputArgs};
+use crate::{CompileArgs, InputArgs, ReproArgs};
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -20,6 +20,8 @@ pub struct RunOutputs {
     pub out: Option<PathBuf>,
     pub save_inputs: Option<PathBuf>,
     pub dump_temps: bool,
+    /// Where a step that fails at run time leaves its reproducer bundle.
+    pub repro: ReproArgs,
 }
 
 fn digest(t: &Tensor) -> String {
@@ -53,7 +55,9 @@ pub fn run(
     let weights = Weights::open(&in_args.spec())?;
     let gpu = device::gpu_unless(cpu);
     let (target, _) = target_for(args, gpu.as_ref().ok());
-    let steps = compile_steps(&src, args, &options(&target, args), &weights)?;
+    let opts = options(&target, args);
+    let steps = compile_steps(&src, args, &opts, &weights)?;
+    let config = config(args, &opts)?;
     let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
     note_unused(in_args, &step_params(&src, &names));
     match &gpu {
@@ -108,35 +112,44 @@ pub fn run(
             }
         }
         let t0 = Instant::now();
-        let (results, timed) = match (&gpu, &rank_programs) {
+        let ran: Result<_> = (|| match (&gpu, &rank_programs) {
             (Ok(_), Some(ranks)) => {
                 let (transport, how) = crate::ranks::Transport::choose(ranks.len() as u32);
                 println!("  ranks: {how}");
-                (
+                Ok((
                     crate::ranks::run(ranks, &step.compiled.ptx, &inputs, transport, None)?.0,
                     "on the GPU, wall clock: upload, kernels, all-gathers and download",
-                )
+                ))
             }
             (Err(_), Some(ranks)) => {
                 println!(
                     "  ranks: {} on the executor one after another, all-gathers as host copies",
                     ranks.len()
                 );
-                (
+                Ok((
                     tessel_ref::ranks::run_ranks(ranks, &inputs)
                         .with_context(|| format!("executing step `{}`'s ranks", step.name))?,
                     "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
-                )
+                ))
             }
-            (Ok(g), None) => (
+            (Ok(g), None) => Ok((
                 device::run_once(g, p, &step.compiled.ptx, &inputs)?,
                 "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
                  the kernels alone",
-            ),
-            (Err(_), None) => (
+            )),
+            (Err(_), None) => Ok((
                 execute(p, &inputs, &step.name)?,
                 "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
-            ),
+            )),
+        })();
+        let (results, timed) = match ran {
+            Ok(r) => r,
+            Err(e) => {
+                // A launch, the GPU or the executor failed: leave what reproduces it.
+                outs.repro
+                    .write(&src, step, &config, in_args, format!("{e:#}"));
+                return Err(e);
+            }
         };
         let ms = t0.elapsed().as_secs_f64() * 1e3;
         let kernels = match &rank_programs {

@@ -1475,3 +1475,159 @@ fn attention_past_32_bit_scores_compiles_fused_and_is_refused_unfused() {
         "{t}"
     );
 }
+
+#[test]
+fn bench_plot_takes_svg_or_png_only_and_is_refused_before_anything_runs() {
+    let d = scratch("plot");
+    write(&d, "n.tsl", "step s(x: f32[N]) -> f32[N] { exp(x) }\n");
+    for bad in ["a.jpg", "a", "a.svg.txt"] {
+        let o = tessel(&d, &["bench", "n.tsl", "--dim", "N=4", "--plot", bad]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.contains(&format!("invalid value '{bad}' for '--plot"))
+                && t.contains("the allowed extensions are .svg and .png"),
+            "{bad}: {t}"
+        );
+    }
+    let o = tessel(
+        &d,
+        &[
+            "bench", "n.tsl", "--plot", "a.svg", "--tp", "2", "--dim", "N=4",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cannot be used with"), "{}", text(&o));
+    // Its directory is checked with the other outputs, before the GPU is looked for.
+    write(&d, "f", "a file, not a directory");
+    let o = tessel(&d, &["bench", "n.tsl", "--plot", "f/a.png"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot write --plot f/a.png"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// Runs `tessel ARGS` in `dir` with `TESSEL_INJECT_FAULT=fault` (a failure on purpose).
+fn tessel_failing(dir: &Path, fault: &str, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tessel"))
+        .args(args)
+        .current_dir(dir)
+        .env("TESSEL_INJECT_FAULT", fault)
+        .output()
+        .expect("run tessel")
+}
+
+/// The bundle directory `reproducer written to PATH` names on stderr, relative to `dir`.
+fn bundle_written(dir: &Path, o: &std::process::Output) -> PathBuf {
+    let err = String::from_utf8_lossy(&o.stderr);
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("reproducer written to "))
+        .unwrap_or_else(|| panic!("no reproducer line: {}", text(o)));
+    dir.join(line)
+}
+
+#[test]
+fn a_failing_step_leaves_a_reproducer_bundle_where_asked() {
+    let d = scratch("repro");
+    let src = "step s(x: f32[T]) -> f32[T] { exp(x) * 2.0 }\n";
+    write(&d, "n.tsl", src);
+    // A wrong answer: check fails (exit 1) and says where the bundle is.
+    let o = tessel_failing(
+        &d,
+        "mismatch",
+        &[
+            "check",
+            "n.tsl",
+            "--dim",
+            "T=5",
+            "--seed",
+            "3",
+            "--repro-dir",
+            "b",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    let bundle = bundle_written(&d, &o);
+    assert!(bundle.starts_with(d.join("b")), "{}", bundle.display());
+    assert_eq!(
+        std::fs::read_to_string(bundle.join("src/n.tsl")).expect("the source"),
+        src
+    );
+    for f in [
+        "bundle.json",
+        "command.txt",
+        "s.ptx",
+        "ptxas.sh",
+        "stages/s.legalize.kir",
+    ] {
+        assert!(bundle.join(f).is_file(), "no {f}");
+    }
+    let j: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("bundle.json")).expect("json"))
+            .expect("bundle.json is JSON");
+    assert!(
+        j["failure"]
+            .as_str()
+            .is_some_and(|f| f.contains("\"output\":\"out\"")),
+        "{j}"
+    );
+    assert!(
+        j["command"]
+            .as_str()
+            .is_some_and(|c| c.ends_with("check n.tsl --dim T=5 --seed 3 --repro-dir b")),
+        "{j}"
+    );
+    // The command it gives reproduces the step from the bundle (here it passes: the wrong
+    // answer was made on purpose).
+    let reproduce = j["reproduce"].as_str().expect("a command");
+    let args: Vec<&str> = reproduce.split(' ').collect();
+    assert_eq!(args[..2], ["tessel", "check"], "{reproduce}");
+    assert!(reproduce.contains("--seed 3"), "{reproduce}");
+    let o = tessel(&bundle, &args[1..]);
+    assert!(o.status.success(), "{reproduce}: {}", text(&o));
+    assert!(
+        text(&o).contains("check: PASS: 1 step judged"),
+        "{}",
+        text(&o)
+    );
+
+    // The executor failing under `run`: the error, and a bundle in ./tessel-repro.
+    let o = tessel_failing(&d, "executor", &["run", "n.tsl", "--dim", "T=5"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("a fault injected by TESSEL_INJECT_FAULT"),
+        "{}",
+        text(&o)
+    );
+    let bundle = bundle_written(&d, &o);
+    assert!(
+        bundle.starts_with(d.join("tessel-repro")),
+        "{}",
+        bundle.display()
+    );
+    assert!(bundle.join("s.ptx").is_file());
+
+    // --no-repro writes none; a step that passes leaves none.
+    std::fs::remove_dir_all(d.join("tessel-repro")).expect("remove");
+    let o = tessel_failing(
+        &d,
+        "executor",
+        &["check", "n.tsl", "--dim", "T=5", "--no-repro"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!text(&o).contains("reproducer"), "{}", text(&o));
+    let o = tessel(&d, &["check", "n.tsl", "--dim", "T=5"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(!d.join("tessel-repro").exists());
+
+    // --repro-dir is checked before anything runs, like every output.
+    let o = tessel(
+        &d,
+        &["run", "n.tsl", "--dim", "T=5", "--repro-dir", "n.tsl"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--repro-dir n.tsl"), "{}", text(&o));
+}
