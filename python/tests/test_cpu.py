@@ -286,3 +286,64 @@ def test_torch_cpu_tensors():
     assert torch.equal(m, cache.max(dim=1).values)
     with pytest.raises(tessel.ArgumentError, match="`x` is not contiguous"):
         step(x.transpose(1, 2).contiguous().transpose(1, 2), pos, cache)
+
+
+# -- autograd (the compiled pair; the torch glue is tested on the GPU and below when torch
+# is installed) --------------------------------------------------------------------------------
+
+MLP = """
+fn mlp(x: f32[T, 6], w: f32[5, 6], ids: i32[T], g: f32[5]) -> f32[T, 5] {
+    let h = x @ w^T;
+    silu(h) * g + f32(ids)[:, None] * 0.25
+}
+"""
+
+
+def test_autograd_pair_agrees_with_finite_differences(tmp_path):
+    src = write(tmp_path, "mlp.tsl", MLP)
+    f = tessel.autograd.function(src, "mlp", dims={"T": 3})
+    assert f.differentiable == [True, True, False, True]
+    assert [p.name for p in f.backward_step.params] == ["x", "w", "ids", "g", "grad_output"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 6), dtype=np.float32)
+    w = rng.standard_normal((5, 6), dtype=np.float32)
+    ids = np.array([1, 0, 4], dtype=np.int32)
+    g = rng.standard_normal(5, dtype=np.float32)
+    dy = rng.standard_normal((3, 5), dtype=np.float32)
+    dx, dw, dg = f.backward_step(x, w, ids, g, dy)
+
+    def loss(x, w, g):
+        return float(np.sum(f.forward_step(x, w, ids, g).astype(np.float64) * dy))
+
+    for name, base, grad in [("x", x, dx), ("w", w, dw), ("g", g, dg)]:
+        for i in range(base.size):
+            plus, minus = base.copy(), base.copy()
+            plus.flat[i] += 1e-2
+            minus.flat[i] -= 1e-2
+            args = {"x": x, "w": w, "g": g}
+            numeric = (loss(**{**args, name: plus}) - loss(**{**args, name: minus})) / 2e-2
+            assert abs(numeric - grad.flat[i]) < 2e-3 * (1 + abs(numeric)), (name, i)
+
+
+def test_autograd_refuses_what_has_no_gradient(tmp_path):
+    src = write(tmp_path, "two.tsl", "fn two(x: f32[T]) -> (f32[T], f32[T]) { (x, x) }\n")
+    with pytest.raises(tessel.ArgumentError, match="it has 2 results"):
+        tessel.autograd.function(src, "two", dims={"T": 2})
+    with pytest.raises(tessel.ArgumentError, match="its `fn`s are: two"):
+        tessel.autograd.function(src, "three", dims={"T": 2})
+
+
+def test_autograd_with_torch_cpu(tmp_path):
+    torch = pytest.importorskip("torch")
+    src = write(tmp_path, "mlp.tsl", MLP)
+    f = tessel.autograd.function(src, "mlp", dims={"T": 3})
+    x = torch.randn(3, 6, requires_grad=True)
+    w = torch.randn(5, 6, requires_grad=True)
+    g = torch.randn(5, requires_grad=True)
+    ids = torch.tensor([1, 0, 4], dtype=torch.int32)
+    f(x, w, ids, g).square().sum().backward()
+    xr, wr, gr = (t.detach().clone().requires_grad_() for t in (x, w, g))
+    h = xr @ wr.T
+    (torch.nn.functional.silu(h) * gr + ids.float()[:, None] * 0.25).square().sum().backward()
+    for a, b in [(x, xr), (w, wr), (g, gr)]:
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)

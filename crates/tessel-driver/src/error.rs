@@ -144,6 +144,13 @@ pub enum RequestError {
     /// The file has only `fn`s and `const`s.
     #[error("{file} has no `step` to compile")]
     NoSteps { file: String },
+    /// A `fn` that has no forward/backward companion steps ([`crate::Source::grad_companion`]).
+    #[error("`fn {name}` of {file} cannot be made an autograd function: {why}")]
+    Companion {
+        file: String,
+        name: String,
+        why: String,
+    },
 }
 
 /// A weights or inputs problem, worded for the user (a checkpoint's or input file's path,

@@ -22,10 +22,14 @@
 //! - [`cache`]: compiled steps on disk, keyed by the sources, dims, options and compiler
 //!   build, so that a second process does not compile a step again.
 //!
+//! - [`Source::grad_companion`] ([`companion`]): a `fn`'s forward step and its gradient step,
+//!   as a source of their own (what `tessel.autograd` compiles).
+//!
 //! Errors are one typed [`Error`]: source diagnostics carry the diagnostics and their
 //! rendered report; weights, compile and device errors keep their cause.
 
 pub mod cache;
+pub mod companion;
 pub mod device;
 mod error;
 mod exec;

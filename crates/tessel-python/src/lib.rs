@@ -559,12 +559,34 @@ fn steps(path: PathBuf) -> PyResult<Vec<String>> {
     src.step_names(None).map_err(raise)
 }
 
-/// The module: [`compile`], [`steps`], [`CompiledStep`] and the exceptions.
+/// The forward and backward steps of `fn` `name` of the file `path`, as a source importing
+/// `path` (tessel-driver `Source::grad_companion`): `(text, differentiable)`, where
+/// `differentiable[i]` says whether parameter `i` has a gradient among the backward step's
+/// results. Raises `ArgumentError` for a `fn` that has none (several results, no
+/// floating-point parameter, no such `fn`), `CompileError` for a file that does not load.
+#[pyfunction]
+fn grad_companion(path: PathBuf, name: &str) -> PyResult<(String, Vec<bool>)> {
+    let src = Source::load(&path, false).map_err(raise)?;
+    let import = std::path::absolute(&path).map_err(|e| {
+        raise(Error::Read {
+            path: path.display().to_string(),
+            error: e,
+        })
+    })?;
+    let c = src
+        .grad_companion(name, &import.display().to_string())
+        .map_err(raise)?;
+    Ok((c.text, c.differentiable))
+}
+
+/// The module: [`compile`], [`steps`], [`grad_companion`], [`CompiledStep`] and the
+/// exceptions.
 #[pymodule]
 fn _tessel(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(steps, m)?)?;
+    m.add_function(wrap_pyfunction!(grad_companion, m)?)?;
     m.add_class::<CompiledStep>()?;
     m.add("TesselError", py.get_type::<TesselError>())?;
     m.add("CompileError", py.get_type::<CompileError>())?;

@@ -1,0 +1,19 @@
+#!/bin/bash
+# Device run 15 (issue 20 / issue 19): the Python package on the GPU, then run 14 (the
+# external-launch GPU tests and run 13's decode attention check and timing).
+#   - the wheel built here (`maturin build --release -o target/wheels`, at the commit that
+#     adds this script) installed with pip, no dependencies;
+#   - tests/gpu/python_package.py: bits vs the CLI, zero copy, streams, argument errors,
+#     overhead per call vs Triton and torch, the Qwen3-14B decode layer from Python;
+#   - the CLI's bench of the same decode layer (graph), with --plot.
+# Usage (device): bash docs/perf/2026-12-07-issue19/run15.sh   (writes under $OUT)
+L=$OUT/logs; mkdir -p $L
+nvidia-smi > $L/nvidia-smi.txt 2>&1
+B=./target/release/tessel_s
+pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
+  || pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
+export TESSEL_CACHE_DIR=/tmp/tessel-cache
+timeout 300 python3 tests/gpu/python_package.py $B $OUT > $L/python.txt 2>&1; echo "rc $?" >> $L/python.txt
+timeout 120 $B bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 \
+  --dim B=1 --fill len=iota:4095 --rounds 21 --plot $OUT/decode_b1.svg > $L/cli_decode.txt 2>&1; echo "rc $?" >> $L/cli_decode.txt
+bash docs/perf/2026-12-07-issue19/run14.sh
