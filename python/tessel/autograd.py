@@ -11,7 +11,7 @@ tessel's ``grad`` pass (design §13: no float atomics, a fixed order of sums, so
 the same bits in every profile). The ``torch.autograd.Function`` saves the inputs in the
 forward (nothing else: the backward step recomputes what it needs from them, as activation
 checkpointing does) and runs the backward step in the backward. Integer and ``bool``
-parameters get no gradient (``None``).
+parameters, and floating-point ones left out of ``wrt``, get no gradient (``None``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import hashlib
 import os
 import pathlib
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from . import _tessel
 from ._step import Step, _torch, cache_dir, compile
@@ -45,13 +45,16 @@ class Function:
         path,
         fn: str,
         *,
+        wrt: Optional[Sequence[str]] = None,
         dims: Optional[Dict[str, int]] = None,
         profile: str = "exact",
         target: Optional[str] = None,
         cache: bool = True,
         **options: Any,
     ):
-        text, differentiable = _tessel.grad_companion(os.fspath(path), fn)
+        text, differentiable = _tessel.grad_companion(
+            os.fspath(path), fn, None if wrt is None else list(wrt)
+        )
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
         generated = _generated_dir() / f"{fn}.{digest}.tsl"
         if not generated.exists() or generated.read_text() != text:
@@ -78,9 +81,10 @@ class Function:
 
 
 def function(path, fn: str, **kwargs) -> Function:
-    """``fn`` of the file ``path`` as a differentiable torch function; ``kwargs`` are
-    :func:`tessel.compile`'s (``dims``, ``profile``, ``target``, ``cache``, schedule
-    options). Raises :class:`tessel.ArgumentError` for a ``fn`` of several results or
+    """``fn`` of the file ``path`` as a differentiable torch function; ``wrt`` names the
+    parameters that get gradients (by default every floating-point one; name them to skip a
+    frozen weight's); the other ``kwargs`` are :func:`tessel.compile`'s (``dims``,
+    ``profile``, ``target``, ``cache``, schedule options). Raises :class:`tessel.ArgumentError` for a ``fn`` of several results or
     without floating-point parameters, :class:`tessel.CompileError` for a source the
     compiler refuses."""
     return Function(path, fn, **kwargs)

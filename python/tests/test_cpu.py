@@ -347,3 +347,42 @@ def test_autograd_with_torch_cpu(tmp_path):
     (torch.nn.functional.silu(h) * gr + ids.float()[:, None] * 0.25).square().sum().backward()
     for a, b in [(x, xr), (w, wr), (g, gr)]:
         torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-5)
+
+
+# -- tessel.lora (the layer runs on torch tensors, on the GPU: tests/gpu/python_lora.py) ------
+
+
+@pytest.mark.parametrize("fn", ["lora_linear", "lora_linear_bias"])
+def test_the_packaged_lora_source_compiles_its_pair(fn):
+    f = tessel.autograd.function(
+        tessel.lora.SOURCE, fn, wrt=["x", "a", "b"], dims={"T": 5, "E": 64, "N": 32, "R": 4},
+        profile="invariant",
+    )
+    # Gradients for x, lora_A and lora_B only: the base weight (and bias) are frozen.
+    assert [r.dtype for r in f.backward_step.results] == ["bf16", "f32", "f32"]
+    assert [r.shape for r in f.backward_step.results] == [(5, 64), (4, 64), (32, 4)]
+    rng = np.random.default_rng(3)
+    args = [
+        rng.standard_normal(p.shape).astype(BF16 if p.dtype == "bf16" else np.float32)
+        for p in f.forward_step.params
+    ]
+    # The forward against numpy in f64: PEFT's roundings (bf16 base product, f32 delta).
+    x, w = (a.astype(np.float64) for a in args[:2])
+    a, b, scale = (args[-3].astype(np.float64), args[-2].astype(np.float64), args[-1])
+    base = x @ w.T
+    if fn == "lora_linear_bias":
+        base = base + args[2].astype(np.float64)
+    want = base.astype(BF16).astype(np.float64) + (x @ a.T @ b.T) * float(scale)
+    got = f.forward_step(*args).astype(np.float64)
+    assert np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)) < 2**-8
+
+
+def test_lora_apply_without_peft_says_so():
+    try:
+        import peft  # noqa: F401
+
+        pytest.skip("peft is installed")
+    except ImportError:
+        pass
+    with pytest.raises(tessel.ArgumentError, match="needs peft"):
+        tessel.lora.apply(object())

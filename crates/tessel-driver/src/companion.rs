@@ -14,7 +14,9 @@
 //! ```
 //!
 //! The gradient is taken with respect to every floating-point parameter (`bf16`, `f16`,
-//! `f32`), each gradient of its parameter's type; integer and `bool` parameters have none.
+//! `f32`), or those of them the caller names (a frozen weight needs none: a LoRA layer's
+//! base weight), each gradient of its parameter's type; integer and `bool` parameters have
+//! none.
 //! The backward step takes the forward's inputs and recomputes what it needs from them (the
 //! `grad` pass differentiates the forward inside it), so the autograd function saves only
 //! its inputs. The types are the `fn`'s own text, so its symbolic dims are the steps' dims.
@@ -48,12 +50,19 @@ impl Source {
 
     /// The forward and backward steps of `fn` `name` of this source, whose file is
     /// `import` (the path written in the generated source's `import`: absolute, or relative
-    /// to where the generated file is written).
+    /// to where the generated file is written), with gradients for the parameters named in
+    /// `wrt` (every floating-point parameter when `None`).
     ///
     /// # Errors
     /// [`Error::Request`] when the source has no `fn` `name` (the `fn`s it has are listed),
-    /// when the `fn` has several results, or no floating-point parameter.
-    pub fn grad_companion(&self, name: &str, import: &str) -> Result<Companion, Error> {
+    /// when the `fn` has several results or no floating-point parameter, or when `wrt` names
+    /// a parameter the `fn` does not have or one that is not floating-point, or none.
+    pub fn grad_companion(
+        &self,
+        name: &str,
+        import: &str,
+        wrt: Option<&[String]>,
+    ) -> Result<Companion, Error> {
         let fns: Vec<&tessel_syntax::ast::Func> = self
             .module
             .funcs()
@@ -96,6 +105,25 @@ impl Source {
         }
         if !differentiable.contains(&true) {
             return Err(refuse("it has no floating-point parameter".into()));
+        }
+        if let Some(wrt) = wrt {
+            for w in wrt {
+                match params.iter().position(|(n, _)| n == w) {
+                    None => return Err(refuse(format!("wrt: it has no parameter `{w}`"))),
+                    Some(i) if !differentiable[i] => {
+                        return Err(refuse(format!(
+                            "wrt: `{w}` is not floating-point, it has no gradient"
+                        )))
+                    }
+                    Some(_) => {}
+                }
+            }
+            if wrt.is_empty() {
+                return Err(refuse("wrt: no parameter named".into()));
+            }
+            for (d, (n, _)) in differentiable.iter_mut().zip(&params) {
+                *d &= wrt.contains(n);
+            }
         }
         // The gradient's seed, named apart from the parameters.
         let mut seed = String::from("grad_output");

@@ -21,7 +21,9 @@ fn scratch(name: &str, text: &str) -> PathBuf {
 fn companion(file: &Path, name: &str) -> (Source, Vec<bool>) {
     let src = Source::load(file, false).expect("loads");
     let import = file.canonicalize().unwrap().display().to_string();
-    let c = src.grad_companion(name, &import).expect("a companion");
+    let c = src
+        .grad_companion(name, &import, None)
+        .expect("a companion");
     let generated = scratch(&format!("{name}.companion.tsl"), &c.text);
     (
         Source::load(&generated, false).expect("the generated source loads"),
@@ -115,7 +117,7 @@ fn a_fn_without_a_companion_is_a_request_error() {
         ("two", "it has 2 results"),
         ("ints", "no floating-point parameter"),
     ] {
-        match src.grad_companion(name, "x.tsl") {
+        match src.grad_companion(name, "x.tsl", None) {
             Err(Error::Request(e @ RequestError::Companion { .. })) => {
                 assert!(e.to_string().contains(why), "{e}")
             }
@@ -142,4 +144,36 @@ fn a_seed_named_like_a_parameter_is_renamed() {
     let dy = Tensor::from_f32(DType::F32, vec![4], &[1.0, 1.0, 2.0, -1.0]);
     let dx = bwd.run_executor(&[x, dy]).expect("runs").remove(0);
     assert_eq!(dx.to_f32_vec(), [2.0, -4.0, 2.0, -6.0]);
+}
+
+#[test]
+fn wrt_selects_the_gradients() {
+    let file = scratch("mlp_wrt.tsl", MLP);
+    let src = Source::load(&file, false).expect("loads");
+    let import = file.canonicalize().unwrap().display().to_string();
+    let wrt = ["x".to_string(), "g".to_string()];
+    let c = src
+        .grad_companion("mlp", &import, Some(&wrt))
+        .expect("a companion");
+    assert_eq!(c.differentiable, [true, false, false, true]);
+    assert!(c.text.contains("wrt: [x, g]"), "{}", c.text);
+    for (bad, why) in [
+        (vec!["ids".to_string()], "`ids` is not floating-point"),
+        (vec!["nope".to_string()], "no parameter `nope`"),
+        (vec![], "no parameter named"),
+    ] {
+        let e = src.grad_companion("mlp", &import, Some(&bad)).unwrap_err();
+        assert!(e.to_string().contains(why), "{e}");
+    }
+    // The pair compiles, and its backward returns two gradients.
+    let generated = scratch("mlp_wrt.companion.tsl", &c.text);
+    let src = Source::load(&generated, false).expect("loads");
+    let config = Config {
+        dims: BTreeMap::from([("T".to_string(), 2)]),
+        ..Config::default()
+    };
+    let bwd = src
+        .compile_step(BACKWARD, &config, &Weights::none())
+        .expect("backward");
+    assert_eq!(bwd.compiled.program.outputs.len(), 2);
 }

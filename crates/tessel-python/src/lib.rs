@@ -562,10 +562,15 @@ fn steps(path: PathBuf) -> PyResult<Vec<String>> {
 /// The forward and backward steps of `fn` `name` of the file `path`, as a source importing
 /// `path` (tessel-driver `Source::grad_companion`): `(text, differentiable)`, where
 /// `differentiable[i]` says whether parameter `i` has a gradient among the backward step's
-/// results. Raises `ArgumentError` for a `fn` that has none (several results, no
+/// results: every floating-point parameter's, or those named in `wrt`. Raises `ArgumentError` for a `fn` that has none (several results, no
 /// floating-point parameter, no such `fn`), `CompileError` for a file that does not load.
 #[pyfunction]
-fn grad_companion(path: PathBuf, name: &str) -> PyResult<(String, Vec<bool>)> {
+#[pyo3(signature = (path, name, wrt=None))]
+fn grad_companion(
+    path: PathBuf,
+    name: &str,
+    wrt: Option<Vec<String>>,
+) -> PyResult<(String, Vec<bool>)> {
     let src = Source::load(&path, false).map_err(raise)?;
     let import = std::path::absolute(&path).map_err(|e| {
         raise(Error::Read {
@@ -574,7 +579,7 @@ fn grad_companion(path: PathBuf, name: &str) -> PyResult<(String, Vec<bool>)> {
         })
     })?;
     let c = src
-        .grad_companion(name, &import.display().to_string())
+        .grad_companion(name, &import.display().to_string(), wrt.as_deref())
         .map_err(raise)?;
     Ok((c.text, c.differentiable))
 }
