@@ -22,12 +22,13 @@ from ._tessel import (  # noqa: F401
     __version__,
 )
 from ._step import Step, cache_dir, compile, steps  # noqa: F401
-from . import autograd, lora  # noqa: E402,F401
+from . import autograd, lora, models  # noqa: E402,F401
 
 __all__ = [
     "compile",
     "autograd",
     "lora",
+    "models",
     "steps",
     "Step",
     "cache_dir",

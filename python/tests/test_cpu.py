@@ -386,3 +386,68 @@ def test_lora_apply_without_peft_says_so():
         pass
     with pytest.raises(tessel.ArgumentError, match="needs peft"):
         tessel.lora.apply(object())
+
+
+# -- tessel.models (the layer source; the model runs on the GPU: tests/gpu/python_models.py) --
+
+
+class Cfg:
+    """A transformers config's attributes, as tessel.models reads them."""
+
+    def __init__(self, model_type, **kw):
+        self.model_type = model_type
+        self.hidden_size, self.num_attention_heads, self.num_key_value_heads = 64, 4, 2
+        self.head_dim, self.intermediate_size, self.rms_norm_eps = 128, 96, 1e-6
+        self.rope_theta, self.rope_scaling, self.attention_bias = 1000000.0, None, False
+        self.__dict__.update(kw)
+
+
+def random_inputs(step, seed, ints):
+    rng = np.random.default_rng(seed)
+    out = {}
+    for p in step.params:
+        if p.dtype == "i32":
+            out[p.name] = np.asarray(ints[p.name], dtype=np.int32).reshape(p.shape)
+        else:
+            out[p.name] = (rng.standard_normal(p.shape) * 0.5).astype(BF16)
+    return out
+
+
+@pytest.mark.parametrize("profile", ["exact", "fast"])
+def test_generated_qwen3_layer_is_the_examples_layer(tmp_path, profile):
+    """The layer tessel.models generates for a config, and tests/programs/layer_small.tsl's
+    qwen3_decode (built from the same qwen.tsl by hand, at hidden 64): the same bits."""
+    src = tessel.models.write_layer_source(Cfg("qwen3"))
+    dims = {"B": 2, "T": 3, "S": 40}
+    mine = tessel.compile(src, "layer", dims=dims, profile=profile)
+    ref = tessel.compile(program("layer_small.tsl"), "qwen3_decode", dims=dims, profile=profile)
+    lens = [5, 20]
+    args = random_inputs(ref, 11, {"r": lens})
+    want = ref(**{k: v.copy() for k, v in args.items()})
+    mine_args = {k: v.copy() for k, v in args.items() if k != "r"}
+    got = mine(len=np.array(lens, dtype=np.int32), **mine_args)
+    assert got[0].tobytes() == want[1].tobytes(), "out"
+    assert mine_args["k_cache"].tobytes() == want[2].tobytes(), "k_cache"
+    assert mine_args["v_cache"].tobytes() == want[3].tobytes(), "v_cache"
+    assert [p.name for p in mine.params][4:] == tessel.models.layer_params("qwen3")
+
+
+def test_generated_qwen2_layer_compiles_with_biases():
+    src = tessel.models.write_layer_source(Cfg("qwen2"))
+    s = tessel.compile(src, "layer", dims={"B": 1, "T": 1, "S": 8})
+    assert [p.name for p in s.params][4:] == tessel.models.layer_params("qwen2")
+    assert s.params[8].name == "bq" and s.params[8].shape == (512,)
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"model_type": "llama"}, "takes qwen3 and qwen2"),
+        ({"head_dim": 64}, "head_dim 64"),
+        ({"rope_scaling": {"rope_type": "yarn"}}, "only the default RoPE"),
+        ({"attention_bias": True}, "attention_bias"),
+    ],
+)
+def test_unsupported_configs_are_refused(change, message):
+    with pytest.raises(tessel.ArgumentError, match=message):
+        tessel.models.layer_source(Cfg(**{"model_type": "qwen3", **change}))

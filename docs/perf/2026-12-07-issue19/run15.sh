@@ -6,6 +6,7 @@
 #   - tests/gpu/python_package.py: bits vs the CLI, zero copy, streams, argument errors,
 #     overhead per call vs Triton and torch, the Qwen3-14B decode layer from Python;
 #   - tests/gpu/python_lora.py: tessel.lora against PEFT (numerics, invariance, apply, time);
+#   - tests/gpu/python_models.py: tessel.models (greedy tokens vs transformers; 14B-config time);
 #   - examples/python/lora_train.py: 200 training steps, PEFT vs tessel, micro-batch 8 vs 2;
 #   - the CLI's bench of the same decode layer (graph), with --plot.
 # Usage (device): bash docs/perf/2026-12-07-issue19/run15.sh   (writes under $OUT)
@@ -17,6 +18,7 @@ pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > 
 export TESSEL_CACHE_DIR=/tmp/tessel-cache
 timeout 300 python3 tests/gpu/python_package.py $B $OUT > $L/python.txt 2>&1; echo "rc $?" >> $L/python.txt
 timeout 240 python3 tests/gpu/python_lora.py $OUT > $L/python_lora.txt 2>&1; echo "rc $?" >> $L/python_lora.txt
+timeout 240 python3 tests/gpu/python_models.py $OUT > $L/python_models.txt 2>&1; echo "rc $?" >> $L/python_models.txt
 timeout 300 python3 examples/python/lora_train.py --steps 200 --out $OUT > $L/lora_train.txt 2>&1; echo "rc $?" >> $L/lora_train.txt
 timeout 120 $B bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 \
   --dim B=1 --fill len=iota:4095 --rounds 21 --plot $OUT/decode_b1.svg > $L/cli_decode.txt 2>&1; echo "rc $?" >> $L/cli_decode.txt
