@@ -363,17 +363,44 @@ class Step:
         if self._c.workspace_bytes:
             workspace = torch.empty(self._c.workspace_bytes, dtype=torch.uint8, device=device)
         stream = torch.cuda.current_stream(device).cuda_stream
-        self._c.launch(
-            device.index if device.index is not None else torch.cuda.current_device(),
-            stream,
-            [v.data_ptr() for v in values],
-            [o.data_ptr() if o is not None else 0 for o in own],
-            workspace.data_ptr() if workspace is not None else 0,
-        )
+        try:
+            self._c.launch(
+                device.index if device.index is not None else torch.cuda.current_device(),
+                stream,
+                [v.data_ptr() for v in values],
+                [o.data_ptr() if o is not None else 0 for o in own],
+                workspace.data_ptr() if workspace is not None else 0,
+            )
+        except _tessel.DeviceError as e:
+            raise self._reproducer(e, values) from None
         # The workspace is freed here, after its launches are enqueued on the stream it was
         # allocated on: torch's caching allocator reuses it only for later work of that
         # stream, which runs after them.
         return self._finish(values, own)
+
+    # -- failures ---------------------------------------------------------------------------
+
+    def _reproducer(self, error, values):
+        """``error`` (a failed launch or executor run) with a reproducer bundle written
+        under ``$TESSEL_REPRO_DIR`` (default ``./tessel-repro``) and its path appended to the
+        message: the call's inputs as a safetensors file beside the bundle, and the bundle
+        (tessel-driver ``repro``: sources, IR stages, PTX, ptxas command) that names it.
+        ``TESSEL_REPRO_DIR=off`` writes nothing."""
+        parent = os.environ.get("TESSEL_REPRO_DIR", "tessel-repro")
+        if parent.strip().lower() in ("", "0", "off", "none"):
+            return error
+        try:
+            parent = pathlib.Path(parent).resolve()
+            parent.mkdir(parents=True, exist_ok=True)
+            blob = _safetensors_bytes({p.name: v for p, v in zip(self.params, values)}, self.params)
+            digest = hashlib.sha256(blob).hexdigest()[:12]
+            inputs = parent / f"{self.name}-inputs-{digest}.safetensors"
+            inputs.write_bytes(blob)
+            where = self._c.write_repro(str(parent), str(error), str(inputs))
+            note = f"reproducer written to {where} (inputs: {inputs})"
+        except Exception as e:  # noqa: BLE001 - the original error matters more
+            note = f"(writing a reproducer failed: {e})"
+        return type(error)(f"{error}\n{note}")
 
     # -- the CPU executor ---------------------------------------------------------------------
 
@@ -392,7 +419,10 @@ class Step:
                 self._check_numpy(p.name, p, v)
                 data.append(v.tobytes())
         outs = self._outs(out)
-        raw = self._c.run_executor(data)
+        try:
+            raw = self._c.run_executor(data)
+        except _tessel.DeviceError as e:
+            raise self._reproducer(e, values) from None
         own = []
         for i, (r, o, b) in enumerate(zip(self.results, outs, raw)):
             if r.memory is None:
@@ -428,6 +458,35 @@ class Step:
         else:
             self._check_numpy(what, spec, dst)
             dst[...] = value
+
+
+_ST_DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32", "i32": "I32", "bool": "BOOL"}
+
+
+def _safetensors_bytes(tensors: dict, params) -> bytes:
+    """``tensors`` (torch tensors on any device, or numpy arrays) as a safetensors file
+    (an 8-byte little-endian header length, the JSON header, the data), in parameter order."""
+    import json
+    import struct
+
+    header, chunks, offset = {}, [], 0
+    torch = _torch()
+    for p in params:
+        v = tensors[p.name]
+        if torch is not None and isinstance(v, torch.Tensor):
+            t = v.detach().contiguous().cpu()
+            if t.dtype == torch.bfloat16:
+                t = t.view(torch.int16)
+            raw = t.numpy().tobytes()
+        else:
+            raw = v.tobytes()
+        header[p.name] = {"dtype": _ST_DTYPES[p.dtype], "shape": list(p.shape),
+                          "data_offsets": [offset, offset + len(raw)]}
+        chunks.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
 
 
 class _Missing:

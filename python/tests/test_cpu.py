@@ -451,3 +451,49 @@ def test_generated_qwen2_layer_compiles_with_biases():
 def test_unsupported_configs_are_refused(change, message):
     with pytest.raises(tessel.ArgumentError, match=message):
         tessel.models.layer_source(Cfg(**{"model_type": "qwen3", **change}))
+
+
+# -- reproducer bundles ------------------------------------------------------------------------
+
+
+def test_a_reproducer_bundle_holds_the_step_and_its_inputs(tmp_path, tessel_cli):
+    step = tessel.compile(program("layer_small.tsl"), "qwen3", dims={"T": 9}, profile="fast")
+    where = pathlib.Path(step._c.write_repro(str(tmp_path / "b"), "a failure", None))
+    assert where.parent == tmp_path / "b" and where.name.startswith("qwen3-")
+    meta = json.loads((where / "bundle.json").read_text())
+    assert meta["step"] == "qwen3" and "a failure" in json.dumps(meta)
+    assert (where / "qwen3.ptx").read_text() == step.ptx
+    assert list((where / "stages").iterdir()), "the IR stages"
+    sources = [p.name for p in (where / "src").rglob("*.tsl")]
+    assert {"layer_small.tsl", "qwen.tsl"} <= set(sources), sources
+
+
+def test_a_failed_call_writes_a_reproducer(tmp_path, monkeypatch):
+    """The glue: a failing executor run raises its error with the bundle's path, and the
+    inputs written beside it read back to the call's arguments."""
+    monkeypatch.setenv("TESSEL_REPRO_DIR", str(tmp_path / "r"))
+    step = tessel.compile(program("small.tsl"), "promote", dims={"T": 4})
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(step_c, name)
+
+        def run_executor(self, data):
+            raise tessel.DeviceError("executing step `promote` on the CPU: out of cheese")
+
+    step_c = step._c
+    step._c = Failing()
+    a, b = np.arange(4).astype(BF16), np.ones(4, np.float16)
+    with pytest.raises(tessel.DeviceError) as e:
+        step(a, b)
+    text = str(e.value)
+    assert "out of cheese" in text and "reproducer written to" in text, text
+    inputs = next((tmp_path / "r").glob("promote-inputs-*.safetensors"))
+    back = read_safetensors(inputs)
+    assert back["a"].tobytes() == a.tobytes() and back["b"].tobytes() == b.tobytes()
+    bundle = next(p for p in (tmp_path / "r").iterdir() if p.is_dir())
+    assert str(inputs) in (bundle / "bundle.json").read_text()
+    monkeypatch.setenv("TESSEL_REPRO_DIR", "off")
+    with pytest.raises(tessel.DeviceError) as e:
+        step(a, b)
+    assert "reproducer" not in str(e.value)

@@ -140,6 +140,10 @@ struct CompiledStep {
     profile: String,
     program: Program,
     ptx: String,
+    /// The source file and the configuration it was compiled with: what a reproducer
+    /// bundle recompiles the IR stages from.
+    path: PathBuf,
+    config: Config,
     results: Vec<ResultMemory>,
     /// Each intermediate buffer's byte offset in the workspace.
     temps: Vec<(BufferId, u64)>,
@@ -147,6 +151,10 @@ struct CompiledStep {
     workspace_bytes: u64,
     devices: Mutex<HashMap<usize, OnDevice>>,
 }
+
+/// The environment variable that makes every launch checked (synchronized, a fault named
+/// with its kernel), read when a step is first launched on a device.
+const CHECKED_ENV: &str = "TESSEL_CHECK_LAUNCHES";
 
 /// Bytes between the intermediates in the workspace: every buffer's alignment
 /// (tessel-driver `device::BUFFER_ALIGN`), rounded up to a 256-byte line as `cuMemAlloc`'s.
@@ -157,10 +165,11 @@ impl CompiledStep {
         name: String,
         key: String,
         from_cache: bool,
-        options: &Options,
+        (path, config): (PathBuf, Config),
         program: Program,
         ptx: String,
     ) -> CompiledStep {
+        let options = &config.options;
         let p = &program;
         let mut results = Vec::new();
         for (i, (_, b)) in p.outputs.iter().enumerate() {
@@ -189,6 +198,8 @@ impl CompiledStep {
             profile: options.profile.name().to_string(),
             program,
             ptx,
+            path,
+            config,
             results,
             temps,
             workspace_bytes,
@@ -375,6 +386,36 @@ impl CompiledStep {
         Ok(outputs.iter().map(|t| PyBytes::new(py, &t.data)).collect())
     }
 
+    /// Writes a reproducer bundle (tessel-driver `repro`) for this step under `parent`
+    /// and returns its directory: the source and its imports, every IR stage, the PTX and
+    /// the ptxas command, the dims, profile and target, `what` failed, and `inputs`, the
+    /// path of a safetensors file holding the call's inputs (the Python side writes it).
+    /// The stages are recompiled from the source file as it is now.
+    #[pyo3(signature = (parent, what, inputs=None))]
+    fn write_repro(
+        &self,
+        py: Python<'_>,
+        parent: PathBuf,
+        what: String,
+        inputs: Option<PathBuf>,
+    ) -> PyResult<PathBuf> {
+        py.detach(|| {
+            let src = Source::load(&self.path, false)?;
+            let step = src.compile_step(&self.name, &self.config, &Weights::none())?;
+            let spec = tessel_driver::InputSpec {
+                inputs,
+                ..Default::default()
+            };
+            let failure = tessel_driver::repro::Failure {
+                inputs: &spec,
+                what,
+                command: None,
+            };
+            tessel_driver::repro::write_bundle(&src, &step, &self.config, &failure, &parent)
+        })
+        .map_err(raise)
+    }
+
     /// Enqueues the step's launches on `stream` (a `CUstream` of device `device`'s primary
     /// context, e.g. `torch.cuda.current_stream().cuda_stream`; 0 is the legacy default
     /// stream) over memory the caller owns: `params` and `results` are device addresses in
@@ -405,6 +446,9 @@ impl CompiledStep {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let gpu = Gpu::open(device).map_err(|e| raise(Error::Device(e)))?;
+                // Checked launches: each waited for and its fault reported against its
+                // kernel (slow; for finding which kernel fails).
+                gpu.set_checked(std::env::var_os(CHECKED_ENV).is_some_and(|v| v != "0"));
                 let module = py
                     .detach(|| Module::load(&gpu, &self.ptx))
                     .map_err(|e| raise(Error::LoadModule(e)))?;
@@ -526,7 +570,7 @@ fn compile(
                 name,
                 key,
                 true,
-                &config.options,
+                (path.clone(), config.clone()),
                 e.program,
                 e.ptx,
             ));
@@ -546,7 +590,7 @@ fn compile(
         name,
         key,
         false,
-        &config.options,
+        (path, config),
         program,
         ptx,
     ))

@@ -22,4 +22,4 @@ timeout 240 python3 tests/gpu/python_models.py $OUT > $L/python_models.txt 2>&1;
 timeout 300 python3 examples/python/lora_train.py --steps 200 --out $OUT > $L/lora_train.txt 2>&1; echo "rc $?" >> $L/lora_train.txt
 timeout 120 $B bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 \
   --dim B=1 --fill len=iota:4095 --rounds 21 --plot $OUT/decode_b1.svg > $L/cli_decode.txt 2>&1; echo "rc $?" >> $L/cli_decode.txt
-bash docs/perf/2026-12-07-issue19/run14.sh
+# run14.sh is the next call (same warm machine).
