@@ -256,6 +256,29 @@ host = per_call_us(lambda: dec(**dargs), n=200)
 results["timings"]["qwen3_14b_decode_python_back_to_back_us"] = host
 print(f"  back to back, host-timed: {host:.1f} us/call")
 
+# The same call captured into a torch CUDA graph (tessel launches on torch's current stream,
+# so torch.cuda.graph captures it) and replayed: the CLI's bench times its graph the same way.
+eager = dec(**dargs)
+torch.cuda.synchronize()
+graph = torch.cuda.CUDAGraph()
+with torch.cuda.graph(graph):
+    captured = dec(**dargs)
+graph.replay()
+torch.cuda.synchronize()
+verdict("a call captured in a torch CUDA graph replays to the same bits",
+        all(same_bits(a, b) for a, b in zip(eager[:2], captured[:2])), "")
+samples = []
+for _ in range(21):
+    start.record()
+    for _ in range(20):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    samples.append(start.elapsed_time(end) / 20 * 1000)
+samples.sort()
+results["timings"]["qwen3_14b_decode_python_cuda_graph_us"] = samples[len(samples) // 2]
+print(f"  captured in a torch CUDA graph and replayed: {samples[len(samples) // 2]:.1f} us/call")
+
 # -- 7. tessel.autograd on CUDA tensors against torch's autograd --------------------------------
 
 with open(f"{tmp}/mlp.tsl", "w") as f:
