@@ -312,6 +312,20 @@ class Step:
                 f"`{what}` is not C-contiguous; pass `numpy.ascontiguousarray({what})`"
             )
 
+    def _check_overlap(self, values, outs):
+        """Refuses memory the step writes (an ``inout`` parameter, an ``out=`` tensor) that
+        overlaps any other argument: the kernels would read what they are overwriting (as
+        torch refuses an in-place op whose input aliases its output)."""
+        named = [(p.name, v, p.inout) for p, v in zip(self.params, values)]
+        named += [(f"out[{r.name}]", o, True) for r, o in zip(self.results, outs) if o is not None]
+        for i, (a, va, wa) in enumerate(named):
+            for b, vb, wb in named[i + 1 :]:
+                if (wa or wb) and _overlap(va, vb):
+                    raise ArgumentError(
+                        f"`{a}` and `{b}` share memory, and the step writes "
+                        f"`{a if wa else b}`: pass separate tensors"
+                    )
+
     def _outs(self, out) -> list:
         """``out`` as one entry (or ``None``) per result."""
         n = len(self.results)
@@ -348,6 +362,10 @@ class Step:
         for p, v in zip(self.params, values):
             self._check_torch(torch, p.name, p, v, device)
         outs = self._outs(out)
+        for r, o in zip(self.results, outs):
+            if o is not None:
+                self._check_torch(torch, f"out[{r.name}]", r, o, device)
+        self._check_overlap(values, outs)
         own = []
         for r, o in zip(self.results, outs):
             if r.memory is not None:
@@ -357,7 +375,6 @@ class Step:
                     torch.empty(r.shape, dtype=getattr(torch, _TORCH_DTYPES[r.dtype]), device=device)
                 )
             else:
-                self._check_torch(torch, f"out[{r.name}]", r, o, device)
                 own.append(o)
         workspace = None
         if self._c.workspace_bytes:
@@ -419,6 +436,7 @@ class Step:
                 self._check_numpy(p.name, p, v)
                 data.append(v.tobytes())
         outs = self._outs(out)
+        self._check_overlap(values, outs)
         try:
             raw = self._c.run_executor(data)
         except _tessel.DeviceError as e:
@@ -458,6 +476,20 @@ class Step:
         else:
             self._check_numpy(what, spec, dst)
             dst[...] = value
+
+
+def _overlap(a, b) -> bool:
+    """Whether two tensors (torch or numpy) may share memory."""
+    torch = _torch()
+    if torch is not None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+            return False
+        a0, b0 = a.data_ptr(), b.data_ptr()
+        return a0 < b0 + b.numel() * b.element_size() and b0 < a0 + a.numel() * a.element_size()
+    np = _numpy()
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    return False
 
 
 _ST_DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32", "i32": "I32", "bool": "BOOL"}

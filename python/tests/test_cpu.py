@@ -497,3 +497,17 @@ def test_a_failed_call_writes_a_reproducer(tmp_path, monkeypatch):
     with pytest.raises(tessel.DeviceError) as e:
         step(a, b)
     assert "reproducer" not in str(e.value)
+
+
+def test_written_memory_may_not_alias_another_argument():
+    step = tessel.compile(program("kv_cache.tsl"), "append_f32", dims={"B": 1, "R": 2, "S": 4, "D": 2})
+    cache = np.zeros((1, 4, 2), np.float32)
+    pos = np.zeros(1, np.int32)
+    with pytest.raises(tessel.ArgumentError, match="`x` and `cache` share memory"):
+        step(cache[:, :2], pos, cache)
+    # Reading one array twice is fine; writing `out` over an input is not.
+    two = tessel.compile(program("small.tsl"), "compare", dims={"T": 3})
+    a = np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(two(a, a), a)
+    with pytest.raises(tessel.ArgumentError, match="`a` and `out\\[out\\]` share memory"):
+        two(a, a + 1, out=a)

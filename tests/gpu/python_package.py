@@ -170,6 +170,9 @@ raises("error: a view at an unaligned offset",
 raises("error: not contiguous", lambda: s(k_new.transpose(2, 3).contiguous().transpose(2, 3), pos, cache),
        "`k_new` is not contiguous")
 raises("error: wrong dtype", lambda: s(k_new.float(), pos, cache), "`k_new` must be bf16")
+raises("error: an input aliasing the inout cache",
+       lambda: s(cache.view(-1)[: 2 * 2 * 3 * 16].view(2, 2, 3, 16), pos, cache),
+       "`k_new` and `k_cache` share memory")
 
 # -- 5. overhead per call ----------------------------------------------------------------------
 
