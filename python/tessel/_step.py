@@ -5,8 +5,10 @@ handed to the compiled step (``tessel._tessel``) as device addresses (CUDA tenso
 from __future__ import annotations
 
 import hashlib
+import operator
 import os
 import pathlib
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _tessel
@@ -55,7 +57,9 @@ def cache_dir() -> Optional[pathlib.Path]:
     ``0``, or empty) turns the cache off: ``None``."""
     env = os.environ.get("TESSEL_CACHE_DIR")
     if env is not None:
-        return None if env.strip().lower() in ("", "0", "off", "none") else pathlib.Path(env)
+        if env.strip().lower() in ("", "0", "off", "none"):
+            return None
+        return pathlib.Path(env).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".cache"
     return base / "tessel"
@@ -125,15 +129,25 @@ def compile(
     """
     if dims is None:
         dims = {}
+    checked = {}
     for name, size in dims.items():
-        if not isinstance(name, str) or isinstance(size, bool) or not isinstance(size, int):
+        if not isinstance(name, str) or isinstance(size, bool):
             raise ArgumentError(f"dims: expected str -> int, given {name!r}: {size!r}")
+        try:
+            size = operator.index(size)  # ints, and numpy's integer scalars
+        except TypeError:
+            raise ArgumentError(f"dims: `{name}` = {size!r}; a dim is an integer") from None
         if size < 1:
             raise ArgumentError(f"dims: `{name}` = {size}; a dim must be at least 1")
+        if size >= 2**63:
+            raise ArgumentError(f"dims: `{name}` = {size} is too large")
+        checked[name] = size
+    dims = checked
     if target is None:
         torch = _torch()
         if torch is not None and torch.cuda.is_available():
             target = f"device:{torch.cuda.current_device()}"
+    where = cache_dir() if cache else None
     compiled = _tessel.compile(
         os.fspath(path),
         step,
@@ -141,9 +155,11 @@ def compile(
         profile,
         target,
         options,
-        os.fspath(cache_dir()) if cache and cache_dir() is not None else None,
+        os.fspath(where) if where is not None else None,
         _compiler(),
     )
+    if compiled.cache_warning:
+        warnings.warn(f"tessel: {compiled.cache_warning}", RuntimeWarning, stacklevel=2)
     return Step(compiled)
 
 
@@ -255,7 +271,18 @@ class Step:
             )
         return values
 
-    def __call__(self, *args, out=None, **kwargs):
+    def __call__(self, /, *args, **kwargs):
+        # A parameter named `out` takes the keyword; results then go through `into`.
+        out = None if "out" in self._index else kwargs.pop("out", None)
+        return self._call(args, kwargs, out)
+
+    def into(self, out, /, *args, **kwargs):
+        """Calls the step writing its results into ``out`` (a tensor, or one entry per
+        result, ``None`` to allocate that one): ``step(..., out=out)`` for a step that has
+        a parameter named ``out``."""
+        return self._call(args, kwargs, out)
+
+    def _call(self, args, kwargs, out):
         values = self._bind(args, kwargs)
         torch = _torch()
         is_torch = [torch is not None and isinstance(v, torch.Tensor) for v in values]
@@ -298,7 +325,7 @@ class Step:
 
     def _check_numpy(self, what: str, spec, v):
         np = _numpy()
-        if not isinstance(v, np.ndarray):
+        if not isinstance(v, np.ndarray) or isinstance(v, np.ma.MaskedArray):
             raise ArgumentError(
                 f"`{what}` must be a torch.Tensor or numpy.ndarray, given {_describe(v)}"
             )
@@ -337,8 +364,9 @@ class Step:
             raise ArgumentError(f"`out` has {len(out)} entries; step `{self.name}` has {n} results")
         for r, o in zip(self.results, out):
             if o is not None and r.memory is not None:
+                whose = "a parameter's" if r.memory[0] == "param" else "an earlier result's"
                 raise ArgumentError(
-                    f"`out` for result `{r.name}`: it is a parameter's memory, pass None"
+                    f"`out` for result `{r.name}`: it is {whose} memory, pass None"
                 )
         return list(out)
 
@@ -436,6 +464,18 @@ class Step:
                 self._check_numpy(p.name, p, v)
                 data.append(v.tobytes())
         outs = self._outs(out)
+        for r, o in zip(self.results, outs):
+            if o is None:
+                continue
+            if torch is not None and isinstance(o, torch.Tensor):
+                self._check_torch(torch, f"out[{r.name}]", r, o)
+            else:
+                self._check_numpy(f"out[{r.name}]", r, o)
+        written = [(p.name, v) for p, v in zip(self.params, values) if p.inout]
+        written += [(f"out[{r.name}]", o) for r, o in zip(self.results, outs) if o is not None]
+        for what, v in written:
+            if isinstance(v, np.ndarray) and not v.flags["WRITEABLE"]:
+                raise ArgumentError(f"`{what}` is read-only, and the step writes it")
         self._check_overlap(values, outs)
         try:
             raw = self._c.run_executor(data)

@@ -20,20 +20,43 @@ import hashlib
 import os
 import pathlib
 import tempfile
+import threading
 from typing import Any, Dict, Optional, Sequence
 
 from . import _tessel
 from ._step import Step, _torch, cache_dir, compile
-from ._tessel import ArgumentError
+from ._tessel import ArgumentError, CompileError
 
 
-def _generated_dir() -> pathlib.Path:
-    """Where the generated companion sources are written: beside the cache, else a
-    temporary directory."""
-    base = cache_dir()
-    d = base / "companions" if base is not None else pathlib.Path(tempfile.gettempdir()) / "tessel-companions"
+def _generated_dir(cache: bool = True) -> pathlib.Path:
+    """Where generated sources are written: ``companions/`` in the cache, else (no cache,
+    or one that cannot be written) a directory of this user's under the temporary
+    directory."""
+    base = cache_dir() if cache else None
+    if base is not None:
+        d = base / "companions"
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if os.access(d, os.W_OK):
+                return d
+        except OSError:
+            pass
+    d = pathlib.Path(tempfile.gettempdir()) / f"tessel-companions-{os.getuid()}"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def _write_once(path: pathlib.Path, text: str) -> None:
+    """Writes ``text`` to ``path`` unless it already holds it, by a rename of a file unique
+    to this process and thread (so that concurrent writers never see half a file)."""
+    try:
+        if path.read_text() == text:
+            return
+    except OSError:
+        pass
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 class Function:
@@ -52,20 +75,29 @@ class Function:
         cache: bool = True,
         **options: Any,
     ):
+        if isinstance(wrt, (str, bytes)):
+            raise ArgumentError(f"wrt: a list of parameter names, given the string {wrt!r}")
         text, differentiable = _tessel.grad_companion(
             os.fspath(path), fn, None if wrt is None else list(wrt)
         )
         digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        generated = _generated_dir() / f"{fn}.{digest}.tsl"
-        if not generated.exists() or generated.read_text() != text:
-            tmp = generated.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(text)
-            os.replace(tmp, generated)
+        generated = _generated_dir(cache) / f"{fn}.{digest}.tsl"
+        _write_once(generated, text)
         kw = dict(dims=dims, profile=profile, target=target, cache=cache, **options)
         self.name = fn
         self.source = text
         self.forward_step: Step = compile(generated, "forward", **kw)
-        self.backward_step: Step = compile(generated, "backward", **kw)
+        try:
+            self.backward_step: Step = compile(generated, "backward", **kw)
+        except CompileError as e:
+            if wrt is None and "E0223" in str(e):
+                # A floating-point parameter the result does not depend on differentiably
+                # (a mask, an unused input): the default `wrt` includes it.
+                raise ArgumentError(
+                    f"`fn {fn}`: {str(e).splitlines()[0]}\n"
+                    "name the parameters to differentiate with wrt=[...]"
+                ) from e
+            raise
         self.differentiable = list(differentiable)
 
     def __repr__(self) -> str:

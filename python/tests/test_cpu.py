@@ -511,3 +511,155 @@ def test_written_memory_may_not_alias_another_argument():
     np.testing.assert_array_equal(two(a, a), a)
     with pytest.raises(tessel.ArgumentError, match="`a` and `out\\[out\\]` share memory"):
         two(a, a + 1, out=a)
+
+
+# -- regressions from a new user's attempts to break the package (2026-12-07) -------------------
+
+TWO_CACHES = """
+step two(x: f32[1, 1], pos: i32[1], c: inout f32[1, 4], d: inout f32[1, 4]) -> f32[1] {
+    let a = update(c, x, at: pos, axis: 1);
+    let b = update(d, x * -1.0, at: pos, axis: 1);
+    sum(a, axis: 1) + sum(b, axis: 1)
+}
+step named(x: f32[T], out: f32[T]) -> f32[T] { x + out }
+"""
+
+
+def test_the_executor_out_of_host_memory_is_a_memory_error(tmp_path):
+    """A step whose buffers do not fit the process's address space raises MemoryError (it
+    aborted the interpreter)."""
+    code = f"""
+import resource, numpy as np, ml_dtypes, tessel
+s = tessel.compile({program('layer_small.tsl')!r}, "qwen3", dims={{"T": 2**14}}, profile="exact")
+resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+args = {{p.name: np.zeros(p.shape, dtype=np.int32 if p.dtype == "i32" else ml_dtypes.bfloat16)
+        for p in s.params}}
+try:
+    s(**args)
+    print("no error")
+except MemoryError as e:
+    print("MemoryError", e)
+"""
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=dict(os.environ, TESSEL_REPRO_DIR="off"))
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("MemoryError") and "out of host memory" in run.stdout, run.stdout
+
+
+def test_inouts_aliasing_each_other_are_refused(tmp_path):
+    s = tessel.compile(write(tmp_path, "two.tsl", TWO_CACHES), "two")
+    c = np.zeros((1, 4), np.float32)
+    with pytest.raises(tessel.ArgumentError, match="`c` and `d` share memory"):
+        s(np.full((1, 1), 5, np.float32), np.array([0], np.int32), c, c)
+    d = np.zeros((1, 4), np.float32)
+    s(np.full((1, 1), 5, np.float32), np.array([1], np.int32), c, d)
+    assert c.tolist() == [[0, 5, 0, 0]] and d.tolist() == [[0, -5, 0, 0]]
+
+
+def test_everything_is_checked_before_the_step_runs(tmp_path):
+    s = tessel.compile(write(tmp_path, "two.tsl", TWO_CACHES), "two")
+    x, pos = np.full((1, 1), 5, np.float32), np.array([0], np.int32)
+    c, d = np.zeros((1, 4), np.float32), np.zeros((1, 4), np.float32)
+    d.flags.writeable = False
+    with pytest.raises(tessel.ArgumentError, match="`d` is read-only"):
+        s(x, pos, c, d)
+    assert not c.any(), "nothing was written"
+    d = np.zeros((1, 4), np.float32)
+    with pytest.raises(tessel.ArgumentError, match="out\\[out\\]` must be f32"):
+        s(x, pos, c, d, out=[np.zeros(1, np.float64), None, None])
+    assert not c.any() and not d.any(), "nothing was written"
+
+
+def test_a_parameter_named_out(tmp_path):
+    s = tessel.compile(write(tmp_path, "two.tsl", TWO_CACHES), "named", dims={"T": 3})
+    x, y = np.ones(3, np.float32), np.arange(3, dtype=np.float32)
+    np.testing.assert_array_equal(s(x, out=y), x + y)
+    buf = np.zeros(3, np.float32)
+    assert s.into(buf, x, out=y) is buf
+    np.testing.assert_array_equal(buf, x + y)
+
+
+def test_companions_written_from_many_threads(tmp_path):
+    import threading
+
+    src = write(tmp_path, "mlp.tsl", MLP)
+    errors = []
+
+    def work():
+        try:
+            for _ in range(4):
+                tessel.autograd.function(src, "mlp", dims={"T": 3})
+        except Exception as e:  # noqa: BLE001
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
+def test_an_unwritable_cache_is_a_warning(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("TESSEL_CACHE_DIR", str(blocker / "cache"))
+    with pytest.warns(RuntimeWarning, match="cannot write the compile cache"):
+        s = tessel.compile(program("small.tsl"), "scale", dims={"T": 4})
+    assert not s.from_cache
+    f = tessel.autograd.function(write(tmp_path, "mlp.tsl", MLP), "mlp", dims={"T": 3}, cache=False)
+    assert f.forward_step is not None
+
+
+def test_generated_imports_of_unusual_paths(tmp_path):
+    odd = tmp_path / "jürgen ü"
+    odd.mkdir()
+    lib = odd / "qwen.tsl"
+    lib.write_text(tessel.models.LIB.read_text())
+    text = tessel.models.layer_source(Cfg("qwen3"), lib=str(lib))
+    assert f'import "{lib}";' in text
+    gen = odd / "layer.tsl"
+    gen.write_text(text)
+    tessel.compile(str(gen), "layer", dims={"B": 1, "T": 1, "S": 4})
+    f = tessel.autograd.function(write(odd, "mlp.tsl", MLP), "mlp", dims={"T": 3})
+    assert f.differentiable == [True, True, False, True]
+    quoted = tmp_path / 'a"b'
+    quoted.mkdir()
+    with pytest.raises(tessel.ArgumentError, match="quote, backslash or line break"):
+        tessel.autograd.function(write(quoted, "mlp.tsl", MLP), "mlp", dims={"T": 3})
+
+
+def test_autograd_default_wrt_and_wrt_spelling(tmp_path):
+    src = write(tmp_path, "m.tsl", "fn f(x: f32[T], t: f32[T]) -> f32[T] { where(t > 0.0, x, x * -1.0) }\n")
+    with pytest.raises(tessel.ArgumentError, match="wrt="):
+        tessel.autograd.function(src, "f", dims={"T": 3})
+    f = tessel.autograd.function(src, "f", wrt=["x"], dims={"T": 3})
+    assert f.differentiable == [True, False]
+    with pytest.raises(tessel.ArgumentError, match="a list of parameter names"):
+        tessel.autograd.function(src, "f", wrt="x", dims={"T": 3})
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"num_key_value_heads": 3}, "not a multiple of 3"),
+        ({"hidden_size": 0}, "a positive integer"),
+        ({"intermediate_size": 96.0}, "a positive integer"),
+        ({"rms_norm_eps": float("nan")}, "finite positive"),
+        ({"rms_norm_eps": -1.0}, "finite positive"),
+        ({"rope_theta": float("inf")}, "finite positive"),
+        ({"rope_scaling": {"type": "linear"}}, "RoPE type 'linear'"),
+    ],
+)
+def test_layer_configs_are_checked(change, message):
+    with pytest.raises(tessel.ArgumentError, match=message):
+        tessel.models.layer_source(Cfg("qwen3", **change))
+
+
+def test_dims_of_numpy_integers_and_too_large():
+    s = tessel.compile(program("small.tsl"), "scale", dims={"T": np.int64(4)})
+    assert s.params[0].shape == (4,)
+    with pytest.raises(tessel.ArgumentError, match="too large"):
+        tessel.compile(program("small.tsl"), "scale", dims={"T": 2**64})
+    with pytest.raises(tessel.ArgumentError, match="a dim is an integer"):
+        tessel.compile(program("small.tsl"), "scale", dims={"T": 4.0})

@@ -13,7 +13,10 @@
 //!   which reads back to the same program (tested here against the PTX it prints);
 //! - `step.ptx`: the PTX module;
 //! - `key.txt`: the facts the key was hashed from, for a person wondering why two entries
-//!   differ.
+//!   differ;
+//! - `checksum`: the SHA-256 of the program's text and the PTX, checked on every read, so an
+//!   entry edited or damaged after it was written (still readable, but not what was
+//!   compiled) is a miss, not a wrong program.
 //!
 //! An entry is written to a temporary sibling and renamed into place, so a reader never
 //! sees half of one; two processes that compile the same step both write, and one rename
@@ -35,6 +38,13 @@ pub const PROGRAM_FILE: &str = "program.tkir";
 pub const PTX_FILE: &str = "step.ptx";
 /// The file of an entry holding the facts its key hashes.
 pub const KEY_FILE: &str = "key.txt";
+/// The file of an entry holding the checksum of its program and PTX.
+pub const CHECKSUM_FILE: &str = "checksum";
+
+/// The checksum of an entry's program text and PTX.
+fn checksum(program: &str, ptx: &str) -> String {
+    key(&format!("{}\n{program}\n{ptx}", program.len()))
+}
 
 /// A compiled step read from the cache: what running it needs (the executor runs the
 /// program, the GPU loads the PTX).
@@ -79,11 +89,16 @@ pub fn key(facts: &str) -> String {
 }
 
 /// The entry `key` under `dir`, when it is there and reads back: `None` for a missing,
-/// unreadable or malformed entry (a program the reader or the verifier refuses).
+/// unreadable, altered (its checksum differs) or malformed entry (a program the reader or
+/// the verifier refuses).
 pub fn load(dir: &Path, key: &str) -> Option<Entry> {
     let entry = dir.join(key);
     let text = std::fs::read_to_string(entry.join(PROGRAM_FILE)).ok()?;
     let ptx = std::fs::read_to_string(entry.join(PTX_FILE)).ok()?;
+    let sum = std::fs::read_to_string(entry.join(CHECKSUM_FILE)).ok()?;
+    if sum.trim() != checksum(&text, &ptx) {
+        return None;
+    }
     let program = read_program(&text).ok()?;
     tessel_ir::verify::verify_program(&program, true).ok()?;
     Some(Entry { program, ptx })
@@ -109,10 +124,13 @@ pub fn store(
     let entry = dir.join(key);
     let tmp = dir.join(format!(".{key}.{}.tmp", std::process::id()));
     std::fs::create_dir_all(&tmp).map_err(|e| io(&tmp, e))?;
+    let text = write_program(program);
+    let sum = checksum(&text, ptx);
     for (name, text) in [
-        (PROGRAM_FILE, write_program(program)),
+        (PROGRAM_FILE, text),
         (PTX_FILE, ptx.to_string()),
         (KEY_FILE, facts.to_string()),
+        (CHECKSUM_FILE, sum),
     ] {
         let path = tmp.join(name);
         std::fs::write(&path, text).map_err(|e| io(&path, e))?;

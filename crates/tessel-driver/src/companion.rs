@@ -75,6 +75,14 @@ impl Source {
                 why,
             })
         };
+        // The language's string literals have no escapes (E0005): a path with a quote, a
+        // backslash or a line break cannot be written in an `import`.
+        if import.contains(['"', '\\', '\n', '\r']) {
+            return Err(refuse(format!(
+                "its file's path {import:?} has a quote, backslash or line break, which an \
+                 `import` cannot name; move the file"
+            )));
+        }
         let Some(f) = fns.iter().find(|f| f.name.node == name) else {
             let have: Vec<&str> = fns.iter().map(|f| f.name.node.as_str()).collect();
             return Err(refuse(if have.is_empty() {
@@ -150,7 +158,7 @@ impl Source {
         };
         let text = format!(
             "// The forward and gradient steps of `fn {name}` of {file}, for tessel.autograd.\n\
-             import {import:?};\n\n\
+             import \"{import}\";\n\n\
              step {FORWARD}({decls}) -> {ret} {{\n    {name}({args})\n}}\n\n\
              step {BACKWARD}({decls}, {seed}: {ret}) -> {grad_ret} {{\n    \
              grad({name}, {args}, wrt: [{wrt}], grad_output: {seed})\n}}\n",

@@ -222,11 +222,25 @@ fn a_damaged_entry_is_a_miss_and_is_replaced() {
     assert!(cache::load(&dir, &key).is_some());
     let program = dir.join(&key).join(cache::PROGRAM_FILE);
     let text = std::fs::read_to_string(&program).unwrap();
-    // A truncated program, a program the verifier refuses, a missing PTX file: each a miss.
+    // A truncated program, a malformed one, one edited into another valid program, a PTX
+    // edited, a missing PTX file: each a miss.
     std::fs::write(&program, &text[..text.len() / 2]).unwrap();
     assert!(cache::load(&dir, &key).is_none(), "a truncated program");
     std::fs::write(&program, text.replacen("launch", "launch_", 1)).unwrap();
     assert!(cache::load(&dir, &key).is_none(), "a malformed program");
+    let edited = text.replacen("buf0", "buf0 ", 1);
+    assert!(
+        tessel_ir::text::read_program(&edited).is_ok(),
+        "still a program"
+    );
+    std::fs::write(&program, &edited).unwrap();
+    assert!(cache::load(&dir, &key).is_none(), "an edited program");
+    std::fs::write(&program, &text).unwrap();
+    let ptx_file = dir.join(&key).join(cache::PTX_FILE);
+    std::fs::write(&ptx_file, ptx.replacen(".entry", ".entry ", 1)).unwrap();
+    assert!(cache::load(&dir, &key).is_none(), "an edited PTX");
+    std::fs::write(&ptx_file, &ptx).unwrap();
+    assert!(cache::load(&dir, &key).is_some(), "restored");
     std::fs::write(&program, &text).unwrap();
     std::fs::remove_file(dir.join(&key).join(cache::PTX_FILE)).unwrap();
     assert!(cache::load(&dir, &key).is_none(), "no PTX");

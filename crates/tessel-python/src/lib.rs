@@ -67,7 +67,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 /// The exception for a driver error: source, read and pass errors are [`CompileError`]s;
 /// a step the file does not have, dims left unbound and arguments that do not fit
-/// [`ArgumentError`]s; the rest [`DeviceError`]s.
+/// [`ArgumentError`]s; the executor running out of host memory a `MemoryError`; the rest
+/// [`DeviceError`]s.
 fn raise(e: Error) -> PyErr {
     match &e {
         Error::Source(d) => CompileError::new_err(d.rendered.clone()),
@@ -78,6 +79,10 @@ fn raise(e: Error) -> PyErr {
         | Error::Ptx(_)
         | Error::Cache { .. } => CompileError::new_err(chain(&e)),
         Error::Weights(w) => ArgumentError::new_err(w.message().to_string()),
+        Error::Executor {
+            error: tessel_ref::ExecError::OutOfMemory { .. },
+            ..
+        } => pyo3::exceptions::PyMemoryError::new_err(chain(&e)),
         _ => DeviceError::new_err(chain(&e)),
     }
 }
@@ -149,6 +154,9 @@ struct CompiledStep {
     temps: Vec<(BufferId, u64)>,
     #[pyo3(get)]
     workspace_bytes: u64,
+    /// Why the step could not be stored in the cache, when it could not.
+    #[pyo3(get)]
+    cache_warning: Option<String>,
     devices: Mutex<HashMap<usize, OnDevice>>,
 }
 
@@ -203,6 +211,7 @@ impl CompiledStep {
             results,
             temps,
             workspace_bytes,
+            cache_warning: None,
             devices: Mutex::new(HashMap::new()),
         }
     }
@@ -583,17 +592,17 @@ fn compile(
             Ok::<_, Error>((step.compiled.program, ptx))
         })
         .map_err(raise)?;
+    // A cache that cannot be written (a read-only home, a full disk) costs the next
+    // process a compile, not this one its step: the failure is reported, not raised.
+    let mut cache_warning = None;
     if let Some(dir) = &cache_dir {
-        cache::store(dir, &key, &facts, &program, &ptx).map_err(raise)?;
+        if let Err(e) = cache::store(dir, &key, &facts, &program, &ptx) {
+            cache_warning = Some(format!("{} (the step is not cached)", chain(&e)));
+        }
     }
-    Ok(CompiledStep::new(
-        name,
-        key,
-        false,
-        (path, config),
-        program,
-        ptx,
-    ))
+    let mut step = CompiledStep::new(name, key, false, (path, config), program, ptx);
+    step.cache_warning = cache_warning;
+    Ok(step)
 }
 
 /// The steps of the file `path`, in order.

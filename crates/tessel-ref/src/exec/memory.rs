@@ -9,6 +9,7 @@
 //! CTAs of one launch may not communicate through global memory (no grid-wide barrier
 //! exists in the IR), and launches are separated by rayon's join.
 
+use super::ExecError;
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 
 /// Address bits below a buffer's base: buffers are at most 1 TiB apart.
@@ -43,33 +44,60 @@ pub(crate) enum Fault {
 }
 
 impl GlobalBuf {
-    /// A buffer holding `bytes` (padded with 0xFF to whole words).
-    pub fn new(name: String, bytes: &[u8], read_only: bool) -> GlobalBuf {
-        let words = bytes
-            .chunks(4)
-            .map(|c| {
+    /// A buffer named `name` of `size` bytes holding `bytes` (its first `size` bytes), or
+    /// 0xFF bytes throughout when `bytes` is `None` (poison: an element no kernel writes
+    /// reads back as NaN).
+    ///
+    /// Errors: [`ExecError::OutOfMemory`] when the host cannot allocate it (the executor
+    /// reports it rather than aborting the process).
+    pub fn new(
+        name: String,
+        bytes: Option<&[u8]>,
+        size: u64,
+        read_only: bool,
+    ) -> Result<GlobalBuf, ExecError> {
+        let n = size.div_ceil(4) as usize;
+        let mut words: Vec<AtomicU32> = Vec::new();
+        if words.try_reserve_exact(n).is_err() {
+            return Err(ExecError::OutOfMemory {
+                buffer: name,
+                bytes: size,
+            });
+        }
+        match bytes {
+            Some(bytes) => words.extend(bytes.chunks(4).map(|c| {
                 let mut w = [0xFFu8; 4];
                 w[..c.len()].copy_from_slice(c);
                 AtomicU32::new(u32::from_le_bytes(w))
-            })
-            .collect();
-        GlobalBuf {
+            })),
+            None => words.extend((0..n).map(|_| AtomicU32::new(u32::MAX))),
+        }
+        Ok(GlobalBuf {
             name,
-            size: bytes.len() as u64,
+            size,
             read_only,
             words,
-        }
+        })
     }
 
     /// The buffer's bytes.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out: Vec<u8> = self
-            .words
-            .iter()
-            .flat_map(|w| w.load(Relaxed).to_le_bytes())
-            .collect();
+    ///
+    /// Errors: [`ExecError::OutOfMemory`] when the host cannot allocate the copy.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, ExecError> {
+        let mut out: Vec<u8> = Vec::new();
+        if out.try_reserve_exact(self.words.len() * 4).is_err() {
+            return Err(ExecError::OutOfMemory {
+                buffer: self.name.clone(),
+                bytes: self.size,
+            });
+        }
+        out.extend(
+            self.words
+                .iter()
+                .flat_map(|w| w.load(Relaxed).to_le_bytes()),
+        );
         out.truncate(self.size as usize);
-        out
+        Ok(out)
     }
 }
 

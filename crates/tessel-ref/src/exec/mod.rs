@@ -215,6 +215,10 @@ pub enum ExecError {
     BadLaunch { kernel: String, msg: String },
     #[error("program inputs: {0}")]
     BadInputs(String),
+    /// The host could not allocate a buffer's memory (the executor holds every buffer of
+    /// the program at once).
+    #[error("out of host memory: buffer `{buffer}` needs {bytes} bytes")]
+    OutOfMemory { buffer: String, bytes: u64 },
 }
 
 /// Knobs of a run.
@@ -278,15 +282,10 @@ pub fn run_program_with(
         .map(|((_, decl), t)| {
             // An `inout` input is written in place: only plain inputs are read-only.
             let read_only = matches!(decl.role, BufferRole::Input(_));
-            match t {
-                Some(t) => GlobalBuf::new(decl.name.clone(), &t.data, read_only),
-                None => {
-                    let poison = vec![0xFF; decl.ty.size_bytes() as usize];
-                    GlobalBuf::new(decl.name.clone(), &poison, read_only)
-                }
-            }
+            let data = t.map(|t| &t.data[..]);
+            GlobalBuf::new(decl.name.clone(), data, decl.ty.size_bytes(), read_only)
         })
-        .collect();
+        .collect::<Result<Vec<_>, _>>()?;
     let mem = GlobalMem { bufs };
     let launches: Vec<(&Kernel, &[LaunchArg])> = p
         .launches
@@ -297,11 +296,13 @@ pub fn run_program_with(
     let outputs = p
         .outputs
         .iter()
-        .map(|(_, b)| Tensor {
-            ty: p.buffers[*b].ty.clone(),
-            data: mem.bufs[b.as_u32() as usize].to_bytes(),
+        .map(|(_, b)| {
+            Ok(Tensor {
+                ty: p.buffers[*b].ty.clone(),
+                data: mem.bufs[b.as_u32() as usize].to_bytes()?,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, ExecError>>()?;
     Ok((outputs, stats))
 }
 
@@ -318,12 +319,12 @@ pub fn run_kernel(
     let bufs = buffers
         .iter()
         .enumerate()
-        .map(|(i, t)| GlobalBuf::new(format!("buf{i}"), &t.data, false))
-        .collect();
+        .map(|(i, t)| GlobalBuf::new(format!("buf{i}"), Some(&t.data), t.data.len() as u64, false))
+        .collect::<Result<Vec<_>, _>>()?;
     let mem = GlobalMem { bufs };
     let stats = run_launches(&mem, &[(k, args)], opts)?;
     for (t, b) in buffers.iter_mut().zip(&mem.bufs) {
-        t.data = b.to_bytes();
+        t.data = b.to_bytes()?;
     }
     Ok(stats)
 }

@@ -32,7 +32,9 @@ fn run_cta(
         bufs: bufs
             .iter()
             .enumerate()
-            .map(|(i, b)| GlobalBuf::new(format!("buf{i}"), b, false))
+            .map(|(i, b)| {
+                GlobalBuf::new(format!("buf{i}"), Some(b), b.len() as u64, false).unwrap()
+            })
             .collect(),
     };
     let params = launch_params(sk, &mem, args).unwrap();
@@ -46,7 +48,10 @@ fn run_cta(
         }
     }
     let res = res.map(|_| cta.lane_instructions);
-    (res, mem.bufs.iter().map(|b| b.to_bytes()).collect())
+    (
+        res,
+        mem.bufs.iter().map(|b| b.to_bytes().unwrap()).collect(),
+    )
 }
 
 /// Warp 0 waits until the shared flag of its lane is `want`, then copies the shared data
