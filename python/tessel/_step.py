@@ -226,6 +226,7 @@ class Step:
         self.params = [Param(*p) for p in compiled.params]
         self.results = [Result(*r) for r in compiled.results]
         self._index = {p.name: i for i, p in enumerate(self.params)}
+        self._has_inout = any(p.inout for p in self.params)
 
     # What the compiled step says about itself.
     name = property(lambda self: self._c.name, doc="The step's name in its source.")
@@ -343,6 +344,8 @@ class Step:
         """Refuses memory the step writes (an ``inout`` parameter, an ``out=`` tensor) that
         overlaps any other argument: the kernels would read what they are overwriting (as
         torch refuses an in-place op whose input aliases its output)."""
+        if not self._has_inout and all(o is None for o in outs):
+            return  # nothing is written but the step's own results
         named = [(p.name, v, p.inout) for p, v in zip(self.params, values)]
         named += [(f"out[{r.name}]", o, True) for r, o in zip(self.results, outs) if o is not None]
         for i, (a, va, wa) in enumerate(named):
