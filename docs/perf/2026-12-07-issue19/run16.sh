@@ -7,7 +7,7 @@
 #      of few-row attention and the small Qwen3 decode layer, memcheck and racecheck;
 #   3. the Python package (the wheel from `maturin build --release -o target/wheels`):
 #      tests/gpu/python_package.py, python_lora.py, python_models.py, and
-#      examples/python/lora_train.py (100 steps);
+#      examples/python/lora_train.py (60 steps);
 #   4. the CLI's bench of the Qwen3-14B decode layer (B = 1, S = 4096), with --plot.
 # Binary: target/release/tessel_s, a stripped release build of the commit that adds this.
 # Usage (device): bash docs/perf/2026-12-07-issue19/run16.sh   (writes under $OUT)
@@ -26,8 +26,8 @@ done
 pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
   || pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
 export TESSEL_CACHE_DIR=/tmp/tessel-cache
-TMO=150 t python python3 tests/gpu/python_package.py $B $OUT
-TMO=120 t python_lora python3 tests/gpu/python_lora.py $OUT
-TMO=120 t python_models python3 tests/gpu/python_models.py $OUT
-TMO=100 t lora_train python3 examples/python/lora_train.py --steps 100 --out $OUT
+TMO=120 t python python3 tests/gpu/python_package.py $B $OUT
+TMO=100 t python_lora python3 tests/gpu/python_lora.py $OUT
+TMO=100 t python_models python3 tests/gpu/python_models.py $OUT
+TMO=80 t lora_train python3 examples/python/lora_train.py --steps 60 --out $OUT
 TMO=60 t cli_decode $B bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 --dim B=1 --fill len=iota:4095 --rounds 21 --plot $OUT/decode_b1.svg
