@@ -72,7 +72,18 @@ fn chain(e: &dyn std::error::Error) -> String {
 fn raise(e: Error) -> PyErr {
     match &e {
         Error::Source(d) => CompileError::new_err(d.rendered.clone()),
-        Error::UnboundDims(_) | Error::Request(_) => ArgumentError::new_err(chain(&e)),
+        Error::UnboundDims(u) => {
+            // The report's help names the command line's `--dim`; say it as Python does.
+            let wanted: Vec<String> = u.dims.iter().map(|d| format!("{d:?}: ...")).collect();
+            ArgumentError::new_err(format!(
+                "step `{}` needs the dims {}: pass dims={{{}}}\n{}",
+                u.step,
+                u.dims.join(", "),
+                wanted.join(", "),
+                u.source_report.rendered
+            ))
+        }
+        Error::Request(_) => ArgumentError::new_err(chain(&e)),
         Error::Read { .. }
         | Error::Compile { .. }
         | Error::Transform { .. }
