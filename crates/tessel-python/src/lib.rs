@@ -24,7 +24,7 @@ use std::sync::Mutex;
 use tessel_cuda::{ExternalBuffer, ExternalStream, Gpu, Module};
 use tessel_driver::{cache, device, Config, Error, Source, Weights};
 use tessel_ir::kernel::{BufferRole, Program};
-use tessel_ir::{BufferId, DType};
+use tessel_ir::BufferId;
 use tessel_passes::{Options, Profile, Target};
 use tessel_ref::Tensor;
 
@@ -95,18 +95,6 @@ fn raise(e: Error) -> PyErr {
             ..
         } => pyo3::exceptions::PyMemoryError::new_err(chain(&e)),
         _ => DeviceError::new_err(chain(&e)),
-    }
-}
-
-/// A dtype's name in the language (`bf16`, `f16`, `f32`, `i32`, `bool`): what the
-/// Python side maps to torch's and numpy's dtypes.
-fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::Bf16 => "bf16",
-        DType::F16 => "f16",
-        DType::F32 => "f32",
-        DType::I32 => "i32",
-        DType::Bool => "bool",
     }
 }
 
@@ -307,7 +295,7 @@ impl CompiledStep {
                 let d = &p.buffers[*b];
                 (
                     n.clone(),
-                    dtype_name(d.ty.dtype),
+                    d.ty.dtype.name(),
                     d.ty.shape.0.clone(),
                     matches!(d.role, BufferRole::InOut(_)),
                 )
@@ -331,12 +319,7 @@ impl CompiledStep {
                     ResultMemory::Param(i) => Some(("param", *i)),
                     ResultMemory::Result(i) => Some(("result", *i)),
                 };
-                (
-                    n.clone(),
-                    dtype_name(d.ty.dtype),
-                    d.ty.shape.0.clone(),
-                    memory,
-                )
+                (n.clone(), d.ty.dtype.name(), d.ty.shape.0.clone(), memory)
             })
             .collect()
     }
