@@ -9,7 +9,7 @@ import operator
 import os
 import pathlib
 import warnings
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import _tessel
 from ._tessel import ArgumentError

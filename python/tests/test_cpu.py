@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tessel
-from conftest import ROOT, program
+from conftest import program
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ST_DTYPES = {"BF16": BF16, "F16": np.float16, "F32": np.float32, "I32": np.int32, "BOOL": np.bool_}

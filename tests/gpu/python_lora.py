@@ -16,31 +16,23 @@ Prints PASS/FAIL lines; writes OUT/python_lora.json.
 Usage (device): python3 tests/gpu/python_lora.py OUTDIR
 """
 import copy
-import json
-import os
 import sys
 
 import torch
 from peft import LoraConfig, get_peft_model
 
 import tessel
+from python_checks import Report, rel_rms
 
 OUT = sys.argv[1]
-os.makedirs(OUT, exist_ok=True)
-report = {"checks": {}, "timings_us": {}}
-failed = []
+R = Report(OUT, "python_lora")
+report = R.data
+verdict = R.verdict
 torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def verdict(name, ok, detail=""):
-    report["checks"][name] = {"pass": bool(ok), "detail": detail}
-    print(f"{'PASS' if ok else 'FAIL'} {name} {detail}", flush=True)
-    if not ok:
-        failed.append(name)
 
 
-def rel_rms(a, b):
-    return float((a.float() - b.float()).norm() / b.float().norm())
 
 
 class One(torch.nn.Module):
@@ -172,11 +164,8 @@ timings = {
     "tessel invariant": fwd_bwd_us(mine, xt, dyt),
     "tessel fast": fwd_bwd_us(tessel.lora.Linear(layer, profile="fast"), xt, dyt),
 }
-report["timings_us"] = timings
+report["timings"]["fwd_bwd_us"] = timings
 for k, v in timings.items():
     print(f"time fwd+bwd, T=2048 5120->5120 r=16: {k:<20} {v:8.1f} us")
 
-with open(f"{OUT}/python_lora.json", "w") as f:
-    json.dump(report, f, indent=1)
-print("FAILED: " + ", ".join(failed) if failed else "python_lora: all checks passed")
-sys.exit(1 if failed else 0)
+sys.exit(R.finish())

@@ -14,8 +14,6 @@ layers run as tessel's compiled steps.
 Prints PASS/FAIL lines; writes OUT/python_models.json.
 Usage (device): python3 tests/gpu/python_models.py OUTDIR
 """
-import json
-import os
 import sys
 import time
 
@@ -23,18 +21,14 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 import tessel
+from python_checks import Report, rel_rms
 
 OUT = sys.argv[1]
-os.makedirs(OUT, exist_ok=True)
-report = {"checks": {}, "timings": {}}
-failed = []
+R = Report(OUT, "python_models")
+report = R.data
+verdict = R.verdict
 
 
-def verdict(name, ok, detail=""):
-    report["checks"][name] = {"pass": bool(ok), "detail": detail}
-    print(f"{'PASS' if ok else 'FAIL'} {name} {detail}", flush=True)
-    if not ok:
-        failed.append(name)
 
 
 def small(kind):
@@ -76,7 +70,7 @@ for kind in ("qwen3", "qwen2"):
             caches = lm.new_cache(1, 12)
             x = lm.forward(m.model.embed_tokens(ids), torch.zeros(1, dtype=torch.int32, device="cuda"), caches)
             mine = m.lm_head(m.model.norm(x[:, -1:]))[0, -1].float()
-        err = float((mine - ref).norm() / ref.norm())
+        err = rel_rms(mine, ref)
         verdict(f"{kind} {profile}: 24 greedy tokens as transformers'", same == 24,
                 f"{same}/24 equal, first-step logits rel-RMS {err:.2e}")
         report["checks"][f"{kind} {profile}: 24 greedy tokens as transformers'"]["logits_rel_rms"] = err
@@ -117,7 +111,4 @@ print(f"Qwen3-14B config, 2 layers, prompt 128, 64 new tokens (B=1): transformer
       f"({hf_ms / 64:.2f} ms/token), tessel {ts_ms:.1f} ms ({ts_ms / 64:.2f} ms/token); "
       f"{report['timings']['tokens_equal']}/64 tokens equal")
 
-with open(f"{OUT}/python_models.json", "w") as f:
-    json.dump(report, f, indent=1)
-print("FAILED: " + ", ".join(failed) if failed else "python_models: all checks passed")
-sys.exit(1 if failed else 0)
+sys.exit(R.finish())

@@ -20,7 +20,6 @@ Writes ``OUT/python_package.json`` and prints PASS/FAIL per check.
 Usage (device): python3 tests/gpu/python_package.py TESSEL_BIN OUTDIR
 (with the wheel installed: pip install --no-deps target/wheels/tessel-*.whl)
 """
-import json
 import os
 import subprocess
 import sys
@@ -31,24 +30,16 @@ import torch
 from safetensors.torch import load_file
 
 import tessel
+from python_checks import Report, same_bits
 
 BIN, OUT = sys.argv[1], sys.argv[2]
-os.makedirs(OUT, exist_ok=True)
-results = {"checks": {}, "timings": {}}
-failed = []
+R = Report(OUT, "python_package")
+results = R.data
+verdict = R.verdict
 
 
-def verdict(name, ok, detail=""):
-    results["checks"][name] = {"pass": bool(ok), "detail": detail}
-    print(f"{'PASS' if ok else 'FAIL'} {name} {detail}", flush=True)
-    if not ok:
-        failed.append(name)
 
 
-def same_bits(a, b):
-    if a.dtype != b.dtype or a.shape != b.shape:
-        return False
-    return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
 # -- 1. bits against the command line ---------------------------------------------------------
@@ -311,7 +302,4 @@ for profile in ("exact", "fast"):
     verdict(f"autograd {profile}: grads vs torch (rel-RMS <= 1e-5) and the same bits twice",
             err <= 1e-5 and again, f"worst rel-RMS {err:.2e}, run-to-run identical {again}")
 
-with open(f"{OUT}/python_package.json", "w") as f:
-    json.dump(results, f, indent=1)
-print("FAILED: " + ", ".join(failed) if failed else "python_package: all checks passed")
-sys.exit(1 if failed else 0)
+sys.exit(R.finish())
