@@ -14,6 +14,7 @@ layers run as tessel's compiled steps.
 Prints PASS/FAIL lines; writes OUT/python_models.json.
 Usage (device): python3 tests/gpu/python_models.py OUTDIR
 """
+import gc
 import sys
 import time
 
@@ -56,12 +57,15 @@ for kind in ("qwen3", "qwen2"):
     ids = torch.randint(0, 512, (1, 12), device="cuda", generator=torch.Generator("cuda").manual_seed(3))
     want = hf_generate(m, ids, 24)
     for profile in ("fast", "invariant"):
+        gc.collect()
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         lm = tessel.models.Qwen(m, profile=profile)
         grew = torch.cuda.memory_allocated() - before
         if profile == "fast":
-            verdict(f"{kind}: attaching allocates nothing", grew == 0, f"{grew} bytes")
+            # Run 19 saw -3282432 bytes here for qwen2 (the previous model's tensors freed in
+            # between, before gc.collect() was added): nothing allocated is <= 0.
+            verdict(f"{kind}: attaching allocates nothing", grew <= 0, f"{grew} bytes")
         got = lm.generate(ids, 24)
         same = int((got[0, 12:] == want[0, 12:]).sum())
         # The first step's logits at the last prompt position.

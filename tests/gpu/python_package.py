@@ -299,7 +299,10 @@ for profile in ("exact", "fast"):
     xr, wr, gr = (t.detach().clone().requires_grad_() for t in (x, w, g))
     (torch.nn.functional.silu(xr @ wr.T) * gr + ids.float()[:, None] * 0.25).square().sum().backward()
     err = max(((a - t.grad).norm() / t.grad.norm()).item() for a, t in zip(first, (xr, wr, gr)))
-    verdict(f"autograd {profile}: grads vs torch (rel-RMS <= 1e-5) and the same bits twice",
-            err <= 1e-5 and again, f"worst rel-RMS {err:.2e}, run-to-run identical {again}")
+    # `fast` runs f32 GEMMs on TF32 tensor cores (docs/numerics.md: each operand rounded to
+    # 10 fraction bits, 2^-10 of sum |a*b|); exact is f32 throughout (the f32 contract).
+    bound = 2.0**-10 if profile == "fast" else 1e-5
+    verdict(f"autograd {profile}: grads vs torch (rel-RMS <= {bound:.1e}) and the same bits twice",
+            err <= bound and again, f"worst rel-RMS {err:.2e}, run-to-run identical {again}")
 
 sys.exit(R.finish())
