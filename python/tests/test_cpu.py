@@ -663,3 +663,20 @@ def test_dims_of_numpy_integers_and_too_large():
         tessel.compile(program("small.tsl"), "scale", dims={"T": 2**64})
     with pytest.raises(tessel.ArgumentError, match="a dim is an integer"):
         tessel.compile(program("small.tsl"), "scale", dims={"T": 4.0})
+
+
+@pytest.mark.parametrize("profile", ["exact", "fast"])
+def test_generated_qwen2_layer_is_the_examples_prefill(profile):
+    """The Qwen2 layer tessel.models generates, run over an empty cache (len = 0, T = S = 7),
+    and tests/programs/layer_small.tsl's qwen2 prefill step on the same rows: the same bits."""
+    src = tessel.models.write_layer_source(Cfg("qwen2"))
+    mine = tessel.compile(src, "layer", dims={"B": 1, "T": 7, "S": 7}, profile=profile)
+    ref = tessel.compile(program("layer_small.tsl"), "qwen2", dims={"T": 7}, profile=profile)
+    rng = np.random.default_rng(5)
+    args = {p.name: (rng.standard_normal(p.shape) * 0.5).astype(BF16)
+            for p in ref.params if p.dtype != "i32"}
+    want = ref(pos=np.arange(7, dtype=np.int32), **args)[1]
+    caches = [np.zeros((1, 2, 7, 128), BF16) for _ in range(2)]
+    rest = {k: v for k, v in args.items() if k != "x"}
+    got = mine(args["x"].reshape(1, 7, 64), np.zeros(1, np.int32), *caches, **rest)[0]
+    assert got.tobytes() == want.tobytes()
