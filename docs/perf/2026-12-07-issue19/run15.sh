@@ -13,8 +13,8 @@
 L=$OUT/logs; mkdir -p $L
 nvidia-smi > $L/nvidia-smi.txt 2>&1
 B=./target/release/tessel_s
-pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
-  || pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
+python3 -m pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
+  || python3 -m pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
 export TESSEL_CACHE_DIR=/tmp/tessel-cache
 timeout 300 python3 tests/gpu/python_package.py $B $OUT > $L/python.txt 2>&1; echo "rc $?" >> $L/python.txt
 timeout 240 python3 tests/gpu/python_lora.py $OUT > $L/python_lora.txt 2>&1; echo "rc $?" >> $L/python_lora.txt

@@ -23,8 +23,8 @@ done
 for tool in memcheck racecheck; do
   TMO=90 t sanitizer compute-sanitizer --tool $tool --error-exitcode 3 $B run tests/programs/attention_bench.tsl --step decode --profile fast --dim B=2 --dim N=1 --dim S=300 --fill len=iota:250 -o /tmp/s.safetensors
 done
-pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
-  || pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
+python3 -m pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
+  || python3 -m pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
 export TESSEL_CACHE_DIR=/tmp/tessel-cache
 TMO=120 t python python3 tests/gpu/python_package.py $B $OUT
 TMO=100 t python_lora python3 tests/gpu/python_lora.py $OUT

@@ -7,8 +7,8 @@ L=$OUT/logs; mkdir -p $L
 nvidia-smi > $L/nvidia-smi.txt 2>&1
 B=./target/release/tessel_s
 t() { local name=$1; shift; echo "== $*" >> $L/$name.txt; /usr/bin/time -f "%e s" timeout ${TMO:-100} "$@" >> $L/$name.txt 2>&1; echo "rc $?" >> $L/$name.txt; }
-pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
-  || pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
+python3 -m pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
+  || python3 -m pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
 export TESSEL_CACHE_DIR=/tmp/tessel-cache
 TMO=110 t python python3 tests/gpu/python_package.py $B $OUT
 for x in target/release/gt/*; do TMO=40 t gputests $x --ignored --test-threads=1; done
