@@ -1,6 +1,8 @@
 #!/bin/bash
 # Device run 19: run18.sh cut to about 250 s: the Python package's main GPU script, the
 # decode attention's check, the external-launch GPU tests.
+# Run 19 used `pip install`, which installed the wheel for another interpreter; the script
+# now uses `python3 -m pip`, as the calls after it did (docs/perf/2026-12-07-issue20-python.md).
 # Usage (device): bash docs/perf/2026-12-07-issue19/run19.sh   (writes under $OUT)
 L=$OUT/logs; mkdir -p $L
 nvidia-smi > $L/nvidia-smi.txt 2>&1
