@@ -15,15 +15,8 @@ from . import _tessel
 from ._tessel import ArgumentError
 
 # The language's dtypes, by the names the compiled step reports, as torch's attribute names
-# and numpy's dtype names ("bfloat16" is ml_dtypes').
-_TORCH_DTYPES = {
-    "bf16": "bfloat16",
-    "f16": "float16",
-    "f32": "float32",
-    "i32": "int32",
-    "bool": "bool",
-}
-_NUMPY_DTYPES = {
+# and numpy's dtype names (the same words; "bfloat16" is ml_dtypes' for numpy).
+_DTYPES = {
     "bf16": "bfloat16",
     "f16": "float16",
     "f32": "float32",
@@ -91,7 +84,7 @@ def _numpy_dtype(name: str):
                 "or pass torch tensors"
             ) from e
         return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(_NUMPY_DTYPES[name])
+    return np.dtype(_DTYPES[name])
 
 
 def steps(path) -> List[str]:
@@ -304,7 +297,7 @@ class Step:
     def _check_torch(self, torch, what: str, spec, v, device=None):
         if not isinstance(v, torch.Tensor):
             raise ArgumentError(f"`{what}` must be a torch.Tensor, given {_describe(v)}")
-        want = getattr(torch, _TORCH_DTYPES[spec.dtype])
+        want = getattr(torch, _DTYPES[spec.dtype])
         if v.dtype != want:
             raise ArgumentError(
                 f"`{what}` must be {spec.dtype} ({want}), given {_describe(v)}"
@@ -403,7 +396,7 @@ class Step:
                 own.append(None)
             elif o is None:
                 own.append(
-                    torch.empty(r.shape, dtype=getattr(torch, _TORCH_DTYPES[r.dtype]), device=device)
+                    torch.empty(r.shape, dtype=getattr(torch, _DTYPES[r.dtype]), device=device)
                 )
             else:
                 own.append(o)
@@ -439,12 +432,7 @@ class Step:
             return error
         try:
             parent = pathlib.Path(parent).resolve()
-            parent.mkdir(parents=True, exist_ok=True)
-            blob = _safetensors_bytes({p.name: v for p, v in zip(self.params, values)}, self.params)
-            digest = hashlib.sha256(blob).hexdigest()[:12]
-            inputs = parent / f"{self.name}-inputs-{digest}.safetensors"
-            inputs.write_bytes(blob)
-            where = self._c.write_repro(str(parent), str(error), str(inputs))
+            where, inputs = self._c.write_repro(str(parent), str(error), _input_bytes(values))
             note = f"reproducer written to {where} (inputs: {inputs})"
         except Exception as e:  # noqa: BLE001 - the original error matters more
             note = f"(writing a reproducer failed: {e})"
@@ -455,17 +443,12 @@ class Step:
     def _run_cpu(self, values, out, as_torch: bool):
         torch = _torch() if as_torch else None
         np = _numpy()
-        data = []
         for p, v in zip(self.params, values):
             if torch is not None and isinstance(v, torch.Tensor):
                 self._check_torch(torch, p.name, p, v)
-                t = v.detach()
-                if t.dtype == torch.bfloat16:
-                    t = t.view(torch.int16)
-                data.append(t.numpy().tobytes())
             else:
                 self._check_numpy(p.name, p, v)
-                data.append(v.tobytes())
+        data = _input_bytes(values)
         outs = self._outs(out)
         for r, o in zip(self.results, outs):
             if o is None:
@@ -489,7 +472,7 @@ class Step:
             if r.memory is None:
                 if o is not None:
                     kind = torch if torch is not None and isinstance(o, torch.Tensor) else None
-                    self._copy_into(kind, f"out[{r.name}]", r, o, self._from_bytes(kind, np, b, r))
+                    self._copy_into(kind, o, self._from_bytes(kind, np, b, r))
                     value = o
                 else:
                     value = self._from_bytes(torch, np, b, r)
@@ -498,26 +481,26 @@ class Step:
                 own.append(None)
                 if r.memory[0] == "param" and self.params[r.memory[1]].inout:
                     # The executor ran on a copy: update the caller's tensor in place.
-                    p = self.params[r.memory[1]]
                     v = values[r.memory[1]]
                     kind = torch if torch is not None and isinstance(v, torch.Tensor) else None
-                    self._copy_into(kind, p.name, p, v, self._from_bytes(kind, np, b, r))
+                    self._copy_into(kind, v, self._from_bytes(kind, np, b, r))
         return self._finish(values, own)
 
     @staticmethod
     def _from_bytes(torch, np, b: bytes, spec):
         if torch is not None:
-            dtype = getattr(torch, _TORCH_DTYPES[spec.dtype])
+            dtype = getattr(torch, _DTYPES[spec.dtype])
             return torch.frombuffer(bytearray(b), dtype=dtype).reshape(spec.shape)
         return np.frombuffer(bytearray(b), dtype=_numpy_dtype(spec.dtype)).reshape(spec.shape)
 
-    def _copy_into(self, torch, what, spec, dst, value):
+    @staticmethod
+    def _copy_into(torch, dst, value):
+        """Writes an executor result into ``dst`` (an ``out=`` entry or an ``inout``
+        argument, both checked before the step ran)."""
         if torch is not None and isinstance(dst, torch.Tensor):
-            self._check_torch(torch, what, spec, dst)
             with torch.no_grad():
                 dst.copy_(value if isinstance(value, torch.Tensor) else torch.from_numpy(value))
         else:
-            self._check_numpy(what, spec, dst)
             dst[...] = value
 
 
@@ -535,33 +518,20 @@ def _overlap(a, b) -> bool:
     return False
 
 
-_ST_DTYPES = {"bf16": "BF16", "f16": "F16", "f32": "F32", "i32": "I32", "bool": "BOOL"}
-
-
-def _safetensors_bytes(tensors: dict, params) -> bytes:
-    """``tensors`` (torch tensors on any device, or numpy arrays) as a safetensors file
-    (an 8-byte little-endian header length, the JSON header, the data), in parameter order."""
-    import json
-    import struct
-
-    header, chunks, offset = {}, [], 0
+def _input_bytes(values) -> list:
+    """Each argument's bytes (little-endian, row-major): torch tensors on any device (CUDA
+    ones copied to the host) and numpy arrays, as the executor and the reproducer take them."""
     torch = _torch()
-    for p in params:
-        v = tensors[p.name]
+    out = []
+    for v in values:
         if torch is not None and isinstance(v, torch.Tensor):
             t = v.detach().contiguous().cpu()
             if t.dtype == torch.bfloat16:
                 t = t.view(torch.int16)
-            raw = t.numpy().tobytes()
+            out.append(t.numpy().tobytes())
         else:
-            raw = v.tobytes()
-        header[p.name] = {"dtype": _ST_DTYPES[p.dtype], "shape": list(p.shape),
-                          "data_offsets": [offset, offset + len(raw)]}
-        chunks.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + b"".join(chunks)
+            out.append(v.tobytes())
+    return out
 
 
 class _Missing:

@@ -458,7 +458,9 @@ def test_unsupported_configs_are_refused(change, message):
 
 def test_a_reproducer_bundle_holds_the_step_and_its_inputs(tmp_path, tessel_cli):
     step = tessel.compile(program("layer_small.tsl"), "qwen3", dims={"T": 9}, profile="fast")
-    where = pathlib.Path(step._c.write_repro(str(tmp_path / "b"), "a failure", None))
+    where, inputs = step._c.write_repro(str(tmp_path / "b"), "a failure", None)
+    where = pathlib.Path(where)
+    assert inputs is None
     assert where.parent == tmp_path / "b" and where.name.startswith("qwen3-")
     meta = json.loads((where / "bundle.json").read_text())
     assert meta["step"] == "qwen3" and "a failure" in json.dumps(meta)

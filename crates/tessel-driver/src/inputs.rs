@@ -233,6 +233,27 @@ fn fill_iota(name: &str, ty: &TensorType, start: i64) -> Result<Tensor> {
     })
 }
 
+/// Writes named tensors to the safetensors file `path` (each tensor's dtype, shape and
+/// bytes as they are; the file replaced if it exists): `tessel run`'s outputs and saved
+/// inputs, and the Python package's reproducer inputs.
+///
+/// # Errors
+/// [`crate::WeightsError`] naming the tensor that cannot be viewed, or the file that cannot
+/// be written.
+pub fn write_safetensors(path: &std::path::Path, named: &[(String, &Tensor)]) -> Result<()> {
+    let views: Vec<(String, safetensors::tensor::TensorView)> = named
+        .iter()
+        .map(|(n, t)| {
+            let shape: Vec<usize> = t.ty.shape.0.iter().map(|&d| d as usize).collect();
+            let v = safetensors::tensor::TensorView::new(st_dtype(t.ty.dtype), shape, &t.data)
+                .with_context(|| format!("tensor `{n}`"))?;
+            Ok((n.clone(), v))
+        })
+        .collect::<Result<_>>()?;
+    safetensors::serialize_to_file(views, None, path)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -43,7 +43,7 @@ pub mod words;
 
 pub use error::{Error, RequestError, SourceDiagnostics, UnboundDims, WeightsError};
 pub use exec::execute;
-pub use inputs::{make_inputs, random_seed, st_dtype, InputSpec};
+pub use inputs::{make_inputs, random_seed, st_dtype, write_safetensors, InputSpec};
 pub use source::Source;
 pub use stages::{stage_suffix, StageText};
 pub use step::{Config, Step};

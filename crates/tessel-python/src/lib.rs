@@ -18,6 +18,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -136,12 +137,6 @@ struct CompiledStep {
     /// True when the step was read from the cache rather than compiled.
     #[pyo3(get)]
     from_cache: bool,
-    /// The target's name the step was compiled for (e.g. "NVIDIA H200").
-    #[pyo3(get)]
-    target: String,
-    /// The profile's name.
-    #[pyo3(get)]
-    profile: String,
     program: Program,
     ptx: String,
     /// The source file and the configuration it was compiled with: what a reproducer
@@ -176,7 +171,6 @@ impl CompiledStep {
         program: Program,
         ptx: String,
     ) -> CompiledStep {
-        let options = &config.options;
         let p = &program;
         let mut results = Vec::new();
         for (i, (_, b)) in p.outputs.iter().enumerate() {
@@ -201,8 +195,6 @@ impl CompiledStep {
             name,
             key,
             from_cache,
-            target: options.target.name.clone(),
-            profile: options.profile.name().to_string(),
             program,
             ptx,
             path,
@@ -213,6 +205,34 @@ impl CompiledStep {
             cache_warning: None,
             devices: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The parameters' tensors from their bytes in order, each exactly its type's size.
+    fn tensors(&self, inputs: Vec<Vec<u8>>) -> PyResult<Vec<Tensor>> {
+        let p = &self.program;
+        if inputs.len() != p.inputs.len() {
+            return Err(ArgumentError::new_err(format!(
+                "step `{}` takes {} parameters, given {}",
+                self.name,
+                p.inputs.len(),
+                inputs.len()
+            )));
+        }
+        p.inputs
+            .iter()
+            .zip(inputs)
+            .map(|((name, b), data)| {
+                let ty = p.buffers[*b].ty.clone();
+                if data.len() as u64 != ty.size_bytes() {
+                    return Err(ArgumentError::new_err(format!(
+                        "`{name}` is {ty} ({} bytes), given {} bytes",
+                        ty.size_bytes(),
+                        data.len()
+                    )));
+                }
+                Ok(Tensor { ty, data })
+            })
+            .collect()
     }
 
     /// Every program buffer's memory for a launch: parameters' and results' at the
@@ -324,6 +344,18 @@ impl CompiledStep {
             .collect()
     }
 
+    /// The target's name the step was compiled for (e.g. "NVIDIA H200").
+    #[getter]
+    fn target(&self) -> &str {
+        &self.config.options.target.name
+    }
+
+    /// The profile's name.
+    #[getter]
+    fn profile(&self) -> &'static str {
+        self.config.options.profile.name()
+    }
+
     /// The PTX module.
     #[getter]
     fn ptx(&self) -> &str {
@@ -363,50 +395,58 @@ impl CompiledStep {
         inputs: Vec<Vec<u8>>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let p = &self.program;
-        if inputs.len() != p.inputs.len() {
-            return Err(ArgumentError::new_err(format!(
-                "step `{}` takes {} parameters, given {}",
-                self.name,
-                p.inputs.len(),
-                inputs.len()
-            )));
-        }
-        let mut tensors = Vec::with_capacity(inputs.len());
-        for ((name, b), data) in p.inputs.iter().zip(inputs) {
-            let ty = p.buffers[*b].ty.clone();
-            if data.len() as u64 != ty.size_bytes() {
-                return Err(ArgumentError::new_err(format!(
-                    "`{name}` is {ty} ({} bytes), given {} bytes",
-                    ty.size_bytes(),
-                    data.len()
-                )));
-            }
-            tensors.push(Tensor { ty, data });
-        }
+        let tensors = self.tensors(inputs)?;
         let outputs = py
             .detach(|| tessel_driver::execute(p, &tensors, &tessel_ref::ExecOptions::default()))
             .map_err(raise)?;
         Ok(outputs.iter().map(|t| PyBytes::new(py, &t.data)).collect())
     }
 
-    /// Writes a reproducer bundle (tessel-driver `repro`) for this step under `parent`
-    /// and returns its directory: the source and its imports, every IR stage, the PTX and
-    /// the ptxas command, the dims, profile and target, `what` failed, and `inputs`, the
-    /// path of a safetensors file holding the call's inputs (the Python side writes it).
-    /// The stages are recompiled from the source file as it is now.
+    /// Writes a reproducer bundle (tessel-driver `repro`) for this step under `parent`:
+    /// the source and its imports, every IR stage, the PTX and the ptxas command, the dims,
+    /// profile and target, and `what` failed. `inputs`, the call's parameters as bytes in
+    /// order (as [`CompiledStep::run_executor`] takes them), are written beside it as
+    /// `STEP-inputs-HASH.safetensors`, which the bundle names. Returns the bundle's
+    /// directory and the inputs' file. The stages are recompiled from the source file as
+    /// it is now.
     #[pyo3(signature = (parent, what, inputs=None))]
     fn write_repro(
         &self,
         py: Python<'_>,
         parent: PathBuf,
         what: String,
-        inputs: Option<PathBuf>,
-    ) -> PyResult<PathBuf> {
+        inputs: Option<Vec<Vec<u8>>>,
+    ) -> PyResult<(PathBuf, Option<PathBuf>)> {
+        let tensors = inputs.map(|data| self.tensors(data)).transpose()?;
         py.detach(|| {
+            let inputs = match tensors {
+                None => None,
+                Some(tensors) => {
+                    std::fs::create_dir_all(&parent).map_err(|error| Error::Bundle {
+                        path: parent.clone(),
+                        error,
+                    })?;
+                    let digest = tensors
+                        .iter()
+                        .fold(Sha256::new(), |h, t| h.chain_update(&t.data))
+                        .finalize();
+                    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+                    let path = parent.join(format!("{}-inputs-{hex}.safetensors", self.name));
+                    let named: Vec<(String, &Tensor)> = self
+                        .program
+                        .inputs
+                        .iter()
+                        .map(|(n, _)| n.clone())
+                        .zip(&tensors)
+                        .collect();
+                    tessel_driver::write_safetensors(&path, &named)?;
+                    Some(path)
+                }
+            };
             let src = Source::load(&self.path, false)?;
             let step = src.compile_step(&self.name, &self.config, &Weights::none())?;
             let spec = tessel_driver::InputSpec {
-                inputs,
+                inputs: inputs.clone(),
                 ..Default::default()
             };
             let failure = tessel_driver::repro::Failure {
@@ -414,7 +454,9 @@ impl CompiledStep {
                 what,
                 command: None,
             };
-            tessel_driver::repro::write_bundle(&src, &step, &self.config, &failure, &parent)
+            let dir =
+                tessel_driver::repro::write_bundle(&src, &step, &self.config, &failure, &parent)?;
+            Ok::<_, Error>((dir, inputs))
         })
         .map_err(raise)
     }

@@ -3,9 +3,9 @@
 //! `tessel_driver::make_inputs`.
 
 use crate::InputArgs;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use tessel_driver::words::and_list;
-use tessel_driver::{st_dtype, StepWeights};
+use tessel_driver::StepWeights;
 use tessel_ir::kernel::Program;
 use tessel_ref::Tensor;
 
@@ -85,19 +85,9 @@ pub fn make_inputs(p: &Program, args: &InputArgs, weights: &StepWeights) -> Resu
     Ok(tessel_driver::make_inputs(p, &args.spec(), weights)?)
 }
 
-/// Writes named tensors to a safetensors file.
+/// Writes named tensors to a safetensors file (tessel-driver `write_safetensors`), its
+/// directory made if missing.
 pub fn write_outputs(path: &std::path::Path, named: &[(String, &Tensor)]) -> Result<()> {
-    let views: Vec<(String, safetensors::tensor::TensorView)> = named
-        .iter()
-        .map(|(n, t)| {
-            let shape: Vec<usize> = t.ty.shape.0.iter().map(|&d| d as usize).collect();
-            let v = safetensors::tensor::TensorView::new(st_dtype(t.ty.dtype), shape, &t.data)
-                .with_context(|| format!("output `{n}`"))?;
-            Ok((n.clone(), v))
-        })
-        .collect::<Result<_>>()?;
     crate::paths::create_parent(path)?;
-    safetensors::serialize_to_file(views, None, path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(())
+    Ok(tessel_driver::write_safetensors(path, named)?)
 }
