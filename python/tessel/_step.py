@@ -220,6 +220,7 @@ class Step:
         self.results = [Result(*r) for r in compiled.results]
         self._index = {p.name: i for i, p in enumerate(self.params)}
         self._has_inout = any(p.inout for p in self.params)
+        self._fast = _FastPath(self) if _torch() is not None else None
 
     # What the compiled step says about itself.
     name = property(lambda self: self._c.name, doc="The step's name in its source.")
@@ -266,6 +267,12 @@ class Step:
         return values
 
     def __call__(self, /, *args, **kwargs):
+        if not kwargs and self._fast is not None:
+            # Every argument positional: CUDA tensors that pass every check launch without
+            # the general path below; anything else (or anything wrong) takes it.
+            result = self._fast(args)
+            if result is not _SLOW:
+                return result
         # A parameter named `out` takes the keyword; results then go through `into`.
         out = None if "out" in self._index else kwargs.pop("out", None)
         return self._call(args, kwargs, out)
@@ -534,9 +541,94 @@ def _input_bytes(values) -> list:
     return out
 
 
+class _FastPath:
+    """The common call of a :class:`Step`, ``step(a, b, ...)`` with every argument a CUDA
+    tensor of the right dtype and shape, contiguous, 16-byte aligned and on one device, in as
+    few Python operations as it can: per argument one ``isinstance`` and five tensor
+    attributes compared with what was worked out at compile time, the written memory checked
+    for overlap on integers, results allocated with precomputed shapes and dtypes, the stream
+    read with torch's raw-stream accessor (as Triton's launcher does). A call that misses any
+    of it returns ``_SLOW`` before anything is allocated or launched, and
+    :meth:`Step._call` checks it again, argument by argument, and names what is wrong."""
+
+    def __init__(self, step: "Step"):
+        torch = _torch()
+        self.torch = torch
+        self.step = step
+        self.launch = step._c.launch
+        self.tensor = torch.Tensor
+        self.params = [(getattr(torch, _DTYPES[p.dtype]), torch.Size(p.shape)) for p in step.params]
+        # The parameters the step writes, and their byte sizes for the overlap check.
+        self.written = [i for i, p in enumerate(step.params) if p.inout]
+        self.nbytes = [
+            torch.empty((), dtype=dt).element_size() * shape.numel() for dt, shape in self.params
+        ]
+        # One entry per result: (shape, dtype) to allocate, or None for a result that is a
+        # parameter's or an earlier result's memory.
+        self.results = [
+            None if r.memory is not None else (tuple(r.shape), getattr(torch, _DTYPES[r.dtype]))
+            for r in step.results
+        ]
+        self.workspace = step._c.workspace_bytes
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self.stream = raw if raw is not None else (
+            lambda i: torch.cuda.current_stream(i).cuda_stream
+        )
+        self.devices: Dict[int, Any] = {}
+
+    def __call__(self, args):
+        if len(args) != len(self.params) or not args:
+            return _SLOW
+        tensor = self.tensor
+        first = args[0]
+        if not isinstance(first, tensor) or not first.is_cuda:
+            return _SLOW
+        index = first.get_device()
+        ptrs = []
+        for v, (dtype, shape) in zip(args, self.params):
+            if not (
+                isinstance(v, tensor)
+                and v.dtype is dtype
+                and v.shape == shape
+                and v.get_device() == index
+                and v.is_contiguous()
+            ):
+                return _SLOW
+            p = v.data_ptr()
+            if p % _ALIGN:
+                return _SLOW
+            ptrs.append(p)
+        nbytes = self.nbytes
+        for w in self.written:
+            lo, hi = ptrs[w], ptrs[w] + nbytes[w]
+            for j, p in enumerate(ptrs):
+                if j != w and p < hi and lo < p + nbytes[j] and nbytes[j] and nbytes[w]:
+                    return _SLOW  # the general path names the two arguments
+        device = self.devices.get(index)
+        if device is None:
+            device = self.devices[index] = self.torch.device("cuda", index)
+        empty = self.torch.empty
+        own = [None if r is None else empty(r[0], dtype=r[1], device=device) for r in self.results]
+        workspace = empty(self.workspace, dtype=self.torch.uint8, device=device) if self.workspace else None
+        try:
+            self.launch(
+                index,
+                self.stream(index),
+                ptrs,
+                [0 if o is None else o.data_ptr() for o in own],
+                0 if workspace is None else workspace.data_ptr(),
+            )
+        except _tessel.DeviceError as e:
+            raise self.step._reproducer(e, list(args)) from None
+        # The workspace is freed after its launches are enqueued, as in `Step._run_cuda`.
+        return self.step._finish(args, own)
+
+
 class _Missing:
     def __repr__(self) -> str:
         return "<missing>"
 
 
 _MISSING = _Missing()
+# What `_FastPath` returns for a call it leaves to the general path.
+_SLOW = _Missing()
