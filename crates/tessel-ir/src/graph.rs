@@ -518,6 +518,34 @@ impl Graph {
         &self.types[v]
     }
 
+    /// The operand of `v` when `v` holds the same elements in the same row-major order: a
+    /// [`Op::Reshape`], or a [`Op::Permute`] that moves only dims of one index (decode's
+    /// attention heads `[B, KV, G, 1, d]` as `[B, 1, KV, G, d]`: numpy's no-copy
+    /// transpose). `None` for any other op, and for an operand not defined earlier (so a
+    /// malformed graph cannot make a walk over it loop).
+    pub fn same_bytes_arg(&self, v: Value) -> Option<Value> {
+        let arg = match &self.ops[v] {
+            Op::Reshape { arg } => *arg,
+            Op::Permute { arg, perm } => {
+                let shape = &self.ty(*arg).shape.0;
+                let mut kept = perm
+                    .iter()
+                    .map(|&p| p as usize)
+                    .filter(|&p| shape.get(p) != Some(&1));
+                let mut last = kept.next();
+                for p in kept {
+                    if last.is_some_and(|l| l > p) {
+                        return None;
+                    }
+                    last = Some(p);
+                }
+                *arg
+            }
+            _ => return None,
+        };
+        (arg < v).then_some(arg)
+    }
+
     /// The value whose buffer `v` is stored in: for an [`Op::Update`], the root of its chain
     /// (an `inout` input), whose buffer the update writes in place; `v` itself otherwise.
     /// Follows only operands defined earlier, so a malformed graph cannot make it loop.
@@ -1005,11 +1033,14 @@ pub struct Fusion {
     /// computed inside a kernel.
     pub writer: SecondaryMap<Value, PackedOption<Group>>,
     /// A value stored in another value's buffer, written by no group: both are chains of
-    /// [`Op::Reshape`]s over one value (the other may be that value itself), which is
+    /// [`Op::Reshape`]s (and permutes of unit dims, [`Graph::same_bytes_arg`]) over one value
+    /// (the other may be that value itself), which is
     /// materialised (a row-major reshape of a row-major tensor is the same bytes, numpy's
     /// no-copy reshape). `fuse` makes one where a GEMM reads a reshape of a tensor (`x [B,
-    /// T, K]` as its `[B·T, K]` left operand), or another reshape of a step output; never a
-    /// step output, which has a buffer of its own (verifier rule `fusion.alias`).
+    /// T, K]` as its `[B·T, K]` left operand), or another reshape of a step output; and a
+    /// step output over a group's output (decode's `attn` over the attention's heads), whose
+    /// buffer is then the output's, named and typed as the output (at most one step output
+    /// per buffer; never over a step input or output: verifier rule `fusion.alias`).
     pub alias: SecondaryMap<Value, PackedOption<Value>>,
 }
 

@@ -86,6 +86,14 @@
 //!     the `exact` profile, or where another rule would materialise a value inside the
 //!     cones, the ops stay unfused.
 //!
+//! 11. (Applied last, before the groups are formed.) A step output that is a chain of
+//!     reshapes and permutes of unit dims over a value another rule materialises (decode's
+//!     `attn`, the attention's `[B, KV, G, 1, d]` heads as `[B, 1, H·d]`) is not
+//!     materialised itself: it is a
+//!     [`Fusion::alias`] of that value, whose kernel writes the output's buffer — no copy
+//!     kernel. Not over a step input, an update or another step output, and one output per
+//!     buffer.
+//!
 //! Gathers ([`Op::Gather`]: `emb[ids]`, `take_along_axis`) need no rule of their own: a
 //! gather is computed inside the kernel that reads it, as a load at a computed address —
 //! its index at the reader's own index, its operand at the gathered position — so the
@@ -413,6 +421,13 @@ fn run_with(
         return run_with(g, target, profile, rest);
     }
 
+    // Rule 11: a step output that is a chain of reshapes over a value another rule
+    // materialises is that value's buffer, not a copy of it.
+    let output_aliases = output_aliases(g, &mat);
+    for &(o, _) in &output_aliases {
+        mat.remove(o);
+    }
+
     let mut groups: Vec<GroupData> = Vec::new();
     for (v, op) in g.ops.iter() {
         if !mat.contains(v) || matches!(op, Op::Input { .. }) {
@@ -516,13 +531,49 @@ fn run_with(
         fusion.new_group(gd);
     }
     // A GEMM operand that is a reshape of a tensor is read in that tensor's buffer, unless
-    // something materialised it anyway (a step output has a buffer of its own).
-    for (v, base) in aliases {
-        if !mat.contains(v) {
+    // something materialised it anyway (a step output has a buffer of its own). A read
+    // redirected to a step output that rule 11 made an alias reads the output's base.
+    for (v, mut base) in aliases {
+        if let Some(&(_, b)) = output_aliases.iter().find(|&&(o, _)| o == base) {
+            base = b;
+        }
+        if !mat.contains(v) && v != base {
             fusion.alias[v] = base.into();
         }
     }
+    for (o, base) in output_aliases {
+        fusion.alias[o] = base.into();
+    }
     fusion
+}
+
+/// Rule 11: the step outputs that are chains of reshapes (and permutes of unit dims,
+/// [`Graph::same_bytes_arg`]) over a value materialised for another reason, each with that
+/// value: decode's `attn = reshape(permute(heads), [B, 1, H·d])` over the attention's
+/// `[B, KV, G, 1, d]` heads (the same bytes in the same order), which the
+/// attention kernel then writes into the output's buffer instead of a kernel copying it
+/// there. Not where the value is a step input or an update (their buffers are the
+/// inputs'), is itself a step output, is under another such output already (one buffer
+/// holds one output), or where a value between the two is materialised (that reshape has
+/// a buffer of its own).
+fn output_aliases(g: &Graph, mat: &EntitySet<Value>) -> Vec<(Value, Value)> {
+    let mut found: Vec<(Value, Value)> = Vec::new();
+    for &(_, o) in &g.outputs {
+        let Some(mut base) = g.same_bytes_arg(o) else {
+            continue;
+        };
+        while let (Some(arg), false) = (g.same_bytes_arg(base), mat.contains(base)) {
+            base = arg;
+        }
+        let taken = g.is_output(base) || found.iter().any(|&(x, b)| b == base || x == o);
+        if mat.contains(base)
+            && !taken
+            && !matches!(g.ops[base], Op::Input { .. } | Op::Update { .. })
+        {
+            found.push((o, base));
+        }
+    }
+    found
 }
 
 /// The attention backward group (rule 10) that writes `v`, with its outputs in op order.

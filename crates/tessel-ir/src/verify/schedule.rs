@@ -309,14 +309,12 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
     }
     for (v, base) in f.alias.iter() {
         let Some(base) = base.expand() else { continue };
-        // The value under a chain of reshapes: the alias and its base hold the same
-        // elements in the same row-major order when theirs is the same value.
+        // The value under a chain of reshapes (and permutes of unit dims): the alias and
+        // its base hold the same elements in the same row-major order when theirs is the
+        // same value.
         let under = |x: Value| {
             let mut u = x;
-            while let Op::Reshape { arg } = g.ops[u] {
-                if arg >= u || !exists(g, arg) {
-                    break;
-                }
+            while let Some(arg) = g.same_bytes_arg(u).filter(|&a| exists(g, a)) {
                 u = arg;
             }
             u
@@ -335,8 +333,16 @@ pub(super) fn fusion_checks(g: &Graph, f: &Fusion, e: &mut Errors) {
             Some("a group writes it".to_string())
         } else if matches!(g.ops[v], Op::Input { .. }) {
             Some("it is a step input, which has a buffer of its own".to_string())
-        } else if g.is_output(v) {
-            Some("it is a step output, which has a buffer of its own".to_string())
+        } else if g.is_output(v) && (g.is_output(base) || matches!(g.ops[base], Op::Input { .. })) {
+            Some(format!(
+                "it is a step output over {base}, a step input or output, which has a buffer of its own"
+            ))
+        } else if g.is_output(v)
+            && f.alias
+                .iter()
+                .any(|(x, b)| x != v && b.expand() == Some(base) && g.is_output(x))
+        {
+            Some(format!("another step output is in {base}'s buffer"))
         } else {
             None
         };

@@ -127,7 +127,13 @@ pub fn run_with_buffers(
         buf_of.insert(*v, b);
         p.inputs.push((name.clone(), b));
     }
-    let outputs: HashMap<Value, &str> = g.outputs.iter().map(|(n, v)| (*v, n.as_str())).collect();
+    // A step output, by the value whose buffer holds it: its own, or its alias's base (rule
+    // 11 of `fuse`), then named and typed as the output.
+    let outputs: HashMap<Value, (&str, Value)> = g
+        .outputs
+        .iter()
+        .map(|(n, v)| (fusion.alias[*v].expand().unwrap_or(*v), (n.as_str(), *v)))
+        .collect();
     for (grp, data) in fusion.groups.iter() {
         for &o in &data.outputs {
             let numel = g.ty(o).shape.numel();
@@ -145,15 +151,15 @@ pub fn run_with_buffers(
                 buf_of.insert(o, b);
                 continue;
             }
-            let (name, role) = match outputs.get(&o) {
-                Some(n) => (n.to_string(), BufferRole::Output),
-                None => (format!("t{}", o.as_u32()), BufferRole::Temp),
+            let (name, role, ty) = match outputs.get(&o) {
+                Some(&(n, out)) => (n.to_string(), BufferRole::Output, g.ty(out).clone()),
+                None => (
+                    format!("t{}", o.as_u32()),
+                    BufferRole::Temp,
+                    g.ty(o).clone(),
+                ),
             };
-            let b = p.buffers.push(BufferDecl {
-                name,
-                ty: g.ty(o).clone(),
-                role,
-            });
+            let b = p.buffers.push(BufferDecl { name, ty, role });
             buf_of.insert(o, b);
         }
         // An alias lives in its base's buffer (an input's, or an earlier group's output).
