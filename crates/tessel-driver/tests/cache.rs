@@ -90,6 +90,7 @@ fn tma_tiles_read_back_to_the_same_ptx() {
         wgmma_attention: true,
         wgmma_tma: true,
         wgmma_pingpong: false,
+        merge_launches: true,
         ..fast_h200()
     };
     round_trip(

@@ -203,6 +203,7 @@ fn run_inner(
         tensor_parallel: false,
         wgmma_tma: false,
         wgmma_pingpong: device.as_ref().is_some_and(|d| d.wgmma_pingpong),
+        merge_launches: true,
         wgmma_attention: device.as_ref().is_some_and(|d| d.wgmma_attention),
         wgmma_attention_keys: 0,
     };

@@ -26,8 +26,10 @@ pub struct Compiled {
     pub program: Program,
     /// The buffer of every materialised graph value (step inputs and kernel outputs).
     pub buffer_of: HashMap<Value, BufferId>,
-    /// The fusion group of every kernel, by kernel index (a split-K matmul group has two).
-    pub group_of_kernel: Vec<Group>,
+    /// The fusion groups of every kernel, by kernel index: one (a split-K matmul group has
+    /// two kernels, each of that group), or several for a kernel `merge-launches` made of
+    /// several (in the order of their CTA ranges).
+    pub groups_of_kernel: Vec<Vec<Group>>,
     /// The PTX header the kernels are written under, from the [`Options::target`] they were
     /// compiled for ([`crate::Target::ptx_header`]): what `build` prints, `explain` hands
     /// ptxas and the runtime loads, so that the three never disagree.

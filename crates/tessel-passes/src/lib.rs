@@ -25,6 +25,7 @@ pub mod fuse;
 pub mod grad;
 pub mod legalize;
 pub mod lower;
+pub mod merge;
 pub mod pipeline;
 pub mod schedule;
 pub mod target;
@@ -117,6 +118,18 @@ pub static PASSES: &[PassInfo] = &[
             expands_math: false,
         },
     },
+    // Consecutive independent small kernels of one kind launched as one.
+    PassInfo {
+        name: "merge-launches",
+        what: "launch consecutive independent kernels of one kind as one kernel over their CTAs",
+        run: Run::Program(|p, o| {
+            if o.merge_launches {
+                merge::run(p)
+            } else {
+                (0..p.kernels.len()).map(|i| vec![i]).collect()
+            }
+        }),
+    },
 ];
 
 /// How a step is compiled.
@@ -153,6 +166,10 @@ pub struct Options {
     /// are the `wgmma: 1` tile's, and on an H200 the Qwen3-14B prefill layer ran in 0.95x the
     /// time it takes on that tile, its GEMMs in 0.82-1.01x (docs/perf/2026-12-06-h200-issue19.md).
     pub wgmma_pingpong: bool,
+    /// Launch consecutive independent kernels of one kind (the decode layer's q, k and v
+    /// GEMVs) as one kernel over their CTAs (`merge-launches`, `merge.rs`). On by default:
+    /// it computes nothing differently, and saves a launch and a tail per kernel merged.
+    pub merge_launches: bool,
 }
 
 impl Default for Options {
@@ -168,6 +185,7 @@ impl Default for Options {
             wgmma_attention: false,
             wgmma_attention_keys: 0,
             wgmma_pingpong: true,
+            merge_launches: true,
         }
     }
 }

@@ -8,6 +8,7 @@
 //! ```text
 //! Level::Source ──check──▶ Graph ──decompose──▶ Graph ──fuse──▶ Fused ──schedule──▶ Scheduled
 //!     ──lower──▶ Kernel ──expand-math──▶ Kernel ──legalize──▶ Kernel
+//!     ──merge-launches──▶ Kernel
 //! ```
 //!
 //! A pass that takes the level the previous one gives slots in by adding one entry: the
@@ -78,6 +79,10 @@ pub enum Run {
         run: fn(&mut Kernel) -> Result<(), CompileError>,
         expands_math: bool,
     },
+    /// Kernel IR → kernel IR, the program as a whole (kernels merged into one launch):
+    /// returns, for each kernel of the new program, the old kernels it runs, in order, from
+    /// which the driver carries each kernel's fusion groups over.
+    Program(fn(&mut tessel_ir::kernel::Program, &Options) -> Vec<Vec<usize>>),
 }
 
 impl Run {
@@ -88,7 +93,7 @@ impl Run {
             Run::Graph(_) | Run::Fuse(_) => Level::Graph,
             Run::Schedule(_) => Level::Fused,
             Run::Lower(_) => Level::Scheduled,
-            Run::Kernel { .. } => Level::Kernel,
+            Run::Kernel { .. } | Run::Program(_) => Level::Kernel,
         }
     }
 
@@ -98,7 +103,7 @@ impl Run {
             Run::Check(_) | Run::Graph(_) => Level::Graph,
             Run::Fuse(_) => Level::Fused,
             Run::Schedule(_) => Level::Scheduled,
-            Run::Lower(_) | Run::Kernel { .. } => Level::Kernel,
+            Run::Lower(_) | Run::Kernel { .. } | Run::Program(_) => Level::Kernel,
         }
     }
 }
@@ -210,7 +215,7 @@ pub fn run_passes(
                     lowered: l.program.clone(),
                     program: l.program,
                     buffer_of: l.buffer_of,
-                    group_of_kernel: l.group_of_kernel,
+                    groups_of_kernel: l.group_of_kernel.into_iter().map(|g| vec![g]).collect(),
                     ptx: opts.target.ptx_header(),
                 }))
             }
@@ -219,6 +224,18 @@ pub fn run_passes(
                     run(k)?;
                 }
                 math_expanded |= expands_math;
+                Ir::Kernel(c)
+            }
+            (Run::Program(run), Some(Ir::Kernel(mut c))) => {
+                let runs = run(&mut c.program, opts);
+                c.groups_of_kernel = runs
+                    .iter()
+                    .map(|ks| {
+                        ks.iter()
+                            .flat_map(|&k| c.groups_of_kernel[k].clone())
+                            .collect()
+                    })
+                    .collect();
                 Ir::Kernel(c)
             }
             (run, found) => {

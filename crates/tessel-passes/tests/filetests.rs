@@ -168,6 +168,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         wgmma_attention: false,
         wgmma_attention_keys: 0,
         wgmma_pingpong: false,
+        merge_launches: true,
     };
     let out = match &info.run {
         Run::Check(check) => {
@@ -224,6 +225,16 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
             printed
         }
         Run::Kernel { run, expands_math } => run_kernel_pass(info, *run, *expands_math, t)?,
+        Run::Program(run) => {
+            let expanded = pipeline::math_expanded_before(info);
+            let mut p = read(text::read_program(&t.input))?;
+            verify::verify_program(&p, expanded)
+                .map_err(|es| errors("input", es, &text::write_program(&p)))?;
+            run(&mut p, &opts);
+            let printed = text::write_program(&p);
+            verify::verify_program(&p, expanded).map_err(|es| errors("output", es, &printed))?;
+            printed
+        }
     };
     round_trip(info, &out)?;
     Ok(out)

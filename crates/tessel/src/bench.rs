@@ -256,17 +256,18 @@ pub fn bench(
         }
         println!("step {} ({} buffer copies rotated)", step.name, copies);
         let all_calls: Vec<_> = sets.iter().map(|s| l.calls(s)).collect::<Result<_, _>>()?;
-        // One timing per fusion group: a split-K matmul's two kernels are timed together.
+        // One timing per fusion group: a split-K matmul's two kernels are timed together,
+        // and a kernel `merge-launches` made of several groups is timed for all of them.
         let c = &step.compiled;
-        let mut groups: Vec<(tessel_ir::Group, Vec<usize>)> = Vec::new();
-        for (ki, &grp) in c.group_of_kernel.iter().enumerate() {
+        let mut groups: Vec<(&[tessel_ir::Group], Vec<usize>)> = Vec::new();
+        for (ki, grps) in c.groups_of_kernel.iter().enumerate() {
             match groups.last_mut() {
-                Some((g, ks)) if *g == grp => ks.push(ki),
-                _ => groups.push((grp, vec![ki])),
+                Some((g, ks)) if *g == &grps[..] => ks.push(ki),
+                _ => groups.push((grps, vec![ki])),
             }
         }
         let mut rows = Vec::new();
-        for (grp, kis) in groups {
+        for (grps, kis) in groups {
             let kernels: Vec<&tessel_ir::kernel::Kernel> = kis
                 .iter()
                 .map(|&ki| &p.kernels[tessel_ir::KernelId::from_u32(ki as u32)])
@@ -277,14 +278,17 @@ pub fn bench(
                 .collect::<Vec<_>>()
                 .join(" + ");
             // An in-place update writes its rows into the inout buffer, not the whole buffer.
-            let written = |b: tessel_ir::BufferId| match c.fusion.groups[grp].outputs[..] {
-                [u] if c.buffer_of.get(&u) == Some(&b) => match &c.graph.ops[u] {
-                    tessel_ir::graph::Op::Update { rows, .. } => {
-                        Some(c.graph.ty(*rows).size_bytes())
-                    }
-                    _ => None,
-                },
-                _ => None,
+            let written = |b: tessel_ir::BufferId| {
+                grps.iter()
+                    .find_map(|&grp| match c.fusion.groups[grp].outputs[..] {
+                        [u] if c.buffer_of.get(&u) == Some(&b) => match &c.graph.ops[u] {
+                            tessel_ir::graph::Op::Update { rows, .. } => {
+                                Some(c.graph.ty(*rows).size_bytes())
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
             };
             let bytes: u64 = kis
                 .iter()
@@ -305,7 +309,11 @@ pub fn bench(
             let gbs = bytes as f64 / (us * 1e-6) / 1e9;
             let mem_floor_us = bytes as f64 / (bw.median_gb_s * 1e9) * 1e6;
             // A matmul's floor is also its multiply-adds at the datasheet's peak rate.
-            let compute = matmul_peak(c, grp, target.peaks.as_ref());
+            // The compute floor of one matmul group (a merged kernel's is its memory's).
+            let compute = match grps {
+                &[grp] => matmul_peak(c, grp, target.peaks.as_ref()),
+                _ => None,
+            };
             let (floor_us, bound) = match compute {
                 Some((flops, peak, _)) if flops / peak * 1e6 > mem_floor_us => {
                     (flops / peak * 1e6, "compute")
@@ -344,12 +352,37 @@ pub fn bench(
                     peak / 1e12
                 );
             }
-            let base = cublas_baseline(&gpu, &step, grp, &sets, rounds)?;
+            let mut bases = grps
+                .iter()
+                .map(|&grp| cublas_baseline(&gpu, &step, grp, &sets, rounds))
+                .collect::<Result<Vec<_>>>()?;
+            let (base, merged_base) = if bases.len() == 1 {
+                (bases.pop().flatten(), None)
+            } else if bases.iter().all(Option::is_some) {
+                (
+                    None,
+                    Some(bases.iter().flatten().map(|b| b.us).sum::<f64>()),
+                )
+            } else {
+                (None, None)
+            };
+            if let Some(sum) = merged_base {
+                // The GEMMs of a merged kernel, each by cuBLAS, one after another.
+                println!(
+                    "  {:<28} {:>9.2} µs  cuBLAS, its {} GEMMs one after another: tessel/cuBLAS time {:.3}",
+                    "",
+                    sum,
+                    grps.len(),
+                    us / sum
+                );
+                rec["cublas_us"] = json!(sum);
+                rec["ratio_to_cublas"] = json!(us / sum);
+            }
             rows.push(PlotRow {
                 name: name.clone(),
                 measured_us: us,
                 floor_us,
-                baseline_us: base.as_ref().map(|b| b.us),
+                baseline_us: base.as_ref().map(|b| b.us).or(merged_base),
             });
             if let Some(base) = base {
                 let flops = 2.0 * base.m as f64 * base.n as f64 * base.k as f64;

@@ -102,13 +102,12 @@ fn print_kernels(
         Some(p) => Some(p.assemble(&device::ptx_of(&c.program, &c.ptx)?, arch)?),
         None => None,
     };
-    for (&grp, (_, k)) in c.group_of_kernel.iter().zip(c.program.kernels.iter()) {
-        let data = &c.fusion.groups[grp];
+    for (grps, (_, k)) in c.groups_of_kernel.iter().zip(c.program.kernels.iter()) {
         // A step output by its name; an intermediate by the `t<N>` name `run --dump-temps`
         // gives it, with the graph value for `--emit fused`.
-        let outs: Vec<String> = data
-            .outputs
+        let outs: Vec<String> = grps
             .iter()
+            .flat_map(|&grp| &c.fusion.groups[grp].outputs)
             .map(|v| {
                 let ty = c.graph.ty(*v);
                 match c.buffer_of.get(v).map(|b| &c.program.buffers[*b]) {
@@ -130,15 +129,26 @@ fn print_kernels(
                 }
             })
             .collect();
+        // A kernel `merge-launches` made of several runs each group on its own CTAs.
+        let names: Vec<String> = grps.iter().map(|g| g.to_string()).collect();
+        let kind = format!("{:?}", c.fusion.groups[grps[0]].kind());
         println!(
-            "{indent}kernel {} (group {grp}, {:?}) writes {}",
+            "{indent}kernel {} (group{} {}, {kind}) writes {}",
             k.name,
-            data.kind(),
+            if grps.len() > 1 { "s" } else { "" },
+            names.join(", "),
             outs.join(", ")
         );
-        if let Some(s) = &c.schedules[grp] {
-            println!("{indent}  tile: {}", s.tile);
-            println!("{indent}  why: {}", s.why);
+        for &grp in grps {
+            if let Some(s) = &c.schedules[grp] {
+                let who = if grps.len() > 1 {
+                    format!(" ({grp})")
+                } else {
+                    String::new()
+                };
+                println!("{indent}  tile{who}: {}", s.tile);
+                println!("{indent}  why{who}: {}", s.why);
+            }
         }
         println!("{indent}  launch: grid {:?}, block {:?}", k.grid, k.block);
         println!("{indent}  order: {}", k.schedule);

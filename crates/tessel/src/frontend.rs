@@ -26,6 +26,7 @@ pub fn options(target: &Target, args: &CompileArgs) -> Options {
             .as_deref()
             .map_or(0, |k| k.parse().expect("clap accepts 64 or 128 only")),
         wgmma_pingpong: !args.no_wgmma_pingpong,
+        merge_launches: !args.no_merge_launches,
         ..Options::default()
     }
 }

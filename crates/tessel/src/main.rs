@@ -108,6 +108,11 @@ pub struct CompileArgs {
     /// With --wgmma-tma, the GEMMs the ping-pong tile does not take get the TMA tile.
     #[arg(long)]
     pub no_wgmma_pingpong: bool,
+    /// Launch every kernel on its own. By default consecutive independent kernels of one
+    /// kind with plain statements (the decode layer's q, k and v GEMVs; its two KV-cache
+    /// updates) run as one kernel over their CTAs (`merge-launches`; the same bits).
+    #[arg(long)]
+    pub no_merge_launches: bool,
 }
 
 /// How inputs are made.

@@ -46,6 +46,7 @@ fn program_in(
         target: target.clone(),
         // The `wgmma: 1` tile's tests: the ping-pong tile has its own (wgmma_pingpong.rs).
         wgmma_pingpong: false,
+        merge_launches: true,
         ..Default::default()
     };
     compile(&g, &opts)

@@ -59,6 +59,7 @@ fn options(target: Target, pingpong: bool) -> Options {
         profile: Profile::Fast,
         target,
         wgmma_pingpong: pingpong,
+        merge_launches: true,
         ..Default::default()
     }
 }

@@ -52,6 +52,7 @@ fn options(target: Target) -> Options {
         target,
         // The TMA tile's tests: the ping-pong tile, taken first by default, has its own.
         wgmma_pingpong: false,
+        merge_launches: true,
         ..Default::default()
     }
 }

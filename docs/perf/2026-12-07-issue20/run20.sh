@@ -3,7 +3,8 @@
 # (tests/gpu/python_overhead.py), the Qwen2 token divergence examined against an f64 model
 # (tests/gpu/python_models.py), the package's GPU checks again with run 19's corrected bounds,
 # the LoRA layer's kernels timed by the CLI in invariant and fast, the LoRA example at 200
-# steps; and the Qwen3-14B decode layer's CLI bench at B = 1 and 8 (issue 19's baseline).
+# steps; and the Qwen3-14B decode layer's CLI bench at B = 1 and 8 at HEAD (issue 19's
+# baseline; run21.sh benches the working tree's).
 # Binary: target/release/tessel_s (stripped release build); wheel: target/wheels (maturin).
 # Usage (device): bash docs/perf/2026-12-07-issue20/run20.sh   (writes under $OUT)
 L=$OUT/logs; mkdir -p $L
