@@ -160,6 +160,7 @@ pub fn write_bundle(
             "wgmma_attention": opts.wgmma_attention,
             "wgmma_attention_keys": opts.wgmma_attention_keys,
             "wgmma_pingpong": opts.wgmma_pingpong,
+            "merge_launches": opts.merge_launches,
             "tensor_parallel": opts.tensor_parallel,
             "verify": opts.verify,
         },
@@ -332,6 +333,9 @@ fn reproduce_command(
     }
     if !opts.wgmma_pingpong {
         args.push("--no-wgmma-pingpong".into());
+    }
+    if !opts.merge_launches {
+        args.push("--no-merge-launches".into());
     }
     args.extend(["--seed".into(), inputs.seed.to_string()]);
     for (name, start) in &inputs.fills {

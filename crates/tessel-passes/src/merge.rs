@@ -151,15 +151,19 @@ fn independent(p: &Program, run: &[usize], i: usize) -> bool {
 /// One kernel running `parts` (kernel, launch arguments) on consecutive ranges of its CTAs.
 fn merged(parts: &[(&Kernel, &[LaunchArg])]) -> (Kernel, Vec<LaunchArg>) {
     let first = parts[0].0;
-    let prefix = first
-        .name
-        .find('_')
-        .map_or("", |i| &first.name[..=i])
-        .to_string();
+    // `decode_1`, `decode_2`, `decode_3` → `decode_1_2_3`: each later name after the part
+    // it shares with the first, up to an underscore (the step's name).
     let mut name = first.name.clone();
     for (k, _) in &parts[1..] {
+        let common = first
+            .name
+            .bytes()
+            .zip(k.name.bytes())
+            .take_while(|(a, b)| a == b)
+            .count();
+        let cut = first.name[..common].rfind('_').map_or(0, |i| i + 1);
         name.push('_');
-        name.push_str(k.name.strip_prefix(prefix.as_str()).unwrap_or(&k.name));
+        name.push_str(&k.name[cut..]);
     }
     let grids: Vec<u32> = parts.iter().map(|(k, _)| k.grid[0]).collect();
     let total: u32 = grids.iter().sum();

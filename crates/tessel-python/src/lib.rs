@@ -520,7 +520,8 @@ fn gpu_target(device: usize) -> Option<Target> {
 /// with the dims `dims`, in `profile` (`exact`, `invariant` or `fast`), for `target`: a
 /// preset's name (`h100`, `h200`), `"device:N"` for the facts of GPU N, or `None` for GPU 0's
 /// when one can be opened, else the H200 preset. `options` holds the schedule choices
-/// (`wgmma_tma`, `wgmma_attention`, `wgmma_attention_keys`, `wgmma_pingpong`). With
+/// (`wgmma_tma`, `wgmma_attention`, `wgmma_attention_keys`, `wgmma_pingpong`,
+/// `merge_launches`). With
 /// `cache_dir`, the step is read from the cache there when `compiler` (the build's
 /// identifier) compiled it before, and stored after compiling otherwise.
 ///
@@ -575,6 +576,7 @@ fn compile(
             "wgmma_tma" => opts.wgmma_tma = v.extract()?,
             "wgmma_attention" => opts.wgmma_attention = v.extract()?,
             "wgmma_pingpong" => opts.wgmma_pingpong = v.extract()?,
+            "merge_launches" => opts.merge_launches = v.extract()?,
             "wgmma_attention_keys" => {
                 opts.wgmma_attention_keys = v.extract()?;
                 if !matches!(opts.wgmma_attention_keys, 0 | 64 | 128) {
@@ -583,7 +585,7 @@ fn compile(
             }
             other => {
                 return Err(ArgumentError::new_err(format!(
-                    "unknown option `{other}`: the options are wgmma_tma, wgmma_attention, wgmma_attention_keys, wgmma_pingpong"
+                    "unknown option `{other}`: the options are wgmma_tma, wgmma_attention, wgmma_attention_keys, wgmma_pingpong, merge_launches"
                 )))
             }
         }
