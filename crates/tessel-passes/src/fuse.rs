@@ -110,7 +110,7 @@ use crate::target::{Profile, Target};
 use crate::view::{view_base, view_chain};
 use cranelift_entity::{EntitySet, SecondaryMap};
 use tessel_ir::graph::{Fusion, Graph, GroupData, GroupKind, GroupOps, MatmulLayout, Op};
-use tessel_ir::Value;
+use tessel_ir::{DType, Value};
 
 /// Runs the pass for `target` and `profile`, which rule 8 asks the matmul schedule about.
 pub fn run(g: &Graph, target: &Target, profile: Profile) -> Fusion {
@@ -258,12 +258,27 @@ fn run_with(
                 tip = u;
             }
             // The epilogue ends where its elementwise ops do: a reshape after them (the next
-            // GEMM's `[B·T, N]` view of them) is read in place, not written as a copy.
-            while let Op::Reshape { arg } = g.ops[tip] {
-                if mat.contains(tip) {
-                    break;
+            // GEMM's `[B·T, N]` view of them) is read in place, not written as a copy; and
+            // a widening cast of a 16-bit tip to f32 (`f32(x @ wᵀ)`, tessel.lora's base
+            // product) is left to its readers, which widen each element exactly as they
+            // load it: the tip is stored in its 16 bits, half the bytes — unless a matmul
+            // reads the f32 value (it would be materialised for it after all).
+            loop {
+                match g.ops[tip] {
+                    Op::Reshape { arg } if !mat.contains(tip) => tip = arg,
+                    Op::Cast { arg }
+                        if tip != v
+                            && !mat.contains(tip)
+                            && g.ty(tip).dtype == DType::F32
+                            && matches!(g.ty(arg).dtype, DType::Bf16 | DType::F16)
+                            && users[tip]
+                                .iter()
+                                .all(|&u| !matches!(g.ops[u], Op::MatMul { .. })) =>
+                    {
+                        tip = arg
+                    }
+                    _ => break,
                 }
-                tip = arg;
             }
             mat.insert(tip);
             tips.push((v, tip));
