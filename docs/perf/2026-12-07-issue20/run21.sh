@@ -25,3 +25,11 @@ done
 for b in 1 8; do
   TMO=60 t cli_decode_head $B bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 --dim B=$b --fill len=iota:4095 --rounds 21
 done
+# The LoRA layer's forward and backward (tessel.lora's companion steps, T = 2048, 5120 -> 5120,
+# r = 16) per kernel, in invariant and fast, at HEAD and with the working tree (which stores
+# the base product in bf16 instead of f32).
+F=docs/perf/2026-12-07-issue20/lora_companion.tsl
+for p in invariant fast; do for s in forward backward; do
+  TMO=60 t lora_bench $B bench $F --step $s --profile $p --dim T=2048 --dim E=5120 --dim N=5120 --dim R=16 --rounds 11
+  TMO=60 t lora_bench $N bench $F --step $s --profile $p --dim T=2048 --dim E=5120 --dim N=5120 --dim R=16 --rounds 11
+done; done
