@@ -84,6 +84,9 @@ pub struct Summary {
     pub wgmma: u64,
     /// Programs with a warpgroup attention tile (an `attention` schedule with `wgmma: 1`).
     pub wgmma_attention: u64,
+    /// Programs with a kernel `merge-launches` made of several (a schedule starting `one
+    /// launch of`).
+    pub merged_launches: u64,
     /// Gradient programs ([`gen::Config::grad`]): the elements and directions of their
     /// gradients compared with finite differences ([`fd`]), and those not compared because
     /// the forward is not smooth within the step there, or the differences do not converge
@@ -130,6 +133,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .iter()
             .any(|k| k.starts_with("attention {") && k.contains("wgmma: 1"))
             as u64;
+        s.merged_launches += schedules.iter().any(|k| k.starts_with("one launch of")) as u64;
         s.programs += 1;
         match &outcome {
             Outcome::Pass => s.passed += 1,
