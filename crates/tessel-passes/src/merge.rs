@@ -5,10 +5,12 @@
 //! Before: a program whose launch `i` runs kernel `i` (as `lower` makes it). After: the
 //! same, with runs of launches merged where every one of them
 //! - is a one-dimensional grid of CTAs of the same block shape, with no dynamic shared
-//!   memory, no tensor map and no occupancy request (`min_ctas_per_sm`);
-//! - runs only plain statements (ops, loads, stores, loops, branches, CTA barriers): no
-//!   tensor-core, asynchronous-copy, mbarrier or named-barrier statement, whose kernels
-//!   are tuned to the registers and the shared memory they have alone;
+//!   memory and no tensor map, the shared memory of the run within the 48 KiB a kernel
+//!   declares statically;
+//! - runs only synchronous statements (ops, loads, stores, loops, branches, CTA barriers,
+//!   and the warp-level `mma.sync` and `ldmatrix` of the tensor-core GEMV): no
+//!   asynchronous-copy, wgmma, mbarrier or named-barrier statement, whose kernels are
+//!   tuned to the registers and the shared memory they have alone;
 //! - has the schedule kind of the first (the word its schedule starts with: `gemv`,
 //!   `update`, `elementwise`, ...): kernels alike in their registers, so the merged one's
 //!   occupancy is theirs;
@@ -18,7 +20,8 @@
 //! The merged kernel reads `%ctaid.x` once: CTAs `0 .. g0` run the first kernel's body,
 //! `g0 .. g0 + g1` the second's with its CTA index less `g0`, and so on; each body's
 //! registers, shared buffers and parameters are renumbered after the previous ones', and
-//! its reads of `%nctaid.x` become its own grid size. A CTA runs exactly one body, so a
+//! its reads of `%nctaid.x` become its own grid size. The merged kernel asks for the
+//! largest occupancy any part asked for (`min_ctas_per_sm`; they share one code shape). A CTA runs exactly one body, so a
 //! barrier in it is still reached by every thread of the CTA. Nothing is computed
 //! differently: every output is the same bits. The Qwen3-14B decode layer's q, k and v
 //! GEMVs (1280 + 256 + 256 CTAs) become one launch, the two KV-cache updates another, the
@@ -27,7 +30,7 @@
 //! Off with `Options::merge_launches` false (`--no-merge-launches`).
 
 use tessel_ir::kernel::{
-    Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Special, Stmt,
+    Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Special, Stmt, STATIC_SHARED_BYTES,
 };
 use tessel_ir::{BufferId, KernelId, Reg, SharedBuf};
 
@@ -55,6 +58,7 @@ pub fn run(p: &mut Program) -> Vec<Vec<usize>> {
                 && k.block == first.block
                 && kind(k) == kind(first)
                 && independent(p, run, i)
+                && static_shared(p, run) + static_shared(p, &[i]) <= STATIC_SHARED_BYTES as u64
         });
         match runs.last_mut() {
             Some(run) if joins => run.push(i),
@@ -91,6 +95,15 @@ pub fn run(p: &mut Program) -> Vec<Vec<usize>> {
     runs
 }
 
+/// The shared memory the kernels of launches `run` declare, bytes: merged, they must stay
+/// within what a kernel may declare statically (one buffer over it is the only dynamic form).
+fn static_shared(p: &Program, run: &[usize]) -> u64 {
+    run.iter()
+        .flat_map(|&i| p.kernels[KernelId::from_u32(i as u32)].shared.values())
+        .map(|d| d.bytes as u64)
+        .sum()
+}
+
 /// The word a kernel's schedule starts with (`gemv`, `update`, `elementwise`, ...).
 fn kind(k: &Kernel) -> &str {
     k.schedule
@@ -104,14 +117,18 @@ fn mergeable(k: &Kernel) -> bool {
     k.grid[1] == 1
         && k.grid[2] == 1
         && k.dynamic_shared_bytes() == 0
-        && k.min_ctas_per_sm == 0
         && !k.params.iter().any(|p| p.kind == ParamKind::TensorMap)
         && plain(&k.body)
 }
 
 fn plain(body: &[Stmt]) -> bool {
     body.iter().all(|s| match s {
-        Stmt::Op { .. } | Stmt::Load { .. } | Stmt::Store { .. } | Stmt::Barrier => true,
+        Stmt::Op { .. }
+        | Stmt::Load { .. }
+        | Stmt::Store { .. }
+        | Stmt::Barrier
+        | Stmt::Mma { .. }
+        | Stmt::Ldmatrix { .. } => true,
         Stmt::For { body, .. } => plain(body),
         Stmt::If {
             then_body,
@@ -181,6 +198,11 @@ fn merged(parts: &[(&Kernel, &[LaunchArg])]) -> (Kernel, Vec<LaunchArg>) {
         name,
         block: first.block,
         grid: [total, 1, 1],
+        min_ctas_per_sm: parts
+            .iter()
+            .map(|(k, _)| k.min_ctas_per_sm)
+            .max()
+            .unwrap_or(0),
         schedule: format!("one launch of {} kernels; {schedule}", parts.len()),
         ..Default::default()
     };
@@ -347,7 +369,27 @@ impl Shift {
                 else_body: self.block(else_body),
             },
             Stmt::Barrier => Stmt::Barrier,
-            other => unreachable!("merge-launches takes only plain statements, not {other:?}"),
+            Stmt::Mma { shape, d, a, b, c } => Stmt::Mma {
+                shape: *shape,
+                d: d.map(|r| self.reg(r)),
+                a: a.iter().map(|&r| self.reg(r)).collect(),
+                b: b.iter().map(|&r| self.reg(r)).collect(),
+                c: c.map(|r| self.reg(r)),
+            },
+            Stmt::Ldmatrix {
+                dsts,
+                trans,
+                addr,
+                offset,
+            } => Stmt::Ldmatrix {
+                dsts: dsts.iter().map(|&r| self.reg(r)).collect(),
+                trans: *trans,
+                addr: self.reg(*addr),
+                offset: *offset,
+            },
+            other => {
+                unreachable!("merge-launches takes only synchronous statements, not {other:?}")
+            }
         }
     }
 }
