@@ -5,8 +5,9 @@ layers run as tessel's compiled steps.
    tokens, 24 new tokens: ``tessel.models.Qwen(model).generate`` against
    ``model.generate(do_sample=False)``, in ``fast`` and ``invariant``; the first step's
    last-position logits compared too (rel-RMS). Where the tokens part, the position is
-   examined against the same model in f64 (``divergence``): the check passes only when the
-   two picks are a tie there, closer in the f64 logits than transformers' own bf16 error;
+   examined against the same model in f64 (``divergence``): the check passes only when
+   tessel's pick there is the f64 model's argmax, or the two picks are a tie, closer in the
+   f64 logits than transformers' own bf16 error;
 2. the weights are the model's tensors: no allocation of a weight's size when the layers are
    attached;
 3. time on the real Qwen3-14B configuration with 2 decoder layers (random weights): prompt
@@ -86,9 +87,11 @@ def tessel_outputs(lm, ids):
 def divergence(kind, profile, m, lm, want, got, prompt):
     """Where tessel's greedy tokens first part from transformers': both models' logits at
     that position (on transformers' prefix) against the same model in f64, each layer's
-    output too. The two picks are a tie when the f64 logits of the two tokens differ by
-    less than transformers' own bf16 error (the RMS over the vocabulary of its logits minus
-    the f64 model's): transformers' rounding alone could order them either way."""
+    output too. Tessel's pick is right there when it is the f64 model's own argmax (then
+    transformers' bf16 rounding is what parted from the exact model, run 22: Qwen2 new token
+    21), or when the two picks are a tie: their f64 logits differ by less than transformers'
+    own bf16 error (the RMS over the vocabulary of its logits minus the f64 model's), so
+    transformers' rounding alone could order them either way."""
     i = int((got[0, prompt:] != want[0, prompt:]).nonzero()[0, 0])
     prefix = want[:, : prompt + i]
     a, b = int(want[0, prompt + i]), int(got[0, prompt + i])
@@ -114,7 +117,7 @@ def divergence(kind, profile, m, lm, want, got, prompt):
         "logit_error_rms_transformers": noise_hf, "logit_error_rms_tessel": noise_ts,
         "layers_rel_rms": layers,
     }
-    return abs(gap) < noise_hf, detail
+    return abs(gap) < noise_hf or b == int(top2.indices[0]), detail
 
 
 # -- 1. greedy tokens, 2. no weight copies ------------------------------------------------------
@@ -142,10 +145,10 @@ for kind in ("qwen3", "qwen2"):
             x = lm.forward(m.model.embed_tokens(ids), torch.zeros(1, dtype=torch.int32, device="cuda"), caches)
             mine = m.lm_head(m.model.norm(x[:, -1:]))[0, -1].float()
         err = rel_rms(mine, ref)
-        # Equal tokens, or tokens that part at a tie (see `divergence`), said as such.
+        # Equal tokens, or tokens that part where tessel's pick is right (see `divergence`).
         tie, why = (False, "") if same == 24 else divergence(kind, profile, m, lm, want, got, 12)
         verdict(f"{kind} {profile}: 24 greedy tokens as transformers'", same == 24 or tie,
-                f"{same}/24 equal{', parting at a tie' if tie else ''}, first-step logits "
+                f"{same}/24 equal{', parting where tessel picks the f64 model' + chr(39) + 's token or a tie' if tie else ''}, first-step logits "
                 f"rel-RMS {err:.2e}" + (f"; {why}" if why else ""))
         report["checks"][f"{kind} {profile}: 24 greedy tokens as transformers'"]["logits_rel_rms"] = err
 
