@@ -268,10 +268,13 @@ class Step:
         return values
 
     def __call__(self, /, *args, **kwargs):
-        if not kwargs and self._fast is not None:
-            # Every argument positional: CUDA tensors that pass every check launch without
-            # the general path below; anything else (or anything wrong) takes it.
-            result = self._fast(args)
+        if self._fast is not None and (
+            not kwargs or (len(kwargs) == 1 and "out" in kwargs and "out" not in self._index)
+        ):
+            # Every argument positional (and perhaps `out=`): CUDA tensors that pass every
+            # check launch without the general path below; anything else (or anything
+            # wrong) takes it.
+            result = self._fast(args, kwargs.get("out"))
             if result is not _SLOW:
                 return result
         # A parameter named `out` takes the keyword; results then go through `into`.
@@ -282,6 +285,10 @@ class Step:
         """Calls the step writing its results into ``out`` (a tensor, or one entry per
         result, ``None`` to allocate that one): ``step(..., out=out)`` for a step that has
         a parameter named ``out``."""
+        if self._fast is not None and not kwargs:
+            result = self._fast(args, out)
+            if result is not _SLOW:
+                return result
         return self._call(args, kwargs, out)
 
     def _call(self, args, kwargs, out):
@@ -543,7 +550,8 @@ def _input_bytes(values) -> list:
 
 
 class _FastPath:
-    """The common call of a :class:`Step`, ``step(a, b, ...)`` with every argument a CUDA
+    """The common call of a :class:`Step`, ``step(a, b, ...)`` (or ``step(a, b, out=o)``,
+    ``step.into(o, a, b)``) with every argument a CUDA
     tensor of the right dtype and shape, contiguous, 16-byte aligned and on one device, in as
     few Python operations as it can: per argument one ``isinstance`` and five tensor
     attributes compared with what was worked out at compile time, the written memory checked
@@ -561,6 +569,7 @@ class _FastPath:
         self.params = [(getattr(torch, _DTYPES[p.dtype]), torch.Size(p.shape)) for p in step.params]
         # The parameters the step writes, and their byte sizes for the overlap check.
         self.written = [i for i, p in enumerate(step.params) if p.inout]
+        self.inout = [p.inout for p in step.params]
         self.nbytes = [
             torch.empty((), dtype=dt).element_size() * shape.numel() for dt, shape in self.params
         ]
@@ -577,7 +586,7 @@ class _FastPath:
         )
         self.devices: Dict[int, Any] = {}
 
-    def __call__(self, args):
+    def __call__(self, args, out=None):
         if len(args) != len(self.params) or not args:
             return _SLOW
         tensor = self.tensor
@@ -599,17 +608,48 @@ class _FastPath:
             if p % _ALIGN:
                 return _SLOW
             ptrs.append(p)
-        nbytes = self.nbytes
-        for w in self.written:
-            lo, hi = ptrs[w], ptrs[w] + nbytes[w]
-            for j, p in enumerate(ptrs):
-                if j != w and p < hi and lo < p + nbytes[j] and nbytes[j] and nbytes[w]:
-                    return _SLOW  # the general path names the two arguments
+        # `out`: one tensor or one entry per result (None to allocate it), each checked as
+        # a parameter is, and only for a result of its own memory.
+        outs = None
+        if out is not None:
+            outs = list(out) if isinstance(out, (list, tuple)) else [out]
+            if len(outs) != len(self.results):
+                return _SLOW
+            for o, r in zip(outs, self.results):
+                if o is None:
+                    continue
+                if r is None or not (
+                    isinstance(o, tensor)
+                    and o.dtype is r[1]
+                    and o.shape == r[0]
+                    and o.get_device() == index
+                    and o.is_contiguous()
+                    and not o.data_ptr() % _ALIGN
+                ):
+                    return _SLOW
+        # Memory the step writes (inout parameters, `out` tensors) overlapping any other
+        # argument: the general path names the two.
+        spans = list(zip(ptrs, self.nbytes, self.inout))
+        if outs is not None:
+            spans += [(o.data_ptr(), o.numel() * o.element_size(), True) for o in outs if o is not None]
+        if self.written or outs is not None:
+            for i, (lo, n, w) in enumerate(spans):
+                if not w or not n:
+                    continue
+                for j, (p, m, _) in enumerate(spans):
+                    if j != i and m and p < lo + n and lo < p + m:
+                        return _SLOW
         device = self.devices.get(index)
         if device is None:
             device = self.devices[index] = self.torch.device("cuda", index)
         empty = self.torch.empty
-        own = [None if r is None else empty(r[0], dtype=r[1], device=device) for r in self.results]
+        own = [
+            None if r is None else (
+                outs[i] if outs is not None and outs[i] is not None
+                else empty(r[0], dtype=r[1], device=device)
+            )
+            for i, r in enumerate(self.results)
+        ]
         workspace = empty(self.workspace, dtype=self.torch.uint8, device=device) if self.workspace else None
         try:
             self.launch(

@@ -4,9 +4,9 @@ The step is ``axpy`` (f32[4096], one kernel, no workspace), as in python_package
 number is host time per call over many back-to-back calls (best of 5 rounds of N calls,
 then one synchronize), so the GPU never limits it:
 
-- the whole call: ``step(x, y)`` (the fast path of ``tessel._step._FastPath`` when the
-  package has it) and ``step.into(None, x, y)`` (the general path: binding by name, the
-  checks argument by argument);
+- the whole call: ``step(x, y)`` and ``step(x, y, out=o)`` (the fast path of
+  ``tessel._step._FastPath`` when the package has it) and ``step(x=x, y=y)`` (the general
+  path: binding by name, the checks argument by argument);
 - its parts: the extension's ``launch`` alone on fixed addresses, ``torch.empty`` of the
   result, the current stream read two ways;
 - the yardsticks: a Triton launch of the same computation (allocating its output as the
@@ -84,7 +84,7 @@ optr = [o.data_ptr()]
 launch = axpy._c.launch
 times = {
     "tessel step(x, y)": per_call_us(lambda: axpy(x, y)),
-    "tessel step.into(None, x, y) (general path)": per_call_us(lambda: axpy.into(None, x, y)),
+    "tessel step(x=x, y=y) (general path)": per_call_us(lambda: axpy(x=x, y=y)),
     "tessel step(x, y, out=o)": per_call_us(lambda: axpy(x, y, out=o)),
     "part: extension launch(), fixed addresses": per_call_us(lambda: launch(0, stream, ptrs, optr, 0)),
     "part: torch.empty(4096, f32, cuda)": per_call_us(
@@ -107,7 +107,7 @@ if CHECK:
     # The fast path against the general path, bit for bit, on other inputs.
     x2, y2 = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
     R.verdict("fast path bits equal the general path's",
-              same_bits(axpy(x2, y2), axpy.into(None, x2, y2)), "")
+              same_bits(axpy(x2, y2), axpy(x=x2, y=y2)), "")
     app = tessel.compile(f"{tmp}/cache.tsl", dims={"B": 2, "R": 3, "S": 3, "D": 8}, profile="fast")
     xs = torch.randn(2, 3, 8, device="cuda")
     pos = torch.zeros(2, dtype=torch.int32, device="cuda")
@@ -130,6 +130,15 @@ if CHECK:
     e = error_of(lambda: axpy(x, y.double()))
     R.verdict("wrong dtype declined by the fast path, named by the general path",
               e.startswith("`y` must be f32"), e)
+    o2 = torch.empty_like(x)
+    r = axpy(x2, y2, out=o2)
+    R.verdict("fast path writes out= and returns it", r is o2 and torch.equal(o2, x2 * 2.0 + y2), "")
+    r = axpy.into(o2, y2, x2)
+    R.verdict("fast path writes into(out, ...)", r is o2 and torch.equal(o2, y2 * 2.0 + x2), "")
+    e = error_of(lambda: axpy(x, y, out=x))
+    R.verdict("out= aliasing an input declined by the fast path, named", "share memory" in e, e)
+    e = error_of(lambda: axpy(x, y, out=o2.double()))
+    R.verdict("out= of a wrong dtype named", "must be f32" in e, e)
     e = error_of(lambda: axpy(x, y[1:]))
     R.verdict("wrong shape named", e.startswith("`y` must have shape"), e)
     e = error_of(lambda: axpy(x, y.cpu()))
