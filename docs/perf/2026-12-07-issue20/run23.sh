@@ -15,3 +15,7 @@ done
 for b in 8 1; do for m in "" --no-merge-launches; do
   TMO=45 t bench $N bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 --dim B=$b --fill len=iota:4095 --rounds 21 $m
 done; done
+# The Python fast path with out= (the wheel of the working tree).
+python3 -m pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
+  || python3 -m pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
+TMO=90 t overhead python3 tests/gpu/python_overhead.py $OUT new --check
