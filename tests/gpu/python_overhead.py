@@ -19,15 +19,14 @@ still raises the general path's ArgumentError naming the argument.
 Writes ``OUT/python_overhead_LABEL.json``.
 Usage (device): python3 tests/gpu/python_overhead.py OUTDIR LABEL [--check]
 """
-import os
 import sys
 import tempfile
-import time
 
 import torch
 
 import tessel
 from python_checks import Report, same_bits
+from python_timing import per_call_us, triton_axpy
 
 OUT, LABEL = sys.argv[1], sys.argv[2]
 CHECK = "--check" in sys.argv
@@ -43,37 +42,6 @@ axpy = tessel.compile(f"{tmp}/axpy.tsl", "axpy", dims={"T": 4096}, profile="fast
 x = torch.randn(4096, device="cuda")
 y = torch.randn(4096, device="cuda")
 R.verdict("axpy equals torch", torch.equal(axpy(x, y), x * 2.0 + y), f"package {tessel.__file__}")
-
-
-def per_call_us(f, n=5000):
-    for _ in range(200):
-        f()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            f()
-        torch.cuda.synchronize()
-        best = min(best, (time.perf_counter() - t0) / n * 1e6)
-    return best
-
-
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
-
-
-@triton.jit
-def axpy_kernel(x_ptr, y_ptr, o_ptr, n, BLOCK: tl.constexpr):
-    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    m = i < n
-    tl.store(o_ptr + i, tl.load(x_ptr + i, mask=m) * 2.0 + tl.load(y_ptr + i, mask=m), mask=m)
-
-
-def triton_axpy(x, y):
-    o = torch.empty_like(x)
-    axpy_kernel[(triton.cdiv(4096, 1024),)](x, y, o, 4096, BLOCK=1024)
-    return o
 
 
 o = torch.empty_like(x)
