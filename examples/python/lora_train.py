@@ -2,13 +2,16 @@
 Qwen3ForCausalLM) with PEFT's stock LoRA layer and with tessel's (``tessel.lora.apply``), each
 at two micro-batch sizes over the same batches, and reports what is bit-identical.
 
-    python3 examples/python/lora_train.py [--steps 200] [--out DIR]
+    python3 examples/python/lora_train.py [--steps 200] [--out DIR] [--grad-order sequence|call]
 
 Each run: the same initial weights and adapters (B initialised normal, not zero, so the
 adapters matter from the first step), AdamW (lr 1e-3), a batch of 8 sequences of 64 random
-tokens per step, the mean cross-entropy of the batch; with micro-batch size m the batch is
-cut into 8 / m micro-batches whose losses (each scaled by m / 8) are backpropagated one after
-another, gradients accumulating, then one optimizer step.
+tokens per step, the mean over the batch of each sequence's mean cross-entropy; with
+micro-batch size m the batch is cut into 8 / m micro-batches whose summed sequence losses
+(divided by 8, a power of two: exact) are backpropagated one after another, gradients
+accumulating, then one optimizer step. The loss of a step is the mean of the 8 sequence
+losses, taken once from all of them in sequence order, so it is one function of the
+sequence losses at every micro-batch size.
 
 What is compared, and what to expect (docs/numerics.md):
 - per-sequence losses at the initial weights, computed inside micro-batches of 8 and of 1
@@ -16,9 +19,14 @@ What is compared, and what to expect (docs/numerics.md):
   whatever the batch; cuBLAS under PEFT's stock layer may pick another kernel per batch
   size);
 - the loss curves of the two micro-batch sizes, step by step. The adapters' gradients are
-  sums over the batch's tokens, accumulated over micro-batches in another association when
-  the micro-batch size changes, for both layers: the curves are expected to part after the
-  first update whichever layer runs, and this example says how far they part.
+  sums over the batch's tokens. PEFT's layer leaves them to torch's autograd, which adds
+  each micro-batch's sum to ``.grad``: another association per micro-batch size, so its
+  curves part after the first update. tessel's layer with ``grad_order="sequence"`` (the
+  default here) adds each sequence's part in sequence order, so the accumulated gradient has
+  the same bits at every micro-batch size — and so does the whole run, if every other op of
+  the model (transformers' attention, norms, lm_head under cuBLAS) gives each sequence the
+  same bits at either micro-batch size, which this example measures rather than assumes.
+  ``--grad-order call`` shows tessel's layer under autograd's sums, parting like PEFT's.
 
 Writes DIR/lora_train.json (curves and statistics) when --out is given. Needs a GPU, torch,
 transformers 5.x, peft, and the tessel package (pip install .).
@@ -39,6 +47,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=200)
 p.add_argument("--out", default=None)
 p.add_argument("--profile", default="invariant")
+p.add_argument("--grad-order", default="sequence", choices=["sequence", "call"])
 args = p.parse_args()
 
 from peft import LoraConfig, get_peft_model  # noqa: E402
@@ -67,7 +76,7 @@ batches = [torch.randint(0, config.vocab_size, (BATCH, SEQ), device="cuda", gene
 def model_for(kind):
     m = copy.deepcopy(template)
     if kind == "tessel":
-        swapped = tessel.lora.apply(m, profile=args.profile)
+        swapped = tessel.lora.apply(m, profile=args.profile, grad_order=args.grad_order)
         assert len(swapped) == 7 * config.num_hidden_layers, swapped
     return m
 
@@ -87,18 +96,19 @@ def train(kind, micro):
     t0 = time.perf_counter()
     for ids in batches:
         opt.zero_grad(set_to_none=True)
-        total = 0.0
+        losses = []
         for i in range(0, BATCH, micro):
-            loss = sequence_losses(m, ids[i : i + micro]).mean() * (micro / BATCH)
-            loss.backward()
-            total += loss.detach()
+            lp = sequence_losses(m, ids[i : i + micro])
+            (lp.sum() / BATCH).backward()
+            losses.append(lp.detach())
         opt.step()
-        curve.append(float(total))
+        curve.append(float(torch.cat(losses).mean()))
     torch.cuda.synchronize()
     return curve, (time.perf_counter() - t0) / len(batches) * 1e3
 
 
-report = {"steps": args.steps, "profile": args.profile, "runs": {}, "forward": {}}
+report = {"steps": args.steps, "profile": args.profile, "grad_order": args.grad_order, "runs": {},
+          "forward": {}}
 with torch.no_grad():
     ids = batches[0]
     for kind in ("peft", "tessel"):
@@ -112,6 +122,22 @@ with torch.no_grad():
         }
         print(f"{kind:>6}: per-sequence losses, batch of 8 vs one at a time: "
               f"{'bit-identical' if same else 'differ'} (max |diff| {float((whole - alone).abs().max()):.3e})")
+
+# The accumulated gradients of one batch at micro-batch sizes 8 and 2, adapter by adapter: the
+# curves below can only be identical if these are.
+report["gradients"] = {}
+for kind in ("peft", "tessel"):
+    grads = {}
+    for micro in (8, 2):
+        m = model_for(kind)
+        for i in range(0, BATCH, micro):
+            (sequence_losses(m, batches[0][i : i + micro]).sum() / BATCH).backward()
+        grads[micro] = {n: q.grad for n, q in m.named_parameters() if q.requires_grad}
+    differ = [n for n in grads[8] if not torch.equal(grads[8][n], grads[2][n])]
+    report["gradients"][kind] = {"adapters": len(grads[8]), "differ": differ}
+    print(f"{kind:>6}: accumulated gradients of batch 0, micro-batch 8 vs 2: "
+          f"{len(grads[8]) - len(differ)} of {len(grads[8])} adapter tensors bit-identical"
+          + (f" (first that differs: {differ[0]})" if differ else ""))
 
 for kind in ("peft", "tessel"):
     curves = {}

@@ -465,6 +465,11 @@ class Step:
     def _run_cpu(self, values, out, as_torch: bool):
         torch = _torch() if as_torch else None
         np = _numpy()
+        # A numpy scalar (`np.float32(2.0)`) for a 0-d parameter is the 0-d array it holds.
+        values = [
+            np.asarray(v) if isinstance(v, np.generic) and not p.inout else v
+            for p, v in zip(self.params, values)
+        ]
         for p, v in zip(self.params, values):
             if torch is not None and isinstance(v, torch.Tensor):
                 self._check_torch(torch, p.name, p, v)

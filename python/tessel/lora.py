@@ -16,16 +16,29 @@ and the PEFT model saves and loads its adapters as before.
 
 What the ``invariant`` profile promises here (docs/numerics.md): each row of the layer's
 output, and of the gradient of its input, has the same bits whatever the number of tokens in
-the call and wherever the row sits among them. The adapters' gradients sum over the tokens,
-so they are the same bits run to run, not across micro-batch sizes.
+the call and wherever the row sits among them. The adapters' gradients sum over the tokens:
+
+- ``grad_order="call"`` (the default): the backward step returns the call's sum, and torch's
+  autograd adds it to ``.grad`` — the same bits run to run, not across micro-batch sizes
+  (``(g0 + g1) + (g2 + g3)`` is not ``((g0 + g1) + g2) + g3``);
+- ``grad_order="sequence"`` (``invariant`` only): each sequence's part (a row of ``x``'s
+  leading dims but the last: ``x`` is ``[..., L, in_features]``) is added to ``.grad`` in
+  sequence order, ``((grad + s0) + s1) + ...``, by a step of its own (``lora_adapter_grads``
+  in ``lora.tsl``). So the gradient accumulated over a batch, and the training run, have
+  the same bits whether the batch runs as one call or as micro-batches of whole sequences in
+  order (examples/python/lora_train.py). The backward then returns no gradient for the
+  adapters to autograd: it writes ``.grad`` itself (allocating zeros where it is None), so
+  hooks on the adapters' gradients do not run; the cost is a second pass over ``x`` and
+  ``dy`` in the backward.
 """
 
 from __future__ import annotations
 
+import math
 import pathlib
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
-from ._step import _torch
+from ._step import Step, _torch, compile
 from ._tessel import ArgumentError
 from .autograd import Function
 
@@ -81,14 +94,40 @@ class Linear:
     not compute (several active adapters, dropout, DoRA, a merged adapter, non-bf16 base or
     non-f32 adapters)."""
 
-    def __new__(cls, peft_layer, *, profile: str = "invariant", name: str = "layer", **compile_kw):
+    def __new__(
+        cls,
+        peft_layer,
+        *,
+        profile: str = "invariant",
+        grad_order: str = "call",
+        name: str = "layer",
+        **compile_kw,
+    ):
         torch = _torch()
         if torch is None:
             raise ArgumentError("tessel.lora needs torch")
+        _check_grad_order(grad_order, profile)
         why = _refusal(peft_layer, name)
         if why:
             raise ArgumentError(why)
-        return _module_class(torch)(peft_layer, profile, compile_kw)
+        return _module_class(torch)(peft_layer, profile, grad_order, compile_kw)
+
+
+GRAD_ORDERS = ("call", "sequence")
+
+# Sequences per call of `lora_adapter_grads`: its fold is cumsum's left-to-right order along an
+# axis of at most 32 (the accumulator and 31 parts; docs/numerics.md, "Cumsum").
+_SEQUENCES_PER_FOLD = 31
+
+
+def _check_grad_order(grad_order: str, profile: str) -> None:
+    if grad_order not in GRAD_ORDERS:
+        raise ArgumentError(f"grad_order={grad_order!r}: one of {', '.join(map(repr, GRAD_ORDERS))}")
+    if grad_order == "sequence" and profile != "invariant":
+        raise ArgumentError(
+            f'grad_order="sequence" needs profile="invariant" (given {profile!r}): only there '
+            "is each sequence's part of the gradient the same bits whatever the batch"
+        )
 
 
 _MODULE = None
@@ -102,7 +141,7 @@ def _module_class(torch):
     class TesselLoraLinear(torch.nn.Module):
         """tessel's LoRA linear; its parameters are the PEFT layer's."""
 
-        def __init__(self, peft_layer, profile: str, compile_kw: Dict[str, Any]):
+        def __init__(self, peft_layer, profile: str, grad_order: str, compile_kw: Dict[str, Any]):
             super().__init__()
             adapter = peft_layer.active_adapters[0]
             self.base_layer = peft_layer.get_base_layer()
@@ -111,17 +150,20 @@ def _module_class(torch):
             self.adapter = adapter
             self.scaling = float(peft_layer.scaling[adapter])
             self.profile = profile
+            self.grad_order = grad_order
             self.compile_kw = compile_kw
             self.in_features = self.base_layer.in_features
             self.out_features = self.base_layer.out_features
             self.r = self.lora_A[adapter].weight.shape[0]
             self._fns: Dict[int, Function] = {}
+            self._folds: Dict[Tuple[int, int], Step] = {}
             self._scale = {}
 
         def extra_repr(self) -> str:
             return (
                 f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"r={self.r}, scaling={self.scaling}, profile={self.profile}, tessel"
+                f"r={self.r}, scaling={self.scaling}, profile={self.profile}, "
+                f"grad_order={self.grad_order}, tessel"
             )
 
         def step(self, tokens: int) -> Function:
@@ -129,16 +171,52 @@ def _module_class(torch):
             fn = self._fns.get(tokens)
             if fn is None:
                 biased = self.base_layer.bias is not None
+                # In sequence order the adapters' gradients come from `fold`'s step.
+                wrt = ["x", "a", "b"] if self.grad_order == "call" else ["x"]
                 fn = Function(
                     SOURCE,
                     "lora_linear_bias" if biased else "lora_linear",
-                    wrt=["x", "a", "b"],
+                    wrt=wrt,
                     dims={"T": tokens, "E": self.in_features, "N": self.out_features, "R": self.r},
                     profile=self.profile,
                     **self.compile_kw,
                 )
                 self._fns[tokens] = fn
             return fn
+
+        def fold(self, sequences: int, length: int) -> Step:
+            """The step adding `sequences` sequences of `length` tokens to the adapters'
+            gradients in order (`lora_adapter_grads`; compiled once per shape)."""
+            key = (sequences, length)
+            step = self._folds.get(key)
+            if step is None:
+                dims = {"S": sequences, "L": length, "E": self.in_features,
+                        "N": self.out_features, "R": self.r}
+                step = compile(SOURCE, "lora_adapter_grads", dims=dims, profile=self.profile,
+                               **self.compile_kw)
+                self._folds[key] = step
+            return step
+
+        def accumulate(self, rows, a, b, scale, dy, sequences: int) -> None:
+            """Adds the adapters' gradients of the call (`rows`, `dy`: `[T, in]`, `[T, out]`
+            bf16, T = sequences · length) to `.grad` of lora_A and lora_B, sequence after
+            sequence (`grad_order="sequence"`)."""
+            length = rows.shape[0] // sequences
+            x3 = rows.view(sequences, length, self.in_features)
+            dy3 = dy.view(sequences, length, self.out_features)
+            acc = []
+            for p in (self.lora_A[self.adapter].weight, self.lora_B[self.adapter].weight):
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                elif not p.grad.is_contiguous() or p.grad.dtype != torch.float32:
+                    p.grad = p.grad.to(torch.float32).contiguous()
+                acc.append(p.grad)
+            for at in range(0, sequences, _SEQUENCES_PER_FOLD):
+                n = min(_SEQUENCES_PER_FOLD, sequences - at)
+                part = (x3[at : at + n], dy3[at : at + n])
+                if at:  # a view at an offset may not be 16-byte aligned: the step refuses it
+                    part = tuple(t.clone() for t in part)
+                self.fold(n, length)(part[0], a, b, scale, part[1], acc[0], acc[1])
 
         def forward(self, x):
             if x.shape[-1] != self.in_features:
@@ -159,22 +237,59 @@ def _module_class(torch):
             a = self.lora_A[self.adapter].weight
             b = self.lora_B[self.adapter].weight
             w = self.base_layer.weight
-            if self.base_layer.bias is not None:
-                y = fn(rows, w, self.base_layer.bias, a, b, scale)
+            biased = () if self.base_layer.bias is None else (self.base_layer.bias,)
+            if self.grad_order == "call":
+                y = fn(rows, w, *biased, a, b, scale)
             else:
-                y = fn(rows, w, a, b, scale)
+                sequences = math.prod(lead[:-1]) if len(lead) > 1 else 1
+                y = _ordered(torch)(self, fn, sequences, rows, w, *biased, a, b, scale)
             return y.reshape(*lead, self.out_features)
 
     _MODULE = TesselLoraLinear
     return TesselLoraLinear
 
 
-def apply(model, *, profile: str = "invariant", **compile_kw) -> List[str]:
+_ORDERED = None
+
+
+def _ordered(torch):
+    """The ``torch.autograd.Function`` of ``grad_order="sequence"``: the forward step, then
+    in the backward the gradient of x from the backward step (``wrt=["x"]``) and the
+    adapters' gradients added to their ``.grad`` by :meth:`TesselLoraLinear.accumulate`;
+    autograd gets no gradient for the adapters."""
+    global _ORDERED
+    if _ORDERED is not None:
+        return _ORDERED.apply
+
+    class Ordered(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, layer, fn: Function, sequences: int, *values):
+            ctx.layer, ctx.fn, ctx.sequences = layer, fn, sequences
+            ctx.save_for_backward(*values)
+            return fn.forward_step(*values)
+
+        @staticmethod
+        def backward(ctx, dy):
+            values = ctx.saved_tensors
+            dy = dy.contiguous()
+            dx = ctx.fn.backward_step(*values, dy) if ctx.needs_input_grad[3] else None
+            rows, a, b, scale = values[0], values[-3], values[-2], values[-1]
+            if a.requires_grad or b.requires_grad:
+                ctx.layer.accumulate(rows, a, b, scale, dy, ctx.sequences)
+            return (None, None, None, dx) + (None,) * (len(values) - 1)
+
+    _ORDERED = Ordered
+    return Ordered.apply
+
+
+def apply(model, *, profile: str = "invariant", grad_order: str = "call", **compile_kw) -> List[str]:
     """Replaces every ``peft.tuners.lora.Linear`` in ``model`` (a PEFT model, or any module
     holding such layers) by tessel's :class:`Linear` over the same parameters, and returns
     the names of the layers replaced. Checks every layer before replacing any: an
     :class:`tessel.ArgumentError` lists each layer tessel cannot stand in for, and the model
-    is left as it was."""
+    is left as it was. ``grad_order``: how the adapters' gradients are summed (the module
+    docstring)."""
+    _check_grad_order(grad_order, profile)
     PeftLinear = _peft_linear()
     found = [(n, m) for n, m in model.named_modules() if isinstance(m, PeftLinear)]
     if not found:
@@ -185,5 +300,9 @@ def apply(model, *, profile: str = "invariant", **compile_kw) -> List[str]:
     for name, layer in found:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, Linear(layer, profile=profile, name=name, **compile_kw))
+        setattr(
+            parent,
+            child,
+            Linear(layer, profile=profile, grad_order=grad_order, name=name, **compile_kw),
+        )
     return [n for n, _ in found]

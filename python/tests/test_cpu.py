@@ -377,6 +377,47 @@ def test_the_packaged_lora_source_compiles_its_pair(fn):
     assert np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)) < 2**-8
 
 
+def test_lora_adapter_grads_accumulate_in_sequence_order():
+    """`lora_adapter_grads` (tessel.lora's grad_order="sequence"): the accumulators after
+    calls of 1 and then 3 sequences, or 2 and 2, have the bits of one call of 4 — the left
+    fold over sequences starting from the accumulator — and are the gradients (against numpy
+    in f64, from the same inputs)."""
+    dims = {"L": 24, "E": 40, "N": 48, "R": 4}
+    steps = {
+        s: tessel.compile(tessel.lora.SOURCE, "lora_adapter_grads", dims={"S": s, **dims},
+                          profile="invariant")
+        for s in (1, 2, 3, 4)
+    }
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 24, 40)).astype(BF16)
+    dy = rng.standard_normal((4, 24, 48)).astype(BF16)
+    a = rng.standard_normal((4, 40)).astype(np.float32)
+    b = rng.standard_normal((48, 4)).astype(np.float32)
+    scale = np.float32(2.0)
+    ga0 = rng.standard_normal((4, 40)).astype(np.float32)  # an earlier micro-batch's sum
+    gb0 = rng.standard_normal((48, 4)).astype(np.float32)
+
+    def run(cuts):
+        ga, gb = ga0.copy(), gb0.copy()
+        at = 0
+        for s in cuts:
+            steps[s](x[at : at + s], a, b, scale, dy[at : at + s], ga, gb)
+            at += s
+        return ga, gb
+
+    whole = run([4])
+    for cuts in ([1, 3], [2, 2], [1, 1, 1, 1], [3, 1]):
+        got = run(cuts)
+        assert all(np.array_equal(g.view(np.uint32), w.view(np.uint32)) for g, w in zip(got, whole)), cuts
+    # The gradients themselves, in f64: dB = gdᵀ·h, dA = (gd·b)ᵀ·x over all 96 tokens.
+    xf, gd = x.astype(np.float64).reshape(96, 40), dy.astype(np.float64).reshape(96, 48) * 2.0
+    h = xf @ a.astype(np.float64).T
+    want_b = gb0 + gd.T @ h
+    want_a = ga0 + (gd @ b.astype(np.float64)).T @ xf
+    for got, want in zip(whole, (want_a, want_b)):
+        assert np.sqrt(np.mean((got - want) ** 2) / np.mean(want**2)) < 1e-6
+
+
 def test_lora_apply_without_peft_says_so():
     try:
         import peft  # noqa: F401
