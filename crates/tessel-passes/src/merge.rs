@@ -24,8 +24,8 @@
 //! largest occupancy any part asked for (`min_ctas_per_sm`; they share one code shape). A CTA runs exactly one body, so a
 //! barrier in it is still reached by every thread of the CTA. Nothing is computed
 //! differently: every output is the same bits. The Qwen3-14B decode layer's q, k and v
-//! GEMVs (1280 + 256 + 256 CTAs) become one launch, the two KV-cache updates another, the
-//! gate and up GEMVs a third.
+//! GEMVs (1280 + 256 + 256 CTAs) become one launch, the two KV-cache updates another. (The
+//! gate and up GEMVs do not: the up GEMV's epilogue reads the gate's output, SwiGLU.)
 //!
 //! Off with `Options::merge_launches` false (`--no-merge-launches`).
 
