@@ -6,7 +6,8 @@
 #   this binary (tessel_s33_s) beside stop 32's (tessel_r11_s, 2 stages);
 # - the merged tensor-core GEMV at B = 8 (checked on the GPU for the first time);
 # - Python: the out= fast path (python_overhead.py --check), tessel.lora's
-#   grad_order="sequence" (python_lora.py), the LoRA example's curves with it.
+#   grad_order="sequence" (python_lora.py), the LoRA example's curves with it, and the
+#   fold step's own time at Qwen3-14B's o_proj.
 # Usage (device): bash docs/perf/2026-12-07-stop33/run26.sh   (writes under $OUT)
 L=$OUT/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/card.txt
@@ -25,6 +26,10 @@ TMO=60 t check compute-sanitizer --tool memcheck --error-exitcode 3 $N run $smal
 for B in 1 8; do for bin in $N $O; do
   TMO=40 t bench $bin bench examples/qwen3_14b/layer.tsl --step decode --profile fast --dim T=1 --dim S=4096 --dim B=$B --fill len=iota:4095 --rounds 21
 done; done
+# What grad_order="sequence" adds to a backward: the fold step at Qwen3-14B's o_proj (5120 -> 5120, r 16).
+for sl in "S=1 --dim L=2048" "S=8 --dim L=256"; do
+  TMO=40 t bench $N bench python/tessel/lora.tsl --step lora_adapter_grads --profile invariant --dim $sl --dim E=5120 --dim N=5120 --dim R=16 --rounds 11
+done
 python3 -m pip install --no-deps --no-index --force-reinstall target/wheels/tessel-*.whl > $L/pip.txt 2>&1 \
   || python3 -m pip install --no-deps --no-index --force-reinstall --break-system-packages target/wheels/tessel-*.whl >> $L/pip.txt 2>&1
 TMO=60 t python python3 tests/gpu/python_overhead.py $OUT new --check
