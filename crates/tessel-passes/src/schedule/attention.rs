@@ -15,12 +15,6 @@ const BLOCK_N: u32 = 64;
 const DECODE_BLOCK_N: u32 = 32;
 /// Double-buffered K and V: one block copied while the other is multiplied.
 const STAGES: u32 = 2;
-/// The most stages of a split range's ring: a range of [`MIN_FILL_SPLIT`] keys is 4 blocks,
-/// all of them copied at once when its CTA starts. A one-warp CTA with 2 stages keeps 16 KiB
-/// in flight at head dim 128; decode's few CTAs (a single sequence: 256 on 132 SMs) then
-/// leave the DRAM pipe mostly empty (Nsight Compute, run 22: 33 % of peak bandwidth at 3 %
-/// occupancy). Stages change no element's sum: each block is still read in key order.
-const SPLIT_STAGES: u32 = 4;
 /// At most 4 warps (64 query rows) per CTA, FlashAttention-2's forward default.
 const MAX_WARPS: u32 = 4;
 /// Keys per range when the keys are split over CTAs (flash-decoding: Dao, Haziza, Massa,
@@ -252,11 +246,7 @@ pub(super) fn choose(
     // shared memory (36 KiB at head dim 128), so twice as many CTAs share an SM and hide
     // each other's latency.
     let block_n = if split > 0 { DECODE_BLOCK_N } else { BLOCK_N };
-    let mut stages = if split > 0 {
-        (split / block_n).clamp(STAGES, SPLIT_STAGES)
-    } else {
-        STAGES
-    };
+    let mut stages = STAGES;
     while stages > 1
         && attention_shared_bytes(warps, block_n, stages, sh.d, sh.e) + 8 * warps
             > t.max_shared_per_cta
@@ -279,10 +269,6 @@ pub(super) fn choose(
     } else {
         String::new()
     };
-    let ring_why = match stages {
-        2 => "double-buffered".to_string(),
-        n => format!("in a ring of {n} stages (every block of a range in flight at once)"),
-    };
     let stats_why = if stats {
         ", each row's maximum and sum written too (for the backward)"
     } else {
@@ -303,7 +289,7 @@ pub(super) fn choose(
             wgmma: false,
         },
         why: format!(
-            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} {ring_why}{split_why}{prologue_why}{stats_why}, {ctas} CTAs",
+            "attention over {} queries × {} keys, head dims {} and {}, batch {:?}: the {} query heads of each K/V head packed into {rows} rows per batch, {warps} warps of 16 rows per CTA, keys in blocks of {block_n} double-buffered{split_why}{prologue_why}{stats_why}, {ctas} CTAs",
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack
         ),
     }
