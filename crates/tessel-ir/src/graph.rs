@@ -1203,13 +1203,18 @@ pub enum TileConfig {
     /// in `dst`'s buffer when it lies inside the axis. `vector` > 1 only when the axis is not
     /// the last (a row's last dim is then contiguous in `dst` as in `rows`).
     Update { threads: u32, vector: u32 },
-    /// A cumsum ([`GroupKind::Scan`]): one CTA of `threads` threads per row, in the order
-    /// of [`Op::Cumsum`] (a function of the row length alone, never of `threads`): thread
-    /// t sums chunks t, t + threads, ... of `chunk` elements sequentially into shared
-    /// memory; thread 0 turns the chunk totals into their exclusive prefix sequentially;
-    /// then each thread runs through its chunks again from its chunk's prefix, storing each
-    /// running sum. `chunk` is [`cumsum_chunk`] of the row length.
-    Scan { threads: u32, chunk: u32 },
+    /// A cumsum ([`GroupKind::Scan`]) in the order of [`Op::Cumsum`] (a function of the
+    /// row length alone, never of `threads` or `rows`); `chunk` is [`cumsum_chunk`] of the
+    /// row length.
+    /// - `rows: 1`: one CTA of `threads` threads per row. Thread t sums chunks t,
+    ///   t + threads, ... of `chunk` elements sequentially into shared memory; thread 0
+    ///   turns the chunk totals into their exclusive prefix sequentially; then each thread
+    ///   runs through its chunks again from its chunk's prefix, storing each running sum.
+    /// - `rows` > 1 (= `threads`, for a row of one chunk, `chunk` ≥ its length): a thread
+    ///   per row, `rows` rows a CTA; the thread adds the row's elements to -0 left to
+    ///   right, storing each running sum — the same additions as one chunk of the above
+    ///   (its prefix is -0).
+    Scan { threads: u32, chunk: u32, rows: u32 },
     /// A fused attention backward kernel ([`GroupKind::AttentionDq`],
     /// [`GroupKind::AttentionDkv`]) on `mma.sync` m16n8k16: a CTA of `warps` warps owns
     /// `16 · warps` rows (queries for dq, keys for dkv), each warp 16, their operand tiles
@@ -1441,8 +1446,15 @@ impl fmt::Display for TileConfig {
             TileConfig::Update { threads, vector } => {
                 write!(f, "update {{ threads: {threads}, vector: {vector} }}")
             }
-            TileConfig::Scan { threads, chunk } => {
-                write!(f, "scan {{ threads: {threads}, chunk: {chunk} }}")
+            TileConfig::Scan {
+                threads,
+                chunk,
+                rows,
+            } => {
+                write!(
+                    f,
+                    "scan {{ threads: {threads}, chunk: {chunk}, rows: {rows} }}"
+                )
             }
             TileConfig::AttentionBwd { warps, block_n } => {
                 write!(f, "attention_bwd {{ warps: {warps}, block_n: {block_n} }}")

@@ -50,7 +50,7 @@ fn kitchen_sink_graph_round_trips_and_verifies() {
     assert!(text.contains("= topk.values v2, axis 1 : f32[4, 3]"));
     assert!(text.contains("= topk.indices v2, axis 1, smallest : i32[4, 3]"));
     assert!(text.contains("= cumsum v2, axis 1 : f32[4, 8]"));
-    assert!(text.contains("tile scan { threads: 32, chunk: 32 }"));
+    assert!(text.contains("tile scan { threads: 32, chunk: 32, rows: 1 }"));
     assert!(text.contains("g0 = row_reduction outputs [v15, "));
     assert!(text.contains(
         "tile row_reduction { threads_per_row: 32, rows_per_cta: 4, vector: 8 } why \"rows of 8: one warp per row\""

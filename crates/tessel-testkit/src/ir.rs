@@ -339,6 +339,7 @@ pub fn kitchen_sink_graph() -> (Graph, Fusion, Schedules) {
         tile: TileConfig::Scan {
             threads: 32,
             chunk: 32,
+            rows: 1,
         },
         why: "rows of 8: one chunk".into(),
     });

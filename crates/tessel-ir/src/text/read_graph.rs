@@ -283,7 +283,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split", "wgmma"],
         "update" => &["threads", "vector"],
-        "scan" => &["threads", "chunk"],
+        "scan" => &["threads", "chunk", "rows"],
         "attention_bwd" => &["warps", "block_n"],
         _ => {
             return Err(kpos.error(format!(
@@ -393,6 +393,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
         "scan" => TileConfig::Scan {
             threads: num("threads")?,
             chunk: num("chunk")?,
+            rows: num("rows")?,
         },
         "gemv_mma" => TileConfig::GemvMma {
             warps: num("warps")?,

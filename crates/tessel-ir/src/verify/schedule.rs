@@ -862,7 +862,11 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                 }
                 (32 * warps as u64, 1)
             }
-            TileConfig::Scan { threads, chunk } => {
+            TileConfig::Scan {
+                threads,
+                chunk,
+                rows,
+            } => {
                 let group = fusion.and_then(|f| f.groups.get(grp));
                 let row = group
                     .and_then(|d| match d.ops {
@@ -888,6 +892,16 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         "schedule.scan",
                         loc.clone(),
                         format!("{threads} threads is not whole warps"),
+                    );
+                }
+                // A thread per row takes the row's one chunk whole.
+                if rows != 1 && (rows != threads || row.is_some_and(|n| (chunk as u64) < n)) {
+                    e.push(
+                        "schedule.scan",
+                        loc.clone(),
+                        format!(
+                            "{rows} rows of {threads} threads: a thread per row needs rows = threads and a row of one chunk"
+                        ),
                     );
                 }
                 (threads as u64, 1)

@@ -609,7 +609,14 @@ fn lower_group(
                 format!("{tile}; {}", crate::schedule::reduction_order(tile, 0)),
             )
         }
-        (&GroupOps::Scan { cumsum: c }, &TileConfig::Scan { threads, chunk }) => {
+        (
+            &GroupOps::Scan { cumsum: c },
+            &TileConfig::Scan {
+                threads,
+                chunk,
+                rows: 1,
+            },
+        ) => {
             let ctas = gen.scan(out, c, threads, chunk)?;
             (
                 threads,

@@ -258,6 +258,7 @@ fn scan(g: &Graph, c: tessel_ir::Value) -> Schedule {
         tile: TileConfig::Scan {
             threads,
             chunk: chunk as u32,
+            rows: 1,
         },
         why: format!(
             "cumsum over {rows} rows of {n}: one CTA per row, {chunks} chunks of {chunk} (the order's, fixed by the row length), {threads} threads (a thread per chunk, whole warps, at most 256)"
