@@ -614,10 +614,14 @@ fn lower_group(
             &TileConfig::Scan {
                 threads,
                 chunk,
-                rows: 1,
+                rows,
             },
         ) => {
-            let ctas = gen.scan(out, c, threads, chunk)?;
+            let ctas = if rows == 1 {
+                gen.scan(out, c, threads, chunk)?
+            } else {
+                gen.scan_rows(out, c, rows)?
+            };
             (
                 threads,
                 [ctas, 1, 1],

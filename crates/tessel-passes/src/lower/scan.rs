@@ -1,5 +1,5 @@
-//! The scan schedule ([`TileConfig::Scan`]): a cumsum along the last axis, one CTA per row,
-//! in the order [`crate::schedule::scan_order`] prints — a function of the row length only
+//! The scan schedule ([`TileConfig::Scan`]): a cumsum along the last axis, one CTA per row
+//! (a thread per row for rows of one chunk), in the order [`crate::schedule::scan_order`] prints — a function of the row length only
 //! (chunks of `chunk` elements, never the thread count), so `exact` and `invariant` give
 //! the same bits at any launch configuration.
 
@@ -100,6 +100,53 @@ impl Gen<'_> {
         })?;
         self.close_for(j, tid.into(), Self::imm_u(chunks), Operand::U32(threads));
         Ok(nrows.max(1) as u32)
+    }
+
+    /// The cumsum `c` over rows of one chunk, written as `out`, a thread per row and
+    /// `rows` rows a CTA: thread t of CTA b runs row `b · rows + t` (when there is one),
+    /// adding its elements to -0 (0 for i32) left to right and storing each running sum —
+    /// the additions of [`Gen::scan`] for a row of one chunk, whose prefix is -0. Returns
+    /// the grid size.
+    pub(super) fn scan_rows(&mut self, out: Value, c: Value, rows: u32) -> Result<u32, LowerError> {
+        let GOp::Cumsum { arg, .. } = self.g.ops[c] else {
+            return Err(LowerError::Unsupported {
+                what: "a scan group whose listed op is not a cumsum".into(),
+                value: c,
+            });
+        };
+        let shape = self.g.ty(c).shape.clone();
+        let rank = shape.rank();
+        let n = shape.last();
+        let nrows = shape.numel() / n.max(1);
+        let cls = class(self.g.ty(c).dtype);
+        let (add, identity) = match cls {
+            RegType::F32 => (Op::FAdd, Operand::f32(-0.0)),
+            _ => (Op::IAdd, Operand::U32(0)),
+        };
+        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
+        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let first = self
+            .b
+            .op(RegType::U32, Op::IMulLo, &[cta.into(), Operand::U32(rows)]);
+        let row = self
+            .b
+            .op(RegType::U32, Op::IAdd, &[first.into(), tid.into()]);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[row.into(), Self::imm_u(nrows)],
+        );
+        self.open();
+        let lead = self.unflatten(Ix::R(row), &Shape(shape.0[..rank - 1].to_vec()));
+        let acc = self.b.kernel.new_reg(cls);
+        self.b.assign(acc, Op::Mov, &[identity]);
+        self.row_value.insert(c, acc.into());
+        let j = self.b.op(RegType::U32, Op::Mov, &[Operand::U32(0)]);
+        self.chunk_loop(arg, &lead, (j, n as u32, n), Some(out), |s, x| {
+            s.b.assign(acc, add, &[acc.into(), x]);
+        })?;
+        self.close_if(inside);
+        Ok(nrows.div_ceil(rows as u64).max(1) as u32)
     }
 
     /// `base + 4 · i`: the shared slot of chunk `i`.

@@ -246,13 +246,30 @@ fn reads_rows_across(g: &Graph, fusion: &Fusion, reductions: &[tessel_ir::Value]
 
 /// A cumsum `c`: one CTA per row, a thread per chunk of the row up to 256 (whole warps);
 /// the chunk is the order's ([`cumsum_chunk`]), so the threads change only who computes
-/// which chunk, never a bit of the result.
+/// which chunk, never a bit of the result. A row of one chunk (at most 32 elements) has
+/// one thread's work: then a thread per row, 256 rows a CTA (fewer, whole warps, for few
+/// rows), the same additions — a fold over a short axis such as `tessel.lora`'s sum over
+/// sequences runs 81920 rows of 9 as 320 CTAs, not 81920 of one busy thread each.
 fn scan(g: &Graph, c: tessel_ir::Value) -> Schedule {
     let ty = g.ty(c);
     let n = ty.shape.last();
     let rows = ty.shape.numel() / n.max(1);
     let chunk = cumsum_chunk(n);
     let chunks = n.div_ceil(chunk);
+    if chunks == 1 {
+        let threads = elementwise_threads(rows);
+        return Schedule {
+            tile: TileConfig::Scan {
+                threads,
+                chunk: chunk as u32,
+                rows: threads,
+            },
+            why: format!(
+                "cumsum over {rows} rows of {n}: rows of one chunk of {chunk} (the order's, fixed by the row length), so a thread per row, {threads} rows per CTA, {} CTAs",
+                rows.div_ceil(threads as u64)
+            ),
+        };
+    }
     let threads = (chunks.div_ceil(32) * 32).clamp(32, 256) as u32;
     Schedule {
         tile: TileConfig::Scan {
