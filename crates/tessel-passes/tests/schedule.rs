@@ -519,6 +519,48 @@ fn invariant_orders_depend_on_n_and_k_alone() {
     }
 }
 
+/// A batched GEMM's order in `invariant` does not depend on its batch count either: each
+/// entry's sums are the same whether it runs alone or among 30 others. `tessel.lora`'s
+/// `grad_order="sequence"` relies on it (each sequence's part of the adapters' gradients
+/// is a batch entry: python/tessel/lora.tsl, `lora_adapter_grads`).
+#[test]
+fn invariant_batched_orders_do_not_depend_on_the_batch() {
+    let t = Target::h200();
+    for dt in ["bf16", "f32"] {
+        for (m, n, k) in [
+            (16, 5120, 2048),
+            (5120, 16, 2048),
+            (5120, 16, 256),
+            (64, 768, 64),
+            (300, 200, 136),
+        ] {
+            let order = |b: u64| {
+                let src = format!(
+                    "step s(x: {dt}[B, M, K], w: {dt}[B, N, K]) -> {dt}[B, M, N] {{ x @ transpose(w, 1, 2) }}"
+                );
+                let module = tessel_syntax::parse(&src).expect("parses");
+                let dims: BTreeMap<String, u64> = [("B", b), ("M", m), ("N", n), ("K", k)]
+                    .into_iter()
+                    .map(|(a, v)| (a.to_string(), v))
+                    .collect();
+                let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+                let f = fuse::run(&g, &t, Profile::Invariant);
+                let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, false, None));
+                let (grp, _) = f.groups.iter().next().expect("one group");
+                invariant_order(&s[grp].clone().expect("scheduled"))
+            };
+            let one = order(1);
+            for b in [2, 8, 31] {
+                assert_eq!(
+                    order(b),
+                    one,
+                    "{dt} M = {m} N = {n} K = {k}: batch {b} vs 1"
+                );
+            }
+        }
+    }
+}
+
 /// [`invariant_orders_depend_on_n_and_k_alone`] over random shapes: N and K drawn
 /// log-uniformly from 1 to 2^15, M from 1 to 2^16, on targets of 1 to 200 SMs.
 #[test]
