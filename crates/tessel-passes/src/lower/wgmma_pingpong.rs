@@ -137,6 +137,7 @@ impl Gen<'_> {
             ring_b,
             plan_a,
             plan_b,
+            b: read_b,
             full0,
             empty0,
         } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
@@ -288,7 +289,7 @@ impl Gen<'_> {
             .zip(&starts)
             .map(|(d, &s)| (&d[..], s))
             .collect();
-        self.wgmma_slice_blocks(wshape, &pairs, start_b, fixed);
+        self.wgmma_slice_blocks(wshape, &pairs, start_b, (fixed, read_b));
         self.b.push(Stmt::WgmmaCommit);
         self.b.push(Stmt::WgmmaWait(1));
         // Fill j - 1's group is complete: its stage may be refilled.

@@ -31,6 +31,10 @@ pub(in crate::lower) struct TmaPlan {
     boxes: TmaBoxes,
     /// Added to each coordinate of a load (dims in the map's order; empty: all 0).
     origin: Vec<u64>,
+    /// The map's first (contiguous) dim is the operand's K ([`Gen::issue_tma`] names a
+    /// box by (K, row)); else its rows are K and its columns M or N (an MN-major operand:
+    /// the box is named by (column, K)).
+    k_inner: bool,
 }
 
 impl TmaPlan {
@@ -94,6 +98,7 @@ impl Gen<'_> {
             tmap,
             boxes,
             origin: Vec::new(),
+            k_inner: op.k_contiguous,
         })
     }
 
@@ -166,12 +171,14 @@ impl Gen<'_> {
             tmap,
             boxes,
             origin,
+            k_inner: true,
         })
     }
 
     /// The TMA loads of one stage at shared address `stage` (aligned to the layout's
-    /// pattern): the operand's rows from `row0` and K from `k0`, completing on the mbarrier
-    /// at `mbar` (armed beforehand with [`TmaPlan::stage_bytes`]).
+    /// pattern): the operand's rows (M or N) from `row0` and K from `k0`, completing on the
+    /// mbarrier at `mbar` (armed beforehand with [`TmaPlan::stage_bytes`]). The map names
+    /// K first for a K-major operand, M or N first for an MN-major one.
     pub(in crate::lower) fn issue_tma(
         &mut self,
         plan: &TmaPlan,
@@ -179,7 +186,8 @@ impl Gen<'_> {
         (k0, row0): (Ix, Ix),
         mbar: Reg,
     ) {
-        self.issue_tma_at(plan, stage, &[k0, row0], mbar);
+        let at = if plan.k_inner { [k0, row0] } else { [row0, k0] };
+        self.issue_tma_at(plan, stage, &at, mbar);
     }
 
     /// The TMA loads of one stage at shared address `stage`, the first box at coordinates
