@@ -15,7 +15,7 @@ use super::fragments::FragPlan;
 use super::matmul::split_range;
 use super::ring::cp_async::CopyPlan;
 use super::ring::{Operand2d, Ring, StageLayout};
-use super::wgmma::wgmma_stage;
+use super::wgmma::{major_of, wgmma_stage};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
@@ -166,14 +166,18 @@ impl Gen<'_> {
         let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), thr, k_whole)?;
 
         let (accs, mi, ni) = if wgmma {
-            if !(a.k_contiguous && b.k_contiguous) {
+            // B may be MN-major for 16-bit inputs only (wgmma's transpose); A is read
+            // through a K-major descriptor.
+            let tf32 = shape == MmaShape::M16N8K8Tf32;
+            if !a.k_contiguous || (tf32 && !b.k_contiguous) {
                 return Err(LowerError::Unsupported {
-                    what: "a wgmma tile whose operands are not both read along K".into(),
+                    what: "a wgmma tile whose A is not read along K, or a TF32 B not read along K"
+                        .into(),
                     value: mm,
                 });
             }
             let accs = self.wgmma_slices(
-                (&ra, &rb),
+                (&ra, &rb, major_of(b.k_contiguous)),
                 (&ca, &cb),
                 (stages, bk, bn),
                 (k_start, k_end, k_whole),

@@ -78,8 +78,13 @@ pub(super) struct WgmmaB {
     pub(super) major: WgmmaMajor,
 }
 
-/// B's [`WgmmaB`] for a stage of `ring` read `major`: K-major, the same descriptor bits as
-/// A's ([`wgmma_fixed_bits`]) and 32 bytes a k step inside the 128-byte span.
+/// B's [`WgmmaB`] for a stage of `ring` read `major`. K-major: the same descriptor bits as
+/// A's ([`wgmma_fixed_bits`]), 32 bytes a k step inside the 128-byte span. MN-major (a
+/// `[K, N]` B stored N-contiguous, 16-bit: `imm-trans-b` 1, PTX ISA §9.7.15.5.1.2; the
+/// stage in 128-byte panels, [`wgmma_stage`]): the leading-dimension offset the bytes
+/// between panels along N, the stride-dimension offset 1024 (8 K rows of 128 bytes), and a
+/// k step of 16 K rows moves the start `16 · 128` bytes, 128 units
+/// ([`StageLayout::wgmma_mn_major`](super::ring::StageLayout::wgmma_mn_major)).
 pub(super) fn wgmma_b(ring: &Ring, major: WgmmaMajor) -> WgmmaB {
     match major {
         WgmmaMajor::K => WgmmaB {
@@ -87,7 +92,34 @@ pub(super) fn wgmma_b(ring: &Ring, major: WgmmaMajor) -> WgmmaB {
             k_step: 2,
             major,
         },
-        WgmmaMajor::Mn => unreachable!("no MN-major B yet"),
+        WgmmaMajor::Mn => {
+            let mn = ring
+                .layout
+                .wgmma_mn_major()
+                .filter(|m| m.swizzle_bytes == WgmmaSwizzle::B128.span())
+                .expect("an MN-major stage in 128-byte panels");
+            WgmmaB {
+                fixed: SmemDesc {
+                    start: 0,
+                    lbo: mn.leading_byte_offset,
+                    sbo: mn.stride_byte_offset,
+                    swizzle: WgmmaSwizzle::B128,
+                }
+                .fixed_bits(),
+                k_step: 16 * mn.k_row_bytes / 16,
+                major,
+            }
+        }
+    }
+}
+
+/// The major-ness wgmma reads an operand in: K-major where its stored tensor is contiguous
+/// along K, else MN-major.
+pub(super) fn major_of(k_contiguous: bool) -> WgmmaMajor {
+    if k_contiguous {
+        WgmmaMajor::K
+    } else {
+        WgmmaMajor::Mn
     }
 }
 
@@ -100,7 +132,7 @@ impl Gen<'_> {
     /// wgmma is element `i` of fragment `j`, [`WgmmaShape::d_pos`]).
     pub(super) fn wgmma_slices(
         &mut self,
-        (ra, rb): (&Ring, &Ring),
+        (ra, rb, b_major): (&Ring, &Ring, WgmmaMajor),
         (ca, cb): (&CopyPlan, &CopyPlan),
         (stages, bk, bn): (u32, u32, u32),
         (k_start, k_end, k_whole): (Operand, Operand, bool),
@@ -117,7 +149,7 @@ impl Gen<'_> {
         debug_assert_eq!(bk * input.bytes(), span, "one swizzle span of K per slice");
         let ahead = stages - 2;
         let (d, fixed, a_rows) = self.wgmma_setup(ra, tid, wshape);
-        let b = wgmma_b(rb, WgmmaMajor::K);
+        let b = wgmma_b(rb, b_major);
 
         // Prologue: slices 0 .. P - 1 in flight.
         let (rd, wr) =

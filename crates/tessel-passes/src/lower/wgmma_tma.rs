@@ -38,12 +38,12 @@ use super::epilogue::{NamedBarrier, WarpTile};
 use super::mma::{tile_grid, GROUP_M};
 use super::ring::tma::TmaPlan;
 use super::ring::{Operand2d, Ring};
-use super::wgmma::{wgmma_b, wgmma_stage, WgmmaB};
+use super::wgmma::{major_of, wgmma_b, wgmma_stage, WgmmaB};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use tessel_ir::graph::TileConfig;
 use tessel_ir::kernel::{
-    ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaMajor, WgmmaShape,
+    ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaShape,
 };
 use tessel_ir::{Reg, Shape, Value};
 
@@ -127,11 +127,7 @@ impl Gen<'_> {
         };
         let plan_a = self.tma_plan(a, &ring_a, mm)?;
         let plan_b = self.tma_plan(b, &ring_b, mm)?;
-        let b_major = if b.k_contiguous {
-            WgmmaMajor::K
-        } else {
-            WgmmaMajor::Mn
-        };
+        let b_major = major_of(b.k_contiguous);
         let full0 = self.shared_addr(base, Ix::C(body as u64));
         let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
         Ok(TmaRing {
@@ -303,7 +299,9 @@ impl Gen<'_> {
     /// stored 2-D tensors, their element size in bytes, the batch shape and (M, K, N).
     ///
     /// # Errors
-    /// [`LowerError::Unsupported`] for operands that are not stored tensors or a batch.
+    /// [`LowerError::Unsupported`] for operands that are not stored tensors, a batch, an
+    /// A not contiguous along K, or a B not contiguous along K of other than 16-bit
+    /// elements.
     pub(super) fn tma_operands(
         &mut self,
         mm: Value,
@@ -321,6 +319,15 @@ impl Gen<'_> {
         if batch_shape.numel() > 1 {
             return Err(LowerError::Unsupported {
                 what: format!("a batched {what} tile"),
+                value: mm,
+            });
+        }
+        // wgmma reads A K-major; B MN-major only for 16-bit inputs (its transpose).
+        if !a.k_contiguous || (!b.k_contiguous && esz != 2) {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "a {what} tile whose A is not read along K, or a 32-bit B not read along K"
+                ),
                 value: mm,
             });
         }

@@ -46,14 +46,17 @@ impl TmaPlan {
 }
 
 impl Gen<'_> {
-    /// The TMA plan of operand `op` into `ring` (rows of the stage are the operand's rows,
-    /// its columns K): adds the tensor-map parameter and its launch argument. `value` names
-    /// the matmul in errors.
+    /// The TMA plan of operand `op` into `ring`, whose stage's columns are the operand's
+    /// contiguous dim: K for a K-major operand (the stage's rows its M or N), M or N for
+    /// an MN-major one (a `[K, N]` B stored N-contiguous: the stage's rows K, in 128-byte
+    /// panels, one box each). Adds the tensor-map parameter — over the stored tensor's
+    /// `[rows, cols]` as they lie, inner dim `cols`, so boxes past K, M or N are zero-filled
+    /// — and its launch argument. `value` names the matmul in errors.
     ///
     /// # Errors
-    /// [`LowerError::Unsupported`] where TMA cannot load the operand: a strided view, K not
-    /// the contiguous dim, rows not whole 16-byte chunks, a stage layout TMA does not write,
-    /// or a box of more than 256 rows.
+    /// [`LowerError::Unsupported`] where TMA cannot load the operand: a strided view, rows
+    /// not whole 16-byte chunks, a stage layout TMA does not write, or a box of more than
+    /// 256 rows.
     pub(in crate::lower) fn tma_plan(
         &mut self,
         op: &Operand2d,
@@ -66,8 +69,8 @@ impl Gen<'_> {
         };
         let layout = ring.layout;
         let esz = layout.esz as u64;
-        if op.view.is_some() || !op.k_contiguous {
-            return Err(unsupported("a strided view or K not contiguous"));
+        if op.view.is_some() {
+            return Err(unsupported("a strided view"));
         }
         if !op.rows_aligned(esz) {
             return Err(unsupported("rows not whole 16-byte chunks"));
