@@ -9,7 +9,11 @@
 //! 128-byte rows is wgmma's 128-byte swizzle: `layout.rs`'s tests check it), so the
 //! descriptor of warpgroup `g`'s 64 rows starts at `stage + 64g · 128`, 8-row groups 1024
 //! bytes apart (the stride-dimension offset); one k step of 16 moves the start by 32
-//! bytes inside the span (PTX ISA §9.7.15.5.1.2, "Shared Memory Matrix Layout").
+//! bytes inside the span (PTX ISA §9.7.15.5.1.2, "Shared Memory Matrix Layout"). B's stage
+//! is `bn` such rows, or, for a 16-bit B stored `[K, N]` (`x @ w`, the backward's
+//! `dy · W`), its 64 K rows of `bn` elements in column panels of 128 bytes ([`wgmma_stage`]),
+//! read MN-major ([`WgmmaB`]: `imm-trans-b` 1; panels `64 · 128` bytes apart — the
+//! leading-dimension offset —, 8-row groups 1024 apart, a k step `16 · 128` bytes).
 //!
 //! The pipeline, with `P = stages - 2` slices in flight ahead of the one multiplied and
 //! one wgmma group kept in flight behind it. Slice `kt`:

@@ -18,11 +18,14 @@
 //!   for each K slice `kt` in order: wait until EMPTY[kt mod S] has completed the phase of
 //!   the slice `S` before (parity `((kt / S) & 1) ^ 1`, at once in the first round), arm
 //!   FULL[kt mod S] with both boxes' bytes, issue A's box `[bm × 64]` at (k = 64·kt, m0)
-//!   and B's `[bn × 64]` at (k, n0). Boxes past M, N or K are zero-filled by the tensor
-//!   maps, whose dims are the tensors' (PTX ISA §9.7.9.25.5.1; `ring/tma.rs`).
+//!   and B's `[bn × 64]` at (k, n0) — or, for a 16-bit B stored `[K, N]` (`x @ w`, read
+//!   MN-major), its `bn / 64` boxes of `[64 K rows × 64 N columns]`, one 128-byte panel
+//!   each, at (n0 + 64i, k) over a map of the stored `[K, N]`. Boxes past M, N or K are
+//!   zero-filled by the tensor maps, whose dims are the tensors' (PTX ISA
+//!   §9.7.9.25.5.1; `ring/tma.rs`).
 //! - **Consumers** (threads 128..): `setmaxnreg.inc` to [`CONSUMER_REGS`]; per slice: wait
 //!   FULL[kt mod S] (parity `(kt / S) & 1`), `wgmma.fence`, 4 × `wgmma.m64n{bn}k16` on the
-//!   warpgroup's 64 rows (PTX ISA §9.7.15.5), commit, `wgmma.wait_group 1` — slice
+//!   warpgroup's 64 rows (PTX ISA §9.7.15.5; B K- or MN-major, `wgmma.rs`'s `WgmmaB`), commit, `wgmma.wait_group 1` — slice
 //!   `kt - 1`'s group is done, so its stage's bytes are no longer read — and every consumer
 //!   thread arrives on EMPTY[(kt - 1) mod S]: one group stays in flight while the next
 //!   slice is waited for. After the last slice, `wait_group 0`, then the epilogue

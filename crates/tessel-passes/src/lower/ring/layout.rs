@@ -27,7 +27,10 @@
 //!   `rows × 128` bytes, panel after panel; inside a panel chunk `c` of row `r` at chunk
 //!   `c ^ (r mod 8)`. A TMA box of `[rows, 128 bytes]` with `CU_TENSOR_MAP_SWIZZLE_128B`
 //!   writes one panel (the box's inner dimension may not exceed the swizzle's 128 bytes).
-//!   No kernel uses it yet; the TMA loader and the wgmma schedules are its users.
+//!   The warpgroup attention tile's Q, K and V and the wgmma GEMM tiles' MN-major B (64 K
+//!   rows of a 128- or 256-wide N tile) are stored so: wgmma reads a panel K-major
+//!   ([`StageLayout::wgmma_k_major`]) or, its rows being K, MN-major
+//!   ([`StageLayout::wgmma_mn_major`]).
 //!
 //! Both repeat every [`StageLayout::PERIOD`] rows: row `r + 8k` is row `r` plus
 //! `8k · row_pitch` bytes, so a loader or a fragment plan computes one row's offsets and
