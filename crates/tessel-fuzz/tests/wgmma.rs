@@ -8,7 +8,9 @@
 //! of 8 (a TMA row's whole 16-byte chunks), also run on the persistent ping-pong tile
 //! (`Options::wgmma_pingpong`) for an H200 of 1 to 3 SMs, so CTAs and consumer
 //! warpgroups take several tiles each; and in `invariant` at M from 1 (wgmma for every M:
-//! the 64-row warpgroup tile at M ≤ 64).
+//! the 64-row warpgroup tile at M ≤ 64). The same programs with the weights stored
+//! `[K, N]` (`x @ w`: an MN-major B, read through wgmma's transposed descriptors) run on
+//! the `wgmma: 1` tile at any N and on the ping-pong tile at N a multiple of 8.
 
 use tessel_fuzz::run::{run_case_traced, Device, Outcome};
 use tessel_passes::{Profile, Target};
@@ -59,6 +61,15 @@ fn program(seed: u64) -> (String, Vec<(String, u64)>) {
     );
     let dims = vec![("M".into(), m), ("N".into(), n), ("K".into(), k)];
     (src, dims)
+}
+
+/// [`program`] with its weights stored `[K, N]` and read as stored (`x @ w`: an MN-major
+/// B).
+fn mn_major(src: &str) -> String {
+    src.replace("[N, K]", "[K, N]")
+        .replace("w^T", "w")
+        .replace("f32(w)^T", "f32(w)")
+        .replace("u^T", "u")
 }
 
 #[test]
@@ -148,6 +159,58 @@ fn random_gemms_on_the_pingpong_tile_pass_the_reference() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(ran >= 20, "{ran} of 24 programs have two tiles or more");
+}
+
+/// The random programs with an MN-major B (`x @ w`, [`mn_major`]): on the `wgmma: 1` tile
+/// for an H200 of 1 SM at any N (rows of N not 16-byte aligned are copied element by
+/// element into the panels), and on the ping-pong tile on 1 to 3 SMs with N rounded up to
+/// a multiple of 8 (a tensor map's rows). Each must take its tile, read B MN-major, and
+/// pass the reference.
+#[test]
+fn random_mn_major_gemms_on_the_wgmma_tiles_pass_the_reference() {
+    let mut failures = Vec::new();
+    let mut ran = [0, 0];
+    for seed in 200..216u64 {
+        let (src, mut dims) = program(seed);
+        let src = mn_major(&src);
+        let pingpong = seed % 2 == 1;
+        let (tile, sms) = if pingpong {
+            dims[1].1 = dims[1].1.next_multiple_of(8);
+            dims[2].1 = dims[2].1.next_multiple_of(8);
+            let tiles = dims[0].1.div_ceil(128) * dims[1].1.div_ceil(128);
+            if tiles < 2 {
+                continue;
+            }
+            ("wgmma: pingpong", (1 + seed % 3).min(tiles / 2) as u32)
+        } else {
+            ("wgmma: 1", 1)
+        };
+        let target = Target {
+            sm_count: sms,
+            ..Target::h200()
+        };
+        let device = Device {
+            target: &target,
+            run: None,
+            wgmma_attention: false,
+            wgmma_pingpong: pingpong,
+        };
+        let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
+        ran[pingpong as usize] += 1;
+        let taken = t.schedules.iter().filter(|s| s.contains(tile)).count();
+        if o != Outcome::Pass || taken == 0 {
+            failures.push(format!(
+                "seed {seed} {dims:?} on {sms} SMs: {} ({taken} {tile} kernels): {}\n{src}",
+                o.kind(),
+                o.message()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(
+        ran[0] == 8 && ran[1] >= 6,
+        "programs run on (wgmma: 1, ping-pong): {ran:?}"
+    );
 }
 
 /// The same random programs in `invariant`, at any M from 1 (the decode sizes the 64-row

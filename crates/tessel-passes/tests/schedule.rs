@@ -274,7 +274,8 @@ fn split_k_is_off_for_tensor_parallel_ranks() {
 
 /// The warp-specialised TMA tile (`wgmma: tma`) is taken only when asked
 /// (`Options::wgmma_tma`), in place of the warpgroup tile with the same sizes, and only
-/// where TMA can load the operands: not for a plain `[K, N]` right operand.
+/// where TMA can load the operands: a `[K, N]` right operand too (read MN-major), where
+/// its rows of N are whole 16-byte chunks.
 #[test]
 fn the_tma_tile_is_taken_only_when_asked() {
     let sched = |rhs: &str, rhs_t: &str, k: u64, tma: bool| -> Schedule {
@@ -320,13 +321,56 @@ fn the_tma_tile_is_taken_only_when_asked() {
     // warpgroup tile stays.
     let odd = sched("[N, K]", "w^T", 5121, true);
     assert_eq!(engine(&odd), MmaEngine::Wgmma, "{}", odd.why);
-    // w stored [K, N]: no warpgroup tile, so nothing to replace.
+    // w stored [K, N]: the same tile, B read MN-major.
     let plain = sched("[K, N]", "w", 5120, true);
-    assert!(
-        !matches!(plain.tile, TileConfig::Mma { engine, .. } if engine.is_wgmma()),
-        "{}",
-        plain.why
-    );
+    assert_eq!(plain.tile, on.tile, "{}", plain.why);
+    assert!(plain.why.contains("B MN-major"), "{}", plain.why);
+}
+
+/// An `x @ w` with `w` stored `[K, N]` (an MN-major B) takes the warpgroup tiles in `fast`
+/// for 16-bit operands — the ping-pong tile where TMA loads `w`'s rows of N (whole 16-byte
+/// chunks), else the `wgmma: 1` tile — and keeps `mma.sync` for f32 (wgmma transposes only
+/// 16-bit B) and in `invariant` (whose warpgroup tiles read both operands along K).
+#[test]
+fn an_mn_major_b_takes_the_warpgroup_tiles_for_16_bit_operands() {
+    let sched = |dt: &str, (m, n, k): (u64, u64, u64), profile: Profile| -> Schedule {
+        let src = format!("step s(x: {dt}[M, K], w: {dt}[K, N]) -> {dt}[M, N] {{ x @ w }}");
+        let module = tessel_syntax::parse(&src).expect("parses");
+        let dims: BTreeMap<String, u64> = [("M", m), ("N", n), ("K", k)]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b))
+            .collect();
+        let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
+        let t = Target::h100();
+        let f = fuse::run(&g, &t, profile);
+        let s = schedule::run(&g, &f, &t, profile, (true, false, true, None));
+        let (grp, _) = f.groups.iter().next().expect("one group");
+        s[grp].clone().expect("scheduled")
+    };
+    let engine = |s: &Schedule| match s.tile {
+        TileConfig::Mma { engine, .. } => engine,
+        _ => panic!("{s:?}"),
+    };
+    // dx = dy · W at T = 2048 for a 5120 × 5120 weight (the GEMM).
+    let dx = (2048, 5120, 5120);
+    for dt in ["bf16", "f16"] {
+        let s = sched(dt, dx, Profile::Fast);
+        assert_eq!(
+            engine(&s),
+            MmaEngine::WgmmaPingpong { ctas: 132 },
+            "{dt}: {}",
+            s.why
+        );
+        assert!(s.why.contains("B MN-major"), "{}", s.why);
+    }
+    // Rows of 5121 bf16 are no tensor map's: the `wgmma: 1` tile, which copies them.
+    let odd = sched("bf16", (2048, 5121, 5120), Profile::Fast);
+    assert_eq!(engine(&odd), MmaEngine::Wgmma, "{}", odd.why);
+    // f32 (TF32 B must be K-major) and `invariant` keep mma.sync.
+    for (dt, profile) in [("f32", Profile::Fast), ("bf16", Profile::Invariant)] {
+        let s = sched(dt, dx, profile);
+        assert_eq!(engine(&s), MmaEngine::Sync, "{dt} {profile:?}: {}", s.why);
+    }
 }
 
 /// The warpgroup attention tile (`attention { .., wgmma: 1 }`) is taken only when asked

@@ -101,8 +101,8 @@
 //!   the output of the matmul's shape). A `wgmma` tile (either engine): 16-bit operands,
 //!   `warps_n` 1 and 16 rows a warp in whole warpgroups of 64, `bn` a multiple of 8 up to
 //!   256, `bk` 64, at least 3 stages, no split-K; a `wgmma: tma` or `wgmma: pingpong`
-//!   tile also no batch dims and `x @ w^T` with both stored rows whole 16-byte chunks (its
-//!   tensor maps'); a `wgmma: pingpong` tile is 128 × 128 over 8 warps (two consumer
+//!   tile also no batch dims and `x @ w^T` or `x @ w` (B `[K, N]`, read MN-major) with
+//!   both stored rows whole 16-byte chunks (its tensor maps'); a `wgmma: pingpong` tile is 128 × 128 over 8 warps (two consumer
 //!   warpgroups each computing a whole tile) with `ctas` from 1 to the matmul's tiles.
 //! - `schedule.row_epilogue`: a matmul group writing the matmul's rows `[.., N]` as
 //!   `[.., N / d, d]` (a row epilogue, `fuse` rule 8) has a staged tensor-core tile with

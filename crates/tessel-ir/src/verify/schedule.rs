@@ -389,7 +389,8 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
     }
     let loc = format!("group {grp}");
     if engine.is_wgmma() {
-        // The warpgroup layout and the one K-major slice layout the wgmma kernel reads.
+        // The warpgroup layout and the one slice layout (bk 64: a 128-byte span) the wgmma
+        // kernels read.
         let problems = [
             (shape == MmaShape::M16N8K8Tf32, "tf32 operands".to_string()),
             (warps_n != 1, format!("warps_n {warps_n}, not 1")),
@@ -509,10 +510,12 @@ fn engine_text(engine: MmaEngine) -> &'static str {
 }
 
 /// Why the operands of matmul `mm` cannot be read by TMA tensor maps, if they cannot: a
-/// `wgmma: tma` tile needs no batch dims, `x @ w^T` with both stored tensors read along K
-/// (the lhs as it is, the rhs through a swap of its last two dims) and rows of whole
+/// `wgmma: tma` tile needs no batch dims, the lhs read as stored (along K), the rhs either
+/// through a swap of its last two dims (`x @ w^T`, K-major) or as stored (`x @ w` with `w`
+/// `[K, N]`, read MN-major by wgmma's transposed B), both 16-bit, with rows of whole
 /// 16-byte chunks (a tensor map's row stride is a multiple of 16 bytes:
-/// `cuTensorMapEncodeTiled`'s `globalStrides`).
+/// `cuTensorMapEncodeTiled`'s `globalStrides`) — K elements for the lhs and a K-major rhs,
+/// N for an MN-major one.
 fn tma_operands_problem(g: &Graph, mm: Value) -> Option<String> {
     let Op::MatMul { lhs, .. } = g.ops[mm] else {
         return Some("no matmul".into());
@@ -531,15 +534,17 @@ fn tma_operands_problem(g: &Graph, mm: Value) -> Option<String> {
                 && p[..n - 2].iter().enumerate().all(|(i, &x)| x == i as u32)
         })
     };
-    if reads[0].perm.is_some() || !swap(&reads[1].perm) {
-        return Some("operands not both read along K (x @ w^T)".into());
+    if reads[0].perm.is_some() || !(reads[1].perm.is_none() || swap(&reads[1].perm)) {
+        return Some("operands read other than x @ w^T or x @ w".into());
     }
-    let k = *ls.last()?;
     for r in &reads {
+        // Each stored tensor's rows are its last dim: K for the lhs and a `[N, K]` rhs, N
+        // for a `[K, N]` one.
+        let row = *g.ty(r.stored).shape.0.last()?;
         let esz = g.ty(r.stored).dtype.size_bytes();
-        if esz != 2 || (k * esz) % 16 != 0 {
+        if esz != 2 || (row * esz) % 16 != 0 {
             return Some(format!(
-                "rows of {k} {} elements, not whole 16-byte chunks of a 16-bit type",
+                "rows of {row} {} elements, not whole 16-byte chunks of a 16-bit type",
                 g.ty(r.stored).dtype
             ));
         }

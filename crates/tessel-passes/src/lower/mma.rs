@@ -15,6 +15,7 @@ use super::fragments::FragPlan;
 use super::matmul::split_range;
 use super::ring::cp_async::CopyPlan;
 use super::ring::{Operand2d, Ring, StageLayout};
+use super::wgmma::{major_of, wgmma_stage};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use std::collections::HashMap;
@@ -136,16 +137,17 @@ impl Gen<'_> {
             .kernel
             .new_shared(shared, if wgmma { 1024 } else { 128 });
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
+        // wgmma reads an MN-major stage in 128-byte column panels (`wgmma_stage`);
+        // `ldmatrix` reads rows of any width.
         let ring_of = |op: &Operand2d, outer: u32, base: Reg| -> Ring {
-            let (rows, cols) = if op.k_contiguous {
-                (outer, bk)
+            let layout = if wgmma {
+                wgmma_stage(op.k_contiguous, outer, bk, esz)
+            } else if op.k_contiguous {
+                StageLayout::rows(outer, bk, esz)
             } else {
-                (bk, outer)
+                StageLayout::rows(bk, outer, esz)
             };
-            Ring {
-                base,
-                layout: StageLayout::rows(rows, cols, esz),
-            }
+            Ring { base, layout }
         };
         let ra = ring_of(&a, bm, base);
         let b_base = self.b.op(
@@ -164,14 +166,18 @@ impl Gen<'_> {
         let cb = self.copy_plan(&b, &rb, &lead, (n0, n, bn), thr, k_whole)?;
 
         let (accs, mi, ni) = if wgmma {
-            if !(a.k_contiguous && b.k_contiguous) {
+            // B may be MN-major for 16-bit inputs only (wgmma's transpose); A is read
+            // through a K-major descriptor.
+            let tf32 = shape == MmaShape::M16N8K8Tf32;
+            if !a.k_contiguous || (tf32 && !b.k_contiguous) {
                 return Err(LowerError::Unsupported {
-                    what: "a wgmma tile whose operands are not both read along K".into(),
+                    what: "a wgmma tile whose A is not read along K, or a TF32 B not read along K"
+                        .into(),
                     value: mm,
                 });
             }
             let accs = self.wgmma_slices(
-                (&ra, &rb),
+                (&ra, &rb, major_of(b.k_contiguous)),
                 (&ca, &cb),
                 (stages, bk, bn),
                 (k_start, k_end, k_whole),

@@ -9,7 +9,11 @@
 //! 128-byte rows is wgmma's 128-byte swizzle: `layout.rs`'s tests check it), so the
 //! descriptor of warpgroup `g`'s 64 rows starts at `stage + 64g · 128`, 8-row groups 1024
 //! bytes apart (the stride-dimension offset); one k step of 16 moves the start by 32
-//! bytes inside the span (PTX ISA §9.7.15.5.1.2, "Shared Memory Matrix Layout").
+//! bytes inside the span (PTX ISA §9.7.15.5.1.2, "Shared Memory Matrix Layout"). B's stage
+//! is `bn` such rows, or, for a 16-bit B stored `[K, N]` (`x @ w`, the backward's
+//! `dy · W`), its 64 K rows of `bn` elements in column panels of 128 bytes ([`wgmma_stage`]),
+//! read MN-major ([`WgmmaB`]: `imm-trans-b` 1; panels `64 · 128` bytes apart — the
+//! leading-dimension offset —, 8-row groups 1024 apart, a k step `16 · 128` bytes).
 //!
 //! The pipeline, with `P = stages - 2` slices in flight ahead of the one multiplied and
 //! one wgmma group kept in flight behind it. Slice `kt`:
@@ -27,7 +31,7 @@
 //! in the tensor core's order within an instruction — as `mma.sync`'s, by tolerance.
 
 use super::ring::cp_async::CopyPlan;
-use super::ring::Ring;
+use super::ring::{Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use tessel_ir::kernel::{
     MmaShape, Op, Operand, RegType, SmemDesc, Stmt, WgmmaA, WgmmaInput, WgmmaMajor, WgmmaShape,
@@ -54,6 +58,75 @@ pub(super) fn wgmma_fixed_bits(ring: &Ring) -> u64 {
     .fixed_bits()
 }
 
+/// The stage layout of a wgmma tile's operand with `outer` rows or columns (M or N: `bm`,
+/// `bn`) and K slices of `bk` elements of `esz` bytes (one 128-byte span): K-major
+/// (`k_contiguous`), `outer` rows of 128 bytes ([`StageLayout::rows`], whose 128-byte rows
+/// are wgmma's 128-byte swizzle); MN-major, `bk` K rows in column panels of 128 bytes
+/// ([`StageLayout::panels_128`]).
+pub(super) fn wgmma_stage(k_contiguous: bool, outer: u32, bk: u32, esz: u32) -> StageLayout {
+    if k_contiguous {
+        StageLayout::rows(outer, bk, esz)
+    } else {
+        StageLayout::panels_128(bk, outer, esz)
+    }
+}
+
+/// How a wgmma main loop reads its B operand from a ring stage: the descriptor's fixed
+/// bits ([`SmemDesc::fixed_bits`]), how far one k step of 16 (8 for TF32) moves the
+/// descriptor's start, in its units of 16 bytes, and the major-ness the instruction
+/// names.
+#[derive(Copy, Clone, Debug)]
+pub(super) struct WgmmaB {
+    pub(super) fixed: u64,
+    pub(super) k_step: u32,
+    pub(super) major: WgmmaMajor,
+}
+
+/// B's [`WgmmaB`] for a stage of `ring` read `major`. K-major: the same descriptor bits as
+/// A's ([`wgmma_fixed_bits`]), 32 bytes a k step inside the 128-byte span. MN-major (a
+/// `[K, N]` B stored N-contiguous, 16-bit: `imm-trans-b` 1, PTX ISA §9.7.15.5.1.2; the
+/// stage in 128-byte panels, [`wgmma_stage`]): the leading-dimension offset the bytes
+/// between panels along N, the stride-dimension offset 1024 (8 K rows of 128 bytes), and a
+/// k step of 16 K rows moves the start `16 · 128` bytes, 128 units
+/// ([`StageLayout::wgmma_mn_major`](super::ring::StageLayout::wgmma_mn_major)).
+pub(super) fn wgmma_b(ring: &Ring, major: WgmmaMajor) -> WgmmaB {
+    match major {
+        WgmmaMajor::K => WgmmaB {
+            fixed: wgmma_fixed_bits(ring),
+            k_step: 2,
+            major,
+        },
+        WgmmaMajor::Mn => {
+            let mn = ring
+                .layout
+                .wgmma_mn_major()
+                .filter(|m| m.swizzle_bytes == WgmmaSwizzle::B128.span())
+                .expect("an MN-major stage in 128-byte panels");
+            WgmmaB {
+                fixed: SmemDesc {
+                    start: 0,
+                    lbo: mn.leading_byte_offset,
+                    sbo: mn.stride_byte_offset,
+                    swizzle: WgmmaSwizzle::B128,
+                }
+                .fixed_bits(),
+                k_step: 16 * mn.k_row_bytes / 16,
+                major,
+            }
+        }
+    }
+}
+
+/// The major-ness wgmma reads an operand in: K-major where its stored tensor is contiguous
+/// along K, else MN-major.
+pub(super) fn major_of(k_contiguous: bool) -> WgmmaMajor {
+    if k_contiguous {
+        WgmmaMajor::K
+    } else {
+        WgmmaMajor::Mn
+    }
+}
+
 impl Gen<'_> {
     /// The main loop of a wgmma tile over K range `k_start .. k_end` in slices of `bk`
     /// (64 16-bit elements, one 128-byte span), through `stages` ring stages of `ra`/`rb`
@@ -63,7 +136,7 @@ impl Gen<'_> {
     /// wgmma is element `i` of fragment `j`, [`WgmmaShape::d_pos`]).
     pub(super) fn wgmma_slices(
         &mut self,
-        (ra, rb): (&Ring, &Ring),
+        (ra, rb, b_major): (&Ring, &Ring, WgmmaMajor),
         (ca, cb): (&CopyPlan, &CopyPlan),
         (stages, bk, bn): (u32, u32, u32),
         (k_start, k_end, k_whole): (Operand, Operand, bool),
@@ -80,6 +153,7 @@ impl Gen<'_> {
         debug_assert_eq!(bk * input.bytes(), span, "one swizzle span of K per slice");
         let ahead = stages - 2;
         let (d, fixed, a_rows) = self.wgmma_setup(ra, tid, wshape);
+        let b = wgmma_b(rb, b_major);
 
         // Prologue: slices 0 .. P - 1 in flight.
         let (rd, wr) =
@@ -103,7 +177,7 @@ impl Gen<'_> {
         let rdb = self.imul_c(Ix::R(rd), rb.stage_bytes() as u64);
         let start_a = self.shared_addr(ra.base, rda);
         let start_b = self.shared_addr(rb.base, rdb);
-        self.wgmma_slice(wshape, &d, (start_a, start_b), fixed);
+        self.wgmma_slice(wshape, &d, (start_a, start_b), (fixed, b));
         self.b.push(Stmt::WgmmaCommit);
         self.b.push(Stmt::WgmmaWait(1));
         self.advance_stages(&[rd, wr], stages);
@@ -143,18 +217,19 @@ impl Gen<'_> {
     }
 
     /// One slice's wgmma of the accumulators `d`: `wgmma.fence`, then one `wshape` wgmma
-    /// per 16 of K of the 128-byte span, A's 64 rows at shared address `start_a` and B's
-    /// `n` rows at `start_b` (both 128-byte-swizzled K-major, 1024-aligned patterns),
-    /// through descriptors of `fixed` bits ([`SmemDesc::fixed_bits`]) whose start field
-    /// (address / 16) moves by 2 per k step of 32 bytes. Not committed.
+    /// per 16 of K of the 128-byte span, A's 64 rows at shared address `start_a`
+    /// (128-byte-swizzled K-major, a 1024-aligned pattern) through descriptors of
+    /// `fixed_a` bits ([`SmemDesc::fixed_bits`]) whose start field (address / 16) moves by
+    /// 2 per k step of 32 bytes, and B's stage at `start_b` read as `b` says. Not
+    /// committed.
     pub(super) fn wgmma_slice(
         &mut self,
         wshape: WgmmaShape,
         d: &[Reg],
         (start_a, start_b): (Reg, Reg),
-        fixed: u64,
+        (fixed_a, b): (u64, WgmmaB),
     ) {
-        self.wgmma_slice_blocks(wshape, &[(d, start_a)], start_b, fixed);
+        self.wgmma_slice_blocks(wshape, &[(d, start_a)], start_b, (fixed_a, b));
     }
 
     /// [`Gen::wgmma_slice`] for several blocks of 64 rows of A against the same B, each
@@ -166,7 +241,7 @@ impl Gen<'_> {
         wshape: WgmmaShape,
         blocks: &[(&[Reg], Reg)],
         start_b: Reg,
-        fixed: u64,
+        (fixed_a, b): (u64, WgmmaB),
     ) {
         let span = WgmmaSwizzle::B128.span();
         let field = |g: &mut Self, addr: Reg| {
@@ -176,11 +251,15 @@ impl Gen<'_> {
         let fb = field(self, start_b);
         self.b.push(Stmt::WgmmaFence);
         for step in 0..span / 32 {
-            let desc = |g: &mut Self, f: Reg| {
+            let desc = |g: &mut Self, f: Reg, (units, fixed): (u32, u64)| {
                 let f = if step == 0 {
                     f
                 } else {
-                    g.b.op(RegType::U32, Op::IAdd, &[f.into(), Operand::U32(2 * step)])
+                    g.b.op(
+                        RegType::U32,
+                        Op::IAdd,
+                        &[f.into(), Operand::U32(units * step)],
+                    )
                 };
                 let wide = g.b.op(RegType::U64, Op::CvtU64U32, &[f.into()]);
                 g.b.op(
@@ -191,17 +270,17 @@ impl Gen<'_> {
             };
             let mut b_desc = None;
             for (&(d, _), &fa) in blocks.iter().zip(&fas) {
-                let a_desc = desc(self, fa);
+                let a_desc = desc(self, fa, (2, fixed_a));
                 let b_desc = match b_desc {
                     Some(r) => r,
-                    None => *b_desc.insert(desc(self, fb)),
+                    None => *b_desc.insert(desc(self, fb, (b.k_step, b.fixed))),
                 };
                 self.b.push(Stmt::Wgmma {
                     shape: wshape,
                     d: d.to_vec(),
                     a: WgmmaA::Desc(a_desc),
                     b_desc,
-                    b_major: WgmmaMajor::K,
+                    b_major: b.major,
                 });
             }
         }

@@ -16,7 +16,12 @@
 //!   walks the CTA's tiles in order and, for each, its K slices in order, keeping one
 //!   running count `j` of the ring's fills: fill `j` goes to stage `j mod S` after the
 //!   stage's EMPTY barrier has completed the phase of fill `j − S` ([`Gen::tma_fill`]:
-//!   A's `[128 × 64]` box and B's `[128 × 64]` box on FULL, 32 KiB with `expect_tx`).
+//!   A's `[128 × 64]` box and B's `[128 × 64]` box on FULL, 32 KiB with `expect_tx`). A
+//!   16-bit B stored `[K, N]` (`x @ w`: the backward's `dx = dy · W`) is loaded as it lies,
+//!   two boxes of `[64 K rows × 64 N columns]` at (n0, k0) and (n0 + 64, k0), each one
+//!   128-byte panel of the stage (8 KiB apart), and read MN-major: per k step the B
+//!   descriptor starts 16 K rows (2048 bytes) further into both panels, its
+//!   leading-dimension offset the panel's 8192 bytes (`wgmma.rs`, `WgmmaB`).
 //! - **Consumers** (threads 128..384): `setmaxnreg.inc` to [`CONSUMER_REGS`]; warpgroup
 //!   `c` (0 or 1) takes the CTA's tiles `i = c, c + 2, ...` and computes each whole:
 //!   128 × 128 as two blocks of 64 rows, per k step of 16 one `wgmma.m64n128k16` per block
@@ -137,6 +142,7 @@ impl Gen<'_> {
             ring_b,
             plan_a,
             plan_b,
+            b: read_b,
             full0,
             empty0,
         } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
@@ -288,7 +294,7 @@ impl Gen<'_> {
             .zip(&starts)
             .map(|(d, &s)| (&d[..], s))
             .collect();
-        self.wgmma_slice_blocks(wshape, &pairs, start_b, fixed);
+        self.wgmma_slice_blocks(wshape, &pairs, start_b, (fixed, read_b));
         self.b.push(Stmt::WgmmaCommit);
         self.b.push(Stmt::WgmmaWait(1));
         // Fill j - 1's group is complete: its stage may be refilled.

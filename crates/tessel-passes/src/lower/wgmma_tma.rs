@@ -8,7 +8,8 @@
 //!
 //! The CTA: `128 + 32 · warps_m` threads. Shared memory: the ring (A's `stages` stages of
 //! `bm` rows × 128 bytes, then B's of `bn` rows, each stage 1024-aligned in the 128-byte
-//! swizzle TMA writes and wgmma reads: [`StageLayout::tma`], [`StageLayout::wgmma_k_major`]),
+//! swizzle TMA writes and wgmma reads: [`StageLayout::tma`](super::ring::StageLayout::tma),
+//! [`StageLayout::wgmma_k_major`](super::ring::StageLayout::wgmma_k_major)),
 //! the epilogue's f32 tile over the ring, and after both the mbarriers: FULL[s] (one
 //! arrival, the producer's `expect_tx`, plus the stage's bytes) and EMPTY[s] (one arrival
 //! per consumer thread). Thread 0 initialises them, `fence.mbarrier_init`, `bar.sync 0`.
@@ -17,11 +18,14 @@
 //!   for each K slice `kt` in order: wait until EMPTY[kt mod S] has completed the phase of
 //!   the slice `S` before (parity `((kt / S) & 1) ^ 1`, at once in the first round), arm
 //!   FULL[kt mod S] with both boxes' bytes, issue A's box `[bm × 64]` at (k = 64·kt, m0)
-//!   and B's `[bn × 64]` at (k, n0). Boxes past M, N or K are zero-filled by the tensor
-//!   maps, whose dims are the tensors' (PTX ISA §9.7.9.25.5.1; `ring/tma.rs`).
+//!   and B's `[bn × 64]` at (k, n0) — or, for a 16-bit B stored `[K, N]` (`x @ w`, read
+//!   MN-major), its `bn / 64` boxes of `[64 K rows × 64 N columns]`, one 128-byte panel
+//!   each, at (n0 + 64i, k) over a map of the stored `[K, N]`. Boxes past M, N or K are
+//!   zero-filled by the tensor maps, whose dims are the tensors' (PTX ISA
+//!   §9.7.9.25.5.1; `ring/tma.rs`).
 //! - **Consumers** (threads 128..): `setmaxnreg.inc` to [`CONSUMER_REGS`]; per slice: wait
 //!   FULL[kt mod S] (parity `(kt / S) & 1`), `wgmma.fence`, 4 × `wgmma.m64n{bn}k16` on the
-//!   warpgroup's 64 rows (PTX ISA §9.7.15.5), commit, `wgmma.wait_group 1` — slice
+//!   warpgroup's 64 rows (PTX ISA §9.7.15.5; B K- or MN-major, `wgmma.rs`'s `WgmmaB`), commit, `wgmma.wait_group 1` — slice
 //!   `kt - 1`'s group is done, so its stage's bytes are no longer read — and every consumer
 //!   thread arrives on EMPTY[(kt - 1) mod S]: one group stays in flight while the next
 //!   slice is waited for. After the last slice, `wait_group 0`, then the epilogue
@@ -36,7 +40,8 @@
 use super::epilogue::{NamedBarrier, WarpTile};
 use super::mma::{tile_grid, GROUP_M};
 use super::ring::tma::TmaPlan;
-use super::ring::{Operand2d, Ring, StageLayout};
+use super::ring::{Operand2d, Ring};
+use super::wgmma::{major_of, wgmma_b, wgmma_stage, WgmmaB};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
 use tessel_ir::graph::TileConfig;
@@ -86,6 +91,8 @@ pub(super) struct TmaRing {
     pub ring_b: Ring,
     pub plan_a: TmaPlan,
     pub plan_b: TmaPlan,
+    /// How the main loop reads B's stages ([`wgmma_b`]).
+    pub b: WgmmaB,
     /// Shared addresses of FULL[0] and EMPTY[0]; stage `s`'s are `8·s` bytes on.
     pub full0: Reg,
     pub empty0: Reg,
@@ -94,8 +101,8 @@ pub(super) struct TmaRing {
 impl Gen<'_> {
     /// The ring of a TMA-fed wgmma tile in `buf` (1024-aligned for the 128-byte swizzle):
     /// `stages` stages of A's `bm` rows of `bk` elements of `esz` bytes from the buffer's
-    /// start, then B's of `bn` rows, and the mbarriers at `body` bytes; the operands' TMA
-    /// plans (their tensor-map parameters) for matmul `mm`.
+    /// start, then B's of `bn` rows ([`wgmma_stage`]), and the mbarriers at `body` bytes;
+    /// the operands' TMA plans (their tensor-map parameters) for matmul `mm`.
     ///
     /// # Errors
     /// [`LowerError::Unsupported`] for an operand TMA cannot load ([`Gen::tma_plan`]).
@@ -110,7 +117,7 @@ impl Gen<'_> {
         let base = self.b.op(RegType::U32, Op::SharedAddr(buf), &[]);
         let ring_a = Ring {
             base,
-            layout: StageLayout::rows(bm, bk, esz),
+            layout: wgmma_stage(true, bm, bk, esz),
         };
         let b_base = self.b.op(
             RegType::U32,
@@ -119,10 +126,11 @@ impl Gen<'_> {
         );
         let ring_b = Ring {
             base: b_base,
-            layout: StageLayout::rows(bn, bk, esz),
+            layout: wgmma_stage(b.k_contiguous, bn, bk, esz),
         };
         let plan_a = self.tma_plan(a, &ring_a, mm)?;
         let plan_b = self.tma_plan(b, &ring_b, mm)?;
+        let b_major = major_of(b.k_contiguous);
         let full0 = self.shared_addr(base, Ix::C(body as u64));
         let empty0 = self.shared_addr(base, Ix::C((body + 8 * stages) as u64));
         Ok(TmaRing {
@@ -130,6 +138,7 @@ impl Gen<'_> {
             ring_b,
             plan_a,
             plan_b,
+            b: wgmma_b(&ring_b, b_major),
             full0,
             empty0,
         })
@@ -215,6 +224,7 @@ impl Gen<'_> {
             ring_b,
             plan_a,
             plan_b,
+            b: read_b,
             full0,
             empty0,
         } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
@@ -255,7 +265,7 @@ impl Gen<'_> {
             &[tid.into(), Operand::U32(PRODUCER_THREADS)],
         );
         let accs = self.wgmma_consumer(
-            (&ring_a, &ring_b),
+            (&ring_a, &ring_b, read_b),
             (full0, empty0),
             (stages, slices),
             Ix::R(ctid),
@@ -292,7 +302,9 @@ impl Gen<'_> {
     /// stored 2-D tensors, their element size in bytes, the batch shape and (M, K, N).
     ///
     /// # Errors
-    /// [`LowerError::Unsupported`] for operands that are not stored tensors or a batch.
+    /// [`LowerError::Unsupported`] for operands that are not stored tensors, a batch, an
+    /// A not contiguous along K, or a B not contiguous along K of other than 16-bit
+    /// elements.
     pub(super) fn tma_operands(
         &mut self,
         mm: Value,
@@ -310,6 +322,15 @@ impl Gen<'_> {
         if batch_shape.numel() > 1 {
             return Err(LowerError::Unsupported {
                 what: format!("a batched {what} tile"),
+                value: mm,
+            });
+        }
+        // wgmma reads A K-major; B MN-major only for 16-bit inputs (its transpose).
+        if !a.k_contiguous || (!b.k_contiguous && esz != 2) {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "a {what} tile whose A is not read along K, or a 32-bit B not read along K"
+                ),
                 value: mm,
             });
         }
@@ -368,7 +389,7 @@ impl Gen<'_> {
     /// its warp's `bn / 8` fragments of `16 × 8` (as [`Gen::wgmma_slices`]).
     fn wgmma_consumer(
         &mut self,
-        (ring_a, ring_b): (&Ring, &Ring),
+        (ring_a, ring_b, read_b): (&Ring, &Ring, WgmmaB),
         (full0, empty0): (Reg, Reg),
         (stages, slices): (u32, u64),
         ctid: Ix,
@@ -390,7 +411,7 @@ impl Gen<'_> {
         let ob = self.imul_c(stage, ring_b.stage_bytes() as u64);
         let start_a = self.shared_addr(ring_a.base, oa);
         let start_b = self.shared_addr(ring_b.base, ob);
-        self.wgmma_slice(wshape, &d, (start_a, start_b), fixed);
+        self.wgmma_slice(wshape, &d, (start_a, start_b), (fixed, read_b));
         self.b.push(Stmt::WgmmaCommit);
         self.b.push(Stmt::WgmmaWait(1));
         // Slice kt - 1's group is complete: its stage may be refilled.

@@ -22,7 +22,10 @@
 //!    `INVARIANT_WGMMA_TILES` for every M where `invariant_wgmma` holds) — `fast` and
 //!    `invariant`, for bf16/f16 operands, and
 //!    f32 operands in `fast` only (rounded to TF32: `invariant` keeps f32 accuracy), when
-//!    both operands are stored tensors or their transposes:
+//!    both operands are stored tensors or their transposes (in `fast` on sm_90a, 16-bit,
+//!    M, N > 64, K > 32, the warpgroup tiles first — `wgmma_shape`: A read along K, B along
+//!    K or along N, an `x @ w` with `w` stored `[K, N]` read by wgmma's transposed B —
+//!    then, by `prefer_pingpong`, the persistent ping-pong tile where TMA loads them):
 //!    - skinny N (N ≤ 64, the LoRA ranks): `bn` = N rounded up to a power of two ≥ 16,
 //!      `bm` = 64 over 4 warps stacked along M;
 //!    - skinny M (M ≤ 64): `bm` = M rounded up likewise, `bn` = 128 over 4 warps along N;
@@ -242,7 +245,7 @@ struct MmaRow {
     /// Tried only on a target that has these ([`offers`]); none for the `mma.sync` tiles.
     needs: Features,
     /// A warpgroup tile (`TileConfig::Mma`'s `engine`, not `Sync`): tried only in `fast`,
-    /// for 16-bit operands both read along K.
+    /// for 16-bit operands, A read along K, B along K or N ([`wgmma_shape`]).
     wgmma: bool,
     applies: fn(&MatmulShape, &Target) -> bool,
     tile: fn(&MatmulShape) -> (u32, u32, u32, u32),
@@ -267,10 +270,19 @@ const WGMMA: Features = Features {
     ..Features::NONE
 };
 
-/// A GEMM the warpgroup tiles serve: both operands read along K (`x @ wᵀ`: the K-major
-/// layout wgmma reads from the ring), and M, N and K past the skinny and short-K rows.
+/// A GEMM the warpgroup tiles serve: the left operand read along K (the K-major layout
+/// wgmma reads A in from the ring), the right one along K (`x @ wᵀ`) or, for 16-bit
+/// operands, along N (`x @ w` with `w` stored `[K, N]`, the backward's `dY · W`: wgmma's
+/// transposed B, [`mn_major_b`]), and M, N and K past the skinny and short-K rows.
 fn wgmma_shape(s: &MatmulShape) -> bool {
-    s.lhs_k_contiguous && s.rhs_k_contiguous && s.n > 64 && s.m > 64 && s.k > 32
+    s.lhs_k_contiguous && (s.rhs_k_contiguous || mn_major_b(s)) && s.n > 64 && s.m > 64 && s.k > 32
+}
+
+/// Whether the warpgroup tiles read the right operand of `s` MN-major: it is stored
+/// contiguous along N, and 16-bit (wgmma transposes B only for 16-bit inputs, PTX ISA
+/// §9.7.15.5.1.2: a TF32 B stays K-major, so an f32 `x @ w` keeps the `mma.sync` tile).
+fn mn_major_b(s: &MatmulShape) -> bool {
+    !s.rhs_k_contiguous && matches!(s.read, DType::Bf16 | DType::F16)
 }
 
 /// Output tiles of 128 × `bn`.
@@ -660,8 +672,11 @@ pub fn row_epilogue_tile(
 
 /// Whether TMA can load the operands of matmul `s` on `t` for a warp-specialised tile
 /// whose shared memory is `shared` bytes: the target has TMA and setmaxnreg, no batch,
-/// `x @ w^T` with both stored tensors read in place along K (no strided view) in rows of
-/// whole 16-byte chunks (a tensor map's row stride), and `shared` fits.
+/// both stored tensors read in place (no strided view) — `x @ w^T`, both along K, or for
+/// 16-bit operands `x @ w` with `w` stored `[K, N]` ([`mn_major_b`]) — in rows of whole
+/// 16-byte chunks (a tensor map's row stride: K · esz bytes for A and a K-major B, N ·
+/// esz for an MN-major B; CUDA Driver API `cuTensorMapEncodeTiled`, `globalStrides`
+/// multiples of 16), and `shared` fits.
 fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
     let needs = Features {
         tma: true,
@@ -669,13 +684,15 @@ fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
         ..Features::NONE
     };
     let esz = s.read.size_bytes();
+    let b_rows = if s.rhs_k_contiguous { s.k } else { s.n };
     offers(t, needs).is_ok()
         && s.batch == 1
         && s.operands_2d
         && !s.views
         && s.lhs_k_contiguous
-        && s.rhs_k_contiguous
+        && (s.rhs_k_contiguous || mn_major_b(s))
         && (s.k * esz) % 16 == 0
+        && (b_rows * esz) % 16 == 0
         && shared <= t.max_shared_per_cta
 }
 
@@ -861,8 +878,8 @@ fn mma(
     };
     let (rows_tried, lacking) = tried(table, s, t);
     for row in rows_tried {
-        // The warpgroup tile reads both operands K-major as 16-bit elements; `invariant`
-        // takes it only from its own table (one instruction for every M).
+        // The warpgroup tile reads 16-bit operands, A K-major, B K- or MN-major;
+        // `invariant` takes it only from its own table (one instruction for every M).
         if row.wgmma && !(sixteen_bit && (profile == Profile::Fast || invariant_wgmma)) {
             continue;
         }
@@ -912,7 +929,9 @@ fn mma(
         } else {
             0
         };
-        let mma_name = if row.wgmma {
+        let mma_name = if row.wgmma && mn_major_b(s) {
+            format!("wgmma m64n{bn}k16, A K-major and B MN-major (stored [K, N], wgmma's transposed B in 128-byte column panels) through 128-byte-swizzled descriptors")
+        } else if row.wgmma {
             format!("wgmma m64n{bn}k16, operands K-major through 128-byte-swizzled descriptors")
         } else if dt == DType::F32 {
             "m16n8k8 on TF32-rounded f32".to_string()

@@ -27,7 +27,10 @@
 //!   `rows × 128` bytes, panel after panel; inside a panel chunk `c` of row `r` at chunk
 //!   `c ^ (r mod 8)`. A TMA box of `[rows, 128 bytes]` with `CU_TENSOR_MAP_SWIZZLE_128B`
 //!   writes one panel (the box's inner dimension may not exceed the swizzle's 128 bytes).
-//!   No kernel uses it yet; the TMA loader and the wgmma schedules are its users.
+//!   The warpgroup attention tile's Q, K and V and the wgmma GEMM tiles' MN-major B (64 K
+//!   rows of a 128- or 256-wide N tile) are stored so: wgmma reads a panel K-major
+//!   ([`StageLayout::wgmma_k_major`]) or, its rows being K, MN-major
+//!   ([`StageLayout::wgmma_mn_major`]).
 //!
 //! Both repeat every [`StageLayout::PERIOD`] rows: row `r + 8k` is row `r` plus
 //! `8k · row_pitch` bytes, so a loader or a fragment plan computes one row's offsets and
@@ -126,6 +129,24 @@ pub(in crate::lower) struct TmaBoxes {
 pub(in crate::lower) struct WgmmaKMajor {
     pub(in crate::lower) swizzle_bytes: u32,
     pub(in crate::lower) stride_byte_offset: u32,
+}
+
+/// An MN-major wgmma operand (rows K, columns M or N: a `[K, N]` B stored N-contiguous)
+/// stored in a layout, as its shared-memory matrix descriptor says it (PTX ISA
+/// §9.7.15.5.1.2, "Shared Memory Matrix Layout", canonical layout for the 128-byte swizzle
+/// `((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO))` in elements of 16 bytes `T`; the
+/// executor's [`SmemDesc::address_mn`](tessel_ir::kernel::SmemDesc::address_mn)): the
+/// swizzle mode, in bytes (128: one K row of a panel holds 128 bytes of M or N), the
+/// leading-dimension byte offset (the bytes between the 128-byte column panels along M or
+/// N: a panel's `rows · 128`), the stride-dimension byte offset (between groups of 8 K
+/// rows: 1024), and the bytes a K row takes in a panel (128), so that a k step of 16 moves
+/// the descriptor's start `16 · 128` bytes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(in crate::lower) struct WgmmaMnMajor {
+    pub(in crate::lower) swizzle_bytes: u32,
+    pub(in crate::lower) leading_byte_offset: u32,
+    pub(in crate::lower) stride_byte_offset: u32,
+    pub(in crate::lower) k_row_bytes: u32,
 }
 
 /// Bytes of a chunk: one `cp.async`, one `ldmatrix` row, one swizzled unit.
@@ -298,6 +319,23 @@ impl StageLayout {
         Some(WgmmaKMajor {
             swizzle_bytes: span,
             stride_byte_offset: Self::PERIOD * span,
+        })
+    }
+
+    /// This layout, its rows K and its columns M or N, as an MN-major wgmma operand's
+    /// descriptor fields ([`WgmmaMnMajor`]), or `None` where it is not one wgmma reads:
+    /// only [`Swizzle::Panels128`] (and rows of exactly 128 bytes, the same bytes) — the
+    /// 128-byte panels TMA writes one box each.
+    pub(in crate::lower) fn wgmma_mn_major(&self) -> Option<WgmmaMnMajor> {
+        let panels = match self.swizzle {
+            Swizzle::Panels128 => true,
+            Swizzle::Rows => self.row_bytes() == 128,
+        };
+        panels.then(|| WgmmaMnMajor {
+            swizzle_bytes: 128,
+            leading_byte_offset: self.rows * 128,
+            stride_byte_offset: Self::PERIOD * 128,
+            k_row_bytes: 128,
         })
     }
 }
@@ -528,5 +566,45 @@ mod tests {
         );
         assert_eq!(StageLayout::rows(64, 128, 2).wgmma_k_major(), None);
         assert_eq!(StageLayout::rows(64, 8, 2).wgmma_k_major(), None);
+    }
+
+    /// A GEMM's MN-major B stage — 64 K rows of a 128-wide N tile in two 128-byte panels
+    /// — read through an MN-major descriptor (the executor's `SmemDesc::address_mn`, PTX
+    /// ISA §9.7.15.5.1.2.1) is the layout, element for element: from the descriptor at
+    /// the stage's start plus `16 · ks` K rows (k step `ks`), byte `b` of K row `k` of the
+    /// step is element `(16 · ks + k, b / esz)`, for every panel and k step.
+    #[test]
+    fn wgmma_reads_panels_mn_major() {
+        use tessel_ir::kernel::{SmemDesc, WgmmaSwizzle};
+        for l in [
+            StageLayout::panels_128(64, 128, 2),
+            StageLayout::panels_128(64, 256, 2),
+            StageLayout::panels_128(16, 64, 2),
+        ] {
+            let mn = l.wgmma_mn_major().expect("panels are MN-major operands");
+            assert_eq!(mn.leading_byte_offset, l.rows * 128, "{l:?}");
+            assert_eq!((mn.stride_byte_offset, mn.k_row_bytes), (1024, 128));
+            // The stage at a 1024-aligned address, as the rings place it.
+            let base = 3 * 1024;
+            for ks in 0..l.rows / 16 {
+                let desc = SmemDesc {
+                    start: base + ks * 16 * mn.k_row_bytes,
+                    lbo: mn.leading_byte_offset,
+                    sbo: mn.stride_byte_offset,
+                    swizzle: WgmmaSwizzle::B128,
+                };
+                for k in 0..16 {
+                    for b in (0..l.row_bytes()).step_by(l.esz as usize) {
+                        assert_eq!(
+                            desc.address_mn(k, b),
+                            base + l.offset(16 * ks + k, b / l.esz),
+                            "{l:?} step {ks} row {k} byte {b}"
+                        );
+                    }
+                }
+            }
+        }
+        assert!(StageLayout::rows(64, 128, 2).wgmma_mn_major().is_none());
+        assert!(StageLayout::rows(64, 64, 2).wgmma_mn_major().is_some());
     }
 }

@@ -31,6 +31,10 @@ pub(in crate::lower) struct TmaPlan {
     boxes: TmaBoxes,
     /// Added to each coordinate of a load (dims in the map's order; empty: all 0).
     origin: Vec<u64>,
+    /// The map's first (contiguous) dim is the operand's K ([`Gen::issue_tma`] names a
+    /// box by (K, row)); else its rows are K and its columns M or N (an MN-major operand:
+    /// the box is named by (column, K)).
+    k_inner: bool,
 }
 
 impl TmaPlan {
@@ -42,14 +46,17 @@ impl TmaPlan {
 }
 
 impl Gen<'_> {
-    /// The TMA plan of operand `op` into `ring` (rows of the stage are the operand's rows,
-    /// its columns K): adds the tensor-map parameter and its launch argument. `value` names
-    /// the matmul in errors.
+    /// The TMA plan of operand `op` into `ring`, whose stage's columns are the operand's
+    /// contiguous dim: K for a K-major operand (the stage's rows its M or N), M or N for
+    /// an MN-major one (a `[K, N]` B stored N-contiguous: the stage's rows K, in 128-byte
+    /// panels, one box each). Adds the tensor-map parameter — over the stored tensor's
+    /// `[rows, cols]` as they lie, inner dim `cols`, so boxes past K, M or N are zero-filled
+    /// — and its launch argument. `value` names the matmul in errors.
     ///
     /// # Errors
-    /// [`LowerError::Unsupported`] where TMA cannot load the operand: a strided view, K not
-    /// the contiguous dim, rows not whole 16-byte chunks, a stage layout TMA does not write,
-    /// or a box of more than 256 rows.
+    /// [`LowerError::Unsupported`] where TMA cannot load the operand: a strided view, rows
+    /// not whole 16-byte chunks, a stage layout TMA does not write, or a box of more than
+    /// 256 rows.
     pub(in crate::lower) fn tma_plan(
         &mut self,
         op: &Operand2d,
@@ -62,8 +69,8 @@ impl Gen<'_> {
         };
         let layout = ring.layout;
         let esz = layout.esz as u64;
-        if op.view.is_some() || !op.k_contiguous {
-            return Err(unsupported("a strided view or K not contiguous"));
+        if op.view.is_some() {
+            return Err(unsupported("a strided view"));
         }
         if !op.rows_aligned(esz) {
             return Err(unsupported("rows not whole 16-byte chunks"));
@@ -94,6 +101,7 @@ impl Gen<'_> {
             tmap,
             boxes,
             origin: Vec::new(),
+            k_inner: op.k_contiguous,
         })
     }
 
@@ -166,12 +174,14 @@ impl Gen<'_> {
             tmap,
             boxes,
             origin,
+            k_inner: true,
         })
     }
 
     /// The TMA loads of one stage at shared address `stage` (aligned to the layout's
-    /// pattern): the operand's rows from `row0` and K from `k0`, completing on the mbarrier
-    /// at `mbar` (armed beforehand with [`TmaPlan::stage_bytes`]).
+    /// pattern): the operand's rows (M or N) from `row0` and K from `k0`, completing on the
+    /// mbarrier at `mbar` (armed beforehand with [`TmaPlan::stage_bytes`]). The map names
+    /// K first for a K-major operand, M or N first for an MN-major one.
     pub(in crate::lower) fn issue_tma(
         &mut self,
         plan: &TmaPlan,
@@ -179,7 +189,8 @@ impl Gen<'_> {
         (k0, row0): (Ix, Ix),
         mbar: Reg,
     ) {
-        self.issue_tma_at(plan, stage, &[k0, row0], mbar);
+        let at = if plan.k_inner { [k0, row0] } else { [row0, k0] };
+        self.issue_tma_at(plan, stage, &at, mbar);
     }
 
     /// The TMA loads of one stage at shared address `stage`, the first box at coordinates
