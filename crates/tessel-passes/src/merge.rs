@@ -13,7 +13,9 @@
 //!   tuned to the registers and the shared memory they have alone;
 //! - has the schedule kind of the first (the word its schedule starts with: `gemv`,
 //!   `update`, `elementwise`, ...): kernels alike in their registers, so the merged one's
-//!   occupancy is theirs;
+//!   occupancy is theirs — or is a *rider* of at most [`RIDER_CTAS`] CTAs, whose launch
+//!   would cost more than its work (decode's RoPE table, one CTA, rides with the q/k/v
+//!   GEMVs' 1792);
 //! - and is independent of the launches merged before it: it writes no buffer they read or
 //!   write, and reads none they write (the CTAs of a merged launch run in no set order).
 //!
@@ -56,7 +58,7 @@ pub fn run(p: &mut Program) -> Vec<Vec<usize>> {
             mergeable(first)
                 && mergeable(k)
                 && k.block == first.block
-                && kind(k) == kind(first)
+                && (kind(k) == kind(first) || k.grid[0] <= RIDER_CTAS)
                 && independent(p, run, i)
                 && static_shared(p, run) + static_shared(p, &[i]) <= STATIC_SHARED_BYTES as u64
         });
@@ -103,6 +105,12 @@ fn static_shared(p: &Program, run: &[usize]) -> u64 {
         .map(|d| d.bytes as u64)
         .sum()
 }
+
+/// The most CTAs a kernel of another kind than its run's may have to join it: a rider's
+/// work is a few CTAs of the merged grid, and ptxas gives the merged kernel the registers
+/// of its largest part (the decode RoPE table's 23 against the GEMVs' 34: `tessel explain`
+/// prints both), so the run's occupancy is its main parts'.
+const RIDER_CTAS: u32 = 4;
 
 /// The word a kernel's schedule starts with (`gemv`, `update`, `elementwise`, ...).
 fn kind(k: &Kernel) -> &str {

@@ -129,14 +129,28 @@ fn print_kernels(
                 }
             })
             .collect();
-        // A kernel `merge-launches` made of several runs each group on its own CTAs.
-        let names: Vec<String> = grps.iter().map(|g| g.to_string()).collect();
-        let kind = format!("{:?}", c.fusion.groups[grps[0]].kind());
+        // A kernel `merge-launches` made of several runs each group on its own CTAs: one
+        // kind after the groups, or each group's after it where a rider of another kind
+        // joined (`groups g1 Matmul, g4 Elementwise`).
+        let kinds: Vec<String> = grps
+            .iter()
+            .map(|&g| format!("{:?}", c.fusion.groups[g].kind()))
+            .collect();
+        let list = if kinds.iter().all(|k| *k == kinds[0]) {
+            let names: Vec<String> = grps.iter().map(|g| g.to_string()).collect();
+            format!("{}, {}", names.join(", "), kinds[0])
+        } else {
+            let named: Vec<String> = grps
+                .iter()
+                .zip(&kinds)
+                .map(|(g, k)| format!("{g} {k}"))
+                .collect();
+            named.join(", ")
+        };
         println!(
-            "{indent}kernel {} (group{} {}, {kind}) writes {}",
+            "{indent}kernel {} (group{} {list}) writes {}",
             k.name,
             if grps.len() > 1 { "s" } else { "" },
-            names.join(", "),
             outs.join(", ")
         );
         for &grp in grps {
