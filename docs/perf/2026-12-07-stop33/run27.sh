@@ -6,10 +6,10 @@
 #   tests/gpu/python_lora.py (now timing grad_order="sequence" too), the LoRA example's
 #   curves, and the fold step's own time at Qwen3-14B's o_proj;
 # - merge-launches' rider: the small decode layer checked, the 14B decode layer at B = 1.
-# Usage (device): bash docs/perf/2026-12-07-stop33/run27.sh   (writes under $OUT)
+# Usage (device): bash docs/perf/2026-12-07-stop33/run27.sh   (writes under $OUT), then, as a
+# second call on the warm machine, bash docs/perf/2026-12-07-issue19/mnb.sh
 L=$OUT/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version --format=csv > $L/card.txt
-bash docs/perf/2026-12-07-issue19/mnb.sh
 N=./target/release/tessel_mnb_s
 t() { local name=$1; shift; echo "== $*" >> $L/$name.txt; /usr/bin/time -f "%e s" timeout ${TMO:-100} "$@" >> $L/$name.txt 2>&1; echo "rc $?" >> $L/$name.txt; }
 # The rider (decode's RoPE table launched with the q/k/v GEMVs): the small layer checked, the
