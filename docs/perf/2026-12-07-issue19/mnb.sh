@@ -23,12 +23,12 @@ P="tests/programs/matmul_mn.tsl --profile fast"
 t explain $B explain $P --step xw --dim M=2048 --dim K=5120 --dim N=5120
 t explain $B explain $P --step xw --dim M=1030 --dim K=136 --dim N=4104
 t check $B check $P --step xw --dim M=1030 --dim K=136 --dim N=4104
-t check $B check $P --step xw --dim M=3000 --dim K=600 --dim N=2056
-t check $B check $P --step xw --dim M=4100 --dim K=1000 --dim N=4200
+TMO=300 t check $B check $P --step xw --dim M=3000 --dim K=600 --dim N=2056
+TMO=300 t check $B check $P --step xw --dim M=4100 --dim K=1000 --dim N=4200
 t check $B check $P --step xwt --dim M=1030 --dim K=136 --dim N=4104
 t check $B check $P --step xw_epilogue --dim M=1030 --dim K=136 --dim N=4104
 t check $B check $P --step xw_widened --dim M=1030 --dim K=200 --dim N=4104
-t check $B check $P --step linear_grads --dim M=2050 --dim K=4104 --dim N=1032
+TMO=300 t check $B check $P --step linear_grads --dim M=2050 --dim K=4104 --dim N=1032
 t check $B check $P --step xw --no-wgmma-pingpong --dim M=1030 --dim K=136 --dim N=4101
 t check $B check $P --step xw --no-wgmma-pingpong --dim M=2048 --dim K=600 --dim N=1032
 t check $B check $P --step xw --no-wgmma-pingpong --wgmma-tma --dim M=1030 --dim K=600 --dim N=4104
