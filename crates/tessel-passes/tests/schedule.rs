@@ -20,11 +20,19 @@ fn matmul_schedule_split(
     split: bool,
 ) -> Schedule {
     let src = format!("step s(x: {dt}[M, K], w: {dt}[N, K]) -> {dt}[M, N] {{ x @ w^T }}");
-    let module = tessel_syntax::parse(&src).expect("parses");
-    let dims: BTreeMap<String, u64> = [("M", m), ("N", n), ("K", k)]
-        .into_iter()
-        .map(|(a, b)| (a.to_string(), b))
-        .collect();
+    first_schedule(&src, &[("M", m), ("N", n), ("K", k)], t, p, split)
+}
+
+/// The schedule of the first group of step `s` of `src` at `dims`.
+fn first_schedule(
+    src: &str,
+    dims: &[(&str, u64)],
+    t: &Target,
+    p: Profile,
+    split: bool,
+) -> Schedule {
+    let module = tessel_syntax::parse(src).expect("parses");
+    let dims: BTreeMap<String, u64> = dims.iter().map(|&(a, b)| (a.to_string(), b)).collect();
     let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
     let f = fuse::run(&g, t, p);
     let s = schedule::run(&g, &f, t, p, (split, false, false, None));
@@ -578,20 +586,12 @@ fn invariant_batched_orders_do_not_depend_on_the_batch() {
             (64, 768, 64),
             (300, 200, 136),
         ] {
+            let src = format!(
+                "step s(x: {dt}[B, M, K], w: {dt}[B, N, K]) -> {dt}[B, M, N] {{ x @ transpose(w, 1, 2) }}"
+            );
             let order = |b: u64| {
-                let src = format!(
-                    "step s(x: {dt}[B, M, K], w: {dt}[B, N, K]) -> {dt}[B, M, N] {{ x @ transpose(w, 1, 2) }}"
-                );
-                let module = tessel_syntax::parse(&src).expect("parses");
-                let dims: BTreeMap<String, u64> = [("B", b), ("M", m), ("N", n), ("K", k)]
-                    .into_iter()
-                    .map(|(a, v)| (a.to_string(), v))
-                    .collect();
-                let g = decompose::run(&check::run(&module, "s", &dims).expect("checks"));
-                let f = fuse::run(&g, &t, Profile::Invariant);
-                let s = schedule::run(&g, &f, &t, Profile::Invariant, (true, false, false, None));
-                let (grp, _) = f.groups.iter().next().expect("one group");
-                invariant_order(&s[grp].clone().expect("scheduled"))
+                let dims = [("B", b), ("M", m), ("N", n), ("K", k)];
+                invariant_order(&first_schedule(&src, &dims, &t, Profile::Invariant, true))
             };
             let one = order(1);
             for b in [2, 8, 31] {

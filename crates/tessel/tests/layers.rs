@@ -34,7 +34,12 @@ fn kernel_groups(t: &str) -> Vec<Vec<(String, String)>> {
                 return Some(each.map(|(g, k)| (g.to_string(), k.to_string())).collect());
             }
             let kind = parts.pop()?;
-            Some(parts.iter().map(|g| (g.to_string(), kind.to_string())).collect())
+            Some(
+                parts
+                    .iter()
+                    .map(|g| (g.to_string(), kind.to_string()))
+                    .collect(),
+            )
         })
         .collect()
 }

@@ -21,25 +21,19 @@ impl Gen<'_> {
         threads: u32,
         chunk: u32,
     ) -> Result<u32, LowerError> {
-        let GOp::Cumsum { arg, .. } = self.g.ops[c] else {
-            return Err(LowerError::Unsupported {
-                what: "a scan group whose listed op is not a cumsum".into(),
-                value: c,
-            });
-        };
-        let shape = self.g.ty(c).shape.clone();
-        let rank = shape.rank();
-        let n = shape.last();
-        let nrows = shape.numel() / n.max(1);
+        let ScanRows {
+            arg,
+            lead,
+            n,
+            nrows,
+            cls,
+            add,
+            identity,
+            tid,
+            cta,
+        } = self.scan_rows_of(c)?;
         let chunks = n.div_ceil(chunk as u64);
-        let cls = class(self.g.ty(c).dtype);
-        let (add, identity) = match cls {
-            RegType::F32 => (Op::FAdd, Operand::f32(-0.0)),
-            _ => (Op::IAdd, Operand::U32(0)),
-        };
-        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-        let lead = self.unflatten(Ix::R(cta), &Shape(shape.0[..rank - 1].to_vec()));
+        let lead = self.unflatten(Ix::R(cta), &lead);
         let smem = self.b.kernel.new_shared(4 * chunks as u32, 4);
         let base = self.b.op(RegType::U32, Op::SharedAddr(smem), &[]);
 
@@ -108,23 +102,17 @@ impl Gen<'_> {
     /// the additions of [`Gen::scan`] for a row of one chunk, whose prefix is -0. Returns
     /// the grid size.
     pub(super) fn scan_rows(&mut self, out: Value, c: Value, rows: u32) -> Result<u32, LowerError> {
-        let GOp::Cumsum { arg, .. } = self.g.ops[c] else {
-            return Err(LowerError::Unsupported {
-                what: "a scan group whose listed op is not a cumsum".into(),
-                value: c,
-            });
-        };
-        let shape = self.g.ty(c).shape.clone();
-        let rank = shape.rank();
-        let n = shape.last();
-        let nrows = shape.numel() / n.max(1);
-        let cls = class(self.g.ty(c).dtype);
-        let (add, identity) = match cls {
-            RegType::F32 => (Op::FAdd, Operand::f32(-0.0)),
-            _ => (Op::IAdd, Operand::U32(0)),
-        };
-        let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let cta = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let ScanRows {
+            arg,
+            lead,
+            n,
+            nrows,
+            cls,
+            add,
+            identity,
+            tid,
+            cta,
+        } = self.scan_rows_of(c)?;
         let first = self
             .b
             .op(RegType::U32, Op::IMulLo, &[cta.into(), Operand::U32(rows)]);
@@ -137,7 +125,7 @@ impl Gen<'_> {
             &[row.into(), Self::imm_u(nrows)],
         );
         self.open();
-        let lead = self.unflatten(Ix::R(row), &Shape(shape.0[..rank - 1].to_vec()));
+        let lead = self.unflatten(Ix::R(row), &lead);
         let acc = self.b.kernel.new_reg(cls);
         self.b.assign(acc, Op::Mov, &[identity]);
         self.row_value.insert(c, acc.into());
@@ -147,6 +135,37 @@ impl Gen<'_> {
         })?;
         self.close_if(inside);
         Ok(nrows.div_ceil(rows as u64).max(1) as u32)
+    }
+
+    /// What both scan kernels start from: the cumsum `c`'s operand, the shape of its rows'
+    /// index (every dim but the last), the row length and count, the register class with
+    /// its addition and the sum's start (-0 for f32: `-0 + x` is `x` for every x, 0 for
+    /// i32), and the thread's and CTA's indices.
+    fn scan_rows_of(&mut self, c: Value) -> Result<ScanRows, LowerError> {
+        let GOp::Cumsum { arg, .. } = self.g.ops[c] else {
+            return Err(LowerError::Unsupported {
+                what: "a scan group whose listed op is not a cumsum".into(),
+                value: c,
+            });
+        };
+        let shape = self.g.ty(c).shape.clone();
+        let n = shape.last();
+        let cls = class(self.g.ty(c).dtype);
+        let (add, identity) = match cls {
+            RegType::F32 => (Op::FAdd, Operand::f32(-0.0)),
+            _ => (Op::IAdd, Operand::U32(0)),
+        };
+        Ok(ScanRows {
+            arg,
+            lead: Shape(shape.0[..shape.rank() - 1].to_vec()),
+            n,
+            nrows: shape.numel() / n.max(1),
+            cls,
+            add,
+            identity,
+            tid: self.b.op(RegType::U32, Op::Special(Special::TidX), &[]),
+            cta: self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]),
+        })
     }
 
     /// `base + 4 · i`: the shared slot of chunk `i`.
@@ -209,4 +228,17 @@ impl Gen<'_> {
         self.close_for(i, start.into(), end.into(), Operand::U32(1));
         Ok(())
     }
+}
+
+/// A cumsum's rows as both scan kernels see them ([`Gen::scan_rows_of`]).
+struct ScanRows {
+    arg: Value,
+    lead: Shape,
+    n: u64,
+    nrows: u64,
+    cls: RegType,
+    add: Op,
+    identity: Operand,
+    tid: Reg,
+    cta: Reg,
 }
