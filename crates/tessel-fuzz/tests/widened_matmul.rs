@@ -147,6 +147,35 @@ fn a_returned_f32_copy_is_written_but_not_read() {
     }
 }
 
+/// The schedules of the kernels a launch runs: the schedule itself, or, for a launch
+/// `merge-launches` made (`one launch of N kernels; CTAs a..b: S1; CTAs b..c: S2`), each
+/// part's.
+fn launch_parts(schedule: &str) -> Vec<String> {
+    let Some(rest) = schedule.strip_prefix("one launch of ") else {
+        return vec![schedule.to_string()];
+    };
+    // Where each part starts: `CTAs a..b: ` (digits, `..`, digits, `: `).
+    let range_at = |i: usize| -> Option<usize> {
+        let t = rest[i..].strip_prefix("CTAs ")?;
+        let (a, t) = t.split_once("..")?;
+        let (b, _) = t.split_once(": ")?;
+        let digits = |x: &str| !x.is_empty() && x.bytes().all(|c| c.is_ascii_digit());
+        (digits(a) && digits(b)).then(|| i + "CTAs ".len() + a.len() + 2 + b.len() + 2)
+    };
+    let starts: Vec<(usize, usize)> = rest
+        .match_indices("CTAs ")
+        .filter_map(|(i, _)| range_at(i).map(|body| (i, body)))
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(j, &(_, body))| {
+            let end = starts.get(j + 1).map_or(rest.len(), |&(next, _)| next);
+            rest[body..end].trim_end_matches("; ").to_string()
+        })
+        .collect()
+}
+
 /// `exact`: the widened program's outputs are the f32 program's bit for bit, through the
 /// same schedules (each kernel's reduction order printed in its schedule), with fewer
 /// kernels (no cast kernels) and no f32 copies.
@@ -161,13 +190,19 @@ fn exact_profile_bits_are_the_f32_programs() {
             let what = format!("{step} M={m} K={k} N={n}");
             let wide = compile_step(&src, step, shape, Profile::Exact);
             let twin = compile_step(&src, &format!("{step}_f32"), shape, Profile::Exact);
-            // The matmul kernels' schedules (tile and reduction order) are the f32 ones.
+            // The matmul kernels' schedules (tile and reduction order) are the f32 ones,
+            // each part of a merged launch on its own (`one launch of 2 kernels; CTAs 0..3:
+            // elementwise ...; CTAs 3..4: simt ...`: the cast kernels the twin has and the
+            // widened program has not change which kernels a tiny GEMM rides with).
             let orders = |p: &Program| -> Vec<String> {
-                p.kernels
+                let mut parts: Vec<String> = p
+                    .kernels
                     .values()
-                    .filter(|k| !k.schedule.starts_with("elementwise"))
-                    .map(|k| k.schedule.clone())
-                    .collect()
+                    .flat_map(|k| launch_parts(&k.schedule))
+                    .filter(|s| !s.starts_with("elementwise"))
+                    .collect();
+                parts.sort();
+                parts
             };
             let (wo, to) = (orders(&wide), orders(&twin));
             assert!(!wo.is_empty(), "{what}: no matmul kernel");
