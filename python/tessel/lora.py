@@ -208,8 +208,8 @@ def _module_class(torch):
             for p in (self.lora_A[self.adapter].weight, self.lora_B[self.adapter].weight):
                 if p.grad is None:
                     p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                elif not p.grad.is_contiguous() or p.grad.dtype != torch.float32:
-                    p.grad = p.grad.to(torch.float32).contiguous()
+                elif not p.grad.is_contiguous():  # torch keeps .grad in p's dtype, f32
+                    p.grad = p.grad.contiguous()
                 acc.append(p.grad)
             for at in range(0, sequences, _SEQUENCES_PER_FOLD):
                 n = min(_SEQUENCES_PER_FOLD, sequences - at)

@@ -12,9 +12,30 @@
 //! `[K, N]` (`x @ w`: an MN-major B, read through wgmma's transposed descriptors) run on
 //! the `wgmma: 1` tile at any N and on the ping-pong tile at N a multiple of 8.
 
-use tessel_fuzz::run::{run_case_traced, Device, Outcome};
+use tessel_fuzz::run::{run_case_traced, Device, Outcome, Trace};
 use tessel_passes::{Profile, Target};
 use tessel_ref::tensor::SplitMix64;
+
+/// `run_case_traced` of step `fuzz` on an H200 of `sms` SMs, the ping-pong tile allowed or not.
+fn run_on(
+    src: &str,
+    dims: &[(String, u64)],
+    profile: Profile,
+    seed: u64,
+    (sms, pingpong): (u32, bool),
+) -> (Outcome, Trace) {
+    let target = Target {
+        sm_count: sms,
+        ..Target::h200()
+    };
+    let device = Device {
+        target: &target,
+        run: None,
+        wgmma_attention: false,
+        wgmma_pingpong: pingpong,
+    };
+    run_case_traced(src, "fuzz", dims, profile, seed, Some(device))
+}
 
 fn pick<T: Copy>(rng: &mut SplitMix64, xs: &[T]) -> T {
     xs[(rng.next_u64() % xs.len() as u64) as usize]
@@ -86,17 +107,7 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
         } else {
             1
         };
-        let target = Target {
-            sm_count: sms,
-            ..Target::h200()
-        };
-        let device = Device {
-            target: &target,
-            run: None,
-            wgmma_attention: false,
-            wgmma_pingpong: false,
-        };
-        let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
+        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, false));
         let wg: Vec<&String> = t
             .schedules
             .iter()
@@ -185,17 +196,7 @@ fn random_mn_major_gemms_on_the_wgmma_tiles_pass_the_reference() {
         } else {
             ("wgmma: 1", 1)
         };
-        let target = Target {
-            sm_count: sms,
-            ..Target::h200()
-        };
-        let device = Device {
-            target: &target,
-            run: None,
-            wgmma_attention: false,
-            wgmma_pingpong: pingpong,
-        };
-        let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
+        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, pingpong));
         ran[pingpong as usize] += 1;
         let taken = t.schedules.iter().filter(|s| s.contains(tile)).count();
         if o != Outcome::Pass || taken == 0 {
