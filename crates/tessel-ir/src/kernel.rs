@@ -723,6 +723,32 @@ pub enum Stmt {
     /// to consumer ones. Every lane of the warp executes it together. No effect on results:
     /// a no-op in the executor.
     SetMaxNReg { inc: bool, regs: u32 },
+    // --- Programmatic dependent launch (sm_90). ---
+    /// Waits until every grid this one depends on programmatically has completed and its
+    /// memory operations are performed and visible to this grid (PTX `griddepcontrol.wait`,
+    /// PTX ISA "Parallel Synchronization and Communication Instructions: griddepcontrol";
+    /// sm_90, PTX 7.8). Per thread. A kernel launched with programmatic stream
+    /// serialization (CUDA Programming Guide, "Programmatic Dependent Launch") may start
+    /// before the kernel ahead of it in the stream has finished: every one of its threads
+    /// executes this before its first global memory access other than a
+    /// [`Stmt::PrefetchL2`] (the verifier's rule `kernel.griddep`). Launched without the
+    /// attribute it returns at once. The executor runs kernels one after another: a no-op
+    /// there.
+    GridDepWait,
+    /// Lets the grids that depend on this one programmatically launch once every CTA of
+    /// this grid has executed this statement or exited (PTX
+    /// `griddepcontrol.launch_dependents`; the first execution in a CTA is the one that
+    /// counts). It orders no memory: a dependent still waits for this grid's completion
+    /// with [`Stmt::GridDepWait`] before reading what it wrote. A no-op in the executor.
+    GridDepLaunch,
+    /// Asks L2 to fetch the `bytes` bytes of global memory at `addr` (a `U64`, 16-byte
+    /// aligned; `bytes` a `U32`, a multiple of 16; PTX `cp.async.bulk.prefetch.L2.global
+    /// [addr], bytes`, PTX ISA "Data Movement and Conversion Instructions:
+    /// cp.async.bulk.prefetch"; sm_90, PTX 8.0). A hint: it changes no value any thread
+    /// reads (L2 is where global memory is coherent), so it may run before
+    /// [`Stmt::GridDepWait`]. The executor checks that the range lies within one global
+    /// buffer and is otherwise a no-op.
+    PrefetchL2 { addr: Reg, bytes: Operand },
 }
 
 /// The most arrivals an mbarrier phase may count, and the largest tx-count (PTX ISA

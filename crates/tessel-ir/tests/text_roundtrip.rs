@@ -334,7 +334,8 @@ fn examples_in_docs_read_and_verify() {
     assert_eq!(seen, 3);
 }
 
-/// A kernel with every mbarrier, TMA and setmaxnreg statement, immediates and registers.
+/// A kernel with every mbarrier, TMA, setmaxnreg and griddepcontrol statement, immediates and
+/// registers.
 fn async_kernel() -> Kernel {
     use tessel_ir::kernel::{Param, ParamKind};
     let mut k = Kernel {
@@ -403,6 +404,22 @@ fn async_kernel() -> Kernel {
             regs: 232,
         },
     ];
+    // The programmatic dependent launch's statements, before the TMA load they order.
+    k.body.splice(
+        5..5,
+        [
+            Stmt::GridDepLaunch,
+            Stmt::PrefetchL2 {
+                addr: t,
+                bytes: Operand::U32(4096),
+            },
+            Stmt::PrefetchL2 {
+                addr: t,
+                bytes: Operand::Reg(c),
+            },
+            Stmt::GridDepWait,
+        ],
+    );
     k
 }
 
@@ -424,6 +441,10 @@ fn mbarrier_tma_and_setmaxnreg_round_trip() {
         "  mbarrier.arrive [r2]",
         "  mbarrier.wait [r2], r3",
         "  setmaxnreg.inc 232",
+        "  griddepcontrol.launch_dependents",
+        "  prefetch.l2 [r0], 4096u32",
+        "  prefetch.l2 [r0], r3",
+        "  griddepcontrol.wait",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }

@@ -1356,6 +1356,89 @@ fn mbarrier_tma_and_setmaxnreg_rules() {
 }
 
 #[test]
+fn griddep_rules() {
+    // copy_kernel: body[0..5] ops (r4 the source address), body[5] the global load,
+    // body[6] an op, body[7] the global store.
+    let (u32r, addr) = (Reg::from_u32(0), Reg::from_u32(4));
+    let prefetch = |bytes| Stmt::PrefetchL2 {
+        addr,
+        bytes: Operand::U32(bytes),
+    };
+    let with = |edit: &dyn Fn(&mut Kernel)| {
+        let mut k = copy_kernel("k");
+        edit(&mut k);
+        k
+    };
+    // The wait before the first global access; a prefetch and the trigger may come first.
+    let good = [
+        with(&|k| k.body.insert(5, Stmt::GridDepWait)),
+        with(&|k| {
+            k.body.insert(5, Stmt::GridDepWait);
+            k.body.insert(5, prefetch(128));
+            k.body.insert(0, Stmt::GridDepLaunch);
+        }),
+        // Both arms of a branch wait.
+        with(&|k| {
+            let p = k.new_reg(RegType::Pred);
+            k.body.insert(
+                5,
+                Stmt::If {
+                    cond: p,
+                    then_body: vec![Stmt::GridDepWait],
+                    else_body: vec![Stmt::GridDepWait],
+                },
+            );
+        }),
+        // No wait at all: nothing to check.
+        copy_kernel("k"),
+    ];
+    for k in good {
+        verify_kernel(&k, true).unwrap_or_else(|e| panic!("{:?}: {e:?}", k.body));
+    }
+    let gd = "kernel.griddep";
+    // The wait after the load.
+    kernel_fails(gd, |k| k.body.insert(6, Stmt::GridDepWait));
+    // Only one arm of a branch waits.
+    kernel_fails(gd, |k| {
+        let p = k.new_reg(RegType::Pred);
+        k.body.insert(
+            5,
+            Stmt::If {
+                cond: p,
+                then_body: vec![Stmt::GridDepWait],
+                else_body: vec![],
+            },
+        );
+    });
+    // A loop's body may run zero times.
+    kernel_fails(gd, |k| {
+        let i = k.new_reg(RegType::U32);
+        k.body.insert(
+            5,
+            Stmt::For {
+                var: i,
+                start: Operand::U32(0),
+                end: Operand::Reg(u32r),
+                step: Operand::U32(1),
+                body: vec![Stmt::GridDepWait],
+            },
+        );
+    });
+    // A prefetch is a u64 address and a multiple of 16 bytes.
+    kernel_fails(gd, |k| k.body.insert(5, prefetch(24)));
+    kernel_fails(gd, |k| k.body.insert(5, prefetch(0)));
+    kernel_fails(gd, |k| {
+        k.body.insert(
+            5,
+            Stmt::PrefetchL2 {
+                addr: u32r,
+                bytes: Operand::U32(16),
+            },
+        )
+    });
+}
+
+#[test]
 fn tensor_map_launch_rules() {
     use tessel_ir::kernel::{TensorMapDesc, TensorMapSwizzle};
     use tessel_ir::{BufferId, KernelId};

@@ -479,6 +479,9 @@ impl<W: fmt::Write> Writer<W> {
                 mbar,
             } => self.write_tma_load(k, level, *dst, *tmap, coords, *mbar),
             Stmt::SetMaxNReg { inc, regs } => self.write_setmaxnreg(k, level, *inc, *regs),
+            Stmt::GridDepWait => self.write_griddep(k, level, "wait"),
+            Stmt::GridDepLaunch => self.write_griddep(k, level, "launch_dependents"),
+            Stmt::PrefetchL2 { addr, bytes } => self.write_prefetch_l2(k, level, *addr, *bytes),
         }
     }
 

@@ -140,3 +140,63 @@ fn rows_outside_the_rules_are_errors() {
     let e = write_kernel(&k, &sm90a()).unwrap_err();
     assert!(matches!(e, PtxError::NoRow { .. }), "{e}");
 }
+
+/// `copy_kernel` with the programmatic dependent launch's statements: the trigger and an L2
+/// prefetch of the source before the wait, the wait before the first global access.
+fn griddep_kernel(bytes: Operand) -> Kernel {
+    let mut k = tessel_testkit::ir::copy_kernel("griddep");
+    // body[4] computes the source address r4; body[5] is the global load.
+    let addr = tessel_ir::Reg::from_u32(4);
+    k.body.splice(
+        5..5,
+        [
+            Stmt::PrefetchL2 { addr, bytes },
+            Stmt::GridDepLaunch,
+            Stmt::GridDepWait,
+        ],
+    );
+    k
+}
+
+#[test]
+fn griddepcontrol_and_l2_prefetch_rows() {
+    let n = tessel_ir::Reg::from_u32(0);
+    for (bytes, row) in [
+        (Operand::U32(128), "cp.async.bulk.prefetch.L2.global [%rd"),
+        (Operand::Reg(n), "cp.async.bulk.prefetch.L2.global [%rd"),
+    ] {
+        let k = griddep_kernel(bytes);
+        tessel_ir::verify::verify_kernel(&k, true).unwrap();
+        for target in ["sm_90a", "sm_90"] {
+            let ptx = write_kernel(&legalized(&k), &PtxOptions::with_header((8, 0), target))
+                .unwrap_or_else(|e| panic!("{e}"));
+            assemble_for(&ptx, target);
+            let l = lines(&ptx);
+            let at = |needle: &str| {
+                l.iter()
+                    .position(|s| s.starts_with(needle))
+                    .unwrap_or_else(|| panic!("no {needle:?} in\n{ptx}"))
+            };
+            let (prefetch, launch, wait, load) = (
+                at(row),
+                at("griddepcontrol.launch_dependents;"),
+                at("griddepcontrol.wait;"),
+                at("ld.global"),
+            );
+            assert!(prefetch < launch && launch < wait && wait < load, "{ptx}");
+            match bytes {
+                Operand::U32(b) => assert!(l[prefetch].ends_with(&format!("], {b};")), "{ptx}"),
+                _ => assert!(l[prefetch].contains("], %r"), "{ptx}"),
+            }
+        }
+    }
+    // Neither exists before sm_90; a prefetch size is a nonzero multiple of 16.
+    let sm80 = PtxOptions::with_header((8, 0), "sm_80");
+    let e = write_kernel(&griddep_kernel(Operand::U32(128)), &sm80).unwrap_err();
+    assert!(
+        matches!(&e, PtxError::Malformed { message, .. } if message.contains("sm_90")),
+        "{e}"
+    );
+    let e = write_kernel(&griddep_kernel(Operand::U32(24)), &sm90a()).unwrap_err();
+    assert!(matches!(&e, PtxError::Malformed { .. }), "{e}");
+}

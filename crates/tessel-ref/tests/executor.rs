@@ -1200,3 +1200,53 @@ fn stores_to_inputs_fault() {
         }
     );
 }
+
+#[test]
+fn griddepcontrol_runs_and_l2_prefetch_is_bounds_checked() {
+    // copy_kernel (32 f32 elements) with the programmatic dependent launch's statements:
+    // an L2 prefetch of the source from its base (r1), the trigger, the wait.
+    let with_prefetch = |bytes: u32| {
+        let mut k = tessel_testkit::ir::copy_kernel("griddep");
+        k.body.splice(
+            5..5,
+            [
+                Stmt::PrefetchL2 {
+                    addr: Reg::from_u32(1),
+                    bytes: Operand::U32(bytes),
+                },
+                Stmt::GridDepLaunch,
+                Stmt::GridDepWait,
+            ],
+        );
+        k
+    };
+    let src: Vec<f32> = (0..32).map(|i| i as f32 * 0.5 - 3.0).collect();
+    let mut bufs = vec![f32_tensor(&src), poison_f32(32)];
+    let args = [buf(0), buf(1)];
+    run_kernel(
+        &with_prefetch(128),
+        &mut bufs,
+        &args,
+        &ExecOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(bufs[1].data, bufs[0].data);
+    // 144 bytes run past the 128 of the source.
+    let bufs = vec![f32_tensor(&src), poison_f32(32)];
+    match expect_err(&with_prefetch(144), bufs, &args) {
+        ExecError::OutOfBounds {
+            access,
+            buffer,
+            bytes,
+            ..
+        } => assert_eq!(
+            (access, buffer.as_str(), bytes),
+            ("prefetch.l2", "buf0", 144)
+        ),
+        e => panic!("{e}"),
+    }
+    // The size is a nonzero multiple of 16.
+    let bufs = vec![f32_tensor(&src), poison_f32(32)];
+    let e = expect_err(&with_prefetch(24), bufs, &args);
+    assert!(matches!(e, ExecError::Malformed { .. }), "{e}");
+}

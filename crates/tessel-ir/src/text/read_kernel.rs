@@ -536,6 +536,14 @@ fn stmt(c: &mut Cursor, names: &Names, depth: usize) -> Result<Stmt, ReadError> 
                 regs: c.u32("a register count")?,
             })
         }
+        "griddepcontrol.wait" => return Ok(Stmt::GridDepWait),
+        "griddepcontrol.launch_dependents" => return Ok(Stmt::GridDepLaunch),
+        "prefetch.l2" => {
+            let addr = names.bare_address(c)?;
+            c.punct(',')?;
+            let bytes = names.operand(c)?;
+            return Ok(Stmt::PrefetchL2 { addr, bytes });
+        }
         "cp.async.commit" => return Ok(Stmt::CpAsyncCommit),
         "cp.async.wait_all" => return Ok(Stmt::CpAsyncWaitAll),
         "cp.async.wait" => return Ok(Stmt::CpAsyncWait(c.u32("a group count")?)),

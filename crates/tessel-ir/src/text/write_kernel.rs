@@ -416,6 +416,15 @@ fn stmts_into(out: &mut String, body: &[Stmt], indent: &str) {
                     if *inc { "inc" } else { "dec" }
                 );
             }
+            Stmt::GridDepWait => {
+                let _ = writeln!(out, "{indent}griddepcontrol.wait");
+            }
+            Stmt::GridDepLaunch => {
+                let _ = writeln!(out, "{indent}griddepcontrol.launch_dependents");
+            }
+            Stmt::PrefetchL2 { addr, bytes } => {
+                let _ = writeln!(out, "{indent}prefetch.l2 [{addr}], {}", operand(*bytes));
+            }
         }
     }
 }

@@ -105,6 +105,9 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
         e,
     };
     cx.block(&k.body, "body");
+    if has_griddep_wait(&k.body) {
+        griddep_order(&k.body, false, &format!("{kloc}, body"), e);
+    }
 }
 
 fn uses_whole_warps(body: &[Stmt]) -> bool {
@@ -133,6 +136,7 @@ fn uses_whole_warps(body: &[Stmt]) -> bool {
         | Stmt::CpAsyncWaitAll
         | Stmt::FenceProxyAsync => false,
         Stmt::SetMaxNReg { .. } => true,
+        Stmt::GridDepWait | Stmt::GridDepLaunch | Stmt::PrefetchL2 { .. } => false,
         Stmt::MbarInit { .. }
         | Stmt::MbarArriveExpectTx { .. }
         | Stmt::MbarArrive { .. }
@@ -185,8 +189,67 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             | Stmt::FenceMbarrierInit
             | Stmt::TmaLoad { .. }
             | Stmt::SetMaxNReg { .. } => {}
+            Stmt::GridDepWait | Stmt::GridDepLaunch | Stmt::PrefetchL2 { .. } => {}
         }
     }
+}
+
+/// Whether a statement list holds a [`Stmt::GridDepWait`], nested blocks included.
+pub(crate) fn has_griddep_wait(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::GridDepWait => true,
+        Stmt::For { body, .. } => has_griddep_wait(body),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => has_griddep_wait(then_body) || has_griddep_wait(else_body),
+        _ => false,
+    })
+}
+
+/// Rule `kernel.griddep`: walks `body` with `waited` (whether every path here has passed a
+/// `griddepcontrol.wait`), reports each global memory access reached without one, and
+/// returns the state after the block.
+fn griddep_order(body: &[Stmt], mut waited: bool, path: &str, e: &mut Errors) -> bool {
+    for (i, s) in body.iter().enumerate() {
+        let here = format!("{path}[{i}]");
+        match s {
+            Stmt::GridDepWait => waited = true,
+            Stmt::Load {
+                space: Space::Global,
+                ..
+            }
+            | Stmt::Store {
+                space: Space::Global,
+                ..
+            }
+            | Stmt::CpAsync { .. }
+            | Stmt::TmaLoad { .. }
+                if !waited =>
+            {
+                e.push(
+                    "kernel.griddep",
+                    here,
+                    "a global memory access that a path from the start reaches before `griddepcontrol.wait`: the kernel ahead of it may still be running",
+                );
+            }
+            Stmt::For { body, .. } => {
+                griddep_order(body, waited, &format!("{here}.body"), e);
+            }
+            Stmt::If {
+                then_body,
+                else_body,
+                ..
+            } => {
+                let t = griddep_order(then_body, waited, &format!("{here}.then"), e);
+                let f = griddep_order(else_body, waited, &format!("{here}.else"), e);
+                waited = t && f;
+            }
+            _ => {}
+        }
+    }
+    waited
 }
 
 struct Cx<'a, 'e> {
@@ -461,6 +524,21 @@ impl Cx<'_, '_> {
             | Stmt::FenceMbarrierInit
             | Stmt::TmaLoad { .. }
             | Stmt::SetMaxNReg { .. } => self.async_stmt(s, path),
+            Stmt::GridDepWait | Stmt::GridDepLaunch => {}
+            Stmt::PrefetchL2 { addr, bytes } => {
+                const GD: &str = "kernel.griddep";
+                self.want_reg(GD, *addr, RegType::U64, path, "the prefetch address");
+                self.want_u32(GD, *bytes, 16..=u32::MAX, path, "the prefetch size");
+                if let Operand::U32(n) = bytes {
+                    if n % 16 != 0 {
+                        self.err(
+                            GD,
+                            path,
+                            format!("a prefetch of {n} bytes: the size is a multiple of 16"),
+                        );
+                    }
+                }
+            }
             Stmt::BarSync { id, threads } | Stmt::BarArrive { id, threads } => {
                 let cta = self.k.threads_per_cta();
                 if !(1..=15).contains(id) {

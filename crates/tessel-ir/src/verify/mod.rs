@@ -155,6 +155,10 @@
 //!   `u64` tensor-map address and 1 to 5 `u32` coordinates.
 //! - `kernel.setmaxnreg`: the register count is a multiple of 8 in 24..=256 (and, being
 //!   warp-wide, it counts for `kernel.geometry`'s whole warps).
+//! - `kernel.griddep`: in a kernel with a `griddepcontrol.wait`, every path from the start
+//!   of the body to a global memory access (a global load or store, `cp.async`, `tma.load`)
+//!   passes one (a loop's body may run zero times, a branch counts only if both arms wait);
+//!   a `prefetch.l2` has a `u64` address and a byte count that is a multiple of 16.
 //!
 //! # Programs ([`verify_program`])
 //! - `program.kernel`: every kernel verifies (its errors are reported with the kernel's

@@ -1,5 +1,7 @@
 //! The Hopper (sm_90) statements: `mbarrier` operations, the wait on a phase as a
-//! `try_wait` loop, the TMA tiled load `cp.async.bulk.tensor` and `setmaxnreg`. Each checks
+//! `try_wait` loop, the TMA tiled load `cp.async.bulk.tensor`, `setmaxnreg`, and the
+//! programmatic dependent launch's `griddepcontrol` with its L2 prefetch
+//! `cp.async.bulk.prefetch`. Each checks
 //! its operands against the kernel IR's rules (`kernel.mbarrier`, `kernel.tma`,
 //! `kernel.setmaxnreg`); outside them it is a [`PtxError::NoRow`] naming the statement and
 //! its types. Immediates are printed where PTX takes them (counts, byte counts, the
@@ -181,6 +183,69 @@ impl<W: fmt::Write> Writer<W> {
         let i = Instr::new("setmaxnreg")
             .m(&[dir, "sync", "aligned", "u32"])
             .arg(Arg::Uint(u64::from(regs)));
+        self.write_instr(level, &i)
+    }
+
+    /// Malformed unless the target is sm_90 or later, where `what` exists.
+    fn need_sm90(&self, k: &Kernel, what: &str) -> Result<(), PtxError> {
+        let sm: Option<u32> = self
+            .options
+            .target
+            .strip_prefix("sm_")
+            .map(|t| t.trim_end_matches('a'))
+            .and_then(|t| t.parse().ok());
+        if sm.is_some_and(|sm| sm >= 90) {
+            Ok(())
+        } else {
+            Err(malformed(
+                k,
+                &format!("{what} needs sm_90 or later, not {}", self.options.target),
+            ))
+        }
+    }
+
+    /// `griddepcontrol.{wait,launch_dependents}` (PTX ISA "griddepcontrol"; sm_90, PTX 7.8).
+    pub(super) fn write_griddep(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        action: &'static str,
+    ) -> Result<(), PtxError> {
+        self.need_sm90(k, "griddepcontrol")?;
+        self.write_instr(level, &Instr::new("griddepcontrol").m(&[action]))
+    }
+
+    /// `cp.async.bulk.prefetch.L2.global [addr], bytes` (PTX ISA "cp.async.bulk.prefetch";
+    /// sm_90, PTX 8.0): a `u64` address and a `u32` size, an immediate a multiple of 16.
+    pub(super) fn write_prefetch_l2(
+        &mut self,
+        k: &Kernel,
+        level: Indent,
+        addr: Reg,
+        bytes: Operand,
+    ) -> Result<(), PtxError> {
+        self.need_sm90(k, "cp.async.bulk.prefetch")?;
+        let t = reg_type(k, addr)?;
+        if t != RegType::U64 {
+            return Err(no_row(
+                k,
+                "prefetch.l2's address".to_owned(),
+                &[OperandType::Reg(t)],
+                None,
+            ));
+        }
+        if matches!(bytes, Operand::U32(n) if n % 16 != 0 || n == 0) {
+            return Err(malformed(
+                k,
+                "prefetch.l2 of a size that is not a nonzero multiple of 16",
+            ));
+        }
+        let a = self.names.reg(addr, RegClass::B64);
+        let n = self.u32_arg(k, bytes, u32::MAX, "prefetch.l2's size")?;
+        let i = Instr::new("cp")
+            .m(&["async", "bulk", "prefetch", "L2", "global"])
+            .arg(Arg::Addr(Box::new(a.into()), 0))
+            .arg(n);
         self.write_instr(level, &i)
     }
 }

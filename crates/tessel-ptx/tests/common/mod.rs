@@ -202,7 +202,8 @@ impl Remap {
             }
             Stmt::MbarInit { addr, count: x }
             | Stmt::MbarArriveExpectTx { addr, bytes: x }
-            | Stmt::MbarWait { addr, parity: x } => {
+            | Stmt::MbarWait { addr, parity: x }
+            | Stmt::PrefetchL2 { addr, bytes: x } => {
                 self.reg(addr);
                 self.operand(x);
             }
@@ -216,7 +217,10 @@ impl Remap {
                 self.regs([dst, tmap, mbar]);
                 coords.iter_mut().for_each(|o| self.operand(o));
             }
-            Stmt::FenceMbarrierInit | Stmt::SetMaxNReg { .. } => {}
+            Stmt::FenceMbarrierInit
+            | Stmt::SetMaxNReg { .. }
+            | Stmt::GridDepWait
+            | Stmt::GridDepLaunch => {}
             Stmt::Barrier
             | Stmt::BarSync { .. }
             | Stmt::BarArrive { .. }

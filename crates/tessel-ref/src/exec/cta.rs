@@ -263,9 +263,22 @@ impl<'a> Cta<'a> {
         store: bool,
         e: Fault,
     ) -> ExecError {
+        let access = if store { "store" } else { "load" };
+        self.fault_as(thread, space, addr, bytes, access, e)
+    }
+
+    /// [`Cta::fault`] for an access named `access` ("load", "store", "prefetch.l2").
+    fn fault_as(
+        &self,
+        thread: usize,
+        space: Space,
+        addr: u64,
+        bytes: u32,
+        access: &'static str,
+        e: Fault,
+    ) -> ExecError {
         let kernel = self.k.name.clone();
         let (cta, thread) = (self.cta, thread as u32);
-        let access = if store { "store" } else { "load" };
         match e {
             Fault::Wild => ExecError::WildAddress {
                 kernel,
@@ -403,7 +416,10 @@ impl<'a> Cta<'a> {
                 *mbar as usize,
                 sp,
             ),
-            Action::FenceMbarrierInit | Action::SetMaxNReg => Ok(()),
+            Action::FenceMbarrierInit | Action::SetMaxNReg | Action::GridDep => Ok(()),
+            Action::PrefetchL2 { addr, bytes } => {
+                self.prefetch_l2(*addr as usize, *bytes as usize, sp)
+            }
         }
     }
 

@@ -167,6 +167,21 @@ impl GlobalMem {
         Ok(())
     }
 
+    /// Checks that the `bytes` bytes at `addr` lie within one buffer and that `addr` is
+    /// `align`-byte aligned (a power of two), reading nothing: an L2 prefetch.
+    pub fn check_range(&self, addr: u64, bytes: u32, align: u32) -> Result<(), Fault> {
+        let idx = (addr >> BASE_SHIFT).wrapping_sub(1) as usize;
+        let offset = addr & ((1u64 << BASE_SHIFT) - 1);
+        let buf = self.bufs.get(idx).ok_or(Fault::Wild)?;
+        if offset + u64::from(bytes) > buf.size {
+            return Err(Fault::OutOfBounds { buf: idx, offset });
+        }
+        if offset & (u64::from(align) - 1) != 0 {
+            return Err(Fault::Misaligned);
+        }
+        Ok(())
+    }
+
     /// Stores `bytes` bytes at `addr` from `vals` (the low bits of `vals[0]` for 8/16-bit).
     #[inline]
     pub fn store(&self, addr: u64, bytes: u32, vals: &[u32; 4]) -> Result<(), Fault> {

@@ -116,6 +116,15 @@ pub(crate) enum Action {
     },
     /// `setmaxnreg`: no effect on results.
     SetMaxNReg,
+    /// `griddepcontrol.wait` / `.launch_dependents`: kernels run one after another in the
+    /// executor, so there is nothing to wait for or let go.
+    GridDep,
+    /// `prefetch.l2`: the address (a 64-bit slot) and the byte count (a 32-bit slot),
+    /// checked to lie within one global buffer.
+    PrefetchL2 {
+        addr: u32,
+        bytes: u32,
+    },
 }
 
 impl Action {
@@ -134,6 +143,7 @@ impl Action {
                 | Action::FenceProxyAsync
                 | Action::FenceMbarrierInit
                 | Action::SetMaxNReg
+                | Action::GridDep
         )
     }
 }
@@ -603,6 +613,11 @@ impl SlotAssigner<'_> {
                 }
                 SlotStmt::Do(Action::SetMaxNReg)
             }
+            Stmt::GridDepWait | Stmt::GridDepLaunch => SlotStmt::Do(Action::GridDep),
+            Stmt::PrefetchL2 { addr, bytes } => SlotStmt::Do(Action::PrefetchL2 {
+                addr: self.reg(*addr, Class::B64)?,
+                bytes: self.operand(*bytes, Class::B32)?,
+            }),
         })
     }
 }

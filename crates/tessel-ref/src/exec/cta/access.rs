@@ -93,6 +93,38 @@ impl Cta<'_> {
         Ok(())
     }
 
+    /// `prefetch.l2` for the active lanes of `sp`: a hint the executor only checks, as a
+    /// load of `bytes` bytes (a nonzero multiple of 16, 16-byte aligned) within one
+    /// global buffer.
+    pub(super) fn prefetch_l2(
+        &mut self,
+        addr: usize,
+        bytes: usize,
+        sp: Span,
+    ) -> Result<(), ExecError> {
+        let n = self.n;
+        for i in sp.lo..sp.hi {
+            if self.masks[sp.d][i] == 0 {
+                continue;
+            }
+            let a = self.r64[addr * n + i];
+            let b = self.r32[bytes * n + i];
+            if b == 0 || b % 16 != 0 {
+                return Err(ExecError::Malformed {
+                    kernel: self.k.name.clone(),
+                    msg: format!(
+                        "CTA {}, thread {i}: prefetch.l2 of {b} bytes, not a nonzero multiple of 16",
+                        self.cta
+                    ),
+                });
+            }
+            if let Err(e) = self.mem.check_range(a, b, 16) {
+                return Err(self.fault_as(i, Space::Global, a, b, "prefetch.l2", e));
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn store(
         &mut self,
         values: &[u32; 4],
