@@ -34,8 +34,6 @@
 //! buffers, each buffer's length against what the kernel needs, null addresses, alignment
 //! and address overflow ([`check_buffers`]); the launch geometry as on the owned path.
 
-use std::ffi::c_void;
-
 use cudarc::driver::sys;
 
 #[cfg(doc)]
@@ -215,39 +213,14 @@ impl Module {
         args: &[Arg<'_>],
     ) -> Result<(), Error> {
         let function = self.prepare(kernel, launch, args)?;
-        // One value per parameter, each in storage that outlives the call.
-        let values: Vec<ParamValue> = args.iter().map(ParamValue::of).collect();
-        let mut params: Vec<*mut c_void> = values.iter().map(ParamValue::pointer).collect();
         self.gpu()
             .context()
             .bind_to_thread()
             .map_err(Error::driver("binding the context to launch"))?;
-        // SAFETY: `function` is a live function of this module's context, now current;
-        // `params` holds one pointer per kernel parameter, each into `values`, which
-        // outlives the call (the driver copies parameter values at launch). That `args`
-        // matches the kernel's signature, and that the external memory and `stream` keep
-        // the module's safety contract, is the caller's promise.
-        let status = unsafe {
-            sys::cuLaunchKernel(
-                function.cu_function(),
-                launch.grid[0],
-                launch.grid[1],
-                launch.grid[2],
-                launch.block[0],
-                launch.block[1],
-                launch.block[2],
-                launch.shared_bytes,
-                stream.raw,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        if status != sys::CUresult::CUDA_SUCCESS {
-            return Err(Error::Launch {
-                kernel: kernel.to_owned(),
-                source: cudarc::driver::DriverError(status),
-            });
-        }
+        // SAFETY: the context is current; that `stream` is live, that `args` matches the
+        // kernel's signature and that the external memory keeps the module's safety
+        // contract is the caller's promise.
+        unsafe { crate::module::enqueue_raw(kernel, &function, launch, stream.raw, args)? };
         if self.gpu().is_checked() {
             // SAFETY: `stream` is live (the caller's promise) and the context is current.
             let status = unsafe { sys::cuStreamSynchronize(stream.raw) };
@@ -259,39 +232,6 @@ impl Module {
             }
         }
         Ok(())
-    }
-}
-
-/// A kernel parameter's value as the driver reads it through a pointer.
-enum ParamValue {
-    U64(u64),
-    U32(u32),
-    I32(i32),
-    F32(f32),
-    TensorMap(Box<crate::TensorMap>),
-}
-
-impl ParamValue {
-    fn of(arg: &Arg<'_>) -> ParamValue {
-        match arg {
-            Arg::Buffer(b) => ParamValue::U64(b.device_ptr()),
-            Arg::External(b) => ParamValue::U64(b.address),
-            Arg::U32(v) => ParamValue::U32(*v),
-            Arg::I32(v) => ParamValue::I32(*v),
-            Arg::F32(v) => ParamValue::F32(*v),
-            Arg::U64(v) => ParamValue::U64(*v),
-            Arg::TensorMap(t) => ParamValue::TensorMap(Box::new(*t)),
-        }
-    }
-
-    fn pointer(&self) -> *mut c_void {
-        match self {
-            ParamValue::U64(v) => std::ptr::from_ref(v).cast_mut().cast(),
-            ParamValue::U32(v) => std::ptr::from_ref(v).cast_mut().cast(),
-            ParamValue::I32(v) => std::ptr::from_ref(v).cast_mut().cast(),
-            ParamValue::F32(v) => std::ptr::from_ref(v).cast_mut().cast(),
-            ParamValue::TensorMap(t) => std::ptr::from_ref(t.as_ref()).cast_mut().cast(),
-        }
     }
 }
 
@@ -376,20 +316,5 @@ mod tests {
             &[buf(0x2000, 128), buf(0x3000, 0)],
         );
         assert_eq!(r, Ok(()));
-    }
-
-    #[test]
-    fn each_parameter_value_is_read_through_its_own_pointer() {
-        let b = buf(0xdead_0000, 8);
-        let values: Vec<ParamValue> = [Arg::External(b), Arg::U32(7), Arg::F32(1.5)]
-            .iter()
-            .map(ParamValue::of)
-            .collect();
-        // SAFETY: each pointer points at the value of its variant, alive in `values`.
-        unsafe {
-            assert_eq!(*values[0].pointer().cast::<u64>(), 0xdead_0000);
-            assert_eq!(*values[1].pointer().cast::<u32>(), 7);
-            assert_eq!(*values[2].pointer().cast::<f32>(), 1.5);
-        }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::ffi::{c_uint, c_void, CString};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use cudarc::driver::{sys, CudaFunction, CudaModule, DriverError, LaunchConfig, PushKernelArg};
+use cudarc::driver::{sys, CudaFunction, CudaModule, DriverError};
 use cudarc::nvrtc::Ptx;
 
 use crate::{Buffer, Error, Gpu};
@@ -26,15 +26,25 @@ pub struct Launch {
     /// Dynamic shared memory per CTA, bytes. Above 48 KiB the kernel's opt-in attribute is
     /// raised automatically, up to the device's [`crate::Properties`] limit.
     pub shared_bytes: u32,
+    /// Launch with programmatic stream serialization
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`; CUDA Programming Guide,
+    /// "Programmatic Dependent Launch"; sm_90): the kernel may begin once every CTA of the
+    /// kernel ahead of it in the stream has run `griddepcontrol.launch_dependents` or
+    /// exited, before that kernel completes. Only for a kernel whose every thread runs
+    /// `griddepcontrol.wait` before it touches memory the kernel ahead writes or reads —
+    /// otherwise a race. Captured into a CUDA graph as a programmatic edge.
+    pub programmatic: bool,
 }
 
 impl Launch {
-    /// A one-dimensional launch: `grid` CTAs of `block` threads, no dynamic shared memory.
+    /// A one-dimensional launch: `grid` CTAs of `block` threads, no dynamic shared memory,
+    /// stream-ordered.
     pub fn linear(grid: u32, block: u32) -> Launch {
         Launch {
             grid: [grid, 1, 1],
             block: [block, 1, 1],
             shared_bytes: 0,
+            programmatic: false,
         }
     }
 }
@@ -159,33 +169,17 @@ impl Module {
 
     fn enqueue(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
         let function = self.prepare(kernel, launch, args)?;
-
-        let stream = self.gpu.stream();
-        let mut builder = stream.launch_builder(&function);
-        for arg in args {
-            match arg {
-                Arg::Buffer(buffer) => builder.arg(buffer.slice()),
-                Arg::U32(v) => builder.arg(v),
-                Arg::I32(v) => builder.arg(v),
-                Arg::F32(v) => builder.arg(v),
-                Arg::U64(v) => builder.arg(v),
-                Arg::TensorMap(t) => builder.arg(t),
-                Arg::External(b) => builder.arg(&b.address),
-            };
+        // SAFETY: the GPU's own stream is live while `self.gpu` is; the arguments matching
+        // the kernel's signature is the caller's contract, documented on `launch`.
+        unsafe {
+            enqueue_raw(
+                kernel,
+                &function,
+                launch,
+                self.gpu.stream().cu_stream(),
+                args,
+            )
         }
-        let config = LaunchConfig {
-            grid_dim: (launch.grid[0], launch.grid[1], launch.grid[2]),
-            block_dim: (launch.block[0], launch.block[1], launch.block[2]),
-            shared_mem_bytes: launch.shared_bytes,
-        };
-        // SAFETY: the parameter pointers point into `args` and the buffers it borrows, which
-        // outlive this call (the driver copies parameter values at launch). That `args`
-        // matches the kernel's signature is the caller's contract, documented on `launch`.
-        unsafe { builder.launch(config) }.map_err(|source| Error::Launch {
-            kernel: kernel.to_owned(),
-            source,
-        })?;
-        Ok(())
     }
 
     fn validate(&self, kernel: &str, launch: Launch, args: &[Arg<'_>]) -> Result<(), Error> {
@@ -328,5 +322,114 @@ fn jit_error_log(gpu: &Gpu, ptx: &str) -> String {
             "(the JIT gave no log; status of the retry: {:?})",
             DriverError(status)
         ),
+    }
+}
+
+/// Enqueues `function` with `launch` geometry on the raw stream `stream` (`cuLaunchKernelEx`,
+/// with programmatic stream serialization when [`Launch::programmatic`]): the one launch
+/// path of [`Module::launch`] and [`Module::launch_on`].
+///
+/// # Safety
+/// `stream` is a live stream of the function's context, which must be current or made
+/// current here (it is bound first); `args` matches the kernel's `.param` list, and every
+/// memory it points to outlives the kernel.
+pub(crate) unsafe fn enqueue_raw(
+    kernel: &str,
+    function: &CudaFunction,
+    launch: Launch,
+    stream: sys::CUstream,
+    args: &[Arg<'_>],
+) -> Result<(), Error> {
+    // One value per parameter, each in storage that outlives the call (the driver copies
+    // parameter values at launch).
+    let values: Vec<ParamValue> = args.iter().map(ParamValue::of).collect();
+    let mut params: Vec<*mut c_void> = values.iter().map(ParamValue::pointer).collect();
+    // SAFETY: a zeroed attribute is a valid `CU_LAUNCH_ATTRIBUTE_IGNORE` plain-data value.
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = sys::CUlaunchConfig {
+        gridDimX: launch.grid[0],
+        gridDimY: launch.grid[1],
+        gridDimZ: launch.grid[2],
+        blockDimX: launch.block[0],
+        blockDimY: launch.block[1],
+        blockDimZ: launch.block[2],
+        sharedMemBytes: launch.shared_bytes,
+        hStream: stream,
+        attrs: std::ptr::from_mut(&mut attr),
+        numAttrs: c_uint::from(launch.programmatic),
+    };
+    // SAFETY: `config` and `attr` live through the call; `params` holds one pointer per
+    // kernel parameter into `values`, which outlives it; the rest is the caller's promise.
+    let status = unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            function.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    if status != sys::CUresult::CUDA_SUCCESS {
+        return Err(Error::Launch {
+            kernel: kernel.to_owned(),
+            source: DriverError(status),
+        });
+    }
+    Ok(())
+}
+
+/// A kernel parameter's value as the driver reads it through a pointer.
+enum ParamValue {
+    U64(u64),
+    U32(u32),
+    I32(i32),
+    F32(f32),
+    TensorMap(Box<crate::TensorMap>),
+}
+
+impl ParamValue {
+    fn of(arg: &Arg<'_>) -> ParamValue {
+        match arg {
+            Arg::Buffer(b) => ParamValue::U64(b.device_ptr()),
+            Arg::External(b) => ParamValue::U64(b.address),
+            Arg::U32(v) => ParamValue::U32(*v),
+            Arg::I32(v) => ParamValue::I32(*v),
+            Arg::F32(v) => ParamValue::F32(*v),
+            Arg::U64(v) => ParamValue::U64(*v),
+            Arg::TensorMap(t) => ParamValue::TensorMap(Box::new(*t)),
+        }
+    }
+
+    fn pointer(&self) -> *mut c_void {
+        match self {
+            ParamValue::U64(v) => std::ptr::from_ref(v).cast_mut().cast(),
+            ParamValue::U32(v) => std::ptr::from_ref(v).cast_mut().cast(),
+            ParamValue::I32(v) => std::ptr::from_ref(v).cast_mut().cast(),
+            ParamValue::F32(v) => std::ptr::from_ref(v).cast_mut().cast(),
+            ParamValue::TensorMap(t) => std::ptr::from_ref(t.as_ref()).cast_mut().cast(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ExternalBuffer;
+
+    #[test]
+    fn each_parameter_value_is_read_through_its_own_pointer() {
+        // SAFETY: never launched on; only read back as a parameter value.
+        let b = unsafe { ExternalBuffer::from_raw(0xdead_0000, 8) }.expect("valid");
+        let values: Vec<ParamValue> = [Arg::External(b), Arg::U32(7), Arg::F32(1.5)]
+            .iter()
+            .map(ParamValue::of)
+            .collect();
+        // SAFETY: each pointer points at the value of its variant, alive in `values`.
+        unsafe {
+            assert_eq!(*values[0].pointer().cast::<u64>(), 0xdead_0000);
+            assert_eq!(*values[1].pointer().cast::<u32>(), 7);
+            assert_eq!(*values[2].pointer().cast::<f32>(), 1.5);
+        }
     }
 }

@@ -243,6 +243,7 @@ fn dynamic_shared_memory_above_48k() {
                 grid: [1, 1, 1],
                 block: [1, 1, 1],
                 shared_bytes,
+                programmatic: false,
             },
             &[Arg::Buffer(&out), Arg::U32(offset), Arg::I32(-5)],
         )
@@ -253,6 +254,7 @@ fn dynamic_shared_memory_above_48k() {
         grid: [1, 1, 1],
         block: [1, 1, 1],
         shared_bytes: limit + 1,
+        programmatic: false,
     };
     assert!(matches!(
         module.launch(
@@ -376,4 +378,174 @@ fn cublas_gemm_bf16_matches_reference() {
         .time_graph_with(3, 10, || blas.gemm_bf16(m, n, k, &da, &db, &mut dc))
         .expect("timing cuBLAS in a graph");
     eprintln!("cuBLAS bf16 {m}x{n}x{k}: {t:?}");
+}
+
+/// Programmatic dependent launch: `produce` lets its dependents launch at once, then spins
+/// (`p_mask` is 0: the spin's result is masked away, but ptxas cannot know) and writes
+/// `x[i] = 3i + 1`; `consume` waits (`griddepcontrol.wait`) and writes `y[i] = 2·x[i]`;
+/// `poison` waits, then sets `x[i] = 0xFFFFFFFF` again.
+const GRIDDEP: &str = r#".version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry produce(
+    .param .u64 p_x,
+    .param .u32 p_n,
+    .param .u32 p_mask
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<5>;
+
+    griddepcontrol.launch_dependents;
+    ld.param.u64 %rd1, [p_x];
+    ld.param.u32 %r1, [p_n];
+    ld.param.u32 %r9, [p_mask];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    mov.u32 %r6, %r5;
+    mov.u32 %r7, 0;
+SPIN:
+    mad.lo.u32 %r6, %r6, 1664525, 1013904223;
+    add.u32 %r7, %r7, 1;
+    setp.lt.u32 %p2, %r7, 4096;
+    @%p2 bra SPIN;
+    and.b32 %r6, %r6, %r9;
+    mad.lo.u32 %r8, %r5, 3, 1;
+    add.u32 %r8, %r8, %r6;
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r5, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], %r8;
+DONE:
+    ret;
+}
+
+.visible .entry consume(
+    .param .u64 p_x,
+    .param .u64 p_y,
+    .param .u32 p_n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<7>;
+
+    ld.param.u64 %rd1, [p_x];
+    ld.param.u64 %rd5, [p_y];
+    ld.param.u32 %r1, [p_n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    griddepcontrol.wait;
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r5, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    ld.global.u32 %r6, [%rd4];
+    shl.b32 %r7, %r6, 1;
+    cvta.to.global.u64 %rd6, %rd5;
+    add.s64 %rd6, %rd6, %rd3;
+    st.global.u32 [%rd6], %r7;
+DONE:
+    ret;
+}
+
+.visible .entry poison(
+    .param .u64 p_x,
+    .param .u32 p_n
+)
+{
+    .reg .pred %p<2>;
+    .reg .b32 %r<6>;
+    .reg .b64 %rd<5>;
+
+    ld.param.u64 %rd1, [p_x];
+    ld.param.u32 %r1, [p_n];
+    mov.u32 %r2, %ctaid.x;
+    mov.u32 %r3, %ntid.x;
+    mov.u32 %r4, %tid.x;
+    mad.lo.s32 %r5, %r2, %r3, %r4;
+    setp.ge.u32 %p1, %r5, %r1;
+    @%p1 bra DONE;
+    griddepcontrol.wait;
+    cvta.to.global.u64 %rd2, %rd1;
+    mul.wide.u32 %rd3, %r5, 4;
+    add.s64 %rd4, %rd2, %rd3;
+    st.global.u32 [%rd4], 0xFFFFFFFF;
+DONE:
+    ret;
+}
+"#;
+
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn programmatic_launches_wait_for_the_grid_ahead() {
+    let gpu = open();
+    let module = Module::load(&gpu, GRIDDEP).expect("load");
+    let n: u32 = 1 << 20;
+    let mut x = Buffer::alloc(&gpu, n as usize * 4).expect("alloc");
+    let mut y = Buffer::alloc(&gpu, n as usize * 4).expect("alloc");
+    x.fill(0xFF).expect("fill");
+    y.fill(0).expect("fill");
+    let grid = n.div_ceil(256);
+    let dependent = Launch {
+        programmatic: true,
+        ..Launch::linear(grid, 256)
+    };
+    let call = |kernel, launch, args| KernelCall {
+        module: &module,
+        kernel,
+        launch,
+        args,
+    };
+    let calls = |y| {
+        [
+            call(
+                "produce",
+                Launch::linear(grid, 256),
+                vec![Arg::Buffer(&x), Arg::U32(n), Arg::U32(0)],
+            ),
+            call(
+                "consume",
+                dependent,
+                vec![Arg::Buffer(&x), Arg::Buffer(y), Arg::U32(n)],
+            ),
+            call("poison", dependent, vec![Arg::Buffer(&x), Arg::U32(n)]),
+        ]
+    };
+    let check = |y: &Buffer, x: &Buffer, what: &str| {
+        let got = y.download().expect("download");
+        let bad = (0..n as usize)
+            .filter(|&i| {
+                let v = u32::from_le_bytes(got[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+                v != 2 * (3 * i as u32 + 1)
+            })
+            .count();
+        assert_eq!(bad, 0, "{what}: {bad} of {n} elements of y wrong");
+        // The poison kernel ran after the consumer had read x.
+        let xs = x.download().expect("download");
+        assert!(xs.iter().all(|&b| b == 0xFF), "{what}: x not poisoned");
+    };
+    // Eagerly, one launch after another.
+    for c in &calls(&y) {
+        c.module
+            .launch(c.kernel, c.launch, &c.args)
+            .expect("launch");
+    }
+    gpu.synchronize().expect("synchronize");
+    check(&y, &x, "eager");
+    // Captured into a graph (programmatic edges) and replayed, into a fresh y.
+    let mut y = Buffer::alloc(&gpu, n as usize * 4).expect("alloc");
+    y.fill(0).expect("fill");
+    gpu.time_graph(&calls(&y), 3, 4).expect("graph");
+    gpu.synchronize().expect("synchronize");
+    check(&y, &x, "graph");
 }

@@ -161,6 +161,20 @@ fn tiled_map(t: &TensorMapDesc) -> TiledMap {
     }
 }
 
+/// The geometry of launch `i` of a program, of kernel `k`. A kernel that waits on the grid
+/// ahead of it (`griddepcontrol.wait`, `Kernel::waits_on_prior_grid`) is launched with
+/// programmatic stream serialization, except the program's first: what precedes that one is
+/// the caller's work (copies, another program, a collective), which the program does not
+/// overlap.
+pub fn launch_of(k: &tessel_ir::kernel::Kernel, i: usize) -> Launch {
+    Launch {
+        grid: k.grid,
+        block: k.block,
+        shared_bytes: k.dynamic_shared_bytes(),
+        programmatic: i > 0 && k.waits_on_prior_grid(),
+    }
+}
+
 /// The launches of `p`, loaded as `module`, as data: `buffers[i]` is the program's buffer i.
 ///
 /// # Errors
@@ -172,16 +186,13 @@ pub fn calls_over<'a>(
 ) -> Result<Vec<KernelCall<'a>>> {
     p.launches
         .iter()
-        .map(|l| {
+        .enumerate()
+        .map(|(i, l)| {
             let k = &p.kernels[l.kernel];
             Ok(KernelCall {
                 module,
                 kernel: &k.name,
-                launch: Launch {
-                    grid: k.grid,
-                    block: k.block,
-                    shared_bytes: k.dynamic_shared_bytes(),
-                },
+                launch: launch_of(k, i),
                 args: l
                     .args
                     .iter()
@@ -244,7 +255,7 @@ pub fn launch_external(
     buffers: &[ExternalBuffer],
 ) -> Result<()> {
     check_buffers(&external_requirements(p), buffers).map_err(tessel_cuda::Error::from)?;
-    for l in &p.launches {
+    for (i, l) in p.launches.iter().enumerate() {
         let k = &p.kernels[l.kernel];
         let args = l
             .args
@@ -261,11 +272,7 @@ pub fn launch_external(
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let launch = Launch {
-            grid: k.grid,
-            block: k.block,
-            shared_bytes: k.dynamic_shared_bytes(),
-        };
+        let launch = launch_of(k, i);
         module
             .launch_on(stream, &k.name, launch, &args)
             .map_err(|error| Error::Kernel {

@@ -1018,6 +1018,26 @@ impl Kernel {
         self.shared.push(SharedDecl { bytes, align })
     }
 
+    /// Whether the body runs `griddepcontrol.wait` ([`Stmt::GridDepWait`]) anywhere: a
+    /// kernel that may be launched with programmatic stream serialization, to begin
+    /// before the kernel ahead of it completes (the verifier's rule `kernel.griddep` checks
+    /// that it waits before any global access).
+    pub fn waits_on_prior_grid(&self) -> bool {
+        fn any_wait(body: &[Stmt]) -> bool {
+            body.iter().any(|s| match s {
+                Stmt::GridDepWait => true,
+                Stmt::For { body, .. } => any_wait(body),
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => any_wait(then_body) || any_wait(else_body),
+                _ => false,
+            })
+        }
+        any_wait(&self.body)
+    }
+
     /// Threads per CTA.
     pub fn threads_per_cta(&self) -> u32 {
         self.block.iter().product()

@@ -300,9 +300,17 @@ pub fn bench(
                     _ => None,
                 })
                 .sum();
+            // Timed on their own: the group's first kernel stream-ordered behind the copy
+            // before it, not overlapping it as a programmatic launch does in the step.
             let calls: Vec<_> = all_calls
                 .iter()
-                .flat_map(|c| kis.iter().map(|&ki| c[ki].clone()))
+                .flat_map(|c| {
+                    kis.iter().enumerate().map(|(j, &ki)| {
+                        let mut call = c[ki].clone();
+                        call.launch.programmatic &= j > 0;
+                        call
+                    })
+                })
                 .collect();
             let t = gpu.time_graph(&calls, rounds, 20)?;
             let us = t.median_us / copies as f64;

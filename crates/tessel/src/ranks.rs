@@ -482,7 +482,9 @@ pub fn time_kernels(
     let l = &loaded[0];
     let mut out = Vec::new();
     for k in 0..rank.phases.len() {
-        for c in l.calls(k)? {
+        for mut c in l.calls(k)? {
+            // Timed on its own, stream-ordered.
+            c.launch.programmatic = false;
             let t = gpu.time_graph(std::slice::from_ref(&c), rounds, 20)?;
             out.push((k, c.kernel.to_string(), t));
         }

@@ -74,6 +74,7 @@ fn run_both_with(
         grid: k.grid,
         block: k.block,
         shared_bytes: 0,
+        programmatic: false,
     };
     module.launch(&k.name, launch, &gargs).expect("launch");
     gpu.synchronize().expect("synchronize");

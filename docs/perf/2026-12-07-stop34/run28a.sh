@@ -12,7 +12,7 @@ TMO=90 t sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 $B run $
 TMO=120 t sanitizer compute-sanitizer --tool racecheck --error-exitcode 3 $B run $P --step xw --dim M=1030 --dim K=136 --dim N=4104 -o /tmp/r.safetensors
 TMO=90 t sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 $B run $P --step xw --no-wgmma-pingpong --dim M=1030 --dim K=136 --dim N=4101 -o /tmp/m2.safetensors
 TMO=90 t sanitizer compute-sanitizer --tool memcheck --error-exitcode 3 $B run $P --step xw --no-wgmma-pingpong --wgmma-tma --dim M=1030 --dim K=136 --dim N=4104 -o /tmp/m3.safetensors
-G="--profile fast --dim M=2048 --dim K=5120 --dim N=5120"
+G="--dim M=2048 --dim K=5120 --dim N=5120"
 t bench $B bench $P --step xw $G
 t bench $B bench $P --step xwt $G
 t bench $B bench $P --step xw $G --no-wgmma-pingpong

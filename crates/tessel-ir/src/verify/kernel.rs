@@ -105,7 +105,7 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
         e,
     };
     cx.block(&k.body, "body");
-    if has_griddep_wait(&k.body) {
+    if k.waits_on_prior_grid() {
         griddep_order(&k.body, false, &format!("{kloc}, body"), e);
     }
 }
@@ -192,20 +192,6 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             Stmt::GridDepWait | Stmt::GridDepLaunch | Stmt::PrefetchL2 { .. } => {}
         }
     }
-}
-
-/// Whether a statement list holds a [`Stmt::GridDepWait`], nested blocks included.
-pub(crate) fn has_griddep_wait(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::GridDepWait => true,
-        Stmt::For { body, .. } => has_griddep_wait(body),
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => has_griddep_wait(then_body) || has_griddep_wait(else_body),
-        _ => false,
-    })
 }
 
 /// Rule `kernel.griddep`: walks `body` with `waited` (whether every path here has passed a
