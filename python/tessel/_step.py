@@ -114,9 +114,9 @@ def compile(
       current CUDA device when torch sees one, else GPU 0 when the driver opens it, else
       the H200 preset (a step for the CPU executor).
     - ``cache``: read and write the on-disk cache (:func:`cache_dir`).
-    - ``options``: the schedule choices of the command line: ``wgmma_pingpong`` and
-      ``merge_launches`` (on by default), ``wgmma_tma``, ``wgmma_attention``,
-      ``wgmma_attention_keys`` (64 or 128).
+    - ``options``: the schedule choices of the command line: ``wgmma_pingpong``,
+      ``merge_launches`` and ``dependent_launch`` (on by default), ``wgmma_tma``,
+      ``wgmma_attention``, ``wgmma_attention_keys`` (64 or 128).
 
     Raises :class:`CompileError` with the rendered report when the source or the dims are
     wrong, :class:`ArgumentError` for an unknown profile, target or option.

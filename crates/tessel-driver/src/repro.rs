@@ -161,6 +161,7 @@ pub fn write_bundle(
             "wgmma_attention_keys": opts.wgmma_attention_keys,
             "wgmma_pingpong": opts.wgmma_pingpong,
             "merge_launches": opts.merge_launches,
+            "dependent_launch": opts.dependent_launch,
             "tensor_parallel": opts.tensor_parallel,
             "verify": opts.verify,
         },
@@ -336,6 +337,9 @@ fn reproduce_command(
     }
     if !opts.merge_launches {
         args.push("--no-merge-launches".into());
+    }
+    if !opts.dependent_launch {
+        args.push("--no-dependent-launch".into());
     }
     args.extend(["--seed".into(), inputs.seed.to_string()]);
     for (name, start) in &inputs.fills {

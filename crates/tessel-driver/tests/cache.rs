@@ -91,6 +91,7 @@ fn tma_tiles_read_back_to_the_same_ptx() {
         wgmma_tma: true,
         wgmma_pingpong: false,
         merge_launches: true,
+        dependent_launch: true,
         ..fast_h200()
     };
     round_trip(

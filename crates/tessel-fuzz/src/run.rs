@@ -204,6 +204,7 @@ fn run_inner(
         wgmma_tma: false,
         wgmma_pingpong: device.as_ref().is_some_and(|d| d.wgmma_pingpong),
         merge_launches: true,
+        dependent_launch: true,
         wgmma_attention: device.as_ref().is_some_and(|d| d.wgmma_attention),
         wgmma_attention_keys: 0,
     };

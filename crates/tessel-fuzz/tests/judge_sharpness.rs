@@ -28,6 +28,7 @@ fn a_one_percent_error_is_caught_and_most_bounds_are_points() {
             wgmma_attention_keys: 0,
             wgmma_pingpong: false,
             merge_launches: true,
+            dependent_launch: true,
         };
         let c = tessel_passes::compile(&g, &opts).expect("and compile");
         let inputs: Vec<Tensor> = c

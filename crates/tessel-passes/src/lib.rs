@@ -20,6 +20,7 @@ pub mod attention_bwd;
 pub mod check;
 pub mod compiled;
 pub mod decompose;
+pub mod dependent;
 pub mod expand_math;
 pub mod fuse;
 pub mod grad;
@@ -130,6 +131,17 @@ pub static PASSES: &[PassInfo] = &[
             }
         }),
     },
+    // Each kernel waits for the one ahead only where it first touches global memory.
+    PassInfo {
+        name: "dependent-launch",
+        what: "griddepcontrol.wait before each kernel's first global access, launch_dependents after its last read (sm_90)",
+        run: Run::Program(|p, o| {
+            if o.dependent_launch && o.target.features.griddepcontrol {
+                dependent::run(p);
+            }
+            (0..p.kernels.len()).map(|i| vec![i]).collect()
+        }),
+    },
 ];
 
 /// How a step is compiled.
@@ -170,6 +182,11 @@ pub struct Options {
     /// GEMVs) as one kernel over their CTAs (`merge-launches`, `merge.rs`). On by default:
     /// it computes nothing differently, and saves a launch and a tail per kernel merged.
     pub merge_launches: bool,
+    /// Programmatic dependent launch on targets that have it (`dependent-launch`,
+    /// `dependent.rs`): each kernel waits for the one ahead only where it first touches
+    /// global memory, and is launched to begin while that one finishes. On by default: it
+    /// computes nothing differently.
+    pub dependent_launch: bool,
 }
 
 impl Default for Options {
@@ -186,6 +203,7 @@ impl Default for Options {
             wgmma_attention_keys: 0,
             wgmma_pingpong: true,
             merge_launches: true,
+            dependent_launch: true,
         }
     }
 }

@@ -68,6 +68,14 @@ pub struct Features {
     /// `barrier.cluster`) and fed by TMA multicast (CUDA C++ Programming Guide, "Thread
     /// Block Clusters"; PTX ISA "Cluster of Cooperative Thread Arrays"). `sm_90` or later.
     pub clusters: bool,
+    /// Programmatic dependent launch: a kernel launched with programmatic stream
+    /// serialization begins while the kernel ahead finishes, waiting with
+    /// `griddepcontrol.wait` before it touches memory, and lets its own dependents launch
+    /// with `griddepcontrol.launch_dependents`; with it the L2 prefetch
+    /// `cp.async.bulk.prefetch.L2` (PTX ISA "griddepcontrol", "cp.async.bulk.prefetch"; CUDA
+    /// C++ Programming Guide, "Programmatic Dependent Launch and Synchronization"). `sm_90`
+    /// or later.
+    pub griddepcontrol: bool,
 }
 
 impl Features {
@@ -77,6 +85,7 @@ impl Features {
         tma: false,
         setmaxnreg: false,
         clusters: false,
+        griddepcontrol: false,
     };
 
     /// Every feature: compute capability 9.0 (H100, H200) compiled for `sm_90a`.
@@ -85,10 +94,11 @@ impl Features {
         tma: true,
         setmaxnreg: true,
         clusters: true,
+        griddepcontrol: true,
     };
 
     /// The features of a machine of compute capability `cc`: all of them at 9.0 (through
-    /// `sm_90a`); on later machines TMA and clusters only, which their family-portable
+    /// `sm_90a`); on later machines TMA, clusters and griddepcontrol only, which their family-portable
     /// target keeps (wgmma is 9.0's alone; setmaxnreg would need that machine's own `a`
     /// target, which tessel does not emit); none before 9.0.
     pub fn of_compute_capability(cc: (u32, u32)) -> Features {
@@ -97,6 +107,7 @@ impl Features {
             cc if cc >= (9, 0) => Features {
                 tma: true,
                 clusters: true,
+                griddepcontrol: true,
                 ..Features::NONE
             },
             _ => Features::NONE,
@@ -109,6 +120,7 @@ impl Features {
             && (!needed.tma || self.tma)
             && (!needed.setmaxnreg || self.setmaxnreg)
             && (!needed.clusters || self.clusters)
+            && (!needed.griddepcontrol || self.griddepcontrol)
     }
 
     /// Whether any feature is architecture-specific (wgmma, setmaxnreg): PTX that uses
@@ -117,7 +129,8 @@ impl Features {
         self.wgmma || self.setmaxnreg
     }
 
-    /// The features that are on, by name (`wgmma`, `TMA`, `setmaxnreg`, `clusters`), for
+    /// The features that are on, by name (`wgmma`, `TMA`, `setmaxnreg`, `clusters`,
+    /// `griddepcontrol`), for
     /// `explain` and reasons.
     pub fn names(self) -> Vec<&'static str> {
         [
@@ -125,6 +138,7 @@ impl Features {
             (self.tma, "TMA"),
             (self.setmaxnreg, "setmaxnreg"),
             (self.clusters, "clusters"),
+            (self.griddepcontrol, "griddepcontrol"),
         ]
         .into_iter()
         .filter_map(|(on, name)| on.then_some(name))

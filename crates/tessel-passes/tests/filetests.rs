@@ -169,6 +169,7 @@ fn run_pass(info: &PassInfo, t: &FileTest) -> Result<String, String> {
         wgmma_attention_keys: 0,
         wgmma_pingpong: false,
         merge_launches: true,
+        dependent_launch: true,
     };
     let out = match &info.run {
         Run::Check(check) => {

@@ -171,10 +171,11 @@ fn features_follow_the_compute_capability_and_set_the_ptx_target() {
     assert_eq!(h.ptx_target(), "sm_90a");
     assert_eq!(
         h.features.names(),
-        ["wgmma", "TMA", "setmaxnreg", "clusters"]
+        ["wgmma", "TMA", "setmaxnreg", "clusters", "griddepcontrol"]
     );
     let later = at((10, 0));
-    assert!(later.features.tma && later.features.clusters);
+    assert!(later.features.tma && later.features.clusters && later.features.griddepcontrol);
+    assert!(!sm80.features.griddepcontrol);
     assert!(!later.features.wgmma && !later.features.setmaxnreg);
     assert_eq!(later.ptx_target(), "sm_100");
     // A Hopper machine described without its `a` features gets the portable target.

@@ -521,7 +521,7 @@ fn gpu_target(device: usize) -> Option<Target> {
 /// preset's name (`h100`, `h200`), `"device:N"` for the facts of GPU N, or `None` for GPU 0's
 /// when one can be opened, else the H200 preset. `options` holds the schedule choices
 /// (`wgmma_tma`, `wgmma_attention`, `wgmma_attention_keys`, `wgmma_pingpong`,
-/// `merge_launches`). With
+/// `merge_launches`, `dependent_launch`). With
 /// `cache_dir`, the step is read from the cache there when `compiler` (the build's
 /// identifier) compiled it before, and stored after compiling otherwise.
 ///
@@ -577,6 +577,7 @@ fn compile(
             "wgmma_attention" => opts.wgmma_attention = v.extract()?,
             "wgmma_pingpong" => opts.wgmma_pingpong = v.extract()?,
             "merge_launches" => opts.merge_launches = v.extract()?,
+            "dependent_launch" => opts.dependent_launch = v.extract()?,
             "wgmma_attention_keys" => {
                 opts.wgmma_attention_keys = v.extract()?;
                 if !matches!(opts.wgmma_attention_keys, 0 | 64 | 128) {
@@ -585,7 +586,7 @@ fn compile(
             }
             other => {
                 return Err(ArgumentError::new_err(format!(
-                    "unknown option `{other}`: the options are wgmma_tma, wgmma_attention, wgmma_attention_keys, wgmma_pingpong, merge_launches"
+                    "unknown option `{other}`: the options are wgmma_tma, wgmma_attention, wgmma_attention_keys, wgmma_pingpong, merge_launches, dependent_launch"
                 )))
             }
         }

@@ -6,12 +6,12 @@
 //! `STEP.PASS.kir` for kernel IR), and `ptx` (the PTX module: `STEP.ptx`). The stage names
 //! `tessel build` had before the registry stay, as aliases that keep their file names:
 //!
-//! | alias     | the output of                 | file               |
-//! |-----------|-------------------------------|--------------------|
-//! | `graph`   | `check`                       | `STEP.graph`       |
-//! | `fused`   | `schedule` (groups and tiles) | `STEP.fused.graph` |
-//! | `lowered` | `lower`                       | `STEP.lowered.kir` |
-//! | `kernel`  | the last pass (`legalize`)    | `STEP.kir`         |
+//! | alias     | the output of                      | file               |
+//! |-----------|------------------------------------|--------------------|
+//! | `graph`   | `check`                            | `STEP.graph`       |
+//! | `fused`   | `schedule` (groups and tiles)      | `STEP.fused.graph` |
+//! | `lowered` | `lower`                            | `STEP.lowered.kir` |
+//! | `kernel`  | the last pass (`dependent-launch`) | `STEP.kir`         |
 
 use crate::device;
 use crate::frontend::{bound_dims, load, options, step_names, target_for};

@@ -27,6 +27,7 @@ pub fn options(target: &Target, args: &CompileArgs) -> Options {
             .map_or(0, |k| k.parse().expect("clap accepts 64 or 128 only")),
         wgmma_pingpong: !args.no_wgmma_pingpong,
         merge_launches: !args.no_merge_launches,
+        dependent_launch: !args.no_dependent_launch,
         ..Options::default()
     }
 }

@@ -113,6 +113,11 @@ pub struct CompileArgs {
     /// updates) run as one kernel over their CTAs (`merge-launches`; the same bits).
     #[arg(long)]
     pub no_merge_launches: bool,
+    /// Launch every kernel stream-ordered. By default on sm_90 each kernel begins while the
+    /// one ahead finishes (programmatic dependent launch: `griddepcontrol.wait` before its
+    /// first global access, `launch_dependents` after its last read; the same bits).
+    #[arg(long)]
+    pub no_dependent_launch: bool,
 }
 
 /// How inputs are made.

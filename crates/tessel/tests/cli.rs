@@ -906,7 +906,7 @@ fn build_emits_and_stops_after_every_registered_pass() {
         ("norm.graph", "norm.check.graph"),
         ("norm.fused.graph", "norm.schedule.graph"),
         ("norm.lowered.kir", "norm.lower.kir"),
-        ("norm.kir", "norm.legalize.kir"),
+        ("norm.kir", "norm.dependent-launch.kir"),
     ] {
         assert!(!read(alias).is_empty(), "{alias}");
         assert_eq!(read(alias), read(pass), "{alias} and {pass}");

@@ -80,7 +80,7 @@ fn with_unroll(
     if let Err(e) = tessel_ir::verify::verify_graph(&g, Some(&f), Some(&s)) {
         panic!("{step}: the edited schedules: {e:?}");
     }
-    let p = common::lower_scheduled(&g, &f, &s);
+    let p = common::lower_scheduled(&g, &f, &s, &opts);
     (p, chosen)
 }
 

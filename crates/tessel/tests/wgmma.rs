@@ -47,6 +47,7 @@ fn program_in(
         // The `wgmma: 1` tile's tests: the ping-pong tile has its own (wgmma_pingpong.rs).
         wgmma_pingpong: false,
         merge_launches: true,
+        dependent_launch: true,
         ..Default::default()
     };
     compile(&g, &opts)

@@ -76,6 +76,7 @@ fn compiled(
         wgmma_pingpong: pingpong,
         wgmma_tma: tma,
         merge_launches: true,
+        dependent_launch: true,
         ..Default::default()
     };
     compile(&checked(step, dims), &opts)

@@ -60,6 +60,7 @@ fn options(target: Target, pingpong: bool) -> Options {
         target,
         wgmma_pingpong: pingpong,
         merge_launches: true,
+        dependent_launch: true,
         ..Default::default()
     }
 }

@@ -53,6 +53,7 @@ fn options(target: Target) -> Options {
         // The TMA tile's tests: the ping-pong tile, taken first by default, has its own.
         wgmma_pingpong: false,
         merge_launches: true,
+        dependent_launch: true,
         ..Default::default()
     }
 }
@@ -92,7 +93,10 @@ fn tma_schedules(
 /// returns the program and how many tiles were changed.
 fn tma_program(file: &str, step: &str, dims: &[(&str, u64)]) -> (Program, usize) {
     let (g, f, s, changed) = tma_schedules(file, step, dims);
-    (common::lower_scheduled(&g, &f, &s), changed)
+    (
+        common::lower_scheduled(&g, &f, &s, &options(one_sm())),
+        changed,
+    )
 }
 
 /// The kernels that issue TMA loads.

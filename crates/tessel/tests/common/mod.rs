@@ -68,12 +68,14 @@ pub fn seeded_inputs(p: &tessel_ir::kernel::Program) -> Vec<tessel_ref::Tensor> 
         .collect()
 }
 
-/// `lower` and every kernel pass after it, as the registry lists them, on a graph whose
-/// schedules a test has edited; the program verified.
+/// `lower` and every kernel and program pass after it, as the registry lists them (the
+/// program passes with `opts`), on a graph whose schedules a test has edited; the program
+/// verified.
 pub fn lower_scheduled(
     g: &tessel_ir::graph::Graph,
     f: &tessel_ir::graph::Fusion,
     s: &tessel_ir::graph::Schedules,
+    opts: &tessel_passes::Options,
 ) -> tessel_ir::kernel::Program {
     use tessel_passes::pipeline::Run;
     let mut p = None;
@@ -84,6 +86,9 @@ pub fn lower_scheduled(
                 for (_, k) in p.kernels.iter_mut() {
                     run(k).expect("kernel pass");
                 }
+            }
+            (Run::Program(run), Some(p)) => {
+                run(p, opts);
             }
             _ => {}
         }
