@@ -213,10 +213,12 @@ fn chunk_rows_order(d: u64) -> String {
 /// computes q itself ([`q_in_prologue`]), `stats` when it also writes its rows' maximum
 /// and sum (for a backward): those are whole rows', so the keys are not split.
 ///
-/// In the `fast` profile (`fill`), a split's ranges are halved, down to
-/// [`MIN_FILL_SPLIT`] keys, while the CTAs number fewer than two per SM (a single sequence over 4096 keys: 8 KV heads × 16
-/// ranges of 256 are 128 one-warp CTAs on 132 SMs; ranges of 128 give 256). The range
-/// size then depends on the batch, so `invariant` keeps [`SPLIT_KEYS`].
+/// In the `fast` profile (`fill`), a split's range is the multiple of [`DECODE_BLOCK_N`]
+/// from [`MIN_FILL_SPLIT`] to half the keys that fills whole waves of resident CTAs best
+/// ([`fill_split`]): one sequence over 4096 keys (8 KV heads) takes ranges of 128, 256 CTAs
+/// on 132 SMs; eight take ranges of 352, 768 CTAs, one wave of six per SM, where ranges of
+/// 256 would leave a second wave of 232. The range size then depends on the batch, so
+/// `invariant` keeps [`SPLIT_KEYS`].
 pub(super) fn choose(
     g: &Graph,
     (s, a): (Value, Value),
@@ -234,14 +236,6 @@ pub(super) fn choose(
     } else {
         0
     };
-    let mut halved = false;
-    while fill
-        && split / 2 >= MIN_FILL_SPLIT
-        && row_blocks * batch * sh.n.div_ceil(split as u64) < 2 * t.sm_count as u64
-    {
-        split /= 2;
-        halved = true;
-    }
     // Split ranges are walked by CTAs of one to four warps: blocks of 32 keys halve their
     // shared memory (36 KiB at head dim 128), so twice as many CTAs share an SM and hide
     // each other's latency.
@@ -253,6 +247,12 @@ pub(super) fn choose(
     {
         stages -= 1;
     }
+    let mut resident = 0;
+    if fill && split > 0 {
+        let shared = attention_shared_bytes(warps, block_n, stages.max(2), sh.d, sh.e) + 8 * warps;
+        resident = resident_ctas(t, warps, shared);
+        split = fill_split(sh.n, row_blocks * batch, resident);
+    }
     let ranges = if split > 0 {
         sh.n.div_ceil(split as u64)
     } else {
@@ -260,8 +260,8 @@ pub(super) fn choose(
     };
     let ctas = row_blocks * batch * ranges;
     let split_why = if split > 0 {
-        let fill_why = if halved {
-            format!(" (fast profile: {SPLIT_KEYS} halved, to {MIN_FILL_SPLIT} at least, while under two CTAs per SM)")
+        let fill_why = if resident > 0 {
+            format!(" (fast profile: the range from {MIN_FILL_SPLIT} keys up that fills whole waves of {resident} resident CTAs best)")
         } else {
             String::new()
         };
@@ -293,6 +293,38 @@ pub(super) fn choose(
             sh.m, sh.n, sh.d, sh.e, sh.batch, sh.pack
         ),
     }
+}
+
+/// CTAs of `warps` warps and `shared` bytes of shared memory that fit on the target at once:
+/// each SM's shared memory (1 KiB of it reserved per CTA, CUDA C++ Programming Guide,
+/// "Shared Memory"), its warps, and its registers at the most a thread may have (the
+/// split tile's 236, rounded up, fit the same count), at most 32 CTAs per SM (compute
+/// capability 9.0, "Compute Capabilities").
+fn resident_ctas(t: &Target, warps: u32, shared: u32) -> u64 {
+    let by_shared = t.max_shared_per_sm / (shared + 1024).max(1);
+    let by_warps = t.max_warps_per_sm / warps.max(1);
+    let by_regs =
+        t.registers_per_sm / (t.max_registers_per_thread.next_multiple_of(8) * 32 * warps).max(1);
+    let per_sm = by_shared.min(by_warps).min(by_regs).clamp(1, 32);
+    u64::from(per_sm) * u64::from(t.sm_count)
+}
+
+/// The range of keys, a multiple of [`DECODE_BLOCK_N`] from [`MIN_FILL_SPLIT`] to half of
+/// `n` (at least two ranges), for `groups` row blocks × batch entries on `resident` CTAs
+/// at once: the least waves × range (each wave's CTAs walk a range of keys in about the
+/// same time), the smaller range on a tie. Ranges of 352 for 64 groups over 4096 keys on
+/// 792 resident CTAs: 12 ranges, 768 CTAs, one wave (ranges of 256 cost two: 1024 CTAs).
+pub(super) fn fill_split(n: u64, groups: u64, resident: u64) -> u32 {
+    let lo = u64::from(MIN_FILL_SPLIT);
+    let hi = (n.div_ceil(2))
+        .next_multiple_of(u64::from(DECODE_BLOCK_N))
+        .max(lo);
+    let cost = |s: u64| (groups * n.div_ceil(s)).div_ceil(resident.max(1)) * s;
+    let best = (lo..=hi)
+        .step_by(DECODE_BLOCK_N as usize)
+        .min_by_key(|&s| (cost(s), s))
+        .unwrap_or(lo);
+    best as u32
 }
 
 /// The reduction order of the attention tile, in words (design §5). The warpgroup tile
@@ -362,4 +394,34 @@ pub fn bwd_order(block_n: u32) -> String {
     format!(
         "each score: one mma.sync per 16 of the head dim in order into an f32 accumulator starting at 0 (q's fragments as A for query rows, k's as A for key rows: the same products), rounded to the matmul's dtype; each row reduction (query rows): per lane its 2 scores of each 8-column fragment, blocks of {block_n} columns from column 0 in order, folded into one f32 accumulator from the identity, then the row's 4 lanes by butterfly xor 1, 2 — one sweep over the blocks per reduction level; each product element: one f32 accumulator starting at 0, one mma.sync per 16 columns in column order of the block, blocks in order, rounded to the product's dtype at the end"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fill_split_fills_whole_waves() {
+        // H100/H200: 132 SMs × 6 one-warp split CTAs (36 KiB of shared memory each).
+        let t = Target::h200();
+        let shared = attention_shared_bytes(1, DECODE_BLOCK_N, 2, 128, 128) + 8;
+        assert_eq!(resident_ctas(&t, 1, shared), 132 * 6);
+        // Qwen3-14B decode over 4096 keys: 8 KV heads per sequence.
+        let ranges = |s: u32| 4096u64.div_ceil(u64::from(s));
+        // One sequence: the smallest range, 256 CTAs in one wave.
+        assert_eq!(fill_split(4096, 8, 792), 128);
+        // Four: 22 ranges of 192 (704 CTAs, one wave) beat 32 of 128 (two waves).
+        assert_eq!(fill_split(4096, 32, 792), 192);
+        // Eight: 12 ranges of 352, 768 CTAs, one wave.
+        let s = fill_split(4096, 64, 792);
+        assert_eq!((s, ranges(s) * 64), (352, 768));
+        // Every range a multiple of the block, at least two ranges.
+        for groups in [1, 3, 8, 64, 100, 512, 4096] {
+            for n in [600u64, 1100, 4096, 32768] {
+                let s = fill_split(n, groups, 792);
+                assert_eq!(s % DECODE_BLOCK_N, 0, "{n} {groups}");
+                assert!(s >= MIN_FILL_SPLIT && u64::from(s) <= n.div_ceil(2).next_multiple_of(32));
+            }
+        }
+    }
 }
