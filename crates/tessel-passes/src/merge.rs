@@ -4,7 +4,8 @@
 //!
 //! Before: a program whose launch `i` runs kernel `i` (as `lower` makes it). After: the
 //! same, with runs of launches merged where every one of them
-//! - is a one-dimensional grid of CTAs of the same block shape, with no dynamic shared
+//! - is a one-dimensional grid of CTAs of the first's block shape (or a narrower rider,
+//!   below), with no dynamic shared
 //!   memory and no tensor map, the shared memory of the run within the 48 KiB a kernel
 //!   declares statically;
 //! - runs only synchronous statements (ops, loads, stores, loops, branches, CTA barriers,
@@ -15,7 +16,9 @@
 //!   `update`, `elementwise`, ...): kernels alike in their registers, so the merged one's
 //!   occupancy is theirs — or is a *rider* of at most [`RIDER_CTAS`] CTAs, whose launch
 //!   would cost more than its work (decode's RoPE table, one CTA, rides with the q/k/v
-//!   GEMVs' 1792);
+//!   GEMVs' 1792). A rider may have narrower CTAs than the first's, of whole warps and
+//!   without a CTA barrier: the threads past its block skip its body (decode's inverse
+//!   frequencies at B = 8, 64 threads, ride with the GEMVs' CTAs of 128);
 //! - and is independent of the launches merged before it: it writes no buffer they read or
 //!   write, and reads none they write (the CTAs of a merged launch run in no set order).
 //!
@@ -57,7 +60,7 @@ pub fn run(p: &mut Program) -> Vec<Vec<usize>> {
             let k = &p.kernels[KernelId::from_u32(i as u32)];
             mergeable(first)
                 && mergeable(k)
-                && k.block == first.block
+                && (k.block == first.block || narrower_rider(k, first))
                 && (kind(k) == kind(first) || k.grid[0] <= RIDER_CTAS)
                 && independent(p, run, i)
                 && static_shared(p, run) + static_shared(p, &[i]) <= STATIC_SHARED_BYTES as u64
@@ -111,6 +114,33 @@ fn static_shared(p: &Program, run: &[usize]) -> u64 {
 /// of its largest part (the decode RoPE table's 23 against the GEMVs' 34: `tessel explain`
 /// prints both), so the run's occupancy is its main parts'.
 const RIDER_CTAS: u32 = 4;
+
+/// Whether `k` may ride, with a narrower CTA, in a run whose first kernel is `first`: at
+/// most [`RIDER_CTAS`] one-dimensional CTAs of whole warps, fewer threads than `first`'s,
+/// and no CTA barrier (the threads past its own block skip its body, so a `bar.sync` would
+/// wait for threads that never come). Decode's inverse frequencies at B = 8 (one CTA of 64
+/// threads) ride with the q/k/v GEMVs (CTAs of 128).
+fn narrower_rider(k: &Kernel, first: &Kernel) -> bool {
+    k.grid[0] <= RIDER_CTAS
+        && k.block[1..] == [1, 1]
+        && first.block[1..] == [1, 1]
+        && k.block[0] < first.block[0]
+        && k.block[0] % 32 == 0
+        && !has_barrier(&k.body)
+}
+
+fn has_barrier(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Barrier | Stmt::BarSync { .. } | Stmt::BarArrive { .. } => true,
+        Stmt::For { body, .. } => has_barrier(body),
+        Stmt::If {
+            then_body,
+            else_body,
+            ..
+        } => has_barrier(then_body) || has_barrier(else_body),
+        _ => false,
+    })
+}
 
 /// The word a kernel's schedule starts with (`gemv`, `update`, `elementwise`, ...).
 fn kind(k: &Kernel) -> &str {
@@ -228,6 +258,7 @@ fn merged(parts: &[(&Kernel, &[LaunchArg])]) -> (Kernel, Vec<LaunchArg>) {
             shared: m.shared.len() as u32,
             params: m.params.len() as u32,
             grid: grids[i],
+            block: k.block[0],
             cta: Reg::from_u32(0), // set below
         };
         for (_, &ty) in k.regs.iter() {
@@ -258,7 +289,29 @@ fn merged(parts: &[(&Kernel, &[LaunchArg])]) -> (Kernel, Vec<LaunchArg>) {
             cta: local,
             ..shift
         };
-        body.extend(k.body.iter().map(|s| shift.stmt(s)));
+        let shifted: Vec<Stmt> = k.body.iter().map(|s| shift.stmt(s)).collect();
+        if k.block[0] < m.block[0] {
+            // A narrower rider: its threads run its body, the rest of the CTA nothing.
+            let tid = m.new_reg(RegType::U32);
+            let mine = m.new_reg(RegType::Pred);
+            body.push(Stmt::Op {
+                dst: tid,
+                op: Op::Special(Special::TidX),
+                args: vec![],
+            });
+            body.push(Stmt::Op {
+                dst: mine,
+                op: Op::ICmp(tessel_ir::kernel::ICmp::LtU),
+                args: vec![tid.into(), Operand::U32(k.block[0])],
+            });
+            body.push(Stmt::If {
+                cond: mine,
+                then_body: shifted,
+                else_body: vec![],
+            });
+        } else {
+            body.extend(shifted);
+        }
         bodies.push(body);
     }
     // if cta < starts[1] { body 0 } else if cta < starts[2] { body 1 } ... else { last }
@@ -289,6 +342,8 @@ struct Shift {
     params: u32,
     /// The part's own grid size, for its reads of `%nctaid.x`.
     grid: u32,
+    /// The part's own CTA size, for its reads of `%ntid.x`.
+    block: u32,
     /// The register holding the part's own CTA index, for its reads of `%ctaid.x`.
     cta: Reg,
 }
@@ -315,6 +370,7 @@ impl Shift {
                 let (op, args) = match op {
                     Op::Special(Special::CtaidX) => (Op::Mov, vec![self.cta.into()]),
                     Op::Special(Special::NctaidX) => (Op::Mov, vec![Operand::U32(self.grid)]),
+                    Op::Special(Special::NtidX) => (Op::Mov, vec![Operand::U32(self.block)]),
                     Op::Param(n) => (Op::Param(n + self.params), vec![]),
                     Op::SharedAddr(b) => (
                         Op::SharedAddr(SharedBuf::from_u32(b.as_u32() + self.shared)),
