@@ -24,6 +24,7 @@
 //! A [`Program`] is a step: the buffers (inputs, outputs, intermediates), the kernels, and
 //! the launches in order.
 
+pub mod griddep;
 mod ops;
 
 pub use ops::{ArgRule, FCmp, ICmp, MathFn, Op, SigType, Signature, Special};

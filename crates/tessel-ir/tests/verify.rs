@@ -1516,3 +1516,78 @@ fn tensor_map_launch_rules() {
         p.launches.swap(0, 1);
     });
 }
+
+/// `copy_kernel` whose load goes through an address of its read-only source alone (the
+/// store through a register of its own), with the wait after the load, before the store.
+fn early_load_copy(name: &str) -> Kernel {
+    let mut k = copy_kernel(name);
+    // body[6] `r4 = add.u64 r2, r3` made a fresh register, and the store's address with it.
+    let dst_addr = k.new_reg(RegType::U64);
+    if let Stmt::Op { dst, .. } = &mut k.body[6] {
+        *dst = dst_addr;
+    }
+    if let Stmt::Store { addr, .. } = &mut k.body[7] {
+        *addr = dst_addr;
+    }
+    k.body.insert(7, Stmt::GridDepWait);
+    k
+}
+
+#[test]
+fn loads_of_read_only_parameters_may_come_before_the_wait() {
+    use tessel_ir::kernel::griddep::{before_wait, read_only_addresses};
+    use tessel_ir::kernel::{BufferDecl, BufferRole, LaunchArg, ParamKind};
+    let k = early_load_copy("k");
+    // r1 (param 0, read) and r4 (r1 + offset) are addresses into the source.
+    let ro = read_only_addresses(&k);
+    assert_eq!(
+        (ro.get(&Reg::from_u32(1)), ro.get(&Reg::from_u32(4))),
+        (Some(&0), Some(&0))
+    );
+    assert!(!ro.contains_key(&Reg::from_u32(2)), "param 1 is written");
+    let b = before_wait(&k);
+    assert_eq!(
+        (b.params.into_iter().collect::<Vec<_>>(), b.unordered.len()),
+        (vec![0], 0)
+    );
+    verify_kernel(&k, true).unwrap();
+    // The same load through a parameter the kernel writes needs the wait.
+    let mut w = k.clone();
+    w.params[0].kind = ParamKind::Ptr {
+        dtype: DType::F32,
+        writes: true,
+    };
+    assert!(rules(verify_kernel(&w, true)).contains(&"kernel.griddep"));
+    // A register assigned from two parameters is no read-only address.
+    let mut two = k.clone();
+    two.body.insert(
+        5,
+        op(
+            Reg::from_u32(4),
+            KOp::AddU64,
+            &[Operand::Reg(Reg::from_u32(2)), Operand::U64(0)],
+        ),
+    );
+    assert!(rules(verify_kernel(&two, true)).contains(&"kernel.griddep"));
+
+    // In a program: small_program's second kernel reads t0, which the first writes, so its
+    // early load is refused; bound to a step input no launch writes, it is accepted.
+    let k1 = tessel_ir::KernelId::from_u32(1);
+    let mut p = small_program();
+    p.kernels[k1] = early_load_copy("two_step_k1");
+    let r = verify_program(&p, false);
+    assert!(rules(r).contains(&"program.griddep"));
+    let y = p.buffers.push(BufferDecl {
+        name: "y".into(),
+        ty: t(DType::F32, &[4, 8]),
+        role: BufferRole::Input(1),
+    });
+    p.inputs.push(("y".into(), y));
+    p.launches[1].args[0] = LaunchArg::Buffer(y);
+    verify_program(&p, false).unwrap_or_else(|e| panic!("{e:?}"));
+    // An inout input is written by its own kernel: refused.
+    p.buffers[y].role = BufferRole::InOut(1);
+    p.outputs.push(("y".into(), y));
+    let r = verify_program(&p, false);
+    assert!(rules(r).contains(&"program.griddep"), "inout");
+}

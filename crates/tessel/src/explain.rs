@@ -90,6 +90,42 @@ fn print_header(c: &tessel_passes::Compiled, indent: &str) {
     );
 }
 
+/// How kernel `kid` of `c` is launched after the one ahead (`dependent-launch`): nothing
+/// when it does not wait on it; else programmatic, or stream-ordered as the step's first,
+/// with the parameters it loads before it waits.
+fn dependent_launch(
+    c: &tessel_passes::Compiled,
+    kid: tessel_ir::KernelId,
+    k: &tessel_ir::kernel::Kernel,
+) -> String {
+    if !k.waits_on_prior_grid() {
+        return String::new();
+    }
+    let how = if c.program.launches.first().map(|l| l.kernel) == Some(kid) {
+        "stream-ordered (the step's first launch)"
+    } else {
+        "programmatic (begins while the kernel ahead finishes)"
+    };
+    // The step inputs by name, through the kernel's (first) launch.
+    let launch = c.program.launches.iter().find(|l| l.kernel == kid);
+    let early: Vec<String> = tessel_ir::kernel::griddep::before_wait(k)
+        .params
+        .iter()
+        .map(|&n| match launch.and_then(|l| l.args.get(n as usize)) {
+            Some(tessel_ir::kernel::LaunchArg::Buffer(b)) => c.program.buffers[*b].name.clone(),
+            _ => format!("parameter {n}"),
+        })
+        .collect();
+    if early.is_empty() {
+        format!(", {how}; griddepcontrol.wait before its first global access")
+    } else {
+        format!(
+            ", {how}; griddepcontrol.wait before its first global access but loads of {} (step inputs no launch writes)",
+            early.join(", ")
+        )
+    }
+}
+
 /// Every kernel of `c`: its group, what it writes, its schedule and why, its launch, and
 /// with ptxas its registers, shared memory and spills; each line after `indent`.
 fn print_kernels(
@@ -102,7 +138,7 @@ fn print_kernels(
         Some(p) => Some(p.assemble(&device::ptx_of(&c.program, &c.ptx)?, arch)?),
         None => None,
     };
-    for (grps, (_, k)) in c.groups_of_kernel.iter().zip(c.program.kernels.iter()) {
+    for (grps, (kid, k)) in c.groups_of_kernel.iter().zip(c.program.kernels.iter()) {
         // A step output by its name; an intermediate by the `t<N>` name `run --dump-temps`
         // gives it, with the graph value for `--emit fused`.
         let outs: Vec<String> = grps
@@ -164,7 +200,12 @@ fn print_kernels(
                 println!("{indent}  why{who}: {}", s.why);
             }
         }
-        println!("{indent}  launch: grid {:?}, block {:?}", k.grid, k.block);
+        println!(
+            "{indent}  launch: grid {:?}, block {:?}{}",
+            k.grid,
+            k.block,
+            dependent_launch(c, kid, k)
+        );
         println!("{indent}  order: {}", k.schedule);
         // ptxas counts the shared memory a kernel declares; a buffer over 48 KiB is
         // `.extern` and sized at launch, so it is added here.

@@ -106,7 +106,13 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
     };
     cx.block(&k.body, "body");
     if k.waits_on_prior_grid() {
-        griddep_order(&k.body, false, &format!("{kloc}, body"), e);
+        for path in crate::kernel::griddep::before_wait(k).unordered {
+            e.push(
+                "kernel.griddep",
+                format!("{kloc}, {path}"),
+                "a global memory access that a path from the start reaches before `griddepcontrol.wait` (only loads through a read-only parameter may come first): the kernel ahead of it may still be running",
+            );
+        }
     }
 }
 
@@ -192,50 +198,6 @@ fn assigned(body: &[Stmt], out: &mut HashSet<Reg>) {
             Stmt::GridDepWait | Stmt::GridDepLaunch | Stmt::PrefetchL2 { .. } => {}
         }
     }
-}
-
-/// Rule `kernel.griddep`: walks `body` with `waited` (whether every path here has passed a
-/// `griddepcontrol.wait`), reports each global memory access reached without one, and
-/// returns the state after the block.
-fn griddep_order(body: &[Stmt], mut waited: bool, path: &str, e: &mut Errors) -> bool {
-    for (i, s) in body.iter().enumerate() {
-        let here = format!("{path}[{i}]");
-        match s {
-            Stmt::GridDepWait => waited = true,
-            Stmt::Load {
-                space: Space::Global,
-                ..
-            }
-            | Stmt::Store {
-                space: Space::Global,
-                ..
-            }
-            | Stmt::CpAsync { .. }
-            | Stmt::TmaLoad { .. }
-                if !waited =>
-            {
-                e.push(
-                    "kernel.griddep",
-                    here,
-                    "a global memory access that a path from the start reaches before `griddepcontrol.wait`: the kernel ahead of it may still be running",
-                );
-            }
-            Stmt::For { body, .. } => {
-                griddep_order(body, waited, &format!("{here}.body"), e);
-            }
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => {
-                let t = griddep_order(then_body, waited, &format!("{here}.then"), e);
-                let f = griddep_order(else_body, waited, &format!("{here}.else"), e);
-                waited = t && f;
-            }
-            _ => {}
-        }
-    }
-    waited
 }
 
 struct Cx<'a, 'e> {

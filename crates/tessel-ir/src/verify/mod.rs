@@ -157,7 +157,9 @@
 //!   warp-wide, it counts for `kernel.geometry`'s whole warps).
 //! - `kernel.griddep`: in a kernel with a `griddepcontrol.wait`, every path from the start
 //!   of the body to a global memory access (a global load or store, `cp.async`, `tma.load`)
-//!   passes one (a loop's body may run zero times, a branch counts only if both arms wait);
+//!   passes one (a loop's body may run zero times, a branch counts only if both arms wait),
+//!   but for a load through an address computed from a read-only pointer parameter alone
+//!   (`kernel::griddep::read_only_addresses`);
 //!   a `prefetch.l2` has a `u64` address and a byte count that is a multiple of 16.
 //!
 //! # Programs ([`verify_program`])
@@ -177,6 +179,8 @@
 //!   (a read-only pointer or a tensor map) has been written (a writing pointer) by an
 //!   earlier launch, and
 //!   every `output` buffer is written by some launch.
+//! - `program.griddep`: a parameter a kernel loads before its `griddepcontrol.wait` is
+//!   bound, at every launch, to a step input that no launch writes.
 //!
 //! [`Graph::inputs`]: crate::graph::Graph::inputs
 //! [`result_type`]: crate::builder::result_type

@@ -195,6 +195,29 @@ pub fn verify_program(p: &Program, after_expand_math: bool) -> Result<(), Vec<Ve
         }
         written.extend(writes);
     }
+    // Rule `program.griddep`.
+    let constant = crate::kernel::griddep::unwritten_inputs(p);
+    for (li, l) in p.launches.iter().enumerate() {
+        let Some(k) = p.kernels.get(l.kernel) else {
+            continue;
+        };
+        if !k.waits_on_prior_grid() {
+            continue;
+        }
+        for n in crate::kernel::griddep::before_wait(k).params {
+            let ok = matches!(l.args.get(n as usize), Some(LaunchArg::Buffer(b)) if constant.contains(b));
+            if !ok {
+                e.push(
+                    "program.griddep",
+                    format!("launch {li}"),
+                    format!(
+                        "kernel {} loads parameter {n} before `griddepcontrol.wait`, but the launch binds it to what is not a step input that no launch writes: the kernel ahead may be writing it",
+                        k.name
+                    ),
+                );
+            }
+        }
+    }
     for (b, d) in p.buffers.iter() {
         if d.role == BufferRole::Output && !written.contains(&b) {
             e.push(

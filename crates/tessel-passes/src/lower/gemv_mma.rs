@@ -123,8 +123,10 @@ impl Gen<'_> {
             };
             let qw = at(this, pw);
             let qx: Vec<Reg> = px.iter().map(|&p| at(this, p)).collect();
-            // All loads of the iteration first, then the mma.
-            let mut loaded = Vec::new();
+            // All loads of the iteration first, the weight's before the left rows' (so
+            // that in the peeled first iteration they precede `griddepcontrol.wait`), then
+            // the mma.
+            let mut chunks = Vec::new();
             for u in 0..count as u64 {
                 let off = u * stride;
                 let k_ok = if tested {
@@ -138,32 +140,36 @@ impl Gen<'_> {
                 } else {
                     None
                 };
-                let load16 = |this: &mut Self, p: Reg| -> Vec<Reg> {
-                    let d: Vec<Reg> = (0..4)
-                        .map(|_| this.b.kernel.new_reg(RegType::U32))
-                        .collect();
-                    let load = Stmt::Load {
-                        dsts: d.clone(),
-                        space: Space::Global,
-                        width: Width::V4,
-                        addr: p,
-                        offset: (off * esz) as i32,
-                    };
-                    match k_ok {
-                        Some(ok) => {
-                            for &r in &d {
-                                this.b.assign(r, Op::Mov, &[Operand::U32(0)]);
-                            }
-                            this.open();
-                            this.b.push(load);
-                            this.close_if(ok);
-                        }
-                        None => this.b.push(load),
-                    }
-                    d
+                chunks.push((off, k_ok));
+            }
+            let load16 = |this: &mut Self, p: Reg, (off, k_ok): (u64, Option<Reg>)| -> Vec<Reg> {
+                let d: Vec<Reg> = (0..4)
+                    .map(|_| this.b.kernel.new_reg(RegType::U32))
+                    .collect();
+                let load = Stmt::Load {
+                    dsts: d.clone(),
+                    space: Space::Global,
+                    width: Width::V4,
+                    addr: p,
+                    offset: (off * esz) as i32,
                 };
-                let wv = load16(this, qw);
-                let xs: Vec<Vec<Reg>> = qx.iter().map(|&p| load16(this, p)).collect();
+                match k_ok {
+                    Some(ok) => {
+                        for &r in &d {
+                            this.b.assign(r, Op::Mov, &[Operand::U32(0)]);
+                        }
+                        this.open();
+                        this.b.push(load);
+                        this.close_if(ok);
+                    }
+                    None => this.b.push(load),
+                }
+                d
+            };
+            let wvs: Vec<Vec<Reg>> = chunks.iter().map(|&c| load16(this, qw, c)).collect();
+            let mut loaded = Vec::new();
+            for (wv, &c) in wvs.into_iter().zip(&chunks) {
+                let xs: Vec<Vec<Reg>> = qx.iter().map(|&p| load16(this, p, c)).collect();
                 loaded.push((wv, xs));
             }
             for (wv, xs) in &loaded {
@@ -180,10 +186,29 @@ impl Gen<'_> {
                 }
             }
         };
+        // The main loop's first iteration peeled off its loop (for the warps that have
+        // one), so that its weight loads, from a step input no kernel writes, come before
+        // `griddepcontrol.wait` (`dependent-launch`) and overlap the kernel ahead; the same
+        // chunks in the same order. (No warp has one when K is under the main loop's reach.)
+        let second = if main_end > 0 {
+            let has_first = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[start_op, Self::imm_u(main_end)],
+            );
+            let kb0 = self.b.op(RegType::U32, Op::Mov, &[start_op]);
+            self.open();
+            main_loop(self, kb0, unroll, false);
+            self.close_if(has_first);
+            self.iadd(start, Ix::C(span))
+        } else {
+            start
+        };
+        let second = self.ix_op(second);
         let kb = self.b.kernel.new_reg(RegType::U32);
         self.open();
         main_loop(self, kb, unroll, false);
-        self.close_for(kb, start_op, Self::imm_u(main_end), Self::imm_u(span));
+        self.close_for(kb, second, Self::imm_u(main_end), Self::imm_u(span));
         // Where the main loop stopped: start + ceil((main_end - start) / span) · span.
         let left = self
             .b
