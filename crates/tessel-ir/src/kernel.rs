@@ -1024,19 +1024,7 @@ impl Kernel {
     /// before the kernel ahead of it completes (the verifier's rule `kernel.griddep` checks
     /// that it waits before any global access).
     pub fn waits_on_prior_grid(&self) -> bool {
-        fn any_wait(body: &[Stmt]) -> bool {
-            body.iter().any(|s| match s {
-                Stmt::GridDepWait => true,
-                Stmt::For { body, .. } => any_wait(body),
-                Stmt::If {
-                    then_body,
-                    else_body,
-                    ..
-                } => any_wait(then_body) || any_wait(else_body),
-                _ => false,
-            })
-        }
-        any_wait(&self.body)
+        any_stmt(&self.body, &|s| matches!(s, Stmt::GridDepWait))
     }
 
     /// Threads per CTA.
@@ -1120,6 +1108,23 @@ where
 /// Whether `s` is a PTX identifier: `[a-zA-Z]{followsym}*` or `[_$%]{followsym}+`, with
 /// `followsym` as [`is_ptx_followsym`] (PTX ISA §4.4, "Identifiers"). The one check of a
 /// kernel name: the verifier (rule `kernel.name`) and the PTX writer call it.
+/// Whether `pred` holds for a statement of `body` or of a block nested in it (loop bodies,
+/// both arms of branches); `pred` sees `For` and `If` themselves too.
+pub fn any_stmt(body: &[Stmt], pred: &dyn Fn(&Stmt) -> bool) -> bool {
+    body.iter().any(|s| {
+        pred(s)
+            || match s {
+                Stmt::For { body, .. } => any_stmt(body, pred),
+                Stmt::If {
+                    then_body,
+                    else_body,
+                    ..
+                } => any_stmt(then_body, pred) || any_stmt(else_body, pred),
+                _ => false,
+            }
+    })
+}
+
 pub fn is_ptx_identifier(s: &str) -> bool {
     let mut chars = s.chars();
     match chars.next() {

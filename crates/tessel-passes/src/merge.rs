@@ -35,7 +35,8 @@
 //! Off with `Options::merge_launches` false (`--no-merge-launches`).
 
 use tessel_ir::kernel::{
-    Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Special, Stmt, STATIC_SHARED_BYTES,
+    any_stmt, Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Special, Stmt,
+    STATIC_SHARED_BYTES,
 };
 use tessel_ir::{BufferId, KernelId, Reg, SharedBuf};
 
@@ -126,20 +127,12 @@ fn narrower_rider(k: &Kernel, first: &Kernel) -> bool {
         && first.block[1..] == [1, 1]
         && k.block[0] < first.block[0]
         && k.block[0] % 32 == 0
-        && !has_barrier(&k.body)
-}
-
-fn has_barrier(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Barrier | Stmt::BarSync { .. } | Stmt::BarArrive { .. } => true,
-        Stmt::For { body, .. } => has_barrier(body),
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => has_barrier(then_body) || has_barrier(else_body),
-        _ => false,
-    })
+        && !any_stmt(&k.body, &|s| {
+            matches!(
+                s,
+                Stmt::Barrier | Stmt::BarSync { .. } | Stmt::BarArrive { .. }
+            )
+        })
 }
 
 /// The word a kernel's schedule starts with (`gemv`, `update`, `elementwise`, ...).

@@ -101,19 +101,10 @@ fn tma_program(file: &str, step: &str, dims: &[(&str, u64)]) -> (Program, usize)
 
 /// The kernels that issue TMA loads.
 fn tma_kernels(p: &Program) -> usize {
-    fn has(body: &[Stmt]) -> bool {
-        body.iter().any(|s| match s {
-            Stmt::TmaLoad { .. } => true,
-            Stmt::For { body, .. } => has(body),
-            Stmt::If {
-                then_body,
-                else_body,
-                ..
-            } => has(then_body) || has(else_body),
-            _ => false,
-        })
-    }
-    p.kernels.values().filter(|k| has(&k.body)).count()
+    p.kernels
+        .values()
+        .filter(|k| tessel_ir::kernel::any_stmt(&k.body, &|s| matches!(s, Stmt::TmaLoad { .. })))
+        .count()
 }
 
 /// Compiles `step` with the TMA tile and without wgmma, checks that `want` kernels take
