@@ -1591,3 +1591,106 @@ fn loads_of_read_only_parameters_may_come_before_the_wait() {
     let r = verify_program(&p, false);
     assert!(rules(r).contains(&"program.griddep"), "inout");
 }
+
+/// Regressions from the review of stop 34's programmatic dependent launch.
+#[test]
+fn read_only_addresses_end_and_stay_sound_on_odd_registers() {
+    use tessel_ir::kernel::griddep::read_only_addresses;
+    use tessel_ir::text::read_program;
+    // `r2 = add.u64 r0, r2`: r2 depends on itself alone. The analysis used to flip it
+    // between two states forever; now it ends, and r2 is no read-only address.
+    let hang = read_program(
+        "program hang {
+  buf0 = input 0 \"x\" : f32[256]
+  buf1 = output \"out\" : f32[256]
+  k0 = kernel hang_0 block [32, 1, 1] grid [1, 1, 1] {
+    schedule \"elementwise\"
+    param in0: ptr f32 read
+    param out1: ptr f32 write
+    regs r0: u64, r1: u64, r2: u64, r3: f32
+    r0 = param 0
+    r1 = param 1
+    r2 = add.u64 r0, r2
+    r3 = load.global.b32 [r0]
+    store.global.b32 [r1], r3
+  }
+  launch k0(buf0, buf1)
+  input \"x\" = buf0
+  output \"out\" = buf1
+}",
+    )
+    .unwrap();
+    let k = hang.kernels.values().next().unwrap();
+    let ro = read_only_addresses(k);
+    assert_eq!(ro.get(&Reg::from_u32(0)), Some(&0));
+    assert!(!ro.contains_key(&Reg::from_u32(2)), "{ro:?}");
+    // r10 is x's address on most threads, but on thread 0 the written parameter's address
+    // plus an unassigned register: no read-only address, so its load must wait.
+    let k = read_program(
+        "program uk {
+  buf0 = input 0 \"x\" : f32[256]
+  buf1 = output \"out\" : f32[256]
+  k0 = kernel uk_1 block [256, 1, 1] grid [1, 1, 1] {
+    schedule \"elementwise\"
+    param in0: ptr f32 read
+    param out1: ptr f32 write
+    regs r0: u64, r1: u64, r2: u32, r3: u64, r4: u64, r5: f32, r6: u64, r7: pred, r8: u64, r9: u64, r10: u64
+    r0 = param 0
+    r1 = param 1
+    r2 = special tid.x
+    r3 = mul.wide.u32 r2, 4u32
+    r7 = icmp.lt.u r2, 1u32
+    r10 = mov r0
+    if r7 {
+      r9 = add.u64 r1, r9
+      r10 = mov r9
+    }
+    r4 = add.u64 r10, r3
+    r5 = load.global.b32 [r4]
+    r6 = add.u64 r1, r3
+    store.global.b32 [r6], r5
+  }
+  launch k0(buf0, buf1)
+  input \"x\" = buf0
+  output \"out\" = buf1
+}",
+    )
+    .unwrap()
+    .kernels
+    .values()
+    .next()
+    .unwrap()
+    .clone();
+    let ro = read_only_addresses(&k);
+    assert!(
+        !ro.contains_key(&Reg::from_u32(10)) && !ro.contains_key(&Reg::from_u32(4)),
+        "{ro:?}"
+    );
+    // An address plus an offset stays one; two addresses summed are none.
+    assert!(ro.contains_key(&Reg::from_u32(0)));
+    assert!(
+        !ro.contains_key(&Reg::from_u32(6)),
+        "the written parameter's address"
+    );
+}
+
+#[test]
+fn a_kernel_that_waits_waits_on_every_path() {
+    // copy_kernel whose only wait is in one arm of a branch: the threads that take the
+    // other never wait, so the kernel could complete before the one ahead.
+    let mut k = copy_kernel("k");
+    let p = k.new_reg(RegType::Pred);
+    k.body.insert(
+        0,
+        Stmt::If {
+            cond: p,
+            then_body: vec![Stmt::GridDepWait],
+            else_body: vec![],
+        },
+    );
+    let r = verify_kernel(&k, true);
+    assert!(
+        format!("{r:?}").contains("never runs `griddepcontrol.wait`"),
+        "{r:?}"
+    );
+}

@@ -34,32 +34,52 @@ pub fn unwritten_inputs(p: &Program) -> BTreeSet<BufferId> {
         .collect()
 }
 
-/// What a register may hold, in [`read_only_addresses`]'s analysis.
+/// What a `U64` register holds, in [`read_only_addresses`]'s analysis: a lattice from
+/// `Unknown` (the optimistic start) down to `Any`, through an address of one parameter or an
+/// offset.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Addr {
-    /// Not yet contradicted (the optimistic start).
+    /// Not yet constrained.
     Unknown,
     /// An address into read-only pointer parameter `n`'s buffer.
     Param(u32),
-    /// Anything else: an offset, a value, another buffer's address.
-    Other,
+    /// A value that is no address: an immediate, a `mul.wide`, a conversion.
+    Offset,
+    /// Anything: another buffer's address, a sum of two addresses, a loaded value, an
+    /// unassigned register.
+    Any,
 }
 
 impl Addr {
+    /// The greatest lower bound: what a register assigned both ways holds.
     fn meet(self, o: Addr) -> Addr {
         match (self, o) {
             (Addr::Unknown, x) | (x, Addr::Unknown) => x,
-            (Addr::Param(a), Addr::Param(b)) if a == b => Addr::Param(a),
-            _ => Addr::Other,
+            (a, b) if a == b => a,
+            _ => Addr::Any,
+        }
+    }
+
+    /// `add.u64 a, b`: an address plus an offset is that address, two offsets an offset,
+    /// anything else anything. Monotone, so the iteration from `Unknown` ends.
+    fn add(a: Addr, b: Addr) -> Addr {
+        match (a, b) {
+            (Addr::Any, _) | (_, Addr::Any) => Addr::Any,
+            (Addr::Unknown, _) | (_, Addr::Unknown) => Addr::Unknown,
+            (Addr::Param(n), Addr::Offset) | (Addr::Offset, Addr::Param(n)) => Addr::Param(n),
+            (Addr::Offset, Addr::Offset) => Addr::Offset,
+            (Addr::Param(_), Addr::Param(_)) => Addr::Any,
         }
     }
 }
 
 /// The `U64` registers that hold, at every assignment, an address into the buffer of one
 /// read-only pointer parameter, by that parameter's index: assigned only by `param n` (a
-/// `ptr .. read` parameter), `mov` of such a register, or `add.u64` of such a register and an
-/// offset (a value that is no such address). The greatest fixed point, so that a pointer
-/// advanced in a loop (`r = add.u64 r, step`) stays one.
+/// `ptr .. read` parameter), `mov` of such a register, or `add.u64` of such a register and
+/// an offset (an immediate, or a register assigned only offsets: `mul.wide`, conversions,
+/// their sums). The greatest fixed point from `Unknown`, so that a pointer advanced in a
+/// loop (`r = add.u64 r, step`) stays one; a register still unconstrained at the end (it
+/// depends only on itself, never assigned a start) is not one.
 pub fn read_only_addresses(k: &Kernel) -> HashMap<Reg, u32> {
     let mut assigns: HashMap<Reg, Vec<(Op, &[Operand])>> = HashMap::new();
     let mut other: BTreeSet<Reg> = BTreeSet::new();
@@ -70,8 +90,8 @@ pub fn read_only_addresses(k: &Kernel) -> HashMap<Reg, u32> {
         .map(|&r| (r, Addr::Unknown))
         .collect();
     let of = |val: &HashMap<Reg, Addr>, o: &Operand| match o {
-        Operand::Reg(r) => val.get(r).copied().unwrap_or(Addr::Other),
-        _ => Addr::Other,
+        Operand::Reg(r) => val.get(r).copied().unwrap_or(Addr::Any),
+        _ => Addr::Offset,
     };
     loop {
         let mut changed = false;
@@ -82,17 +102,17 @@ pub fn read_only_addresses(k: &Kernel) -> HashMap<Reg, u32> {
                 let a = match (op, args) {
                     (Op::Param(n), _) => match k.params.get(*n as usize).map(|p| p.kind) {
                         Some(ParamKind::Ptr { writes: false, .. }) => Addr::Param(*n),
-                        _ => Addr::Other,
+                        _ => Addr::Any,
                     },
                     (Op::Mov, [x]) => of(&val, x),
-                    (Op::AddU64, [a, b]) => match (of(&val, a), of(&val, b)) {
-                        (Addr::Other, x) | (x, Addr::Other) => x,
-                        _ => Addr::Other,
-                    },
-                    _ => Addr::Other,
+                    (Op::AddU64, [a, b]) => Addr::add(of(&val, a), of(&val, b)),
+                    (Op::MulWideU32 | Op::CvtU64U32, _) => Addr::Offset,
+                    _ => Addr::Any,
                 };
                 v = v.meet(a);
             }
+            // Monotone: a register only ever moves down the lattice.
+            let v = cur.meet(v);
             if v != cur {
                 val.insert(*r, v);
                 changed = true;
@@ -176,6 +196,10 @@ pub struct BeforeWait {
     /// The body paths (`body[3].then[0]`) of global accesses some path reaches before the
     /// wait that are not such loads (rule `kernel.griddep`).
     pub unordered: Vec<String>,
+    /// Whether every path through the body passes a wait: then every thread waits, and the
+    /// kernel completes only after the kernel ahead (rule `kernel.griddep` requires it of a
+    /// kernel that waits at all, which is launched programmatically).
+    pub every_path_waits: bool,
 }
 
 /// Walks `k`'s body from its start (loops may run zero times; after a branch, a path has
@@ -183,7 +207,7 @@ pub struct BeforeWait {
 pub fn before_wait(k: &Kernel) -> BeforeWait {
     let ro = read_only_addresses(k);
     let mut out = BeforeWait::default();
-    walk(&k.body, false, "body", &ro, &mut out);
+    out.every_path_waits = walk(&k.body, false, "body", &ro, &mut out);
     out
 }
 

@@ -106,7 +106,15 @@ pub(super) fn kernel_checks(k: &Kernel, after_expand_math: bool, kloc: &str, e: 
     };
     cx.block(&k.body, "body");
     if k.waits_on_prior_grid() {
-        for path in crate::kernel::griddep::before_wait(k).unordered {
+        let before = crate::kernel::griddep::before_wait(k);
+        if !before.every_path_waits {
+            e.push(
+                "kernel.griddep",
+                format!("{kloc}, body"),
+                "a path through the kernel never runs `griddepcontrol.wait` (a loop's body may run zero times, a branch counts only if both arms wait): launched programmatically, the kernel could complete before the one ahead, and a kernel after it wait on it alone",
+            );
+        }
+        for path in before.unordered {
             e.push(
                 "kernel.griddep",
                 format!("{kloc}, {path}"),

@@ -159,7 +159,8 @@
 //!   of the body to a global memory access (a global load or store, `cp.async`, `tma.load`)
 //!   passes one (a loop's body may run zero times, a branch counts only if both arms wait),
 //!   but for a load through an address computed from a read-only pointer parameter alone
-//!   (`kernel::griddep::read_only_addresses`);
+//!   (`kernel::griddep::read_only_addresses`); and every path through the body passes a
+//!   wait (so every thread waits);
 //!   a `prefetch.l2` has a `u64` address and a byte count that is a multiple of 16.
 //!
 //! # Programs ([`verify_program`])
