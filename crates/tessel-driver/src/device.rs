@@ -304,7 +304,8 @@ pub struct ExternalTensor {
 ///
 /// # Errors
 /// [`Error::Weights`] listing every unknown name, buffer given twice with two memories,
-/// buffer not given and dtype or shape that differs; [`Error::Device`] with
+/// buffer not given, dtype or shape that differs, and memory the step writes that overlaps
+/// another buffer's (two inputs may share memory); [`Error::Device`] with
 /// [`tessel_cuda::Error::External`] for memory too short or misaligned.
 pub fn bind_external(p: &Program, tensors: &[ExternalTensor]) -> Result<Vec<ExternalBuffer>> {
     let buffer_of = |name: &str| {
@@ -355,6 +356,42 @@ pub fn bind_external(p: &Program, tensors: &[ExternalTensor]) -> Result<Vec<Exte
                 .map_or(decl.name.as_str(), |(n, _)| n.as_str());
             if !problems.iter().any(|m| m.contains(&format!("`{name}`"))) {
                 problems.push(format!("`{name}` ({}) is not given", decl.ty));
+            }
+        }
+    }
+    // Memory the step writes (an output, an `inout`, an intermediate) may overlap no other
+    // buffer: the kernels would read what they overwrite, and a kernel that loads a step
+    // input before `griddepcontrol.wait` would race the write (two inputs may share memory).
+    if problems.is_empty() {
+        let named = |b: tessel_ir::BufferId| {
+            p.inputs
+                .iter()
+                .chain(&p.outputs)
+                .find(|(_, x)| *x == b)
+                .map_or(p.buffers[b].name.clone(), |(n, _)| n.clone())
+        };
+        let ids: Vec<_> = p.buffers.keys().collect();
+        for (i, &a) in ids.iter().enumerate() {
+            for &b in &ids[i + 1..] {
+                let (Some(ma), Some(mb)) = (bound[a.as_u32() as usize], bound[b.as_u32() as usize])
+                else {
+                    continue;
+                };
+                let written =
+                    |x: tessel_ir::BufferId| !matches!(p.buffers[x].role, BufferRole::Input(_));
+                let overlap = !ma.is_empty()
+                    && !mb.is_empty()
+                    && ma.address() < mb.address() + mb.len()
+                    && mb.address() < ma.address() + ma.len();
+                if overlap && (written(a) || written(b)) {
+                    let w = if written(a) { a } else { b };
+                    problems.push(format!(
+                        "`{}` and `{}` share memory, and the step writes `{}`: pass separate memory",
+                        named(a),
+                        named(b),
+                        named(w)
+                    ));
+                }
             }
         }
     }

@@ -185,6 +185,25 @@ fn external_tensors_are_bound_by_name_dtype_and_shape() {
     );
     let bound = bind_external(p, &all).expect("binds");
     assert_eq!(bound.len(), p.buffers.len());
+    // Two inputs may share memory; the output may not overlap an input.
+    let mut shared = all.clone();
+    shared[1].buffer = shared[0].buffer;
+    bind_external(p, &shared).expect("inputs sharing memory bind");
+    let mut aliased = all.clone();
+    let out = aliased
+        .iter()
+        .position(|t| t.name == "out")
+        .expect("an output");
+    aliased[out].buffer = aliased[0].buffer;
+    let Err(Error::Weights(e)) = bind_external(p, &aliased) else {
+        panic!("expected an overlap error");
+    };
+    assert!(
+        e.message()
+            .contains("share memory, and the step writes `out`"),
+        "{}",
+        e.message()
+    );
     // The wrong dtype, and nothing for `y`.
     let wrong = vec![tensor("x", DType::Bf16, 0)];
     let Err(Error::Weights(e)) = bind_external(p, &wrong) else {
