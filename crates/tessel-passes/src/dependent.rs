@@ -48,27 +48,13 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use tessel_ir::kernel::griddep::{needs_wait, read_only_addresses, unwritten_inputs};
-use tessel_ir::kernel::{Kernel, LaunchArg, Program, Space, Stmt};
+use tessel_ir::kernel::griddep::{fixed_params, needs_wait, read_only_addresses};
+use tessel_ir::kernel::{any_stmt, Kernel, Program, Space, Stmt};
 use tessel_ir::Reg;
 
 /// Adds the wait and the trigger to every kernel of `p` (see the module docs).
 pub fn run(p: &mut Program) {
-    let constant = unwritten_inputs(p);
-    // Per kernel, the parameters every launch binds to a step input no launch writes.
-    let mut fixed: HashMap<tessel_ir::KernelId, BTreeSet<u32>> = HashMap::new();
-    for (id, k) in p.kernels.iter() {
-        let launches: Vec<_> = p.launches.iter().filter(|l| l.kernel == id).collect();
-        let params = (0..k.params.len() as u32)
-            .filter(|&n| {
-                !launches.is_empty()
-                    && launches.iter().all(|l| {
-                        matches!(l.args.get(n as usize), Some(LaunchArg::Buffer(b)) if constant.contains(b))
-                    })
-            })
-            .collect();
-        fixed.insert(id, params);
-    }
+    let fixed = fixed_params(p);
     for (id, k) in p.kernels.iter_mut() {
         add_wait_and_trigger(k, &fixed[&id]);
     }
@@ -106,21 +92,16 @@ impl Early<'_> {
 
 /// Whether `s` is or holds a read of global memory.
 fn reads_global(s: &Stmt) -> bool {
-    match s {
-        Stmt::Load {
-            space: Space::Global,
-            ..
-        }
-        | Stmt::CpAsync { .. }
-        | Stmt::TmaLoad { .. } => true,
-        Stmt::For { body, .. } => body.iter().any(reads_global),
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => then_body.iter().chain(else_body).any(reads_global),
-        _ => false,
-    }
+    any_stmt(std::slice::from_ref(s), &|t| {
+        matches!(
+            t,
+            Stmt::Load {
+                space: Space::Global,
+                ..
+            } | Stmt::CpAsync { .. }
+                | Stmt::TmaLoad { .. }
+        )
+    })
 }
 
 /// Puts a wait before `block`'s first global access on every path through it, or at its

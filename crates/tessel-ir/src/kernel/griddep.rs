@@ -10,8 +10,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::{BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Space, Stmt};
-use crate::entities::{BufferId, Reg};
+use super::{
+    any_stmt, BufferRole, Kernel, LaunchArg, Op, Operand, ParamKind, Program, RegType, Space, Stmt,
+};
+use crate::entities::{BufferId, KernelId, Reg};
 
 /// The step inputs of `p` that no launch writes (bound to no writing pointer parameter):
 /// what a kernel may load before `griddepcontrol.wait`. An `inout` input is written.
@@ -31,6 +33,28 @@ pub fn unwritten_inputs(p: &Program) -> BTreeSet<BufferId> {
         .iter()
         .filter(|(b, d)| matches!(d.role, BufferRole::Input(_)) && !written.contains(b))
         .map(|(b, _)| b)
+        .collect()
+}
+
+/// Per kernel of `p`, the parameters every launch of it binds to a step input no launch
+/// writes ([`unwritten_inputs`]): those a kernel may load before its wait (none for a
+/// kernel that is never launched).
+pub fn fixed_params(p: &Program) -> HashMap<KernelId, BTreeSet<u32>> {
+    let constant = unwritten_inputs(p);
+    p.kernels
+        .iter()
+        .map(|(id, k)| {
+            let launches: Vec<_> = p.launches.iter().filter(|l| l.kernel == id).collect();
+            let params = (0..k.params.len() as u32)
+                .filter(|&n| {
+                    !launches.is_empty()
+                        && launches.iter().all(|l| {
+                            matches!(l.args.get(n as usize), Some(LaunchArg::Buffer(b)) if constant.contains(b))
+                        })
+                })
+                .collect();
+            (id, params)
+        })
         .collect()
 }
 
@@ -174,15 +198,9 @@ pub fn needs_wait(s: &Stmt, ro: &HashMap<Reg, u32>, allowed: &dyn Fn(u32) -> boo
         }
         | Stmt::CpAsync { .. }
         | Stmt::TmaLoad { .. } => true,
-        Stmt::For { body, .. } => body.iter().any(|s| needs_wait(s, ro, allowed)),
-        Stmt::If {
-            then_body,
-            else_body,
-            ..
-        } => then_body
-            .iter()
-            .chain(else_body)
-            .any(|s| needs_wait(s, ro, allowed)),
+        Stmt::For { .. } | Stmt::If { .. } => any_stmt(std::slice::from_ref(s), &|t| {
+            !matches!(t, Stmt::For { .. } | Stmt::If { .. }) && needs_wait(t, ro, allowed)
+        }),
         _ => false,
     }
 }

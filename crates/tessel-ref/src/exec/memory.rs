@@ -150,15 +150,9 @@ impl GlobalMem {
     /// Loads `out.len()` bytes at `addr`, which must be `align`-byte aligned (a power of
     /// two): the source of a `cp.async`, which may read fewer bytes than its size.
     pub fn load_bytes(&self, addr: u64, align: u32, out: &mut [u8]) -> Result<(), Fault> {
-        let idx = (addr >> BASE_SHIFT).wrapping_sub(1) as usize;
+        self.check_range(addr, out.len() as u32, align)?;
+        let buf = &self.bufs[(addr >> BASE_SHIFT) as usize - 1];
         let offset = addr & ((1u64 << BASE_SHIFT) - 1);
-        let buf = self.bufs.get(idx).ok_or(Fault::Wild)?;
-        if offset + out.len() as u64 > buf.size {
-            return Err(Fault::OutOfBounds { buf: idx, offset });
-        }
-        if offset & (align as u64 - 1) != 0 {
-            return Err(Fault::Misaligned);
-        }
         for (i, o) in out.iter_mut().enumerate() {
             let off = offset + i as u64;
             let word = buf.words[(off >> 2) as usize].load(Relaxed);
