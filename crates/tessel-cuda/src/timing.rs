@@ -1,4 +1,5 @@
-//! Timing GPU work with CUDA events, over CUDA-graph replays or plain launches.
+//! Timing GPU work with CUDA events, over CUDA-graph replays or plain launches; running a
+//! launch sequence once as a CUDA graph.
 //!
 //! The method is the one of design §10: run the work once eagerly (checked, so a fault is
 //! attributed), warm up, then time `rounds` rounds of `reps` back-to-back repetitions, each
@@ -95,6 +96,48 @@ impl Gpu {
         enqueue()?;
         self.synchronize()?;
 
+        let graph = self.capture(enqueue)?;
+        let replay = || -> Result<(), Error> {
+            for _ in 0..reps {
+                graph
+                    .launch()
+                    .map_err(Error::driver("launching the graph"))?;
+            }
+            Ok(())
+        };
+        replay()?;
+        self.synchronize()?;
+        self.time_rounds(rounds, reps, replay)
+    }
+
+    /// Runs `calls` once as one CUDA graph and waits for it: the launches as a program runs
+    /// them in production, kernels overlapping where their launches allow it (a programmatic
+    /// launch, [`Launch::programmatic`], becomes a programmatic edge of the graph), with no
+    /// eager run before. `tessel check` runs a program this way after its checked run and
+    /// requires the same bits, so what only overlapped kernels can get wrong (a load placed
+    /// before `griddepcontrol.wait` that the kernel ahead still writes) is caught there.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `calls` is empty; [`Error::Driver`] if capture, the
+    /// launch, or the kernels fail (a fault is reported at the synchronize, against no
+    /// particular kernel: run the calls checked to name it).
+    pub fn run_graph(&self, calls: &[KernelCall<'_>]) -> Result<(), Error> {
+        if calls.is_empty() {
+            return Err(Error::InvalidArgument("no kernels to run".to_owned()));
+        }
+        let graph = self.capture(|| run_calls(calls))?;
+        graph
+            .launch()
+            .map_err(Error::driver("launching the graph"))?;
+        self.synchronize()
+    }
+
+    /// What `enqueue` queues on this GPU's stream, captured (checked mode off) into a CUDA
+    /// graph, instantiated and uploaded. `enqueue` must not synchronize or download.
+    fn capture(
+        &self,
+        enqueue: impl FnOnce() -> Result<(), Error>,
+    ) -> Result<cudarc::driver::CudaGraph, Error> {
         let stream = self.stream();
         let graph = self.unchecked(|| -> Result<_, Error> {
             stream
@@ -107,23 +150,12 @@ impl Gpu {
             captured.map_err(Error::driver("ending stream capture"))
         })?;
         let graph = graph.ok_or_else(|| {
-            Error::InvalidArgument("the work to time queued nothing on the stream".to_owned())
+            Error::InvalidArgument("the work queued nothing on the stream".to_owned())
         })?;
         graph
             .upload()
             .map_err(Error::driver("uploading the graph"))?;
-
-        let replay = || -> Result<(), Error> {
-            for _ in 0..reps {
-                graph
-                    .launch()
-                    .map_err(Error::driver("launching the graph"))?;
-            }
-            Ok(())
-        };
-        replay()?;
-        self.synchronize()?;
-        self.time_rounds(rounds, reps, replay)
+        Ok(graph)
     }
 
     /// Times `calls` launched directly, without a graph: the fallback when capture is not

@@ -71,24 +71,35 @@ pub fn target_of(p: &tessel_cuda::Properties) -> Target {
 /// name.
 pub fn load<'g>(gpu: &Gpu, p: &'g Program, h: &PtxHeader, inputs: &[Tensor]) -> Result<Loaded<'g>> {
     let module = Module::load(gpu, &ptx_of(p, h)?).map_err(Error::LoadModule)?;
-    let mut buffers = Vec::new();
-    for (_, decl) in p.buffers.iter() {
-        let bytes = decl.ty.size_bytes() as usize;
-        let mut b = Buffer::alloc(gpu, bytes.max(1))?;
-        match decl.role {
-            BufferRole::Input(i) | BufferRole::InOut(i) => b.upload(&inputs[i as usize].data)?,
-            _ => b.fill(0xFF)?,
-        }
-        buffers.push(b);
-    }
-    Ok(Loaded {
+    let buffers = p
+        .buffers
+        .values()
+        .map(|decl| Buffer::alloc(gpu, (decl.ty.size_bytes() as usize).max(1)))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let mut loaded = Loaded {
         module,
         buffers,
         program: p,
-    })
+    };
+    loaded.reset(inputs)?;
+    Ok(loaded)
 }
 
 impl Loaded<'_> {
+    /// Puts every buffer back to its state before a run: inputs (and `inout` tensors)
+    /// uploaded from `inputs`, everything else poisoned with 0xFF bytes.
+    pub fn reset(&mut self, inputs: &[Tensor]) -> Result<()> {
+        for ((_, decl), b) in self.program.buffers.iter().zip(&mut self.buffers) {
+            match decl.role {
+                BufferRole::Input(i) | BufferRole::InOut(i) => {
+                    b.upload(&inputs[i as usize].data)?
+                }
+                _ => b.fill(0xFF)?,
+            }
+        }
+        Ok(())
+    }
+
     /// The launches of the program as data, over `buffers`.
     ///
     /// # Errors
@@ -110,6 +121,12 @@ impl Loaded<'_> {
         }
         gpu.synchronize()?;
         Ok(())
+    }
+
+    /// Runs every launch once as one CUDA graph ([`Gpu::run_graph`]): programmatic
+    /// launches overlap the kernel ahead of them, as in production.
+    pub fn run_graph(&self, gpu: &Gpu) -> Result<()> {
+        Ok(gpu.run_graph(&self.calls(&self.buffers)?)?)
     }
 
     /// The program's outputs, read back.
@@ -217,6 +234,39 @@ pub fn run_once(gpu: &Gpu, p: &Program, h: &PtxHeader, inputs: &[Tensor]) -> Res
     let l = load(gpu, p, h, inputs)?;
     l.run(gpu)?;
     l.outputs()
+}
+
+/// The outputs of one program run twice on the GPU from the same inputs and poisoned
+/// buffers, in `program.outputs` order.
+#[derive(Debug, Clone)]
+pub struct GpuRuns {
+    /// Run checked ([`Loaded::run`]): each launch waited for, so a fault names its kernel
+    /// and no kernel overlaps another.
+    pub checked: Vec<Tensor>,
+    /// Run as one CUDA graph ([`Loaded::run_graph`]): programmatic launches overlap.
+    pub graph: Vec<Tensor>,
+}
+
+/// Loads `p` (under `h`, its step's PTX header), runs it checked, then resets its buffers
+/// and runs it again as one CUDA graph, and reads both runs' outputs back. A program's
+/// kernels are deterministic (no atomics, one reduction order), so the two must agree bit
+/// for bit; where they do not, overlapping kernels race ([`GpuRuns::graph`] is the
+/// production path).
+pub fn run_checked_and_graph(
+    gpu: &Gpu,
+    p: &Program,
+    h: &PtxHeader,
+    inputs: &[Tensor],
+) -> Result<GpuRuns> {
+    let mut l = load(gpu, p, h, inputs)?;
+    l.run(gpu)?;
+    let checked = l.outputs()?;
+    l.reset(inputs)?;
+    l.run_graph(gpu)?;
+    Ok(GpuRuns {
+        checked,
+        graph: l.outputs()?,
+    })
 }
 
 /// The alignment every buffer of a program needs, bytes: its widest access (a 16-byte

@@ -129,3 +129,53 @@ fn a_step_on_external_memory_gives_the_executors_bits() {
         assert!(*g == e.data, "output {i} differs from the executor's");
     }
 }
+
+/// A decode layer (`inout` KV caches, a split attention, programmatic launches on sm_90) run
+/// checked and then as one CUDA graph from the same start: both give the executor's bits
+/// (`exact`), so overlapping the kernels races nowhere, and resetting the buffers puts the
+/// caches back before the second run.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_decode_layer_run_as_a_graph_gives_the_checked_runs_bits() {
+    use tessel_driver::device::{launch_of, run_checked_and_graph, target_of};
+    let gpu = Gpu::open(0).expect("a GPU");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/programs/layer_small.tsl");
+    let src = Source::load(&path, false).expect("loads");
+    let mut config = Config {
+        dims: BTreeMap::from([("B".into(), 3), ("T".into(), 1), ("S".into(), 700)]),
+        ..Config::default()
+    };
+    config.options.target = target_of(gpu.properties());
+    let step = src
+        .compile_step("qwen3_decode", &config, &Weights::none())
+        .expect("compiles");
+    let p = &step.compiled.program;
+    let programmatic = p
+        .launches
+        .iter()
+        .enumerate()
+        .filter(|(i, l)| launch_of(&p.kernels[l.kernel], *i).programmatic)
+        .count();
+    if config.options.target.features.griddepcontrol {
+        assert!(programmatic > 0, "no launch is programmatic on sm_90");
+    }
+    let inputs: Vec<Tensor> = p
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), 11 + i as u64))
+        .collect();
+    let expected = step.run_executor(&inputs).expect("the executor runs it");
+    let runs = run_checked_and_graph(&gpu, p, &step.compiled.ptx, &inputs).expect("runs");
+    for (i, e) in expected.iter().enumerate() {
+        assert!(
+            runs.checked[i].data == e.data,
+            "checked output {i} differs from the executor's"
+        );
+        assert!(
+            runs.graph[i].data == e.data,
+            "graph output {i} differs from the executor's"
+        );
+    }
+}

@@ -3,13 +3,16 @@
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use tessel_driver::device::GpuRuns;
 use tessel_driver::{Config, Error as DriverError, Source, StepWeights};
 use tessel_ir::kernel::Program;
 use tessel_passes::{Options, Profile, Target};
 use tessel_ref::Tensor;
 
-/// Runs a compiled program on a device and reads its outputs back.
-pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<Vec<Tensor>, String>;
+/// Runs a compiled program on a device twice from the same start — checked, then as one
+/// CUDA graph whose launches overlap — and reads both runs' outputs back
+/// ([`tessel_driver::device::run_checked_and_graph`]).
+pub type RunOn<'a> = &'a dyn Fn(&Program, &[Tensor]) -> Result<GpuRuns, String>;
 
 /// A device to run compiled programs on beside the executor (the CLI passes the GPU): the
 /// target to compile for, and how to run a program there and read its outputs back —
@@ -255,11 +258,16 @@ fn run_inner(
         },
         None => None,
     };
-    let judged =
-        match tessel_ref::judge::judge_step(&judged_graph, p, &inputs, &exec, gpu.as_deref()) {
-            Ok(j) => j,
-            Err(e) => return Outcome::Error(format!("judge: {e}")),
-        };
+    let judged = match tessel_ref::judge::judge_step(
+        &judged_graph,
+        p,
+        &inputs,
+        &exec,
+        gpu.as_ref().map(|r| r.checked.as_slice()),
+    ) {
+        Ok(j) => j,
+        Err(e) => return Outcome::Error(format!("judge: {e}")),
+    };
     let mut wrong = Vec::new();
     for j in &judged {
         if !j.executor.pass() {
@@ -268,6 +276,18 @@ fn run_inner(
         match &j.gpu {
             Some(g) if !g.pass() => wrong.push(format!("`{}` (GPU): {g}", j.name)),
             _ => {}
+        }
+    }
+    // The overlapped run against the checked one: a race between kernels shows here.
+    if let Some(r) = &gpu {
+        for (((name, _), g), c) in p.outputs.iter().zip(&r.graph).zip(&r.checked) {
+            match tessel_ref::bit_diff(g, c) {
+                Ok(d) if d.identical() => {}
+                Ok(d) => wrong.push(format!(
+                    "`{name}` (GPU, one CUDA graph): differs from the checked run: {d}"
+                )),
+                Err(e) => return Outcome::Error(format!("comparing the GPU's runs: {e}")),
+            }
         }
     }
     // Every gradient against finite differences of the forward, on the same inputs moved

@@ -330,10 +330,16 @@ fn check_step(
         }
     }
     let exec_s = t0.elapsed().as_secs_f64();
-    let gpu_out = match gpu {
-        Some(g) => Some(device::run_once(g, p, &step.compiled.ptx, &inputs)?),
+    let gpu_runs = match gpu {
+        Some(g) => Some(device::run_checked_and_graph(
+            g,
+            p,
+            &step.compiled.ptx,
+            &inputs,
+        )?),
         None => None,
     };
+    let gpu_out = gpu_runs.as_ref().map(|r| r.checked.clone());
     let judged =
         tessel_ref::judge::judge_step(&step.checked, p, &inputs, &exec, gpu_out.as_deref())
             .with_context(|| format!("judging step `{}`", step.name))?;
@@ -350,13 +356,23 @@ fn check_step(
     );
     let mut ok = true;
     let mut recs = Vec::new();
-    for (j, e) in judged.iter().zip(&exec) {
+    for (o, (j, e)) in judged.iter().zip(&exec).enumerate() {
         let v = &j.executor;
+        // The run as one CUDA graph (kernels overlapping through programmatic launches)
+        // against the checked run: the same program on the same inputs, so the same bits.
+        let graph_diff = match &gpu_runs {
+            Some(r) => Some(
+                tessel_ref::compare::bit_diff(&r.graph[o], &r.checked[o])
+                    .with_context(|| format!("comparing the GPU's two runs of `{}`", j.name))?,
+            ),
+            None => None,
+        };
+        let pass = j.pass() && graph_diff.as_ref().is_none_or(|d| d.identical());
         let mut line = format!(
             "  {} {}: {} — {v}; f64 oracle rel-RMS {:.3e}",
             j.name,
             e.ty,
-            if j.pass() { "PASS" } else { "FAIL" },
+            if pass { "PASS" } else { "FAIL" },
             j.oracle.rel_rms
         );
         if j.oracle.nan_mismatch > 0 {
@@ -368,7 +384,7 @@ fn check_step(
         }
         let mut rec = json!({
             "file": file, "step": step.name, "output": j.name, "type": e.ty.to_string(),
-            "pass": j.pass(), "outside_bound": v.outside, "differ_from_reference": v.differ,
+            "pass": pass, "outside_bound": v.outside, "differ_from_reference": v.differ,
             "max_ulp_from_reference": v.max_ulp, "bound_ulp": v.max_allowed_ulp,
             "bound_fraction_used": v.max_bound_used,
             "oracle_rel_rms": j.oracle.rel_rms, "oracle_max_abs": j.oracle.max_abs,
@@ -394,7 +410,15 @@ fn check_step(
             }
             None => {}
         }
-        ok &= j.pass();
+        if let Some(d) = &graph_diff {
+            rec["gpu_graph_bit_differences"] = json!(d.differing_elements);
+            line += &if d.identical() {
+                "; one CUDA graph == checked run bit for bit".to_owned()
+            } else {
+                format!("; one CUDA graph differs from the checked run: {d}")
+            };
+        }
+        ok &= pass;
         println!("{line}");
         recs.push(rec);
     }

@@ -59,9 +59,9 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         target.sm_count = n;
         println!("target: compiled as if it had {n} SMs (--sm-count)");
     }
-    let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<Vec<Tensor>, String> {
+    let run_on_gpu = |p: &Program, inputs: &[Tensor]| -> Result<device::GpuRuns, String> {
         let g = gpu.as_ref().map_err(|e| e.clone())?;
-        device::run_once(g, p, &target.ptx_header(), inputs)
+        device::run_checked_and_graph(g, p, &target.ptx_header(), inputs)
             .map_err(|e| format!("{:#}", anyhow::Error::from(e)))
     };
     // Without a GPU, `--sm-count` and `--wgmma-attention` still need the fuzzer to
