@@ -219,6 +219,57 @@ pub fn exp_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     o.fmul(y, sc2)
 }
 
+/// `1.5·2^23 + 127 + 64`: `fma(x, LOG2E, EXP_NONPOS_MAGIC)` rounds `x/ln2` to the nearest
+/// integer k (ulp 1 in [2^23, 2^24)) and leaves `k + 191` in the low bits of its pattern,
+/// so shifting the pattern left by 23 gives the exponent field of `2^(k + 64)` (Muller et
+/// al., *Handbook of Floating-Point Arithmetic*, 2nd ed., §5.2: rounding to an integer by
+/// adding a constant).
+const EXP_NONPOS_MAGIC: f32 = 12_583_103.0; // 0x4b40_00bf
+/// `-LN2_HI`, `-LN2_LO` (exact negations).
+const NEG_LN2_HI: f32 = -LN2_HI;
+const NEG_LN2_LO: f32 = -LN2_LO;
+
+/// [`exp_f32`] for arguments at most 0 — the online softmax's `exp(x - m)` and
+/// `exp(m_old - m)`, whose running maximum `m` is at least every `x` it has seen — in about
+/// 20 operations where [`exp_f32`] takes about 27:
+/// - no upper clamp;
+/// - `k` rounded by one fma with a magic constant ([`EXP_NONPOS_MAGIC`]) instead of a
+///   multiply, `cvt.rni` and `cvt.rni.s32`: `j = fma(x, LOG2E, M)`, `k = j - M` (exact);
+/// - `2^k` as `2^(k + 64)` (the bits of `j` shifted left by 23: one shift) times the
+///   constant `2^-64`: the first product is exact (normal: `k ≥ -173`), the second rounds
+///   once, as [`exp_f32`]'s two-factor scaling does.
+///
+/// The reduction, polynomial and summation are [`exp_f32`]'s, so the two agree bit for bit
+/// wherever they choose the same `k`; they may differ by one in `k` where `x/ln2` lies
+/// within an f32 rounding of a half-integer (here one rounding, there two).
+///
+/// Domain: every f32 up to 43.6 (where `k + 64` reaches 127); the callers pass
+/// at most 0. Error (exhaustive over every f32 ≤ 43.6, `tests/exhaustive.rs`, see
+/// `docs/numerics.md`): within the design's 1 ulp. `exp(-inf) = 0` (arguments below -120
+/// are clamped there; the result rounds to 0 below -103.97), NaN in, NaN out. Above 43.6
+/// the result is wrong (the scale's exponent wraps): no caller may pass such an argument.
+pub fn exp_f32_nonpos<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let lo = o.fconst(X_MIN);
+    let x = o.fmax(x, lo);
+    let log2e = o.fconst(LOG2E);
+    let magic = o.fconst(EXP_NONPOS_MAGIC);
+    let j = o.ffma(x, log2e, magic);
+    let k = o.fsub(j, magic);
+    let nln2hi = o.fconst(NEG_LN2_HI);
+    let r = o.ffma(k, nln2hi, x);
+    let nln2lo = o.fconst(NEG_LN2_LO);
+    let c = o.fmul(k, nln2lo);
+    let (s, tail) = exp_f32_reduced(o, r, c);
+    let y = o.fadd(s, tail);
+    let jb = o.f_to_bits(j);
+    let c23 = o.uconst(23);
+    let sc1 = o.ushl(jb, c23);
+    let sc1 = o.f_from_bits(sc1);
+    let y = o.fmul(y, sc1);
+    let sc2 = o.fconst(f32::from_bits((127 - 64) << 23)); // 2^-64
+    o.fmul(y, sc2)
+}
+
 /// [`exp_f32`] before its last addition and its scaling: `exp(x) ≈ (s + tail)·2^k` with
 /// `s = 1 + r` rounded, `|tail| < 0.1` (so `s + tail` splits exactly by Fast2Sum), the pair
 /// within the Taylor truncation's 2^-27 plus the roundings of `tail` (about 2^-26 of the
@@ -236,11 +287,19 @@ pub(crate) fn exp_f32_parts<O: MathOps>(o: &mut O, x: O::F) -> (O::F, O::F, O::F
     let r = o.ffma(nk, ln2hi, x);
     let ln2lo = o.fconst(LN2_LO);
     let c = o.fmul(nk, ln2lo);
+    let (s, tail) = exp_f32_reduced(o, r, c);
+    (s, tail, k)
+}
+
+/// `exp(r + c) ≈ s + tail` for the reduced argument `r` (|r| ≤ ln2/2, exact) and the rest
+/// `c` of the reduction: `s = 1 + r` rounded, `tail = r^2·P(r) + e + c·s` with `e` the
+/// Fast2Sum error of `s` and `P` the Taylor polynomial of degree 5 by Horner.
+fn exp_f32_reduced<O: MathOps>(o: &mut O, r: O::F, c: O::F) -> (O::F, O::F) {
     let p = horner(o, r, &EXP_TAYLOR);
     let r2 = o.fmul(r, r);
     let one = o.fconst(1.0);
     let (s, e) = fast_two_sum(o, one, r);
     let tail = o.ffma(r2, p, e);
     let tail = o.ffma(c, s, tail);
-    (s, tail, k)
+    (s, tail)
 }

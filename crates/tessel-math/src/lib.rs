@@ -50,7 +50,7 @@ mod sincos;
 mod tanh;
 
 pub use erf::erf;
-pub use exp::{exp, exp_f32};
+pub use exp::{exp, exp_f32, exp_f32_nonpos};
 pub use fmod::fmod;
 pub use log::log;
 pub use ops::{MathOps, Native};

@@ -166,6 +166,63 @@ fn exp_accuracy() {
     assert_eq!(tm::exp(&mut Native, -103.5).to_bits(), 1);
 }
 
+/// The online softmax's exp, on its domain (every f32 up to 43.6; its callers pass at most
+/// 0): within 1 ulp, and the bits of `exp_f32` wherever both round `x/ln2` to the same
+/// integer — everywhere sampled but within an f32 rounding of a half-integer.
+#[test]
+fn exp_f32_nonpos_accuracy() {
+    let mut w = Worst::new("exp_f32_nonpos");
+    let mut rng = Rng(41);
+    let (mut same, mut total) = (0u64, 0u64);
+    let mut run = |x: f32| {
+        let y = tm::exp_f32_nonpos(&mut Native, x);
+        w.add(&[x], y, (x as f64).exp());
+        total += 1;
+        same += u64::from(y.to_bits() == tm::exp_f32(&mut Native, x).to_bits());
+    };
+    for _ in 0..3_000_000 {
+        run(rng.uniform(-104.0, 0.0));
+    }
+    for _ in 0..1_000_000 {
+        run(-rng.log_uniform(-30.0, 7.0));
+    }
+    for _ in 0..500_000 {
+        run(rng.uniform(0.0, 43.6));
+    }
+    for _ in 0..1_000_000 {
+        let x = f32::from_bits(rng.any_bits().to_bits() | 0x8000_0000);
+        run(x);
+    }
+    // last normal, denormal range, last non-zero, the domain's end
+    for c in [
+        -87.336_54f32,
+        -87.336_55,
+        -103.278_93,
+        -103.972_08,
+        -103.972_09,
+        43.6,
+    ] {
+        for d in -64i32..=64 {
+            run(f32::from_bits((c.to_bits() as i32 + d) as u32));
+        }
+    }
+    for x in edge_values().into_iter().filter(|x| x.is_nan() || *x <= 43.6) {
+        run(x);
+    }
+    w.check(1.0);
+    assert!(
+        same * 1000 >= total * 999,
+        "exp_f32_nonpos and exp_f32 agree on {same} of {total} arguments"
+    );
+    let e = |x: f32| tm::exp_f32_nonpos(&mut Native, x);
+    assert_eq!(e(f32::NEG_INFINITY).to_bits(), 0);
+    assert_eq!(e(-0.0), 1.0);
+    assert_eq!(e(0.0), 1.0);
+    assert_eq!(e(-104.0).to_bits(), 0);
+    assert!(e(f32::NAN).is_nan());
+    assert_eq!(e(-1.0), tm::exp_f32(&mut Native, -1.0));
+}
+
 #[test]
 fn log_accuracy() {
     let mut w = Worst::new("log");

@@ -10,6 +10,18 @@ use tessel_math::{self as tm, Native};
 /// Max ulp error (and its argument) of `f` against `r` over the bit patterns in `lo..=hi`,
 /// both signs.
 fn sweep(lo: u32, hi: u32, f: fn(f32) -> f32, r: fn(f64) -> f64) -> (f64, f32) {
+    sweep_signs(lo, hi, &[0, 0x8000_0000], f, r)
+}
+
+/// [`sweep`] over the patterns `lo..=hi` with each sign bit of `signs` (0: positive,
+/// 0x8000_0000: negative).
+fn sweep_signs(
+    lo: u32,
+    hi: u32,
+    signs: &'static [u32],
+    f: fn(f32) -> f32,
+    r: fn(f64) -> f64,
+) -> (f64, f32) {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get()) as u64;
     let total = (hi - lo) as u64 + 1;
     let per = total.div_ceil(threads);
@@ -20,7 +32,7 @@ fn sweep(lo: u32, hi: u32, f: fn(f32) -> f32, r: fn(f64) -> f64) -> (f64, f32) {
                 let b = (a + per).min(hi as u64 + 1);
                 let mut worst = (0.0f64, 0.0f32);
                 for bits in a..b {
-                    for sign in [0u32, 0x8000_0000] {
+                    for &sign in signs {
                         let x = f32::from_bits(bits as u32 | sign);
                         let e = ulp_err(f(x), r(x as f64));
                         if e > worst.0 || e.is_nan() {
@@ -90,6 +102,21 @@ fn exhaustive_exp_f32() {
     report(
         "exp_f32",
         sweep(0, ALL, |x| tm::exp_f32(&mut Native, x), f64::exp),
+        1.0,
+    );
+}
+
+/// The online softmax's exp on its domain: below 1 ulp over every f32 ≤ 0 and every
+/// positive one up to 43.6.
+#[test]
+#[ignore]
+fn exhaustive_exp_f32_nonpos() {
+    let f = |x| tm::exp_f32_nonpos(&mut Native, x);
+    let neg = sweep_signs(0, ALL, &[0x8000_0000], f, f64::exp);
+    let pos = sweep_signs(0, 43.6f32.to_bits(), &[0], f, f64::exp);
+    report(
+        "exp_f32_nonpos",
+        if pos.0 > neg.0 { pos } else { neg },
         1.0,
     );
 }

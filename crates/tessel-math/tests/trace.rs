@@ -343,6 +343,13 @@ fn recorded_programs_match_native() {
         &s,
     );
     check(
+        "exp_f32_nonpos",
+        1,
+        |o, a| tm::exp_f32_nonpos(o, a[0]),
+        |x| tm::exp_f32_nonpos(&mut Native, x[0]),
+        &s,
+    );
+    check(
         "silu_f32",
         1,
         |o, a| tm::silu_f32(o, a[0]),

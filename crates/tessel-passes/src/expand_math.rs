@@ -47,6 +47,7 @@ fn emit(b: &mut Builder, f: MathFn, args: &[Operand]) -> Operand {
         MathFn::Cos => tessel_math::cos(&mut o, x),
         MathFn::Exp => tessel_math::exp(&mut o, x),
         MathFn::ExpF32 => tessel_math::exp_f32(&mut o, x),
+        MathFn::ExpF32Nonpos => tessel_math::exp_f32_nonpos(&mut o, x),
         MathFn::Log => tessel_math::log(&mut o, x),
         MathFn::Rsqrt => tessel_math::rsqrt(&mut o, x),
         MathFn::Pow => tessel_math::pow(&mut o, x, args[1]),

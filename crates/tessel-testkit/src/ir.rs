@@ -440,6 +440,7 @@ pub fn all_kernel_ops() -> Vec<KOp> {
         MathFn::Cos,
         MathFn::Exp,
         MathFn::ExpF32,
+        MathFn::ExpF32Nonpos,
         MathFn::Log,
         MathFn::Rsqrt,
         MathFn::Pow,

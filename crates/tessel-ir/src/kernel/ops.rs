@@ -73,6 +73,10 @@ pub enum MathFn {
     /// exp in single f32 values, within 1 ulp (tessel_math::exp_f32): the fused
     /// attention's online softmax, whose exps are rounded to bf16 before use.
     ExpF32,
+    /// [`MathFn::ExpF32`] for arguments at most 0 (tessel_math::exp_f32_nonpos, within 1
+    /// ulp, about 20 operations): the online softmax's `exp(x - m)` and `exp(m_old - m)`,
+    /// whose running maximum `m` is at least every `x`. Wrong above 43.6.
+    ExpF32Nonpos,
     Log,
     Rsqrt,
     Pow,

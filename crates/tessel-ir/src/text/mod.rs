@@ -313,6 +313,7 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
         MathFn::Cos => "cos",
         MathFn::Exp => "exp",
         MathFn::ExpF32 => "exp_f32",
+        MathFn::ExpF32Nonpos => "exp_f32_nonpos",
         MathFn::Log => "log",
         MathFn::Rsqrt => "rsqrt",
         MathFn::Pow => "pow",
@@ -325,11 +326,12 @@ pub(crate) fn math_name(m: MathFn) -> &'static str {
     }
 }
 
-pub(crate) const MATH_FNS: [MathFn; 13] = [
+pub(crate) const MATH_FNS: [MathFn; 14] = [
     MathFn::Sin,
     MathFn::Cos,
     MathFn::Exp,
     MathFn::ExpF32,
+    MathFn::ExpF32Nonpos,
     MathFn::Log,
     MathFn::Rsqrt,
     MathFn::Pow,

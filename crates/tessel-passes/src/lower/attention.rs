@@ -802,12 +802,12 @@ impl Gen<'_> {
             let dm = self
                 .b
                 .op(RegType::F32, Op::FSub, &[m_run[h].into(), m_use.into()]);
-            let scale = self.exp_f32(dm.into());
+            let scale = self.exp_nonpos(dm.into());
             let mut sum = Operand::f32(0.0);
             for (f, x) in xs.iter().enumerate() {
                 for q in [2 * h, 2 * h + 1] {
                     let z = self.b.op(RegType::F32, Op::FSub, &[x[q], m_use.into()]);
-                    let p = self.exp_f32(z.into());
+                    let p = self.exp_nonpos(z.into());
                     probs[f][q] = p;
                     sum = self.b.op(RegType::F32, Op::FAdd, &[sum, p]).into();
                 }

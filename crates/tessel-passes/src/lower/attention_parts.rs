@@ -244,12 +244,14 @@ impl Gen<'_> {
             }
         })
     }
-    /// `exp(x)` in single f32 values (`MathFn::ExpF32`, within 1 ulp): the online
-    /// softmax's exps are summed in f32 and rounded to v's dtype before use, where the
-    /// last bits of [`tessel_math::exp`]'s near-correct rounding cost 30 more operations.
-    pub(super) fn exp_f32(&mut self, x: Operand) -> Operand {
+    /// `exp(x)` for `x` at most 0 in single f32 values (`MathFn::ExpF32Nonpos`, within 1
+    /// ulp): the online softmax's exps are summed in f32 and rounded to v's dtype before
+    /// use, where the last bits of [`tessel_math::exp`]'s near-correct rounding cost 35 more
+    /// operations. Every caller passes `x - m` or `m_old - m` with `m` a maximum over `x`
+    /// or `m_old` (0 in place of `m = -inf`, where every `x` is `-inf`): at most 0, or NaN.
+    pub(super) fn exp_nonpos(&mut self, x: Operand) -> Operand {
         self.b
-            .op(RegType::F32, Op::Math(MathFn::ExpF32), &[x])
+            .op(RegType::F32, Op::Math(MathFn::ExpF32Nonpos), &[x])
             .into()
     }
 
@@ -340,7 +342,7 @@ impl Gen<'_> {
         let (mut l, mut o) = (Operand::f32(0.0), Operand::f32(0.0));
         for (k, &mk) in maxima.iter().enumerate() {
             let d = self.b.op(RegType::F32, Op::FSub, &[mk, m_use.into()]);
-            let w = self.exp_f32(d.into());
+            let w = self.exp_nonpos(d.into());
             let addr = at(self, k as u64, Ix::C(sh.e + 1));
             let lk = load(self, addr);
             let addr = at(self, k as u64, col);
