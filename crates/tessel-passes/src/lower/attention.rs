@@ -483,7 +483,7 @@ impl Gen<'_> {
                 let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[jo, blocks]);
                 self.open();
                 let j0 = self.imul_c(jb, block_n as u64);
-                self.issue_kv(&kv_copy, Ix::C(st as u64), j0)?;
+                self.issue_kv(&kv_copy, Ix::C(st as u64), j0, true)?;
                 self.close_if(ok);
                 self.b.push(Stmt::CpAsyncCommit);
             }
@@ -606,7 +606,7 @@ impl Gen<'_> {
             let ok = self.b.op(RegType::Pred, Op::ICmp(ICmp::LtU), &[ao, blocks]);
             self.open();
             let j_ahead = self.imul_c(j_next, block_n as u64);
-            self.issue_kv(&kv_copy, Ix::R(wr), j_ahead)?;
+            self.issue_kv(&kv_copy, Ix::R(wr), j_ahead, true)?;
             self.close_if(ok);
             self.b.push(Stmt::CpAsyncCommit);
         }

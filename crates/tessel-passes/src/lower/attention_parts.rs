@@ -433,8 +433,17 @@ impl Gen<'_> {
     }
 
     /// Issues the copies of the K and V tiles of keys `j0 .. j0 + block_n` into stage
-    /// `stage` of their rings.
-    pub(super) fn issue_kv(&mut self, c: &KvCopy<'_>, stage: Ix, j0: Ix) -> Result<(), LowerError> {
+    /// `stage` of their rings. With `may_be_whole`, a block wholly below the limit takes
+    /// one address per thread (tested at run time); without it (the wgmma tile's producer,
+    /// which copies only the block crossing the limit this way) every block is copied
+    /// chunk by chunk, past the limit zero-filled.
+    pub(super) fn issue_kv(
+        &mut self,
+        c: &KvCopy<'_>,
+        stage: Ix,
+        j0: Ix,
+        may_be_whole: bool,
+    ) -> Result<(), LowerError> {
         for ((view, base_off, key_stride, ring, width), origin) in
             [(c.k, c.origins[0]), (c.v, c.origins[1])]
         {
@@ -444,16 +453,47 @@ impl Gen<'_> {
             if let Some(o) = origin {
                 // Pass i's chunk is the first pass's, `i · rows_per_pass` rows further on.
                 let rows_per_pass = (c.threads / chunks) as u64;
-                for i in 0..(total / c.threads) as u64 {
+                let passes = (total / c.threads) as u64;
+                let pitch = ring.layout.row_pitch() as u64;
+                let steps = (rows_per_pass * key_stride * 2, rows_per_pass * pitch);
+                // A block wholly below the limit (every block but a row block's last): one
+                // address per thread, each pass a constant offset from it, nothing zero-filled.
+                let end = self.iadd(j0, Ix::C(c.block_n as u64));
+                let end = self.ix_op(end);
+                self.open();
+                let key = self.iadd(j0, o.row);
+                let ko = self.imul_c(key, key_stride);
+                let off = self.iadd(o.global, ko);
+                let so = self.iadd(st, o.shared);
+                let fast = may_be_whole
+                    && self
+                        .cp_async_16_passes(view.base, off, (ring.base, so), passes, steps)
+                        .is_some();
+                let then_body = self.close();
+                self.open();
+                for i in 0..passes {
                     let rr = self.iadd(o.row, Ix::C(i * rows_per_pass));
                     let key = self.iadd(j0, rr);
                     let (inside, kc) = self.clamp_below_to(key, c.limit);
                     let ko = self.imul_c(kc, key_stride);
                     let off = self.iadd(o.global, ko);
                     let so = self.iadd(st, o.shared);
-                    let pitch = ring.layout.row_pitch() as u64;
-                    let so = self.iadd(so, Ix::C(i * rows_per_pass * pitch));
+                    let so = self.iadd(so, Ix::C(i * pitch * rows_per_pass));
                     self.cp_async_16(view.base, off, (ring.base, so), inside);
+                }
+                let else_body = self.close();
+                if fast {
+                    let whole = self
+                        .b
+                        .op(RegType::Pred, Op::ICmp(ICmp::LeU), &[end, c.limit]);
+                    self.b.push(Stmt::If {
+                        cond: whole,
+                        then_body,
+                        else_body,
+                    });
+                } else {
+                    // Only crossing blocks, or offsets past 32 bits: the per-pass addresses.
+                    else_body.into_iter().for_each(|st| self.b.push(st));
                 }
                 continue;
             }

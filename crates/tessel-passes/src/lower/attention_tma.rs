@@ -127,7 +127,7 @@ impl Gen<'_> {
                     .b
                     .op(RegType::Pred, Op::PAnd, &[past.into(), short.into()]);
                 self.open();
-                self.issue_kv(copy, stage, j0)?;
+                self.issue_kv(copy, stage, j0, false)?;
                 self.b.push(Stmt::CpAsyncCommit);
                 self.b.push(Stmt::CpAsyncWaitAll);
                 self.b.push(Stmt::FenceProxyAsync);

@@ -392,6 +392,46 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// `passes` 16-byte `cp.async.cg` copies of 16-bit elements, none zero-filled: the
+    /// first of elements `off ..` of `base` into shared memory at `sbase + soff`, each next
+    /// one `steps.0` bytes further in `base` and `steps.1` bytes further in shared memory,
+    /// as the instructions' immediate offsets (one address computation for them all).
+    /// `None` (nothing emitted) when the last offsets do not fit the instruction's signed
+    /// 32 bits.
+    pub(in crate::lower) fn cp_async_16_passes(
+        &mut self,
+        base: Value,
+        off: Ix,
+        (sbase, soff): (Reg, Ix),
+        passes: u64,
+        steps: (u64, u64),
+    ) -> Option<()> {
+        let last = passes.saturating_sub(1);
+        i32::try_from(steps.0.checked_mul(last)?).ok()?;
+        i32::try_from(steps.1.checked_mul(last)?).ok()?;
+        let oo = self.ix_op(off);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
+        let ptr = self.ptr[&base];
+        let src = self
+            .b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+        let dst = self.shared_addr(sbase, soff);
+        for i in 0..passes {
+            self.b.push(Stmt::CpAsync {
+                cache: CpAsyncCache::Cg,
+                bytes: 16,
+                dst,
+                dst_offset: (steps.1 * i) as i32,
+                src,
+                src_offset: (steps.0 * i) as i32,
+                src_bytes: None,
+            });
+        }
+        Some(())
+    }
+
     /// One 16-byte `cp.async.cg` of 16-bit elements `off ..` of `base` into shared memory
     /// at `sbase + soff`, zero-filled unless `inside` (the attention kernels' copies).
     pub(in crate::lower) fn cp_async_16(
