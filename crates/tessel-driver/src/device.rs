@@ -126,6 +126,9 @@ impl Loaded<'_> {
     /// Runs every launch once as one CUDA graph ([`Gpu::run_graph`]): programmatic
     /// launches overlap the kernel ahead of them, as in production.
     pub fn run_graph(&self, gpu: &Gpu) -> Result<()> {
+        if self.program.launches.is_empty() {
+            return Ok(());
+        }
         Ok(gpu.run_graph(&self.calls(&self.buffers)?)?)
     }
 
@@ -267,6 +270,21 @@ pub fn run_checked_and_graph(
         checked,
         graph: l.outputs()?,
     })
+}
+
+/// Loads `p` (under `h`, its step's PTX header), runs it once as one CUDA graph
+/// ([`Loaded::run_graph`]: programmatic launches overlap, as in production) on `inputs` and
+/// reads its outputs back. A fault is reported for the graph as a whole: [`run_once`] names
+/// the kernel.
+pub fn run_graph_once(
+    gpu: &Gpu,
+    p: &Program,
+    h: &PtxHeader,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>> {
+    let l = load(gpu, p, h, inputs)?;
+    l.run_graph(gpu)?;
+    l.outputs()
 }
 
 /// The alignment every buffer of a program needs, bytes: its widest access (a 16-byte

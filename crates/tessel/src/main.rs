@@ -240,6 +240,12 @@ enum Command {
         /// holds (`vN` in `tessel build --emit fused` and `tessel explain`).
         #[arg(long)]
         dump_temps: bool,
+        /// On the GPU, launch the kernels one at a time, each waited for, so that a fault
+        /// names its kernel. Without it the step runs as one CUDA graph, its launches
+        /// overlapping as in production (`tessel check` requires the two to give the same
+        /// bits); a fault there names no kernel: rerun with --checked.
+        #[arg(long)]
+        checked: bool,
         #[command(flatten)]
         repro: ReproArgs,
     },
@@ -536,6 +542,7 @@ fn real_main() {
             cpu,
             save_inputs,
             dump_temps,
+            checked,
             repro,
         } => run::run(
             &file,
@@ -548,6 +555,7 @@ fn real_main() {
                 repro,
             },
             cpu,
+            checked,
         )
         .map(|_| true),
         Command::Check {

@@ -50,6 +50,7 @@ pub fn run(
     in_args: &InputArgs,
     outs: &RunOutputs,
     cpu: bool,
+    checked: bool,
 ) -> Result<()> {
     let src = load(file)?;
     let weights = Weights::open(&in_args.spec())?;
@@ -132,10 +133,18 @@ pub fn run(
                     "on the CPU executor, which interprets the kernel IR: no measure of GPU speed",
                 ))
             }
-            (Ok(g), None) => Ok((
+            (Ok(g), None) if checked => Ok((
                 device::run_once(g, p, &step.compiled.ptx, &inputs)?,
-                "on the GPU, wall clock: upload, kernels and download; `tessel bench` times \
-                 the kernels alone",
+                "on the GPU, kernels one at a time (--checked), wall clock: upload, kernels \
+                 and download; `tessel bench` times the kernels alone",
+            )),
+            (Ok(g), None) => Ok((
+                device::run_graph_once(g, p, &step.compiled.ptx, &inputs).context(
+                    "the step as one CUDA graph failed; `--checked` runs the kernels one at a \
+                     time and names the one that faults",
+                )?,
+                "on the GPU as one CUDA graph, wall clock: upload, kernels and download; \
+                 `tessel bench` times the kernels alone",
             )),
             (Err(_), None) => Ok((
                 execute(p, &inputs, &step.name)?,
