@@ -392,6 +392,17 @@ impl Gen<'_> {
         Ok(())
     }
 
+    /// The global address of 16-bit element `off` of `base`.
+    fn element_addr_16(&mut self, base: Value, off: Ix) -> Reg {
+        let oo = self.ix_op(off);
+        let bytes = self
+            .b
+            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
+        let ptr = self.ptr[&base];
+        self.b
+            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()])
+    }
+
     /// `passes` 16-byte `cp.async.cg` copies of 16-bit elements, none zero-filled: the
     /// first of elements `off ..` of `base` into shared memory at `sbase + soff`, each next
     /// one `steps.0` bytes further in `base` and `steps.1` bytes further in shared memory,
@@ -409,14 +420,7 @@ impl Gen<'_> {
         let last = passes.saturating_sub(1);
         i32::try_from(steps.0.checked_mul(last)?).ok()?;
         i32::try_from(steps.1.checked_mul(last)?).ok()?;
-        let oo = self.ix_op(off);
-        let bytes = self
-            .b
-            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
-        let ptr = self.ptr[&base];
-        let src = self
-            .b
-            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+        let src = self.element_addr_16(base, off);
         let dst = self.shared_addr(sbase, soff);
         for i in 0..passes {
             self.b.push(Stmt::CpAsync {
@@ -441,14 +445,8 @@ impl Gen<'_> {
         (sbase, soff): (Reg, Ix),
         inside: Reg,
     ) {
-        let oo = self.ix_op(off);
-        let bytes = self
-            .b
-            .op(RegType::U64, Op::MulWideU32, &[oo, Operand::U32(2)]);
         let ptr = self.ptr[&base];
-        let src = self
-            .b
-            .op(RegType::U64, Op::AddU64, &[ptr.into(), bytes.into()]);
+        let src = self.element_addr_16(base, off);
         let src = self.b.op(
             RegType::U64,
             Op::Select,
