@@ -249,6 +249,20 @@ const NEG_LN2_LO: f32 = -LN2_LO;
 /// are clamped there; the result rounds to 0 below -103.97), NaN in, NaN out. Above 43.6
 /// the result is wrong (the scale's exponent wraps): no caller may pass such an argument.
 pub fn exp_f32_nonpos<O: MathOps>(o: &mut O, x: O::F) -> O::F {
+    let (s, tail, sc1) = exp_f32_nonpos_parts(o, x);
+    let y = o.fadd(s, tail);
+    let y = o.fmul(y, sc1);
+    let sc2 = o.fconst(EXP_NONPOS_SCALE);
+    o.fmul(y, sc2)
+}
+
+/// `2^-64`: [`exp_f32_nonpos_parts`]'s scale is `2^(k + 64)`.
+pub(crate) const EXP_NONPOS_SCALE: f32 = f32::from_bits((127 - 64) << 23);
+
+/// [`exp_f32_nonpos`] before its last addition and its scaling: `exp(x) ≈ (s + tail) ·
+/// sc · 2^-64` with `s`, `tail` as [`exp_f32_parts`]'s and `sc = 2^(k + 64)`, a normal
+/// power of two for every argument up to 43.6 ([`EXP_NONPOS_SCALE`] is the `2^-64`).
+pub(crate) fn exp_f32_nonpos_parts<O: MathOps>(o: &mut O, x: O::F) -> (O::F, O::F, O::F) {
     let lo = o.fconst(X_MIN);
     let x = o.fmax(x, lo);
     let log2e = o.fconst(LOG2E);
@@ -260,21 +274,17 @@ pub fn exp_f32_nonpos<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let nln2lo = o.fconst(NEG_LN2_LO);
     let c = o.fmul(k, nln2lo);
     let (s, tail) = exp_f32_reduced(o, r, c);
-    let y = o.fadd(s, tail);
     let jb = o.f_to_bits(j);
     let c23 = o.uconst(23);
-    let sc1 = o.ushl(jb, c23);
-    let sc1 = o.f_from_bits(sc1);
-    let y = o.fmul(y, sc1);
-    let sc2 = o.fconst(f32::from_bits((127 - 64) << 23)); // 2^-64
-    o.fmul(y, sc2)
+    let sc = o.ushl(jb, c23);
+    (s, tail, o.f_from_bits(sc))
 }
 
 /// [`exp_f32`] before its last addition and its scaling: `exp(x) ≈ (s + tail)·2^k` with
 /// `s = 1 + r` rounded, `|tail| < 0.1` (so `s + tail` splits exactly by Fast2Sum), the pair
 /// within the Taylor truncation's 2^-27 plus the roundings of `tail` (about 2^-26 of the
 /// result), and `k` an integer-valued f32 in [-173, 144].
-pub(crate) fn exp_f32_parts<O: MathOps>(o: &mut O, x: O::F) -> (O::F, O::F, O::F) {
+fn exp_f32_parts<O: MathOps>(o: &mut O, x: O::F) -> (O::F, O::F, O::F) {
     let lo = o.fconst(X_MIN);
     let hi = o.fconst(X_MAX);
     let x = o.fmax(x, lo);

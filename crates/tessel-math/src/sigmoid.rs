@@ -13,7 +13,7 @@
 //! `1/(1+e^x)` differs from 1 by less than 2^-92 there.
 
 use crate::dd::{fast_two_sum, two_prod, two_sum};
-use crate::exp::{exp_f32_parts, exp_parts, ldexp_dd, pow2_pair, scale_dd};
+use crate::exp::{exp_f32_nonpos_parts, exp_parts, ldexp_dd, scale_dd, EXP_NONPOS_SCALE};
 use crate::log::log_dd;
 use crate::tanh::div_dd;
 use crate::MathOps;
@@ -132,7 +132,8 @@ fn recip_1_2<O: MathOps>(o: &mut O, d: O::F) -> O::F {
 /// quotient goes through [`recip_1_2`]), where [`silu`] takes about 300 and a branch for its
 /// tail. With two `div.rn.f32` in their place the Qwen3-14B gate GEMM (silu in its
 /// epilogue) took 1027 µs, without them 657 µs (H200, docs/perf/2026-12-06-h200-issue19.md). With `e = exp(-|x|) = y·2^k`,
-/// `y` the unrounded pair of [`exp_f32`] (within about 2^-26):
+/// `y` the unrounded pair of [`crate::exp_f32_nonpos`] (within about 2^-26; `-|x|` is
+/// never positive, so `k` comes from one fma and `2^k` as `2^(k+64) · 2^-64`):
 /// `silu(x) = x/(1 + e)` for x >= 0 and `(x·y/(1 + e))·2^k` for x < 0 — the numerator `x·y`
 /// an exact product, never tiny, so the quotient keeps full precision until the one scaling
 /// by `2^k` at the end (a denormal result is rounded twice: the quotient, then the
@@ -145,10 +146,10 @@ fn recip_1_2<O: MathOps>(o: &mut O, d: O::F) -> O::F {
 pub fn silu_f32<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let ax = o.fabs(x);
     let nax = o.fneg(ax);
-    let (s, t, k) = exp_f32_parts(o, nax);
+    // -|x| <= 0: exp_f32_nonpos's reduction, k by one fma, 2^k = sc1 · 2^-64.
+    let (s, t, sc1) = exp_f32_nonpos_parts(o, nax);
     let (yh, yl) = fast_two_sum(o, s, t);
-    let ki = o.cvt_rni_s32(k);
-    let (sc1, sc2) = pow2_pair(o, ki);
+    let sc2 = o.fconst(EXP_NONPOS_SCALE);
     // e = exp(-|x|), for the denominator only (its low word may underflow: it is then far
     // below the sum's last bit).
     let eh = o.fmul(yh, sc1);
