@@ -4,7 +4,9 @@
 # (its attention kernel: exp_f32_nonpos, the one-instruction bf16 rounding and whole-block
 # K/V copies take its key loop from 1583 to 1274 SASS instructions a warp per block of 64
 # keys), the attention alone at T = 2048 and 4096 (and the opt-in FA3-form wgmma tile at
-# 2048), and the decode layer at B = 1 and 8.
+# 2048), and the decode layer at B = 1 and 8. The layer bench also times the gate GEMM, whose
+# SiLU epilogue (silu_f32 through exp_f32_nonpos's parts) is 1142 -> 1054 instructions per 16
+# elements.
 # Usage (device): bash docs/perf/2026-12-07-stop35/run37.sh   (writes under $OUT/logs)
 N=./target/release/tessel_n_s
 O=./target/release/tessel_o_s
