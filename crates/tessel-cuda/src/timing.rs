@@ -125,6 +125,10 @@ impl Gpu {
         if calls.is_empty() {
             return Err(Error::InvalidArgument("no kernels to run".to_owned()));
         }
+        // Functions looked up and shared-memory limits raised before the capture, not in it.
+        for c in calls {
+            c.module.prepare(c.kernel, c.launch, &c.args)?;
+        }
         let graph = self.capture(|| run_calls(calls))?;
         graph
             .launch()

@@ -130,52 +130,85 @@ fn a_step_on_external_memory_gives_the_executors_bits() {
     }
 }
 
-/// A decode layer (`inout` KV caches, a split attention, programmatic launches on sm_90) run
-/// checked and then as one CUDA graph from the same start: both give the executor's bits
-/// (`exact`), so overlapping the kernels races nowhere, and resetting the buffers puts the
-/// caches back before the second run.
+/// The small Qwen3 decode layer (`inout` KV caches, programmatic launches on sm_90) run
+/// checked and then as one CUDA graph from the same start: in `exact` both give the
+/// executor's bits; in `fast` (the split-key attention, `*_ranges` and `*_merge`, and the
+/// tensor-core GEMVs) the graph gives the checked run's bits. Resetting the buffers puts
+/// the caches back before the second run. The sources are compiled in, so the stripped
+/// binary runs from any directory.
 #[test]
 #[ignore = "needs an NVIDIA GPU"]
 fn a_decode_layer_run_as_a_graph_gives_the_checked_runs_bits() {
     use tessel_driver::device::{launch_of, run_checked_and_graph, target_of};
+    use tessel_passes::Profile;
     let gpu = Gpu::open(0).expect("a GPU");
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/programs/layer_small.tsl");
-    let src = Source::load(&path, false).expect("loads");
-    let mut config = Config {
-        dims: BTreeMap::from([("B".into(), 3), ("T".into(), 1), ("S".into(), 700)]),
-        ..Config::default()
-    };
-    config.options.target = target_of(gpu.properties());
-    let step = src
-        .compile_step("qwen3_decode", &config, &Weights::none())
-        .expect("compiles");
-    let p = &step.compiled.program;
-    let programmatic = p
-        .launches
-        .iter()
-        .enumerate()
-        .filter(|(i, l)| launch_of(&p.kernels[l.kernel], *i).programmatic)
-        .count();
-    if config.options.target.features.griddepcontrol {
-        assert!(programmatic > 0, "no launch is programmatic on sm_90");
+    let dir = std::env::temp_dir().join(format!("tessel-driver-graph-{}", std::process::id()));
+    for (rel, text) in [
+        (
+            "tests/programs/layer_small.tsl",
+            include_str!("../../../tests/programs/layer_small.tsl"),
+        ),
+        (
+            "examples/lib/qwen.tsl",
+            include_str!("../../../examples/lib/qwen.tsl"),
+        ),
+        (
+            "examples/lib/llama.tsl",
+            include_str!("../../../examples/lib/llama.tsl"),
+        ),
+    ] {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().expect("a parent")).expect("scratch dir");
+        std::fs::write(&path, text).expect("write source");
     }
-    let inputs: Vec<Tensor> = p
-        .inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), 11 + i as u64))
-        .collect();
-    let expected = step.run_executor(&inputs).expect("the executor runs it");
-    let runs = run_checked_and_graph(&gpu, p, &step.compiled.ptx, &inputs).expect("runs");
-    for (i, e) in expected.iter().enumerate() {
-        assert!(
-            runs.checked[i].data == e.data,
-            "checked output {i} differs from the executor's"
-        );
-        assert!(
-            runs.graph[i].data == e.data,
-            "graph output {i} differs from the executor's"
-        );
+    let src = Source::load(&dir.join("tests/programs/layer_small.tsl"), false).expect("loads");
+    for profile in [Profile::Exact, Profile::Fast] {
+        let mut config = Config {
+            dims: BTreeMap::from([("B".into(), 3), ("T".into(), 1), ("S".into(), 700)]),
+            ..Config::default()
+        };
+        config.options.target = target_of(gpu.properties());
+        config.options.profile = profile;
+        let step = src
+            .compile_step("qwen3_decode", &config, &Weights::none())
+            .expect("compiles");
+        let p = &step.compiled.program;
+        if config.options.target.features.griddepcontrol {
+            let programmatic = (0..p.launches.len())
+                .filter(|&i| launch_of(&p.kernels[p.launches[i].kernel], i).programmatic)
+                .count();
+            assert!(
+                programmatic > 0,
+                "{profile:?}: no launch is programmatic on sm_90"
+            );
+        }
+        if profile == Profile::Fast {
+            assert!(
+                p.kernels.values().any(|k| k.name.ends_with("_ranges")),
+                "no split-key attention kernel in the fast decode layer"
+            );
+        }
+        let inputs: Vec<Tensor> = p
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, (_, b))| Tensor::random(p.buffers[*b].ty.clone(), 11 + i as u64))
+            .collect();
+        let runs = run_checked_and_graph(&gpu, p, &step.compiled.ptx, &inputs).expect("runs");
+        for (i, (g, c)) in runs.graph.iter().zip(&runs.checked).enumerate() {
+            assert!(
+                g.data == c.data,
+                "{profile:?}: graph output {i} differs from the checked run's"
+            );
+        }
+        if profile == Profile::Exact {
+            let expected = step.run_executor(&inputs).expect("the executor runs it");
+            for (i, e) in expected.iter().enumerate() {
+                assert!(
+                    runs.checked[i].data == e.data,
+                    "checked output {i} differs from the executor's"
+                );
+            }
+        }
     }
 }

@@ -243,11 +243,12 @@ const NEG_LN2_LO: f32 = -LN2_LO;
 /// wherever they choose the same `k`; they may differ by one in `k` where `x/ln2` lies
 /// within an f32 rounding of a half-integer (here one rounding, there two).
 ///
-/// Domain: every f32 up to 43.6 (where `k + 64` reaches 127); the callers pass
-/// at most 0. Error (exhaustive over every f32 ≤ 43.6, `tests/exhaustive.rs`, see
+/// Domain: every f32 up to 43.6, as tested (the scale `2^(k + 64)` stays finite up to
+/// 44.01, k = 63); the callers pass at most 0. Error (exhaustive over every f32 ≤ 43.6, `tests/exhaustive.rs`, see
 /// `docs/numerics.md`): within the design's 1 ulp. `exp(-inf) = 0` (arguments below -120
-/// are clamped there; the result rounds to 0 below -103.97), NaN in, NaN out. Above 43.6
-/// the result is wrong (the scale's exponent wraps): no caller may pass such an argument.
+/// are clamped there; the result rounds to 0 below -103.97), NaN in, NaN out. Above 44.01
+/// the result is wrong (the scale overflows to +inf, then its exponent wraps): no caller may
+/// pass such an argument.
 pub fn exp_f32_nonpos<O: MathOps>(o: &mut O, x: O::F) -> O::F {
     let (s, tail, sc1) = exp_f32_nonpos_parts(o, x);
     let y = o.fadd(s, tail);

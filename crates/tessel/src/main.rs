@@ -243,7 +243,8 @@ enum Command {
         /// On the GPU, launch the kernels one at a time, each waited for, so that a fault
         /// names its kernel. Without it the step runs as one CUDA graph, its launches
         /// overlapping as in production (`tessel check` requires the two to give the same
-        /// bits); a fault there names no kernel: rerun with --checked.
+        /// bits); a fault there names no kernel: rerun with --checked. Ranks (--tp) and the
+        /// CPU executor run as they always do.
         #[arg(long)]
         checked: bool,
         #[command(flatten)]
