@@ -13,7 +13,10 @@ nvdisasm on PATH). A path through a loop is summed from its straight-line ranges
 """
 import collections
 import re
+import signal
 import sys
+
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quiet under `| head`
 
 
 def instructions(path, kernel):
