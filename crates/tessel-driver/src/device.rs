@@ -12,7 +12,8 @@ use tessel_ir::kernel::{
 use tessel_ir::DType;
 use tessel_passes::{PtxHeader, Target};
 use tessel_ptx::PtxOptions;
-use tessel_ref::Tensor;
+use tessel_ref::compare::CompareError;
+use tessel_ref::{bit_diff, BitDiff, Tensor};
 
 type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -248,6 +249,21 @@ pub struct GpuRuns {
     pub checked: Vec<Tensor>,
     /// Run as one CUDA graph ([`Loaded::run_graph`]): programmatic launches overlap.
     pub graph: Vec<Tensor>,
+}
+
+impl GpuRuns {
+    /// Per output, how the graph's bits differ from the checked run's (identical where no
+    /// overlapping kernels raced).
+    ///
+    /// # Errors
+    /// Outputs whose dtypes or sizes differ between the runs (not from one program).
+    pub fn graph_diffs(&self) -> std::result::Result<Vec<BitDiff>, CompareError> {
+        self.graph
+            .iter()
+            .zip(&self.checked)
+            .map(|(g, c)| bit_diff(g, c))
+            .collect()
+    }
 }
 
 /// Loads `p` (under `h`, its step's PTX header), runs it checked, then resets its buffers

@@ -244,8 +244,8 @@ const NEG_LN2_LO: f32 = -LN2_LO;
 /// within an f32 rounding of a half-integer (here one rounding, there two).
 ///
 /// Domain: every f32 up to 43.6, as tested (the scale `2^(k + 64)` stays finite up to
-/// 44.01, k = 63); the callers pass at most 0. Error (exhaustive over every f32 ≤ 43.6, `tests/exhaustive.rs`, see
-/// `docs/numerics.md`): within the design's 1 ulp. `exp(-inf) = 0` (arguments below -120
+/// 44.01, k = 63); the callers pass at most 0. Error (exhaustive over every f32 ≤ 43.6,
+/// `tests/exhaustive.rs`, see `docs/numerics.md`): within the design's 1 ulp. `exp(-inf) = 0` (arguments below -120
 /// are clamped there; the result rounds to 0 below -103.97), NaN in, NaN out. Above 44.01
 /// the result is wrong (the scale overflows to +inf, then its exponent wraps): no caller may
 /// pass such an argument.

@@ -339,10 +339,18 @@ fn check_step(
         )?),
         None => None,
     };
-    let gpu_out = gpu_runs.as_ref().map(|r| r.checked.clone());
-    let judged =
-        tessel_ref::judge::judge_step(&step.checked, p, &inputs, &exec, gpu_out.as_deref())
-            .with_context(|| format!("judging step `{}`", step.name))?;
+    let gpu_out = gpu_runs.as_ref().map(|r| r.checked.as_slice());
+    let judged = tessel_ref::judge::judge_step(&step.checked, p, &inputs, &exec, gpu_out)
+        .with_context(|| format!("judging step `{}`", step.name))?;
+    // The run as one CUDA graph (kernels overlapping through programmatic launches)
+    // against the checked run: the same program on the same inputs, so the same bits.
+    let graph_diffs = match &gpu_runs {
+        Some(r) => Some(
+            r.graph_diffs()
+                .with_context(|| format!("comparing the GPU's two runs of `{}`", step.name))?,
+        ),
+        None => None,
+    };
     let mma = p.tensor_cores().mma;
     println!(
         "{file} step {} ({}; executor {exec_s:.1} s{})",
@@ -358,16 +366,8 @@ fn check_step(
     let mut recs = Vec::new();
     for (o, (j, e)) in judged.iter().zip(&exec).enumerate() {
         let v = &j.executor;
-        // The run as one CUDA graph (kernels overlapping through programmatic launches)
-        // against the checked run: the same program on the same inputs, so the same bits.
-        let graph_diff = match &gpu_runs {
-            Some(r) => Some(
-                tessel_ref::compare::bit_diff(&r.graph[o], &r.checked[o])
-                    .with_context(|| format!("comparing the GPU's two runs of `{}`", j.name))?,
-            ),
-            None => None,
-        };
-        let pass = j.pass() && graph_diff.as_ref().is_none_or(|d| d.identical());
+        let graph_diff = graph_diffs.as_ref().map(|d| &d[o]);
+        let pass = j.pass() && graph_diff.is_none_or(|d| d.identical());
         let mut line = format!(
             "  {} {}: {} — {v}; f64 oracle rel-RMS {:.3e}",
             j.name,
@@ -410,7 +410,7 @@ fn check_step(
             }
             None => {}
         }
-        if let Some(d) = &graph_diff {
+        if let Some(d) = graph_diff {
             rec["gpu_graph_bit_differences"] = json!(d.differing_elements);
             line += &if d.identical() {
                 "; one CUDA graph == checked run bit for bit".to_owned()

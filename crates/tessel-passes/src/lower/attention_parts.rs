@@ -458,8 +458,6 @@ impl Gen<'_> {
                 let steps = (rows_per_pass * key_stride * 2, rows_per_pass * pitch);
                 // A block wholly below the limit (every block but a row block's last): one
                 // address per thread, each pass a constant offset from it, nothing zero-filled.
-                let end = self.iadd(j0, Ix::C(c.block_n as u64));
-                let end = self.ix_op(end);
                 self.open();
                 let key = self.iadd(j0, o.row);
                 let ko = self.imul_c(key, key_stride);
@@ -478,11 +476,13 @@ impl Gen<'_> {
                     let ko = self.imul_c(kc, key_stride);
                     let off = self.iadd(o.global, ko);
                     let so = self.iadd(st, o.shared);
-                    let so = self.iadd(so, Ix::C(i * pitch * rows_per_pass));
+                    let so = self.iadd(so, Ix::C(i * steps.1));
                     self.cp_async_16(view.base, off, (ring.base, so), inside);
                 }
                 let else_body = self.close();
                 if fast {
+                    let end = self.iadd(j0, Ix::C(c.block_n as u64));
+                    let end = self.ix_op(end);
                     let whole = self
                         .b
                         .op(RegType::Pred, Op::ICmp(ICmp::LeU), &[end, c.limit]);
