@@ -130,19 +130,11 @@ fn a_step_on_external_memory_gives_the_executors_bits() {
     }
 }
 
-/// The small Qwen3 decode layer (`inout` KV caches, programmatic launches on sm_90) run
-/// checked and then as one CUDA graph from the same start: in `exact` both give the
-/// executor's bits; in `fast` (the split-key attention, `*_ranges` and `*_merge`, and the
-/// tensor-core GEMVs) the graph gives the checked run's bits. Resetting the buffers puts
-/// the caches back before the second run. The sources are compiled in, so the stripped
-/// binary runs from any directory.
-#[test]
-#[ignore = "needs an NVIDIA GPU"]
-fn a_decode_layer_run_as_a_graph_gives_the_checked_runs_bits() {
-    use tessel_driver::device::{launch_of, run_checked_and_graph, target_of};
-    use tessel_passes::Profile;
-    let gpu = Gpu::open(0).expect("a GPU");
-    let dir = std::env::temp_dir().join(format!("tessel-driver-graph-{}", std::process::id()));
+/// `tests/programs/layer_small.tsl` and every file it imports, compiled into the test
+/// binary and written under a scratch directory, loaded from there: the stripped binary
+/// runs on a machine without the repository.
+fn layer_small_source(tag: &str) -> Source {
+    let dir = std::env::temp_dir().join(format!("tessel-driver-{tag}-{}", std::process::id()));
     for (rel, text) in [
         (
             "tests/programs/layer_small.tsl",
@@ -156,12 +148,45 @@ fn a_decode_layer_run_as_a_graph_gives_the_checked_runs_bits() {
             "examples/lib/llama.tsl",
             include_str!("../../../examples/lib/llama.tsl"),
         ),
+        (
+            "python/tessel/qwen.tsl",
+            include_str!("../../../python/tessel/qwen.tsl"),
+        ),
     ] {
         let path = dir.join(rel);
         std::fs::create_dir_all(path.parent().expect("a parent")).expect("scratch dir");
         std::fs::write(&path, text).expect("write source");
     }
-    let src = Source::load(&dir.join("tests/programs/layer_small.tsl"), false).expect("loads");
+    Source::load(&dir.join("tests/programs/layer_small.tsl"), false)
+        .unwrap_or_else(|e| panic!("the compiled-in sources do not load: {e:?}"))
+}
+
+/// The sources the GPU test below compiles in are all its program imports (no GPU
+/// needed: the GPU test runs only on the device, where a missing import showed first).
+#[test]
+fn the_compiled_in_layer_sources_load_without_the_repository() {
+    let src = layer_small_source("host");
+    let config = Config {
+        dims: BTreeMap::from([("B".into(), 3), ("T".into(), 1), ("S".into(), 700)]),
+        ..Config::default()
+    };
+    src.compile_step("qwen3_decode", &config, &Weights::none())
+        .expect("compiles");
+}
+
+/// The small Qwen3 decode layer (`inout` KV caches, programmatic launches on sm_90) run
+/// checked and then as one CUDA graph from the same start: in `exact` both give the
+/// executor's bits; in `fast` (the split-key attention, `*_ranges` and `*_merge`, and the
+/// tensor-core GEMVs) the graph gives the checked run's bits. Resetting the buffers puts
+/// the caches back before the second run. The sources are compiled in, so the stripped
+/// binary runs from any directory.
+#[test]
+#[ignore = "needs an NVIDIA GPU"]
+fn a_decode_layer_run_as_a_graph_gives_the_checked_runs_bits() {
+    use tessel_driver::device::{launch_of, run_checked_and_graph, target_of};
+    use tessel_passes::Profile;
+    let gpu = Gpu::open(0).expect("a GPU");
+    let src = layer_small_source("graph");
     for profile in [Profile::Exact, Profile::Fast] {
         let mut config = Config {
             dims: BTreeMap::from([("B".into(), 3), ("T".into(), 1), ("S".into(), 700)]),
