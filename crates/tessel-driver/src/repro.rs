@@ -323,14 +323,13 @@ fn reproduce_command(
     if opts.wgmma_tma {
         args.push("--wgmma-tma".into());
     }
-    if opts.wgmma_attention {
-        args.push("--wgmma-attention".into());
-        if opts.wgmma_attention_keys != 0 {
-            args.extend([
-                "--wgmma-attention-keys".into(),
-                opts.wgmma_attention_keys.to_string(),
-            ]);
-        }
+    if !opts.wgmma_attention {
+        args.push("--no-wgmma-attention".into());
+    } else if opts.wgmma_attention_keys != 0 {
+        args.extend([
+            "--wgmma-attention-keys".into(),
+            opts.wgmma_attention_keys.to_string(),
+        ]);
     }
     if !opts.wgmma_pingpong {
         args.push("--no-wgmma-pingpong".into());

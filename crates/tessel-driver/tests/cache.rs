@@ -175,7 +175,7 @@ fn the_key_follows_every_fact_and_nothing_else() {
                 &config(
                     &[("T", 64)],
                     Options {
-                        wgmma_attention: true,
+                        wgmma_attention: false,
                         ..fast_h200()
                     },
                 ),

@@ -27,8 +27,11 @@ pub struct FuzzArgs {
     pub grad: bool,
     /// Compile for the target with this many SMs (`--sm-count`).
     pub sm_count: Option<u32>,
-    /// Compile attention on the warpgroup tile where it can serve (`--wgmma-attention`).
+    /// Without a GPU, compile for a target with wgmma, so that attention takes the
+    /// warpgroup tile where it can serve (`--wgmma-attention`).
     pub wgmma_attention: bool,
+    /// On a GPU, keep attention on the mma.sync tile (`--no-wgmma-attention`).
+    pub no_wgmma_attention: bool,
 }
 
 /// Runs the fuzzer; false if it found a defect or a program the front end refused.
@@ -70,7 +73,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         (Ok(_), _) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: Some(&run_on_gpu),
-            wgmma_attention: a.wgmma_attention,
+            wgmma_attention: !a.no_wgmma_attention,
             wgmma_pingpong: true,
         }),
         (Err(_), true) => Some(tessel_fuzz::run::Device {

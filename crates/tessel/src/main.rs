@@ -86,19 +86,23 @@ pub struct CompileArgs {
     /// gained nothing beside the ping-pong tile on an H200.
     #[arg(long)]
     pub wgmma_tma: bool,
-    /// Run prefill attention (head dims multiples of 64 up to 256, keys not split) in
-    /// `fast` on sm_90a on the warpgroup tile, FlashAttention-3's structure: a producer
-    /// warpgroup loading K and V by TMA through an mbarrier ring, two wgmma consumer
-    /// warpgroups of 64 query rows, S = Q·Kᵀ from shared memory, P·V with P in registers
-    /// (`wgmma: 1` in the attention's schedule; the same order of sums as the mma.sync
-    /// tile). Not the default until checked on the GPU (issue 19).
-    #[arg(long)]
+    /// Run prefill attention on the warpgroup tile (the default; kept for scripts written
+    /// when it was opt-in): see --no-wgmma-attention.
+    #[arg(long, conflicts_with = "no_wgmma_attention")]
     pub wgmma_attention: bool,
-    /// Keys per block of the --wgmma-attention tile: 64 (the default, the mma.sync tile's:
-    /// the same order of sums, the same executor bits) or 128 (FlashAttention-3's at head
-    /// dim 128: another order of sums, within the same bound; `explain` prints it as the
-    /// tile's block_n).
-    #[arg(long, value_name = "KEYS", requires = "wgmma_attention", value_parser = ["64", "128"])]
+    /// Keep prefill attention on the mma.sync tile. By default, prefill attention (head
+    /// dims multiples of 64 up to 256, keys not split) in `fast` on sm_90a runs on the
+    /// warpgroup tile, FlashAttention-3's structure: a producer warpgroup loading K and V
+    /// by TMA through an mbarrier ring, two wgmma consumer warpgroups of 64 query rows,
+    /// S = Q·Kᵀ from shared memory, P·V with P in registers (`wgmma: 1` in the attention's
+    /// schedule; the same order of sums as the mma.sync tile).
+    #[arg(long)]
+    pub no_wgmma_attention: bool,
+    /// Keys per block of the warpgroup attention tile: 64 (the default, the mma.sync
+    /// tile's: the same order of sums, the same executor bits) or 128 (FlashAttention-3's
+    /// at head dim 128: another order of sums, within the same bound; `explain` prints it
+    /// as the tile's block_n).
+    #[arg(long, value_name = "KEYS", conflicts_with = "no_wgmma_attention", value_parser = ["64", "128"])]
     pub wgmma_attention_keys: Option<String>,
     /// Keep the large 16-bit GEMMs on the warpgroup (wgmma) tile in `fast` on sm_90a. By
     /// default those with at least two 128 × 128 tiles per SM run on the persistent
@@ -387,11 +391,15 @@ enum Command {
         /// reference as always.
         #[arg(long, value_name = "N", conflicts_with = "tp", value_parser = clap::value_parser!(u32).range(1..))]
         sm_count: Option<u32>,
-        /// Compile prefill attention on the warpgroup tile where it can serve (as the
-        /// compile flag of that name: `fast` on sm_90a; the H200 preset's target without a
-        /// GPU). Reports how many programs got it.
-        #[arg(long, conflicts_with = "tp")]
+        /// Without a GPU: compile for the H200 preset's target, so that prefill attention
+        /// takes the warpgroup tile where it can serve (`fast` on sm_90a), as it does by
+        /// default on a GPU that has it. Reports how many programs got it.
+        #[arg(long, conflicts_with_all = ["tp", "no_wgmma_attention"])]
         wgmma_attention: bool,
+        /// On a GPU, keep prefill attention on the mma.sync tile (as the compile flag of
+        /// that name).
+        #[arg(long, conflicts_with = "tp")]
+        no_wgmma_attention: bool,
         /// Programs built around one attention block, fused or a near miss (GQA, masks,
         /// lengths, q computed in the prologue); with --large, blocks up to 4 times the
         /// work. Reports how many programs got a fused attention kernel.
@@ -622,6 +630,7 @@ fn real_main() {
             grad,
             sm_count,
             wgmma_attention,
+            no_wgmma_attention,
         } => {
             if tp {
                 fuzz::fuzz_tp(count, seed, cpu, save.as_deref())
@@ -637,6 +646,7 @@ fn real_main() {
                     grad,
                     sm_count,
                     wgmma_attention,
+                    no_wgmma_attention,
                 })
             }
         }

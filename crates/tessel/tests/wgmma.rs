@@ -170,19 +170,21 @@ fn a_qwen3_layer_with_wgmma_projections_matches_mma_sync_bits() {
     // with the QK-norm + RoPE row epilogue), k (256, the same), v (256), gate and up (96,
     // at most 128: the 128 × 128 tile); o and down (N = 64) stay on the skinny-N mma.sync
     // tile. On 5 SMs q, k and v have fewer 128 × 256 tiles than SMs (4, 2, 2) and take
-    // 128 × 128 (8, 4, 4 tiles); gate and up (2 tiles) fall back to mma.sync.
+    // 128 × 128 (8, 4, 4 tiles); gate and up (2 tiles) fall back to mma.sync. The fused
+    // attention (head dim 128) takes the warpgroup attention tile, the default: its first
+    // wgmma is S's m64n64k16 (64 keys a block), between v and gate.
     same_bits(
         "tests/programs/layer_small.tsl",
         "qwen3",
         &[("T", 130)],
-        &[256, 256, 256, 128, 128],
+        &[256, 256, 256, 64, 128, 128],
     );
     same_bits_on(
         "tests/programs/layer_small.tsl",
         "qwen3",
         &[("T", 130)],
         5,
-        &[128, 128, 128],
+        &[128, 128, 128, 64],
     );
 }
 

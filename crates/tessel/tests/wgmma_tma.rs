@@ -50,8 +50,11 @@ fn options(target: Target) -> Options {
         verify: true,
         profile: Profile::Fast,
         target,
-        // The TMA tile's tests: the ping-pong tile, taken first by default, has its own.
+        // The TMA tile's tests: the ping-pong tile, taken first by default, has its own, and
+        // so has the warpgroup attention tile (wgmma_attention.rs), whose TMA loads would
+        // count here.
         wgmma_pingpong: false,
+        wgmma_attention: false,
         merge_launches: true,
         dependent_launch: true,
         ..Default::default()

@@ -69,9 +69,9 @@ pub fn wgmma_attention_shared_bytes(block_n: u32, stages: u32, d: u64, e: u64) -
 /// keys not split (a prefill's rows, not a decode's), its rings within the target's shared
 /// memory. Otherwise `sch`, its reason saying why not. `q_prologue`: the kernel computes
 /// q ([`crate::analysis::q_in_prologue`]). `keys`: keys per block, 64 (0 means 64) or 128
-/// (`Options::wgmma_attention_keys`). Taken only under `Options::wgmma_attention` until
-/// the GPU has checked the tile (issue 19). The order of every sum is the `mma.sync`
-/// tile's at the same keys per block ([`order`]).
+/// (`Options::wgmma_attention_keys`). Taken under `Options::wgmma_attention`, on by
+/// default since the GPU checked the tile (docs/perf/2026-12-07-stop36.md). The order of
+/// every sum is the `mma.sync` tile's at the same keys per block ([`order`]).
 pub fn prefer_wgmma(
     g: &Graph,
     (s, a): (Value, Value),
