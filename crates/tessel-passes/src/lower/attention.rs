@@ -146,8 +146,6 @@ impl Gen<'_> {
         let outer_count = outer_shape.numel().max(1);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-        let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
         // The warpgroup tile's threads 0..128 are its producer, 128.. its consumers:
         // `ctid`, the thread's index among the consumers, is `tid - 128` for a consumer and
         // `tid + 128` for a producer thread, which so shares the rows of a consumer thread
@@ -169,10 +167,14 @@ impl Gen<'_> {
         };
         let warp = self.idiv_c(Ix::R(ctid), 32);
         let lane = self.irem_c(Ix::R(ctid), 32);
-        let row0 = self.imul_c(Ix::R(cx), bm as u64);
         // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
         // y mod outer, and the results go to the scratch buffer.
         let ranges = self.scratch.as_ref().filter(|s| s.writes).map(|s| s.split);
+        let (cx, cy) = self.heaviest_first(
+            rows_total.div_ceil(bm as u64).max(1),
+            outer_count * ranges.map_or(1, u64::from),
+        );
+        let row0 = self.imul_c(cx, bm as u64);
         if ranges.is_some() && !stats.is_empty() {
             return Err(LowerError::Unsupported {
                 what:
@@ -183,10 +185,10 @@ impl Gen<'_> {
         }
         let (outer_flat, range) = match ranges {
             Some(_) => (
-                self.irem_c(Ix::R(cy), outer_count),
-                Some(self.idiv_c(Ix::R(cy), outer_count)),
+                self.irem_c(cy, outer_count),
+                Some(self.idiv_c(cy, outer_count)),
             ),
-            None => (Ix::R(cy), None),
+            None => (cy, None),
         };
         let outer_idx = if outer_dims.is_empty() {
             vec![]
@@ -776,12 +778,22 @@ impl Gen<'_> {
         let mut probs: Vec<[Operand; 4]> = vec![[Operand::f32(0.0); 4]; ni];
         let mut scales = Vec::new();
         for h in 0..halves {
-            let mut mx = Operand::f32(f32::NEG_INFINITY);
-            for x in &xs {
-                for q in [2 * h, 2 * h + 1] {
-                    mx = self.b.op(RegType::F32, Op::FMax, &[mx, x[q]]).into();
-                }
+            // The lane's maximum by a balanced tree (depth log2(2·ni), not a chain of
+            // 2·ni): max is exact, commutative and associative — NaN absorbs, +0 > -0 —
+            // so every order gives the same bits.
+            let mut level: Vec<Operand> =
+                xs.iter().flat_map(|x| [x[2 * h], x[2 * h + 1]]).collect();
+            while level.len() > 1 {
+                level = level
+                    .chunks(2)
+                    .map(|p| match p {
+                        [a, b] => self.b.op(RegType::F32, Op::FMax, &[*a, *b]).into(),
+                        [a] => *a,
+                        _ => unreachable!("chunks of two"),
+                    })
+                    .collect();
             }
+            let mut mx = level[0];
             for sh in [1, 2] {
                 let o = self
                     .b
@@ -1146,6 +1158,28 @@ impl Gen<'_> {
                 threads,
             }],
         });
+    }
+
+    /// The CTA's row block and grid row `(x, y)` of an `nx × ny` grid, dealt heaviest first:
+    /// the GPU starts CTAs in the order of `l = ctaid.y · nx + ctaid.x`, and under a
+    /// causal mask a row block's work grows with its index, so CTA `l` takes row block
+    /// `nx - 1 - l / ny` of grid row `l mod ny` — every grid row's last row block first,
+    /// the first ones last, so the short CTAs fill the last wave's gaps (longest
+    /// processing time first; FlashAttention-2 walks its causal row blocks in reverse for
+    /// the same reason). Each CTA computes what it did before, so no bit changes.
+    fn heaviest_first(&mut self, nx: u64, ny: u64) -> (Ix, Ix) {
+        let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
+        let l = self.imul_c(Ix::R(cy), nx);
+        let l = self.iadd(l, Ix::R(cx));
+        let rb = self.idiv_c(l, ny);
+        let y = self.irem_c(l, ny);
+        let x = self.b.op(
+            RegType::U32,
+            Op::ISub,
+            &[Operand::U32((nx - 1) as u32), self.ix_op(rb)],
+        );
+        (Ix::R(x), y)
     }
 
     /// O's registers of row half `h` (`q = 2h, 2h + 1` of every fragment) times `scale`.
