@@ -170,9 +170,11 @@ impl Gen<'_> {
         // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
         // y mod outer, and the results go to the scratch buffer.
         let ranges = self.scratch.as_ref().filter(|s| s.writes).map(|s| s.split);
-        let (cx, cy) = self.heaviest_first(
+        // A query block's keys grow with its index under a causal mask: the last first.
+        let (cx, cy) = self.deal_ctas(
             rows_total.div_ceil(bm as u64).max(1),
             outer_count * ranges.map_or(1, u64::from),
+            true,
         );
         let row0 = self.imul_c(cx, bm as u64);
         if ranges.is_some() && !stats.is_empty() {
@@ -1158,28 +1160,6 @@ impl Gen<'_> {
                 threads,
             }],
         });
-    }
-
-    /// The CTA's row block and grid row `(x, y)` of an `nx × ny` grid, dealt heaviest first:
-    /// the GPU starts CTAs in the order of `l = ctaid.y · nx + ctaid.x`, and under a
-    /// causal mask a row block's work grows with its index, so CTA `l` takes row block
-    /// `nx - 1 - l / ny` of grid row `l mod ny` — every grid row's last row block first,
-    /// the first ones last, so the short CTAs fill the last wave's gaps (longest
-    /// processing time first; FlashAttention-2 walks its causal row blocks in reverse for
-    /// the same reason). Each CTA computes what it did before, so no bit changes.
-    fn heaviest_first(&mut self, nx: u64, ny: u64) -> (Ix, Ix) {
-        let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
-        let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
-        let l = self.imul_c(Ix::R(cy), nx);
-        let l = self.iadd(l, Ix::R(cx));
-        let rb = self.idiv_c(l, ny);
-        let y = self.irem_c(l, ny);
-        let x = self.b.op(
-            RegType::U32,
-            Op::ISub,
-            &[Operand::U32((nx - 1) as u32), self.ix_op(rb)],
-        );
-        (Ix::R(x), y)
     }
 
     /// O's registers of row half `h` (`q = 2h, 2h + 1` of every fragment) times `scale`.

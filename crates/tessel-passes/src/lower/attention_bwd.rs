@@ -203,23 +203,20 @@ impl Gen<'_> {
             Op::Special(tessel_ir::kernel::Special::TidX),
             &[],
         );
-        let cx = self.b.op(
-            RegType::U32,
-            Op::Special(tessel_ir::kernel::Special::CtaidX),
-            &[],
-        );
-        let cy = self.b.op(
-            RegType::U32,
-            Op::Special(tessel_ir::kernel::Special::CtaidY),
-            &[],
+        // Under a causal mask a dq CTA's keys grow with its query block, a dkv CTA's
+        // queries shrink with its key block: the longest first either way.
+        let (cx, cy) = self.deal_ctas(
+            nrows.div_ceil(bm as u64).max(1),
+            batch_count,
+            !rows_are_keys,
         );
         let warp = self.idiv_c(Ix::R(tid), 32);
         let lane = self.irem_c(Ix::R(tid), 32);
-        let row0 = self.imul_c(Ix::R(cx), bm as u64);
+        let row0 = self.imul_c(cx, bm as u64);
         let batch = if lead_shape.0.is_empty() {
             vec![]
         } else {
-            self.unflatten(Ix::R(cy), &lead_shape)
+            self.unflatten(cy, &lead_shape)
         };
 
         // Shared memory: the resident tiles, then two stages of each streamed tile.

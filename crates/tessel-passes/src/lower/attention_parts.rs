@@ -6,7 +6,7 @@ use super::ring::{Ring, StageLayout};
 use super::{Gen, Ix, LowerError};
 use crate::analysis::attention_shape;
 use crate::view::StridedView;
-use tessel_ir::kernel::{FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Stmt, Width};
+use tessel_ir::kernel::{FCmp, ICmp, MathFn, Op, Operand, RegType, Space, Special, Stmt, Width};
 use tessel_ir::{DType, Reg, Shape, Value};
 
 /// A row's key bound (i32) at its index `[.., row, 0]` in the logits' shape: keys at or
@@ -137,6 +137,33 @@ impl Gen<'_> {
                 }
             })
         })
+    }
+
+    /// The CTA's row block and grid row `(x, y)` of an `nx × ny` grid, dealt heaviest first.
+    /// The GPU starts CTAs in the order of `l = ctaid.y · nx + ctaid.x`; CTA `l` takes
+    /// grid row `l mod ny` and row block `l / ny`, counted from the last when `reverse` (a
+    /// query block's work grows with its index under a causal mask) and from the first
+    /// otherwise (a key block's shrinks). So every grid row's longest row block starts
+    /// before any shorter one, and the short CTAs fill the last wave's gaps: longest
+    /// processing time first (Graham, "Bounds on multiprocessing timing anomalies", 1969;
+    /// FlashAttention-2 walks its causal row blocks in reverse for the same reason). Each
+    /// CTA computes what it did with the grid's own indices, so no bit changes.
+    pub(super) fn deal_ctas(&mut self, nx: u64, ny: u64, reverse: bool) -> (Ix, Ix) {
+        let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
+        let l = self.imul_c(Ix::R(cy), nx);
+        let l = self.iadd(l, Ix::R(cx));
+        let rb = self.idiv_c(l, ny);
+        let y = self.irem_c(l, ny);
+        if !reverse {
+            return (rb, y);
+        }
+        let x = self.b.op(
+            RegType::U32,
+            Op::ISub,
+            &[Operand::U32((nx - 1) as u32), self.ix_op(rb)],
+        );
+        (Ix::R(x), y)
     }
 
     /// The CTA's key range from the attention's bound (i32 per row, evaluated at key 0 for
