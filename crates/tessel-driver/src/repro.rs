@@ -407,3 +407,33 @@ impl Fnv {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reproducer names the attention tile's choice as the command line spells it: no
+    /// flag for the default (the warpgroup tile at 64 keys a block), `--no-wgmma-attention`
+    /// when it is off, `--wgmma-attention-keys 128` when asked for.
+    #[test]
+    fn the_command_names_the_attention_tile_as_the_cli_spells_it() {
+        let command = |wgmma_attention: bool, keys: u32| {
+            let mut config = Config::default();
+            config.options.wgmma_attention = wgmma_attention;
+            config.options.wgmma_attention_keys = keys;
+            let inputs = InputSpec {
+                seed: 3,
+                ..InputSpec::default()
+            };
+            reproduce_command(Path::new("a.tsl"), "s", &config, Some("h100"), &inputs)
+        };
+        let default = command(true, 0);
+        assert!(!default.contains("wgmma-attention"), "{default}");
+        let off = command(false, 0);
+        assert!(off.contains(" --no-wgmma-attention "), "{off}");
+        assert!(!off.contains("--wgmma-attention-keys"), "{off}");
+        let keys = command(true, 128);
+        assert!(keys.contains(" --wgmma-attention-keys 128 "), "{keys}");
+        assert!(!keys.contains("--no-wgmma-attention"), "{keys}");
+    }
+}

@@ -2,7 +2,7 @@
 //! bit for bit. `#[ignore]`d (it needs an NVIDIA GPU); on the GPU machine:
 //!
 //! ```text
-//! cargo test --release -p tessel-driver --test gpu -- --ignored --test-threads=1
+//! cargo test --release -p tessel-driver --test gpu -- --include-ignored --test-threads=1
 //! ```
 
 use cudarc::driver::sys;
@@ -157,8 +157,10 @@ fn layer_small_source(tag: &str) -> Source {
         std::fs::create_dir_all(path.parent().expect("a parent")).expect("scratch dir");
         std::fs::write(&path, text).expect("write source");
     }
-    Source::load(&dir.join("tests/programs/layer_small.tsl"), false)
-        .unwrap_or_else(|e| panic!("the compiled-in sources do not load: {e:?}"))
+    let src = Source::load(&dir.join("tests/programs/layer_small.tsl"), false)
+        .unwrap_or_else(|e| panic!("the compiled-in sources do not load: {e:?}"));
+    std::fs::remove_dir_all(&dir).ok();
+    src
 }
 
 /// The sources the GPU test below compiles in are all its program imports (no GPU

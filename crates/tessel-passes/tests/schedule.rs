@@ -383,7 +383,7 @@ fn an_mn_major_b_takes_the_warpgroup_tiles_for_16_bit_operands() {
 }
 
 /// The warpgroup attention tile (`attention { .., wgmma: 1 }`) is taken only when asked
-/// (`Options::wgmma_attention`), in `fast`, on a target with wgmma, for head dims that are
+/// (`Options::wgmma_attention`, on by default), in `fast`, on a target with wgmma, for head dims that are
 /// whole 128-byte panels; otherwise the `mma.sync` tile stays and its reason says why.
 #[test]
 fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
@@ -438,7 +438,15 @@ fn the_wgmma_attention_tile_is_taken_only_when_asked_and_where_it_serves() {
     );
     assert!(wgmma(&sched(64, &h100, Profile::Fast, true)));
     // Not asked, not fast, no wgmma, a head dim of 32: the mma.sync tile.
-    assert!(!wgmma(&sched(128, &h100, Profile::Fast, false)));
+    let off = sched(128, &h100, Profile::Fast, false);
+    assert!(
+        !wgmma(&off)
+            && off
+                .why
+                .ends_with("not the wgmma tile: not asked for (--no-wgmma-attention)"),
+        "{}",
+        off.why
+    );
     let inv = sched(128, &h100, Profile::Invariant, true);
     assert!(
         !wgmma(&inv)

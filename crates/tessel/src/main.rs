@@ -391,13 +391,14 @@ enum Command {
         /// reference as always.
         #[arg(long, value_name = "N", conflicts_with = "tp", value_parser = clap::value_parser!(u32).range(1..))]
         sm_count: Option<u32>,
-        /// Without a GPU: compile for the H200 preset's target, so that prefill attention
-        /// takes the warpgroup tile where it can serve (`fast` on sm_90a), as it does by
-        /// default on a GPU that has it. Reports how many programs got it.
+        /// Without a GPU, let prefill attention take the warpgroup tile where it can serve
+        /// (`fast` on the H200 preset's target), as it does by default on a GPU that has
+        /// it; without this flag the CPU fuzzer keeps attention on the mma.sync tile.
+        /// Reports how many programs got it.
         #[arg(long, conflicts_with_all = ["tp", "no_wgmma_attention"])]
         wgmma_attention: bool,
         /// On a GPU, keep prefill attention on the mma.sync tile (as the compile flag of
-        /// that name).
+        /// that name); without a GPU it is the fuzzer's default already.
         #[arg(long, conflicts_with = "tp")]
         no_wgmma_attention: bool,
         /// Programs built around one attention block, fused or a near miss (GQA, masks,

@@ -68,6 +68,21 @@ pub fn run(
                 sch = prefer_tma(g, mm, sch, target);
             }
         }
+        if let (None, GroupOps::Attention { .. }, TileConfig::Attention { split: 0, .. }) =
+            (wgmma_attention, &fusion.groups[grp].ops, &sch.tile)
+        {
+            // Say why a prefill attention that could take the warpgroup tile did not.
+            let wgmma = Features {
+                wgmma: true,
+                ..Features::NONE
+            };
+            if profile == Profile::Fast && offers(target, wgmma).is_ok() {
+                sch.why = format!(
+                    "{}; not the wgmma tile: not asked for (--no-wgmma-attention)",
+                    sch.why
+                );
+            }
+        }
         if let (
             Some(keys),
             GroupOps::Attention {
