@@ -38,6 +38,10 @@ for m in qwen3_14b qwen3_32b; do
   F="examples/$m/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 11"
   for bin in $H $W $H; do TMO=40 t prefill $bin bench $F; done
 done
+# --wgmma-tma for the one-wave N = 1024 GEMMs: in run 40b their kernels gained 15 µs but the
+# graph 3 µs (one sample each); alternated, more rounds.
+FT="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 21"
+for x in "" --wgmma-tma "" --wgmma-tma; do TMO=60 t prefill_tma $H bench $FT $x; done
 F="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 1"
 M=sm__cycles_elapsed.avg.per_second,sm__inst_executed.sum,sm__inst_executed_pipe_fma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
 TMO=120 t ncu_gemm ncu --clock-control none --kernel-name prefill_11 --launch-count 1 --section SpeedOfLight --section SchedulerStats --metrics $M $H bench $F
