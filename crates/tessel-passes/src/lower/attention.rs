@@ -170,12 +170,15 @@ impl Gen<'_> {
         // Flash-decoding's first kernel: grid row y is key range y / outer of batch entry
         // y mod outer, and the results go to the scratch buffer.
         let ranges = self.scratch.as_ref().filter(|s| s.writes).map(|s| s.split);
-        // A query block's keys grow with its index under a causal mask: the last first.
-        let (cx, cy) = self.deal_ctas(
-            rows_total.div_ceil(bm as u64).max(1),
-            outer_count * ranges.map_or(1, u64::from),
-            true,
-        );
+        // The grid: row blocks by batch entries (times key ranges when split), dealt with
+        // the last row block first (a query block's keys grow with its index under a
+        // causal mask).
+        let grid = [
+            rows_total.div_ceil(bm as u64).max(1) as u32,
+            (outer_count * ranges.map_or(1, u64::from)) as u32,
+            1,
+        ];
+        let (cx, cy) = self.deal_ctas(grid, true);
         let row0 = self.imul_c(cx, bm as u64);
         if ranges.is_some() && !stats.is_empty() {
             return Err(LowerError::Unsupported {
@@ -931,7 +934,7 @@ impl Gen<'_> {
             self.b.push(Stmt::CpAsyncWaitAll);
         }
 
-        if let (Some(rg), Some(ranges)) = (range, ranges) {
+        if let Some(rg) = range {
             // The range's O (unnormalised), maximum and sum, for the merge kernel.
             let width = sh.e + 2;
             let ptr = self.scratch.as_ref().expect("partials have scratch").ptr;
@@ -980,11 +983,7 @@ impl Gen<'_> {
                 self.close_if(lead);
                 self.close_if(real);
             }
-            return Ok([
-                rows_total.div_ceil(bm as u64).max(1) as u32,
-                (outer_count * ranges as u64) as u32,
-                1,
-            ]);
+            return Ok(grid);
         }
         // O / l, 0 for a row that saw no key; stored for real rows.
         for h in 0..halves {
@@ -1050,11 +1049,7 @@ impl Gen<'_> {
                 else_body,
             });
         }
-        Ok([
-            rows_total.div_ceil(bm as u64).max(1) as u32,
-            outer_count as u32,
-            1,
-        ])
+        Ok(grid)
     }
 }
 

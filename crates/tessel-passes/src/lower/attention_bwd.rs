@@ -205,11 +205,12 @@ impl Gen<'_> {
         );
         // Under a causal mask a dq CTA's keys grow with its query block, a dkv CTA's
         // queries shrink with its key block: the longest first either way.
-        let (cx, cy) = self.deal_ctas(
-            nrows.div_ceil(bm as u64).max(1),
-            batch_count,
-            !rows_are_keys,
-        );
+        let grid = [
+            nrows.div_ceil(bm as u64).max(1) as u32,
+            batch_count as u32,
+            1,
+        ];
+        let (cx, cy) = self.deal_ctas(grid, !rows_are_keys);
         let warp = self.idiv_c(Ix::R(tid), 32);
         let lane = self.irem_c(Ix::R(tid), 32);
         let row0 = self.imul_c(cx, bm as u64);
@@ -819,11 +820,7 @@ impl Gen<'_> {
             }
             self.close_if(real);
         }
-        Ok([
-            nrows.div_ceil(bm as u64).max(1) as u32,
-            batch_count as u32,
-            1,
-        ])
+        Ok(grid)
     }
 
     /// The key bound of logits row `idx` (`[.., row, 0]` in the logits' shape) from the

@@ -139,7 +139,8 @@ impl Gen<'_> {
         })
     }
 
-    /// The CTA's row block and grid row `(x, y)` of an `nx × ny` grid, dealt heaviest first.
+    /// The CTA's row block and grid row `(x, y)` of the `[nx, ny, 1]` grid it is launched
+    /// on, dealt heaviest first.
     /// The GPU starts CTAs in the order of `l = ctaid.y · nx + ctaid.x`; CTA `l` takes
     /// grid row `l mod ny` and row block `l / ny`, counted from the last when `reverse` (a
     /// query block's work grows with its index under a causal mask) and from the first
@@ -148,7 +149,8 @@ impl Gen<'_> {
     /// processing time first (Graham, "Bounds on multiprocessing timing anomalies", 1969;
     /// FlashAttention-2 walks its causal row blocks in reverse for the same reason). Each
     /// CTA computes what it did with the grid's own indices, so no bit changes.
-    pub(super) fn deal_ctas(&mut self, nx: u64, ny: u64, reverse: bool) -> (Ix, Ix) {
+    pub(super) fn deal_ctas(&mut self, grid: [u32; 3], reverse: bool) -> (Ix, Ix) {
+        let (nx, ny) = (grid[0] as u64, grid[1] as u64);
         let cx = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
         let cy = self.b.op(RegType::U32, Op::Special(Special::CtaidY), &[]);
         let l = self.imul_c(Ix::R(cy), nx);

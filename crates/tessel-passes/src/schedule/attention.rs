@@ -69,15 +69,16 @@ pub fn wgmma_attention_shared_bytes(block_n: u32, stages: u32, d: u64, e: u64) -
 /// keys not split (a prefill's rows, not a decode's), its rings within the target's shared
 /// memory. Otherwise `sch`, its reason saying why not. `q_prologue`: the kernel computes
 /// q ([`crate::analysis::q_in_prologue`]). `keys`: keys per block, 64 (0 means 64) or 128
-/// (`Options::wgmma_attention_keys`). Taken under `Options::wgmma_attention`, on by
-/// default since the GPU checked the tile (docs/perf/2026-12-07-stop36.md). The order of
+/// (`Options::wgmma_attention_keys`), `None` where `Options::wgmma_attention` is off (on
+/// by default since the GPU checked the tile, docs/perf/2026-12-07-stop36.md; the reason
+/// then says so where `fast` on the target would have offered the tile). The order of
 /// every sum is the `mma.sync` tile's at the same keys per block ([`order`]).
 pub fn prefer_wgmma(
     g: &Graph,
     (s, a): (Value, Value),
     sch: Schedule,
     t: &Target,
-    (q_prologue, fast, keys): (bool, bool, u32),
+    (q_prologue, fast, keys): (bool, bool, Option<u32>),
 ) -> Schedule {
     let TileConfig::Attention {
         pack,
@@ -87,6 +88,23 @@ pub fn prefer_wgmma(
     } = sch.tile
     else {
         return sch;
+    };
+    let needs = Features {
+        wgmma: true,
+        ..Features::NONE
+    };
+    let Some(keys) = keys else {
+        let why = match fast && split == 0 && offers(t, needs).is_ok() {
+            true => format!(
+                "{}; not the wgmma tile: not asked for (--no-wgmma-attention)",
+                sch.why
+            ),
+            false => sch.why,
+        };
+        return Schedule {
+            tile: sch.tile,
+            why,
+        };
     };
     let sh = attention_shape(g, s, a);
     let whole = |x: u64| x % 64 == 0 && (64..=256).contains(&x);
@@ -101,10 +119,6 @@ pub fn prefer_wgmma(
         _ => 2,
     };
     let shared = wgmma_attention_shared_bytes(block_n, stages, sh.d, sh.e);
-    let needs = Features {
-        wgmma: true,
-        ..Features::NONE
-    };
     // K and V are loaded by TMA (`lower/attention_tma.rs`): each a view a tensor map can
     // describe — K `[.., d, n]` by its columns d and rows n, V `[.., n, e]` by e and n.
     let tma_why = {

@@ -68,27 +68,9 @@ pub fn run(
                 sch = prefer_tma(g, mm, sch, target);
             }
         }
-        if let (None, GroupOps::Attention { .. }, TileConfig::Attention { split: 0, .. }) =
-            (wgmma_attention, &fusion.groups[grp].ops, &sch.tile)
-        {
-            // Say why a prefill attention that could take the warpgroup tile did not.
-            let wgmma = Features {
-                wgmma: true,
-                ..Features::NONE
-            };
-            if profile == Profile::Fast && offers(target, wgmma).is_ok() {
-                sch.why = format!(
-                    "{}; not the wgmma tile: not asked for (--no-wgmma-attention)",
-                    sch.why
-                );
-            }
-        }
-        if let (
-            Some(keys),
-            GroupOps::Attention {
-                scores, attention, ..
-            },
-        ) = (wgmma_attention, &fusion.groups[grp].ops)
+        if let GroupOps::Attention {
+            scores, attention, ..
+        } = &fusion.groups[grp].ops
         {
             let prologue = crate::analysis::q_in_prologue(g, fusion, *scores);
             sch = attention::prefer_wgmma(
@@ -96,7 +78,7 @@ pub fn run(
                 (*scores, *attention),
                 sch,
                 target,
-                (prologue, profile == Profile::Fast, keys),
+                (prologue, profile == Profile::Fast, wgmma_attention),
             );
         }
         s[grp] = Some(sch);
