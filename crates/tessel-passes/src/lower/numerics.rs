@@ -203,7 +203,10 @@ impl Gen<'_> {
             (Add, RegType::F32) => self.b.op(cls, Op::FAdd, &[a, b]),
             (Sub, RegType::F32) => self.b.op(cls, Op::FSub, &[a, b]),
             (Mul, RegType::F32) => self.b.op(cls, Op::FMul, &[a, b]),
-            (Div, RegType::F32) => self.b.op(cls, Op::FDiv, &[a, b]),
+            (Div, RegType::F32) => match exact_reciprocal(b) {
+                Some(r) => self.b.op(cls, Op::FMul, &[a, r]),
+                None => self.b.op(cls, Op::FDiv, &[a, b]),
+            },
             (Min, RegType::F32) => self.b.op(cls, Op::FMin, &[a, b]),
             (Max, RegType::F32) => self.b.op(cls, Op::FMax, &[a, b]),
             (Pow, RegType::F32) => self.b.op(cls, Op::Math(MathFn::Pow), &[a, b]),
@@ -306,5 +309,79 @@ impl Gen<'_> {
             }
         };
         Ok(self.round(r.into(), dt))
+    }
+}
+
+/// `1/c` for an f32 immediate `c = ±2^e`, `-126 <= e <= 126` (`1/c` a normal power of two),
+/// else `None`. Then `a / c` and `a · (1/c)` are the same IEEE value for every `a`: both are
+/// the exact quotient `a · 2^-e` rounded once (IEEE 754-2019 §4.3: each operation is the
+/// exact result rounded), denormal results, infinities, zeros and NaN included. A mean's
+/// `sum / D` with `D` a power of two (RMSNorm over 128 or 4096 columns) becomes one
+/// multiply instead of `div.rn.f32`, whose slow-path branch splits the code around it.
+fn exact_reciprocal(c: Operand) -> Option<Operand> {
+    let Operand::F32(bits) = c else {
+        return None;
+    };
+    let x = f32::from_bits(bits);
+    let e = ((bits >> 23) & 0xff) as i32 - 127;
+    let pow2 = bits & 0x7f_ffff == 0 && (-126..=126).contains(&e);
+    pow2.then(|| Operand::f32(1.0 / x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reciprocal is taken only for normal powers of two with a normal reciprocal, and
+    /// then `a / c == a · (1/c)` bit for bit over values that reach every rounding case:
+    /// normal, denormal and overflowing quotients, ±0, ±inf and NaN.
+    #[test]
+    fn division_by_a_power_of_two_is_the_multiply_by_its_reciprocal() {
+        for c in [
+            3.0f32,
+            0.1,
+            2f32.powi(127),
+            f32::MIN_POSITIVE / 2.0,
+            f32::INFINITY,
+            f32::NAN,
+            0.0,
+        ] {
+            assert_eq!(exact_reciprocal(Operand::f32(c)), None, "{c}");
+        }
+        assert_eq!(exact_reciprocal(Operand::U32(128)), None);
+        let mut a = vec![
+            0.0f32,
+            -0.0,
+            1.0,
+            3.0,
+            f32::MAX,
+            f32::MIN_POSITIVE,
+            1e-45,
+            -7.5e-40,
+        ];
+        a.extend([f32::INFINITY, f32::NEG_INFINITY, f32::NAN]);
+        let mut s = 0x9e37_79b9u32;
+        for _ in 0..20000 {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            a.push(f32::from_bits(s));
+        }
+        for e in -126..=126 {
+            for sign in [1.0f32, -1.0] {
+                let c = sign * 2f32.powi(e);
+                let Some(Operand::F32(r)) = exact_reciprocal(Operand::f32(c)) else {
+                    panic!("2^{e} has an exact reciprocal");
+                };
+                let r = f32::from_bits(r);
+                for &x in &a {
+                    let (q, p) = (x / c, x * r);
+                    assert!(
+                        q.to_bits() == p.to_bits() || (q.is_nan() && p.is_nan()),
+                        "{x:e} / {c:e} = {q:e}, · {r:e} = {p:e}"
+                    );
+                }
+            }
+        }
     }
 }
