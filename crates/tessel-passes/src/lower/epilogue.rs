@@ -384,8 +384,14 @@ impl Gen<'_> {
             n0,
         });
         self.memo.push(Default::default());
+        // The pass's values as one straight-line region, its global loads (the norm
+        // weight, the RoPE tables) moved first so their latencies overlap (`hoist.rs`).
+        self.b.open();
         self.chunk_reductions(reductions, &idx, tpr)?;
         let vals = self.value(out, &idx, 8)?;
+        for s in super::hoist::hoist_global_loads(self.b.close()) {
+            self.b.push(s);
+        }
         for r in reductions {
             self.row_value.remove(r);
         }

@@ -45,6 +45,7 @@ mod epilogue;
 mod fragments;
 mod gemv;
 mod gemv_mma;
+mod hoist;
 mod index;
 mod matmul;
 mod memory;

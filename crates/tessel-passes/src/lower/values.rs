@@ -310,7 +310,9 @@ impl Gen<'_> {
                 off += s;
             }
         }
-        if self.chunk.is_some() {
+        // An update computing its rows' reductions needs every lane at every shuffle; a
+        // row epilogue has its loads written first (`hoist.rs`), which a branch would stop.
+        if self.chunk.is_some() || self.staged.is_some() {
             return self.concat_uniform(args, sizes, a, idx, lanes, cls);
         }
         let res: Vec<Reg> = (0..lanes).map(|_| self.b.kernel.new_reg(cls)).collect();
@@ -319,7 +321,8 @@ impl Gen<'_> {
     }
 
     /// A concat without branches, for kernels whose lanes must all reach every shuffle
-    /// (an update computing its rows' reductions where they are reached): every arm is
+    /// (an update computing its rows' reductions where they are reached) and for row
+    /// epilogues, whose loads go first only in straight-line code: every arm is
     /// computed, at the index clamped into it (`0 ..= size - lanes` along the last axis: a
     /// vector stays inside one arm, as [`Gen::value`] guarantees for the arm that holds
     /// it; `0 ..= size - 1` along another), and the result selected. The arms not taken read real elements and are
