@@ -44,7 +44,7 @@ FT="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fi
 for x in "" --wgmma-tma "" --wgmma-tma; do TMO=60 t prefill_tma $H bench $FT $x; done
 F="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 1"
 M=sm__cycles_elapsed.avg.per_second,sm__inst_executed.sum,sm__inst_executed_pipe_fma.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active
-TMO=120 t ncu_gemm ncu --clock-control none --kernel-name prefill_11 --launch-count 1 --section SpeedOfLight --section SchedulerStats --metrics $M $H bench $F
-TMO=120 t ncu_gemm ncu --clock-control none --kernel-name prefill_10 --launch-count 1 --section SpeedOfLight --section SchedulerStats --metrics $M $H bench $F
-TMO=120 t ncu_gemm ncu --clock-control none --kernel-name regex:"sm90|xmma|cutlass|gemm" --launch-skip 4 --launch-count 3 --section SpeedOfLight --section SchedulerStats --metrics $M $H bench $F
+TMO=120 t ncu_gemm ncu --clock-control none --kernel-name prefill_11 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --metrics $M $H bench $F
+TMO=120 t ncu_gemm ncu --clock-control none --kernel-name prefill_10 --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --metrics $M $H bench $F
+TMO=120 t ncu_gemm ncu --clock-control none --kernel-name regex:"sm90|xmma|cutlass|gemm|nvjet" --launch-skip 4 --launch-count 3 --section SpeedOfLight --section SchedulerStats --section WarpStateStats --metrics $M $H bench $F
 grep -h "^== \|PASS\|FAIL\|ERROR SUMMARY\|prefill_0 \|prefill_6 \|replayed" $L/*.txt > $L/summary.txt 2>&1
