@@ -150,12 +150,25 @@ impl Gen<'_> {
         // says (a bf16 `x @ w^T + b` rounds the product, then the sum).
         let dt = self.g.ty(mm).dtype;
         let vals: Vec<Operand> = accs.iter().map(|&a| self.round(a.into(), dt)).collect();
+        self.rounded_epilogue(out, mm, idx, vals)
+    }
+
+    /// [`Gen::matmul_epilogue`] from the matmul's values already rounded to its dtype
+    /// (`vals`, consecutive columns from `idx`): the group's output computed and stored.
+    fn rounded_epilogue(
+        &mut self,
+        out: Value,
+        mm: Value,
+        idx: &[Ix],
+        vals: Vec<Operand>,
+    ) -> Result<(), LowerError> {
+        let lanes = vals.len() as u32;
         self.lane_value.insert(mm, vals);
         self.open();
         let (rows, col) = idx.split_at(idx.len() - 1);
         let mut idx = self.output_rows(out, mm, rows, 1);
         idx.extend(col);
-        let vals = self.value(out, &idx, accs.len() as u32)?;
+        let vals = self.value(out, &idx, lanes)?;
         self.store(out, &idx, &vals)?;
         // The scope only limits what is remembered: its statements run in place.
         for s in self.close() {
@@ -180,10 +193,11 @@ impl Gen<'_> {
         self.unflatten(flat, &tessel_ir::Shape(o.to_vec()))
     }
 
-    /// The tile's epilogue through shared memory: every warp writes its f32 accumulators
-    /// to a `bm × (bn + 8)` f32 tile (the ring, no longer read: all copies waited for, and a
+    /// The tile's epilogue through shared memory: every warp writes its accumulators to a
+    /// `bm × (bn + 8)` tile, f32 or rounded to the matmul's 16-bit dtype
+    /// ([`Gen::stage_accumulators`]; the ring, no longer read: all copies waited for, and a
     /// barrier), then each thread takes 4 consecutive columns of a row at a time — 32
-    /// threads cover 512 contiguous bytes of f32 — and stores their epilogue as one vector
+    /// threads cover 128 contiguous columns — and stores their epilogue as one vector
     /// (16 bytes of f32, 8 of bf16): the output and any tensor the epilogue reads go
     /// through whole cache lines. The padding of 8 floats puts the 8 rows of a fragment
     /// store in different banks. Needs N a multiple of 4 (aligned vectors).
@@ -196,7 +210,8 @@ impl Gen<'_> {
         warp_tile: WarpTile,
         (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
     ) -> Result<(), LowerError> {
-        let stride = self.stage_accumulators((base, bn, threads), (accs, mi, ni), warp_tile);
+        let (stride, esz) =
+            self.stage_accumulators(mm, (base, bn, threads), (accs, mi, ni), warp_tile);
         // Read back 4 columns at a time, row by row: vector `tid + it · threads` in pass
         // `it`. Unrolled, unless the epilogue calls the math library (silu's sigmoid,
         // exp, ...: hundreds of instructions per element): then a loop, so that the
@@ -254,22 +269,27 @@ impl Gen<'_> {
             }
             self.open();
             let ro = self.imul_c(row, stride as u64);
-            let cb = self.imul_c(col, 4);
+            let cb = self.imul_c(col, esz as u64);
             let so = self.iadd(ro, cb);
             let addr = self.shared_addr(base, so);
-            let vals: Vec<Reg> = (0..4)
-                .map(|_| self.b.kernel.new_reg(RegType::F32))
-                .collect();
-            self.b.push(Stmt::Load {
-                dsts: vals.clone(),
-                space: Space::Shared,
-                width: Width::V4,
-                addr,
-                offset: 0,
-            });
             let mut idx = lead.to_vec();
             idx.extend([gr, gc]);
-            self.matmul_epilogue(out, mm, &idx, &vals)?;
+            if esz == 4 {
+                let vals: Vec<Reg> = (0..4)
+                    .map(|_| self.b.kernel.new_reg(RegType::F32))
+                    .collect();
+                self.b.push(Stmt::Load {
+                    dsts: vals.clone(),
+                    space: Space::Shared,
+                    width: Width::V4,
+                    addr,
+                    offset: 0,
+                });
+                self.matmul_epilogue(out, mm, &idx, &vals)?;
+            } else {
+                let vals = self.staged_words(mm, addr, 4);
+                self.rounded_epilogue(out, mm, &idx, vals)?;
+            }
             self.close_if(ok);
         }
         if let Some(r) = it_reg {
@@ -278,52 +298,121 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// Every warp's f32 accumulators into the CTA's `bm × (bn + 8)` f32 tile at `base`
-    /// (the ring, no longer read: all copies waited for), between two barriers of the
-    /// `threads` that hold accumulators ([`WarpTile::named_barrier`]). Lane
-    /// (g, t) holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 × 8 fragment (PTX ISA
-    /// §9.7.14.5.8); the padding of 8 floats puts the 8 rows of a fragment store in
-    /// different banks. Returns the tile's row stride in bytes.
+    /// Bytes of one element of the staged tile: the matmul's 16-bit dtype — every reader
+    /// rounds an accumulator to it before use ([`Gen::matmul_epilogue`],
+    /// [`Gen::staged_value`]), so the tile holding the rounded value changes no bit, and
+    /// it is half the size, written and read in half the shared-memory traffic — else f32:
+    /// an f32 or widened (`f32(x) @ f32(w)^T`) matmul, and a split-K partials kernel, whose
+    /// epilogue stores the unrounded sums.
+    pub(super) fn staged_esz(&self, mm: Value) -> u32 {
+        let partials = matches!(
+            self.scratch,
+            Some(Scratch {
+                writes: true,
+                range: Some(_),
+                ..
+            })
+        );
+        match self.g.ty(mm).dtype.size_bytes() {
+            2 if !partials => 2,
+            _ => 4,
+        }
+    }
+
+    /// Every warp's accumulators into the CTA's `bm × (bn + 8)` tile at `base` (the ring,
+    /// no longer read: all copies waited for, or a staging tile of its own), as f32 or
+    /// rounded to the matmul's 16-bit dtype ([`Gen::staged_esz`]), between two barriers of
+    /// the `threads` that hold accumulators ([`WarpTile::named_barrier`]). Lane (g, t)
+    /// holds rows g, g + 8 and columns 2t, 2t + 1 of each 16 × 8 fragment (PTX ISA
+    /// §9.7.14.5.8), stored as one 8-byte pair of f32 or one 4-byte pair of 16-bit values;
+    /// the padding of 8 elements puts the 8 rows of a fragment store 8 banks apart (f32:
+    /// each half-warp's 4 rows on all 32 banks) or 4 (16-bit: the warp's 8 rows on all
+    /// 32), so no store conflicts. Returns the tile's row stride and element size in bytes.
     fn stage_accumulators(
         &mut self,
+        mm: Value,
         (base, bn, threads): (Reg, u32, u32),
         (accs, mi, ni): (&[[Reg; 4]], u32, u32),
         wt: WarpTile,
-    ) -> u32 {
+    ) -> (u32, u32) {
         let WarpTile { lane, wm0, wn0, .. } = wt;
-        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * 4;
+        let esz = self.staged_esz(mm);
+        let stride = (bn + crate::schedule::STAGED_ROW_PAD) * esz;
+        let pack = match self.g.ty(mm).dtype {
+            tessel_ir::DType::F16 => Op::PackF16x2,
+            _ => Op::PackBf16x2,
+        };
         let g = self.idiv_c(lane, 4);
         let t = self.irem_c(lane, 4);
         let r = self.iadd(wm0, g);
         let r = self.imul_c(r, stride as u64);
         let c = self.imul_c(t, 2);
         let c = self.iadd(wn0, c);
-        let c = self.imul_c(c, 4);
+        let c = self.imul_c(c, esz as u64);
         let off = self.iadd(r, c);
         let mine = self.shared_addr(base, off);
         self.epilogue_barrier(wt, threads);
         for i in 0..mi {
             for j in 0..ni {
                 let frag = accs[(i * ni + j) as usize];
-                for h in 0..2u32 {
-                    let imm = ((16 * i + 8 * h) * stride + 8 * j * 4) as i32;
+                for h in 0..2usize {
+                    let offset = ((16 * i + 8 * h as u32) * stride + 8 * j * esz) as i32;
+                    let (lo, hi) = (frag[2 * h], frag[2 * h + 1]);
+                    let (width, values) = if esz == 4 {
+                        (Width::V2, vec![lo.into(), hi.into()])
+                    } else {
+                        let w = self.b.op(RegType::U32, pack, &[hi.into(), lo.into()]);
+                        (Width::B32, vec![w.into()])
+                    };
                     self.b.push(Stmt::Store {
                         space: Space::Shared,
-                        width: Width::V2,
+                        width,
                         addr: mine,
-                        offset: imm,
-                        values: vec![frag[2 * h as usize].into(), frag[2 * h as usize + 1].into()],
+                        offset,
+                        values,
                     });
                 }
             }
         }
         self.epilogue_barrier(wt, threads);
-        stride
+        (stride, esz)
+    }
+
+    /// `lanes` consecutive 16-bit elements of the staged tile from `addr`, as f32 values
+    /// (exact), in loads of up to 16 bytes: the first element's column is a multiple of
+    /// `lanes` (see [`Gen::staged_value`]), so each load of `piece` elements (the largest
+    /// power of two dividing `lanes`, at most 8) is aligned to its size.
+    fn staged_words(&mut self, mm: Value, addr: Reg, lanes: u32) -> Vec<Operand> {
+        let dt = self.g.ty(mm).dtype;
+        let piece = (lanes & lanes.wrapping_neg()).min(8);
+        let width = match piece {
+            8 => Width::V4,
+            4 => Width::V2,
+            2 => Width::B32,
+            _ => Width::B16,
+        };
+        let mut out = Vec::with_capacity(lanes as usize);
+        for k in 0..lanes / piece {
+            let dsts: Vec<Reg> = (0..width.regs())
+                .map(|_| self.b.kernel.new_reg(RegType::U32))
+                .collect();
+            self.b.push(Stmt::Load {
+                dsts: dsts.clone(),
+                space: Space::Shared,
+                width,
+                addr,
+                offset: (2 * piece * k) as i32,
+            });
+            for d in dsts {
+                out.extend(self.unpack(d, dt, width));
+            }
+        }
+        out
     }
 
     /// The row epilogue (`fuse` rule 8): the group's output `out`, `[.., N / d, d]`, of the
-    /// matmul `mm`'s `[.., N]` tile, whose f32 accumulators are first staged in shared
-    /// memory as for [`Gen::staged_epilogue`]. The `bm · bn / 8` chunks of 8 columns are
+    /// matmul `mm`'s `[.., N]` tile, whose accumulators are first staged in shared memory
+    /// as for [`Gen::staged_epilogue`]. The `bm · bn / 8` chunks of 8 columns are
     /// taken by the CTA's threads in passes (chunk `tid + it · threads`; the schedule makes
     /// the count a multiple of the threads, so every lane runs every pass and the
     /// shuffles see full warps); a row of `d` (`bn` a multiple of it) sits on `d / 8`
@@ -353,7 +442,8 @@ impl Gen<'_> {
                 value: out,
             });
         }
-        let stride = self.stage_accumulators((base, bn, threads), (accs, mi, ni), warp_tile);
+        let (stride, esz) =
+            self.stage_accumulators(mm, (base, bn, threads), (accs, mi, ni), warp_tile);
         let it = self.b.kernel.new_reg(RegType::U32);
         self.open();
         let first = self.imul_c(Ix::R(it), threads as u64);
@@ -380,6 +470,7 @@ impl Gen<'_> {
             mm,
             base,
             stride,
+            esz,
             m0,
             n0,
         });
@@ -405,10 +496,12 @@ impl Gen<'_> {
     }
 
     /// `lanes` values of the matmul `tile.mm` at `idx` (its own index, inside the CTA's
-    /// tile) from the staged f32 tile, each rounded once to the matmul's dtype as
-    /// [`Gen::matmul_epilogue`] rounds an accumulator. Vectors of 4 (or 2) floats where
-    /// `lanes` allows: the first column is then a multiple of `lanes` (the matmul's rows
-    /// are whole rows of the epilogue's, a multiple of 8) and the stride of 16 bytes.
+    /// tile) from the staged tile: f32, each rounded once to the matmul's dtype as
+    /// [`Gen::matmul_epilogue`] rounds an accumulator, or already rounded to its 16-bit
+    /// dtype ([`Gen::staged_esz`]). Vectors of 4 (or 2) floats, or of up to 8 16-bit
+    /// values, where `lanes` allows: the first column is then a multiple of `lanes` (the
+    /// matmul's rows are whole rows of the epilogue's, a multiple of 8) and the stride of
+    /// 16 bytes.
     pub(super) fn staged_value(
         &mut self,
         tile: super::StagedTile,
@@ -421,9 +514,13 @@ impl Gen<'_> {
         let i = self.b.op(RegType::U32, Op::ISub, &[ro, m0]);
         let j = self.b.op(RegType::U32, Op::ISub, &[co, n0]);
         let ib = self.imul_c(Ix::R(i), tile.stride as u64);
-        let jb = self.imul_c(Ix::R(j), 4);
+        let jb = self.imul_c(Ix::R(j), tile.esz as u64);
         let off = self.iadd(ib, jb);
         let addr = self.shared_addr(tile.base, off);
+        if tile.esz == 2 {
+            // Already rounded to the matmul's dtype when staged.
+            return self.staged_words(tile.mm, addr, lanes);
+        }
         let width = match lanes {
             l if l % 4 == 0 => Width::V4,
             l if l % 2 == 0 => Width::V2,

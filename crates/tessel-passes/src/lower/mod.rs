@@ -315,13 +315,16 @@ struct Gen<'a> {
     extra_args: Vec<LaunchArg>,
 }
 
-/// The staged epilogue's f32 tile of matmul `mm`: element (`m0 + i`, `n0 + j`) of the
-/// matmul's last two dims at byte `i · stride + 4 · j` from `base`.
+/// The staged epilogue's tile of matmul `mm`: element (`m0 + i`, `n0 + j`) of the
+/// matmul's last two dims at byte `i · stride + esz · j` from `base`, an f32 or (`esz` 2)
+/// the value rounded to the matmul's 16-bit dtype ([`Gen::staged_esz`]).
 #[derive(Copy, Clone)]
 struct StagedTile {
     mm: Value,
     base: Reg,
+    /// Bytes between rows, and of one element ([`Gen::staged_esz`]).
     stride: u32,
+    esz: u32,
     m0: Ix,
     n0: Ix,
 }

@@ -47,20 +47,21 @@
 //!
 //! **Epilogue.** The ring is being refilled for the other warpgroup's tile, so it can no
 //! longer stage the epilogue: for [`MmaEpilogue::Staged`] each warpgroup has its own
-//! `64 × (128 + 8)` f32 staging tile after the ring (34 KiB; the 128 × 128 tile is staged
-//! and stored in two halves of 64 rows, each exactly one wgmma block: warp `w` holds rows
-//! `16w .. 16w + 16` of the block as `16 × 128` fragments, the `wgmma: 1` tile's warp
-//! layout), so the staged, per-element and row epilogues (QK-norm + RoPE over heads that
-//! divide 128) run unchanged on 128 threads, meeting at named barrier
-//! [`EPILOGUE_BARRIER`] `+ c`. Shared memory: 4 stages × 32 KiB + 2 × 34 KiB + 64 bytes of
-//! mbarriers = 196 KiB of the 227.
+//! `64 × (128 + 8)` staging tile after the ring, of the matmul's 16-bit dtype (17 KiB) or
+//! f32 (34 KiB) ([`Gen::staged_esz`]; the 128 × 128 tile is staged and stored in two
+//! halves of 64 rows, each exactly one wgmma block: warp `w` holds rows `16w .. 16w + 16`
+//! of the block as `16 × 128` fragments, the `wgmma: 1` tile's warp layout), so the staged,
+//! per-element and row epilogues (QK-norm + RoPE over heads that divide 128) run unchanged
+//! on 128 threads, meeting at named barrier [`EPILOGUE_BARRIER`] `+ c`. Shared memory:
+//! [`crate::schedule::PINGPONG_STAGES`] stages of 32 KiB, the two staging tiles and 16
+//! bytes of mbarriers a stage ([`pingpong_shared_bytes`]).
 //!
 //! **Why 128 × 128 per warpgroup.** The tile a warpgroup computes holds 16384 f32
 //! accumulators, 128 a thread, as the `wgmma: 1` tile's 64 × 256 a warpgroup does, which
 //! fits the 232 registers with the epilogue's (ptxas: no spills). Of the two shapes with
 //! that count, 128 × 128 loads 256 rows of operands per K slice where 64 × 256 loads 320
-//! (a 32 KiB stage against 40, so four stages fit beside the two staging tiles: 64 × 256
-//! would need 4 × 40 KiB + 2 × 66 KiB, over the 227 KiB), and its 64-row halves are the
+//! (a 32 KiB stage against 40, so four stages fit beside the two f32 staging tiles: 64 ×
+//! 256 would need 4 × 40 KiB + 2 × 66 KiB, over the 227 KiB), and its 64-row halves are the
 //! staged epilogue's unit as they stand. Shared-memory traffic per k step (the 128
 //! tensor-core cycles of 262144 MACs at the H100's 2048 a cycle an SM) is the same for
 //! both: wgmma reads its operands per instruction, two m64n128k16 12 KiB (B once per
@@ -134,7 +135,7 @@ impl Gen<'_> {
 
         // The ring, the two staging tiles, then the barriers: one buffer, 1024-aligned for
         // the swizzle.
-        let total = pingpong_shared_bytes(bk, stages, esz, epilogue);
+        let total = pingpong_shared_bytes(bk, stages, esz, (epilogue, self.staged_esz(mm)));
         let body = total - barrier_bytes(stages);
         let buf = self.b.kernel.new_shared(total, 1024);
         let TmaRing {
@@ -220,7 +221,7 @@ impl Gen<'_> {
             &[ctid.into(), Operand::U32(WARPGROUP)],
         );
         let staging = if epilogue == MmaEpilogue::Staged {
-            let tile_bytes = BLOCK_ROWS * (bn + STAGED_ROW_PAD) * 4;
+            let tile_bytes = BLOCK_ROWS * (bn + STAGED_ROW_PAD) * self.staged_esz(mm);
             let off = self.imul_c(Ix::R(c), tile_bytes as u64);
             let off = self.iadd(off, Ix::C(ring_bytes as u64));
             self.shared_addr(base, off)
@@ -357,6 +358,19 @@ impl Gen<'_> {
                 .map(|c| [c[0], c[1], c[2], c[3]])
                 .collect();
             let m0h = self.iadd(m0, Ix::C(h as u64 * BLOCK_ROWS as u64));
+            // The last row tile's second half lies wholly past M when M mod 128 is 1 to
+            // 64: it has nothing to store, and a row epilogue would clamp its rows to M - 1,
+            // a row of the first half, outside the staged half (into the ring the producer
+            // is refilling). The warpgroup skips it together (its barriers are its own).
+            let tail = h > 0 && (1..=BLOCK_ROWS as u64).contains(&(m % (bm as u64)));
+            let inside = tail.then(|| {
+                let m0o = self.ix_op(m0h);
+                let lt = Op::ICmp(ICmp::LtU);
+                self.b.op(RegType::Pred, lt, &[m0o, Operand::U32(m as u32)])
+            });
+            if inside.is_some() {
+                self.open();
+            }
             self.tile_epilogue(
                 (out, mm, row_reductions),
                 (staging, BLOCK_ROWS, bn, WARPGROUP),
@@ -365,6 +379,9 @@ impl Gen<'_> {
                 (&lead[..], m0h, n0, m, n),
                 epilogue,
             )?;
+            if let Some(inside) = inside {
+                self.close_if(inside);
+            }
         }
         self.close_for(i, c.into(), n_cta, Operand::U32(2));
         let else_body = self.close();

@@ -212,8 +212,9 @@ pub fn stored_operands(g: &Graph, mm: Value) -> Option<(Value, Value)> {
     Some((stored(a)?, stored(b)?))
 }
 
-/// Floats of padding per row of the staged epilogue's f32 tile in shared memory: puts the
-/// 8 rows of a fragment store in different banks (see `lower::epilogue`).
+/// Elements of padding per row of the staged epilogue's tile in shared memory (f32, or the
+/// matmul's 16-bit dtype): puts the rows of a fragment store in different banks (see
+/// `lower::epilogue`'s `stage_accumulators`).
 pub const STAGED_ROW_PAD: u32 = 8;
 
 /// Shared memory of the tensor-core ring stages, bytes: at most this much goes to
@@ -222,8 +223,9 @@ pub const STAGED_ROW_PAD: u32 = 8;
 const RING_BUDGET: u32 = 96 * 1024;
 
 /// Shared memory of a tensor-core tile, bytes: its ring of `stages` slices of A and B, or
-/// the staged epilogue's `bm × (bn + STAGED_ROW_PAD)` f32 tile where larger (it reuses the
-/// ring).
+/// the staged epilogue's `bm × (bn + STAGED_ROW_PAD)` tile where larger (it reuses the
+/// ring), counted as f32 (a 16-bit matmul's tile is half that: `lower::epilogue`'s
+/// `staged_esz`).
 pub fn mma_shared_bytes(
     (bm, bn, bk): (u32, u32, u32),
     stages: u32,
@@ -748,19 +750,24 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
 pub const PINGPONG_TILE: u32 = 128;
 
 /// The ping-pong tile's ring stages: 4 × 32 KiB with the two consumers' staging tiles
-/// (2 × 34 KiB) fills 196 KiB of the 227; a fifth stage would not fit.
+/// (2 × 17 KiB of bf16, 2 × 34 KiB of f32) fills 162 KiB (196 KiB) of the 227.
 pub const PINGPONG_STAGES: u32 = 4;
 
 /// Shared memory of the ping-pong tile, bytes: the ring (`stages` slices of A's and B's
 /// 128 rows of `bk` elements of `esz` bytes), for the staged epilogue one `64 × (128 +
-/// STAGED_ROW_PAD)` f32 tile per consumer warpgroup (each stages its 128 × 128 tile in two
-/// halves of 64 rows, beside the ring, which the producer keeps filling meanwhile), then
-/// the FULL and EMPTY mbarriers (8 bytes each per stage).
-pub fn pingpong_shared_bytes(bk: u32, stages: u32, esz: u32, epilogue: MmaEpilogue) -> u32 {
+/// STAGED_ROW_PAD)` tile of `staged_esz`-byte elements per consumer warpgroup (each
+/// stages its 128 × 128 tile in two halves of 64 rows, beside the ring, which the producer
+/// keeps filling meanwhile), then the FULL and EMPTY mbarriers (8 bytes each per stage).
+pub fn pingpong_shared_bytes(
+    bk: u32,
+    stages: u32,
+    esz: u32,
+    (epilogue, staged_esz): (MmaEpilogue, u32),
+) -> u32 {
     let t = PINGPONG_TILE;
     let ring = stages * 2 * t * bk * esz;
     let staging = if epilogue == MmaEpilogue::Staged {
-        2 * (t / 2) * (t + STAGED_ROW_PAD) * 4
+        2 * (t / 2) * (t + STAGED_ROW_PAD) * staged_esz
     } else {
         0
     };
@@ -796,7 +803,10 @@ pub fn prefer_pingpong(
     let s = matmul_shape(g, mm);
     let esz = s.read.size_bytes() as u32;
     let stages = PINGPONG_STAGES;
-    let shared = pingpong_shared_bytes(bk, stages, esz, epilogue);
+    // The staged tile holds the matmul's value: 16-bit unless the matmul is f32 or widened
+    // (`lower::epilogue`'s `staged_esz`; the ping-pong tile never splits K).
+    let staged_esz = if s.widened { 4 } else { esz };
+    let shared = pingpong_shared_bytes(bk, stages, esz, (epilogue, staged_esz));
     let tb = PINGPONG_TILE as u64;
     let tiles = s.m.div_ceil(tb) * s.n.div_ceil(tb);
     let rows_fit = rows.is_none_or(|d| d > 0 && tb % d == 0);
