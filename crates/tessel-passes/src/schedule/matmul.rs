@@ -750,7 +750,9 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
 pub const PINGPONG_TILE: u32 = 128;
 
 /// The ping-pong tile's ring stages: 4 × 32 KiB with the two consumers' staging tiles
-/// (2 × 17 KiB of bf16, 2 × 34 KiB of f32) fills 162 KiB (196 KiB) of the 227.
+/// (2 × 17 KiB of bf16, 2 × 34 KiB of f32) fills 162 KiB (196 KiB) of the 227. Five and
+/// six stages fit beside bf16 staging tiles but were slower: the Qwen3-14B gate, up and
+/// down GEMMs by 10–12%, the q GEMM unchanged (H100, docs/perf/2026-12-07-stop37.md).
 pub const PINGPONG_STAGES: u32 = 4;
 
 /// Shared memory of the ping-pong tile, bytes: the ring (`stages` slices of A's and B's
