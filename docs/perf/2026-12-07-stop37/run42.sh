@@ -16,7 +16,7 @@ L=$OUT/logs; mkdir -p $L
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $L/card.txt
 t() { local name=$1; shift; echo "== $*" >> $L/$name.txt; /usr/bin/time -f "%e s" timeout ${TMO:-100} "$@" >> $L/$name.txt 2>&1; echo "rc $?" >> $L/$name.txt; }
 F="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 11"
-for x in "" "--no-wgmma-pingpong --wgmma-tma" "" "--no-wgmma-pingpong --wgmma-tma"; do TMO=40 t prefill $B bench $F $x; done
+for x in "" "--no-wgmma-pingpong --wgmma-tma"; do TMO=40 t prefill $B bench $F $x; done
 F1="examples/qwen3_14b/layer.tsl --step prefill --profile fast --dim T=2048 --fill pos=iota:0 --rounds 1"
 M=sm__cycles_elapsed.avg.per_second,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum
 S="--section SpeedOfLight --section MemoryWorkloadAnalysis --metrics $M"
