@@ -199,7 +199,7 @@ impl Gen<'_> {
     /// barrier), then each thread takes 4 consecutive columns of a row at a time — 32
     /// threads cover 128 contiguous columns — and stores their epilogue as one vector
     /// (16 bytes of f32, 8 of bf16): the output and any tensor the epilogue reads go
-    /// through whole cache lines. The padding of 8 floats puts the 8 rows of a fragment
+    /// through whole cache lines. The padding of 8 elements puts the rows of a fragment
     /// store in different banks. Needs N a multiple of 4 (aligned vectors).
     pub(super) fn staged_epilogue(
         &mut self,
@@ -455,9 +455,10 @@ impl Gen<'_> {
         let gc = self.iadd(n0, col);
         let ok = self.in_bounds((gr, m), (gc, n));
         // A chunk past the output's last row or head computes the values of the last one
-        // (inside the tile: the tile's first row and head are inside the output), never
-        // stored: every lane runs the shuffles, and every index stays inside the tile and
-        // the tensors the epilogue reads.
+        // (inside the tile: the tile's first row and head are inside the output; the
+        // ping-pong skips a 64-row half wholly past it), never stored: every lane runs the
+        // shuffles, and every index stays inside the tile and the tensors the epilogue reads
+        // (a concat evaluates every arm only along the last axis, `values.rs`).
         let row_in = self.umin_c(gr, m.max(1) - 1);
         let col_in = self.umin_c(gc, n.max(1) - 1);
         let head = self.idiv_c(col_in, d);

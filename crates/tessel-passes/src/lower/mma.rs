@@ -50,8 +50,8 @@ impl Gen<'_> {
     ///    into the stage read one iteration ago, then per k step `ldmatrix.x4` (or element
     ///    loads for transposed TF32) and one `mma.sync` per 16 × 8 fragment of the warp's tile;
     /// 3. the epilogue (the group's output of the f32 accumulators, each rounded once to the
-    ///    matmul's dtype) through shared memory in 16-byte row vectors when N is a multiple
-    ///    of 4 ([`Gen::staged_epilogue`]), else per fragment; or, for a group whose output
+    ///    matmul's dtype) through shared memory in row vectors of 4 columns when N is a
+    ///    multiple of 4 ([`Gen::staged_epilogue`]), else per fragment; or, for a group whose output
     ///    is whole rows of the tile (`fuse` rule 8, with `row_reductions` its reductions),
     ///    through shared memory row by row ([`Gen::row_epilogue`]).
     ///
@@ -112,7 +112,7 @@ impl Gen<'_> {
         let (wm, wn) = (bm / warps_m, bn / warps_n);
         let (mi, ni) = (wm / 16, wn / 8);
         let range_len = split_range(k, bk, split_k);
-        // With the staged epilogue the output tile of f32 reuses the ring.
+        // With the staged epilogue the output tile reuses the ring (counted as f32).
         let shared = mma_shared_bytes((bm, bn, bk), stages, esz, epilogue);
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);

@@ -300,8 +300,9 @@ struct Gen<'a> {
     /// the thread's first element in its row, and the lanes per row; a reduction reached at
     /// any index is computed there, over that row ([`Gen::chunk_reduction`]).
     chunk: Option<(Ix, u32)>,
-    /// In a row epilogue (`fuse` rule 8): the CTA's tile of the matmul's f32 accumulators
-    /// in shared memory, which stands in for the matmul at any index inside the tile.
+    /// In a row epilogue (`fuse` rule 8): the CTA's tile of the matmul's accumulators in
+    /// shared memory (f32, or rounded to its 16-bit dtype: [`Gen::staged_esz`]), which
+    /// stands in for the matmul at any index inside the tile.
     staged: Option<StagedTile>,
     /// The program's `exp` as `MathFn::ExpF32` (within 1 ulp, about 25 operations) rather
     /// than `MathFn::Exp` (0.51 ulp, about 55): set by the fused attention backward, whose

@@ -1,7 +1,8 @@
 //! Values at an index: the walk from a group's output back to materialised values, through
 //! every shape op by rewriting the index (a broadcast pins dims to 0, a slice adds its
-//! start, a permute reorders, a reshape goes through the flat index, a concat branches),
-//! memoised per scope. `lanes` consecutive elements along the last axis stay one vector
+//! start, a permute reorders, a reshape goes through the flat index, a concat branches —
+//! or selects among its arms where a kernel needs straight-line code), memoised per
+//! scope. `lanes` consecutive elements along the last axis stay one vector
 //! where the op keeps them contiguous and aligned.
 
 use super::{class, Gen, Ix, LowerError};
@@ -289,7 +290,9 @@ impl Gen<'_> {
         ))
     }
 
-    /// Concat: branch on the index along `axis` (statically when it is a constant).
+    /// Concat: branch on the index along `axis` (statically when it is a constant), or
+    /// select among every arm ([`Gen::concat_uniform`]) in an update computing its rows'
+    /// reductions and, along the last axis, in a row epilogue.
     pub(super) fn concat(
         &mut self,
         args: &[Value],
@@ -310,9 +313,14 @@ impl Gen<'_> {
                 off += s;
             }
         }
-        // An update computing its rows' reductions needs every lane at every shuffle; a
-        // row epilogue has its loads written first (`hoist.rs`), which a branch would stop.
-        if self.chunk.is_some() || self.staged.is_some() {
+        // An update computing its rows' reductions needs every lane at every shuffle. A
+        // row epilogue has its loads written first (`hoist.rs`), which a branch would stop,
+        // but only along the last axis: there every arm's clamped index stays in the
+        // chunk's own row and head, inside the staged tile; along the heads or the rows an
+        // arm reaching the matmul would be read at another CTA's head or row, outside it
+        // (tests/programs/regressions/row_epilogue_concat_off_the_last_axis.tsl).
+        let last_axis = a + 1 == idx.len();
+        if self.chunk.is_some() || (self.staged.is_some() && last_axis) {
             return self.concat_uniform(args, sizes, a, idx, lanes, cls);
         }
         let res: Vec<Reg> = (0..lanes).map(|_| self.b.kernel.new_reg(cls)).collect();
@@ -322,7 +330,8 @@ impl Gen<'_> {
 
     /// A concat without branches, for kernels whose lanes must all reach every shuffle
     /// (an update computing its rows' reductions where they are reached) and for row
-    /// epilogues, whose loads go first only in straight-line code: every arm is
+    /// epilogues along the last axis, whose loads go first only in straight-line code (an
+    /// arm's clamped index then stays in the chunk's row and head): every arm is
     /// computed, at the index clamped into it (`0 ..= size - lanes` along the last axis: a
     /// vector stays inside one arm, as [`Gen::value`] guarantees for the arm that holds
     /// it; `0 ..= size - 1` along another), and the result selected. The arms not taken read real elements and are

@@ -10,7 +10,7 @@
 //! `bm` rows × 128 bytes, then B's of `bn` rows, each stage 1024-aligned in the 128-byte
 //! swizzle TMA writes and wgmma reads: [`StageLayout::tma`](super::ring::StageLayout::tma),
 //! [`StageLayout::wgmma_k_major`](super::ring::StageLayout::wgmma_k_major)),
-//! the epilogue's f32 tile over the ring, and after both the mbarriers: FULL[s] (one
+//! the epilogue's staged tile over the ring, and after both the mbarriers: FULL[s] (one
 //! arrival, the producer's `expect_tx`, plus the stage's bytes) and EMPTY[s] (one arrival
 //! per consumer thread). Thread 0 initialises them, `fence.mbarrier_init`, `bar.sync 0`.
 //!
