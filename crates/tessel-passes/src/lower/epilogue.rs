@@ -278,13 +278,7 @@ impl Gen<'_> {
                 let vals: Vec<Reg> = (0..4)
                     .map(|_| self.b.kernel.new_reg(RegType::F32))
                     .collect();
-                self.b.push(Stmt::Load {
-                    dsts: vals.clone(),
-                    space: Space::Shared,
-                    width: Width::V4,
-                    addr,
-                    offset: 0,
-                });
+                self.load_shared_f32(&vals, addr, 0);
                 self.matmul_epilogue(out, mm, &idx, &vals)?;
             } else {
                 let vals = self.staged_words(mm, addr, 4);
@@ -522,30 +516,12 @@ impl Gen<'_> {
             // Already rounded to the matmul's dtype when staged.
             return self.staged_words(tile.mm, addr, lanes);
         }
-        let width = match lanes {
-            l if l % 4 == 0 => Width::V4,
-            l if l % 2 == 0 => Width::V2,
-            _ => Width::B32,
-        };
-        let per = width.regs() as u32;
         let dt = self.g.ty(tile.mm).dtype;
-        let mut out = Vec::with_capacity(lanes as usize);
-        for k in 0..lanes / per {
-            let dsts: Vec<Reg> = (0..per)
-                .map(|_| self.b.kernel.new_reg(RegType::F32))
-                .collect();
-            self.b.push(Stmt::Load {
-                dsts: dsts.clone(),
-                space: Space::Shared,
-                width,
-                addr,
-                offset: (4 * per * k) as i32,
-            });
-            for x in dsts {
-                out.push(self.round(x.into(), dt));
-            }
-        }
-        out
+        let vals: Vec<Reg> = (0..lanes)
+            .map(|_| self.b.kernel.new_reg(RegType::F32))
+            .collect();
+        self.load_shared_f32(&vals, addr, 0);
+        vals.into_iter().map(|x| self.round(x.into(), dt)).collect()
     }
 
     /// The `reductions` of the row holding `idx` (8 consecutive elements along the last
