@@ -58,20 +58,23 @@ fn larger_random_programs_give_right_answers() {
 }
 
 /// 60 programs built around an attention block (`Config::attention`: GQA, masks, lengths,
-/// q computed in the prologue, and the near misses that must not fuse), about 5 s in the
-/// test profile. Besides right answers, the fused kernel must be reached (a generator that
-/// never fuses proves nothing): of seeds 0..60 (40 of them in `invariant` or `fast`), 26
-/// programs get a fused attention kernel and 10 of those compute q in its prologue. Seed
-/// 43 caught `decompose` merging an attention's `q @ kᵀ` with the same product elsewhere
+/// q computed in the prologue, a K projection with its row-wise chain, and the near misses
+/// that must not fuse), about 5 s in the test profile. Besides right answers, the fused
+/// kernels must be reached (a generator that never fuses proves nothing): of seeds 0..60
+/// (40 of them in `invariant` or `fast`), 23 programs get a fused attention kernel, 10 of
+/// those compute q in its prologue, and 2 compute K's rows in the projection's epilogue
+/// (fuse rule 8). An earlier generator's seed 43 caught `decompose` merging an attention's
+/// `q @ kᵀ` with the same product elsewhere
 /// (tests/programs/regressions/attention_logits_merged_with_the_same_product.tsl).
 #[test]
 fn random_attention_blocks_give_right_answers() {
     let s = run(0, 60, Config::attention());
     assert_clean(&s);
     assert!(
-        s.fused_attention >= 20 && s.q_prologue >= 8,
-        "{} programs with a fused attention kernel, {} with q in its prologue",
+        s.fused_attention >= 20 && s.q_prologue >= 8 && s.row_epilogue >= 1,
+        "{} programs with a fused attention kernel, {} with q in its prologue, {} with a row epilogue",
         s.fused_attention,
-        s.q_prologue
+        s.q_prologue,
+        s.row_epilogue
     );
 }

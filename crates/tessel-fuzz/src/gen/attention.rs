@@ -227,8 +227,17 @@ impl Gen {
         };
         // K as a projection writes it, then mostly its row-wise chain (QK-norm, RoPE): the
         // prefill K of a Qwen layer, which fuse rule 8 computes in the GEMM's epilogue.
+        // Likelier where the rule can apply: tokens-first rows, more than one head (a
+        // reshape to one head keeps the rows as they are), more rows than a decode GEMV.
         let mut projected = false;
-        if !bl.k_stored_t && !cached && self.chance(0.25) {
+        let kt = bl.kv_ty(&bl.d, false);
+        let rows: u64 = kt.shape[..kt.rank() - 2]
+            .iter()
+            .map(|d| d.value(&self.p.dims))
+            .product();
+        let rule8_shape = bl.kv_tokens && bl.kv.value(&self.p.dims) > 1 && rows > 16;
+        let p_projected = if rule8_shape { 0.6 } else { 0.25 };
+        if !bl.k_stored_t && !cached && self.chance(p_projected) {
             if let Some(p) = self.projection(&bl.kv_ty(&bl.d, false)) {
                 k = p;
                 projected = true;
@@ -312,19 +321,32 @@ impl Gen {
     /// (`B · H · T · S · (D + E)`), then made symbols.
     fn draw_block(&mut self) -> Block {
         let budget = self.cfg.max_fmas;
+        // Sometimes a Qwen prefill's shape: tokens-first q, k and v, prefill's T keys, more
+        // than one K/V head and more rows than a decode GEMV, so that a K projection with
+        // its row-wise chain is what fuse rule 8 computes in the GEMM's epilogue (rare in
+        // the free draws, whose budget favours few rows).
+        let prefill = self.chance(0.15);
         let mut pick = (1, 1, 1, 1, 1, 16, 16);
         for _ in 0..60 {
             let d = self.head_dim();
             let e = if self.chance(0.8) { d } else { self.head_dim() };
-            let kv = self.pick(&[1u64, 1, 2, 2, 3]);
+            let kv = if prefill {
+                self.pick(&[2u64, 3])
+            } else {
+                self.pick(&[1u64, 1, 2, 2, 3])
+            };
             let g = 1 + self.below(5);
             let b = if self.chance(0.5) {
                 0
             } else {
                 self.pick(&[1u64, 2, 3])
             };
-            let t = self.small(QUERIES);
-            let s = if self.chance(0.35) {
+            let t = if prefill {
+                self.pick(&[17u64, 33, 64, 65, 129])
+            } else {
+                self.small(QUERIES)
+            };
+            let s = if prefill || self.chance(0.35) {
                 t
             } else if t * g <= 64 && self.chance(0.35) {
                 self.pick(LONG_KEYS)
@@ -369,9 +391,9 @@ impl Gen {
             d,
             e,
             gqa: g > 1 || self.chance(0.5),
-            q_tokens: self.chance(0.6),
-            kv_tokens: self.chance(0.5),
-            k_stored_t: self.chance(0.04),
+            q_tokens: prefill || self.chance(0.6),
+            kv_tokens: prefill || self.chance(0.5),
+            k_stored_t: !prefill && self.chance(0.04),
         }
     }
 
@@ -520,8 +542,9 @@ impl Gen {
     }
 
     /// A 16-bit tensor of type `ty` (rank ≥ 2) as a projection writes it: `x @ wᵀ` of a
-    /// `[rows, K]` input and an `[N, K]` weight (rows the product of `ty`'s dims but the
-    /// last two, N that of the last two), reshaped to `ty`; sometimes with Qwen2's bias
+    /// `[rows, K]` input (or, for rank 4, sometimes one with `ty`'s leading dims) and an
+    /// `[N, K]` weight (rows the product of `ty`'s dims but the last two, N that of the
+    /// last two), reshaped to `ty`; sometimes with Qwen2's bias
     /// rounded once (`cast16(f32(x) @ f32(w)ᵀ + f32(b))`). With the row-wise chain after it
     /// this is what fuse rule 8 computes in the GEMM's epilogue (heads-first layouts and
     /// reads of other rows must not be). `None` when the matmul would be too large.
@@ -537,7 +560,17 @@ impl Gen {
         if rows * n * k > self.cfg.max_fmas {
             return None;
         }
-        let x = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(rows), Dim::Lit(k)]));
+        // The input flat (`[rows, K]`: the reshape splits the rows too) or with `ty`'s
+        // leading dims (`[B, S, K]` for `[B, S, KV, D]`: the reshape splits only the last
+        // axis, as fuse rule 8 asks).
+        let x_shape = if r > 3 && self.chance(0.5) {
+            let mut lead = ty.shape[..r - 2].to_vec();
+            lead.push(Dim::Lit(k));
+            lead
+        } else {
+            vec![Dim::Lit(rows), Dim::Lit(k)]
+        };
+        let x = self.fresh_param(Ty::new(ty.dtype, x_shape));
         let w = self.fresh_param(Ty::new(ty.dtype, vec![Dim::Lit(n), Dim::Lit(k)]));
         let shape: Vec<String> = ty.shape.iter().map(|d| self.dim_text(d)).collect();
         let shape = shape.join(", ");
