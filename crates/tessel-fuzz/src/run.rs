@@ -27,6 +27,9 @@ pub struct Device<'a> {
     /// Compile with `Options::wgmma_pingpong` (the persistent ping-pong GEMM tile where
     /// it applies on `target`).
     pub wgmma_pingpong: bool,
+    /// Compile with `Options::wgmma_tma` (the warp-specialised TMA GEMM tile where the
+    /// warpgroup tile applies and the ping-pong tile does not).
+    pub wgmma_tma: bool,
 }
 
 /// What a case observed besides its outcome.
@@ -204,7 +207,7 @@ fn run_inner(
         profile,
         verify: true,
         tensor_parallel: false,
-        wgmma_tma: false,
+        wgmma_tma: device.as_ref().is_some_and(|d| d.wgmma_tma),
         wgmma_pingpong: device.as_ref().is_some_and(|d| d.wgmma_pingpong),
         merge_launches: true,
         dependent_launch: true,

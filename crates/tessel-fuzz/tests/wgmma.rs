@@ -16,13 +16,14 @@ use tessel_fuzz::run::{run_case_traced, Device, Outcome, Trace};
 use tessel_passes::{Profile, Target};
 use tessel_ref::tensor::SplitMix64;
 
-/// `run_case_traced` of step `fuzz` on an H200 of `sms` SMs, the ping-pong tile allowed or not.
+/// `run_case_traced` of step `fuzz` on an H200 of `sms` SMs, the ping-pong and TMA tiles
+/// allowed or not.
 fn run_on(
     src: &str,
     dims: &[(String, u64)],
     profile: Profile,
     seed: u64,
-    (sms, pingpong): (u32, bool),
+    (sms, pingpong, tma): (u32, bool, bool),
 ) -> (Outcome, Trace) {
     let target = Target {
         sm_count: sms,
@@ -33,6 +34,7 @@ fn run_on(
         run: None,
         wgmma_attention: false,
         wgmma_pingpong: pingpong,
+        wgmma_tma: tma,
     };
     run_case_traced(src, "fuzz", dims, profile, seed, Some(device))
 }
@@ -93,12 +95,19 @@ fn mn_major(src: &str) -> String {
         .replace("u^T", "u")
 }
 
-#[test]
-fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
+/// The random programs on the `wgmma: 1` tile (`tma` false) or its warp-specialised TMA
+/// variant (`wgmma: tma`, K rounded up to a multiple of 8), each of both widths; every one
+/// must take the tile and pass the reference.
+fn random_gemms_on_the_warpgroup_tile(seeds: std::ops::Range<u64>, tma: bool) {
+    let tile = if tma { "wgmma: tma" } else { "wgmma: 1" };
     let mut failures = Vec::new();
     let mut widths = std::collections::BTreeSet::new();
-    for seed in 0..24u64 {
-        let (src, dims) = program(seed);
+    for seed in seeds {
+        let (src, mut dims) = program(seed);
+        if tma {
+            // A tensor map's rows are whole 16-byte chunks: K a multiple of 8.
+            dims[2].1 = dims[2].1.next_multiple_of(8);
+        }
         // Even seeds on 1 SM (the 128 × 256 tile, or 128 × 128 for N ≤ 128); odd ones
         // with N > 128 on one SM more than the GEMM has 128 × 256 tiles (128 × 128).
         let (m, n) = (dims[0].1, dims[1].1);
@@ -107,12 +116,8 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
         } else {
             1
         };
-        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, false));
-        let wg: Vec<&String> = t
-            .schedules
-            .iter()
-            .filter(|s| s.contains("wgmma: 1"))
-            .collect();
+        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, false, tma));
+        let wg: Vec<&String> = t.schedules.iter().filter(|s| s.contains(tile)).collect();
         for s in &wg {
             widths.insert(s.contains("bn: 256"));
         }
@@ -126,7 +131,18 @@ fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    assert_eq!(widths.len(), 2, "both tile widths (128, 256) drawn");
+    assert_eq!(widths.len(), 2, "{tile}: both tile widths (128, 256) drawn");
+}
+
+#[test]
+fn random_gemms_on_the_wgmma_tiles_pass_the_reference() {
+    random_gemms_on_the_warpgroup_tile(0..24, false);
+}
+
+/// The TMA tile is the default where the ping-pong tile does not apply (`Options::wgmma_tma`).
+#[test]
+fn random_gemms_on_the_tma_tile_pass_the_reference() {
+    random_gemms_on_the_warpgroup_tile(24..40, true);
 }
 
 #[test]
@@ -151,6 +167,7 @@ fn random_gemms_on_the_pingpong_tile_pass_the_reference() {
             target: &target,
             run: None,
             wgmma_pingpong: true,
+            wgmma_tma: false,
             wgmma_attention: false,
         };
         let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Fast, seed, Some(device));
@@ -196,7 +213,7 @@ fn random_mn_major_gemms_on_the_wgmma_tiles_pass_the_reference() {
         } else {
             ("wgmma: 1", 1)
         };
-        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, pingpong));
+        let (o, t) = run_on(&src, &dims, Profile::Fast, seed, (sms, pingpong, false));
         ran[pingpong as usize] += 1;
         let taken = t.schedules.iter().filter(|s| s.contains(tile)).count();
         if o != Outcome::Pass || taken == 0 {
@@ -237,6 +254,7 @@ fn random_gemms_in_invariant_take_wgmma_at_every_m() {
             run: None,
             wgmma_attention: false,
             wgmma_pingpong: false,
+            wgmma_tma: false,
         };
         let (o, t) = run_case_traced(&src, "fuzz", &dims, Profile::Invariant, seed, Some(device));
         let wg: Vec<&String> = t

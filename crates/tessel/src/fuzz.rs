@@ -75,12 +75,14 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
             run: Some(&run_on_gpu),
             wgmma_attention: !a.no_wgmma_attention,
             wgmma_pingpong: true,
+            wgmma_tma: true,
         }),
         (Err(_), true) => Some(tessel_fuzz::run::Device {
             target: &target,
             run: None,
             wgmma_attention: a.wgmma_attention,
             wgmma_pingpong: true,
+            wgmma_tma: true,
         }),
         (Err(_), false) => None,
     };
