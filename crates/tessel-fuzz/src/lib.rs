@@ -82,6 +82,10 @@ pub struct Summary {
     /// Programs with a warpgroup (wgmma) GEMM tile (an `mma` schedule with `wgmma: 1`,
     /// `wgmma: tma` or `wgmma: pingpong`).
     pub wgmma: u64,
+    /// Of those, programs with the warp-specialised TMA tile (`wgmma: tma`) and with the
+    /// persistent ping-pong tile (`wgmma: pingpong`).
+    pub wgmma_tma: u64,
+    pub wgmma_pingpong: u64,
     /// Programs with a warpgroup attention tile (an `attention` schedule with `wgmma: 1`).
     pub wgmma_attention: u64,
     /// Programs with a kernel `merge-launches` made of several (a schedule starting `one
@@ -129,6 +133,14 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         s.wgmma += schedules
             .iter()
             .any(|k| k.starts_with("mma {") && k.contains("wgmma: ")) as u64;
+        s.wgmma_tma += schedules
+            .iter()
+            .any(|k| k.starts_with("mma {") && k.contains("wgmma: tma"))
+            as u64;
+        s.wgmma_pingpong += schedules
+            .iter()
+            .any(|k| k.starts_with("mma {") && k.contains("wgmma: pingpong"))
+            as u64;
         s.wgmma_attention += schedules
             .iter()
             .any(|k| k.starts_with("attention {") && k.contains("wgmma: 1"))

@@ -3,8 +3,8 @@
 //! program accepted by the front end. `scripts/fuzz.sh N` runs more (`--attention` for the
 //! attention blocks).
 
-use tessel_fuzz::{fuzz, gen::Config, Options, Summary};
-use tessel_passes::Profile;
+use tessel_fuzz::{fuzz, gen::Config, run::Device, Options, Summary};
+use tessel_passes::{Profile, Target};
 
 fn run(first: u64, count: u64, config: Config) -> Summary {
     let opts = Options {
@@ -48,6 +48,43 @@ fn assert_clean(s: &Summary) {
 #[test]
 fn random_programs_give_right_answers() {
     assert_clean(&run(0, 2000, Config::default()));
+}
+
+/// 150 larger ones compiled in `fast` for an H200 of one SM (`tessel fuzz --sm-count 1
+/// --large`), with the GPU's default GEMM tiles, so that their projections (16-bit `x @
+/// wᵀ` past 64 rows and columns) take the ping-pong tile from two 128 × 128 tiles and the
+/// TMA tile below (or the plain warpgroup tile where TMA cannot load them: K rows not
+/// whole 16-byte chunks): of seeds 2_000_000..2_000_150, 19 programs get a warpgroup GEMM,
+/// 9 on the ping-pong tile and 3 on the TMA tile.
+#[test]
+fn larger_random_programs_on_a_one_sm_target_take_the_warpgroup_tiles() {
+    let target = Target {
+        sm_count: 1,
+        ..Target::h200()
+    };
+    let opts = Options {
+        first: 2_000_000,
+        count: 150,
+        profiles: vec![Profile::Fast],
+        config: Config::large(),
+        device: Some(Device {
+            target: &target,
+            run: None,
+            wgmma_attention: false,
+            wgmma_pingpong: true,
+            wgmma_tma: true,
+        }),
+        shrink_budget: 300,
+    };
+    let s = fuzz(&opts, |_, _| {});
+    assert_clean(&s);
+    assert!(
+        s.wgmma >= 15 && s.wgmma_pingpong >= 6 && s.wgmma_tma >= 2,
+        "{} programs with a wgmma GEMM, {} on the ping-pong tile, {} on the TMA tile",
+        s.wgmma,
+        s.wgmma_pingpong,
+        s.wgmma_tma
+    );
 }
 
 /// 150 larger ones: more operations, longer rows, bigger matmuls (split-K, several warps

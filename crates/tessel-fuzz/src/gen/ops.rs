@@ -821,7 +821,20 @@ impl Gen {
     /// product of widening casts, `f32(x) @ f32(w)^T` — x an existing float value of rank
     /// ≥ 2 or a fresh `[M, K]` of matmul sizes.
     fn matmul(&mut self) -> Option<Let> {
+        let projection = if !self.cfg.grad && self.chance(0.35) {
+            self.projection_sizes()
+        } else {
+            None
+        };
         let (x, t) = match self.operand() {
+            _ if projection.is_some() => {
+                let (m, k, _) = projection.expect("drawn");
+                let t = Ty::new(
+                    self.pick(&[DType::Bf16, DType::F16]),
+                    vec![self.new_sym(m), self.new_sym(k)],
+                );
+                (self.fresh_param(t.clone()), t)
+            }
             (x, t) if t.rank() >= 2 && t.rank() <= 3 && t.dtype.is_float() && self.chance(0.6) => {
                 (x, t)
             }
@@ -844,7 +857,9 @@ impl Gen {
         };
         let r = t.rank();
         let k = t.shape[r - 1].clone();
-        let n = if self.chance(0.3) {
+        let n = if let Some((_, _, n)) = projection {
+            self.new_sym(n)
+        } else if self.chance(0.3) {
             self.sym()
         } else {
             let v = self.pick(MATMUL_SIZES);
@@ -908,6 +923,27 @@ impl Gen {
             promote(t.dtype, dt)
         };
         one(vec![name], Ty::new(dt_out, out), template, vec![x, w])
+    }
+
+    /// `(M, K, N)` of a projection the warpgroup GEMM tiles take (16-bit `x @ w^T` past 64
+    /// rows and columns, K above 32; for a target of 1 SM, `tessel fuzz --sm-count 1`:
+    /// the ping-pong tile from two 128 × 128 tiles, else the TMA tile or, at K rows not
+    /// whole 16-byte chunks, the plain warpgroup tile), within the program's size limits;
+    /// `None` when no draw fits. The free draws almost never reach them: their values
+    /// hold at most `max_numel` elements.
+    fn projection_sizes(&mut self) -> Option<(u64, u64, u64)> {
+        for _ in 0..8 {
+            let m = self.pick(&[65u64, 72, 90, 129, 200, 257]);
+            let k = self.pick(&[40u64, 45, 48, 64, 72, 136]);
+            let n = self.pick(&[65u64, 72, 88, 136, 256]);
+            let fits = [m * k, k * n, m * n]
+                .iter()
+                .all(|&e| e <= self.cfg.max_numel);
+            if fits && m * n * k <= self.cfg.max_fmas {
+                return Some((m, k, n));
+            }
+        }
+        None
     }
 
     /// The symbols the signature binds so far (a symbol is a name in the body only then).
