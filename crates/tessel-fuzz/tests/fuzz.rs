@@ -6,13 +6,26 @@
 use tessel_fuzz::{fuzz, gen::Config, run::Device, Options, Summary};
 use tessel_passes::{Profile, Target};
 
+/// Seeds `first .. first + count` in every profile by turns, on the executor alone.
 fn run(first: u64, count: u64, config: Config) -> Summary {
+    let all = vec![Profile::Exact, Profile::Invariant, Profile::Fast];
+    run_for(first, count, config, all, None)
+}
+
+/// The same in `profiles`, compiled for `device`'s target and options when given.
+fn run_for(
+    first: u64,
+    count: u64,
+    config: Config,
+    profiles: Vec<Profile>,
+    device: Option<Device>,
+) -> Summary {
     let opts = Options {
         first,
         count,
-        profiles: vec![Profile::Exact, Profile::Invariant, Profile::Fast],
+        profiles,
         config,
-        device: None,
+        device,
         shrink_budget: 300,
     };
     fuzz(&opts, |_, _| {})
@@ -51,32 +64,31 @@ fn random_programs_give_right_answers() {
 }
 
 /// 150 larger ones compiled in `fast` for an H200 of one SM (`tessel fuzz --sm-count 1
-/// --large`), with the GPU's default GEMM tiles, so that their projections (16-bit `x @
-/// wᵀ` past 64 rows and columns) take the ping-pong tile from two 128 × 128 tiles and the
-/// TMA tile below (or the plain warpgroup tile where TMA cannot load them: K rows not
-/// whole 16-byte chunks): of seeds 2_000_000..2_000_150, 19 programs get a warpgroup GEMM,
-/// 9 on the ping-pong tile and 3 on the TMA tile.
+/// --large`), the ping-pong and TMA GEMM tiles allowed, as that command allows them, so
+/// that their projections (16-bit `x @ wᵀ` past 64 rows and columns) take the ping-pong
+/// tile from two 128 × 128 tiles and the TMA tile below (or the plain warpgroup tile where
+/// TMA cannot load them: K rows not whole 16-byte chunks): of seeds 2_000_000..2_000_150,
+/// 19 programs get a warpgroup GEMM, 9 on the ping-pong tile and 3 on the TMA tile.
 #[test]
 fn larger_random_programs_on_a_one_sm_target_take_the_warpgroup_tiles() {
     let target = Target {
         sm_count: 1,
         ..Target::h200()
     };
-    let opts = Options {
-        first: 2_000_000,
-        count: 150,
-        profiles: vec![Profile::Fast],
-        config: Config::large(),
-        device: Some(Device {
-            target: &target,
-            run: None,
-            wgmma_attention: false,
-            wgmma_pingpong: true,
-            wgmma_tma: true,
-        }),
-        shrink_budget: 300,
+    let device = Device {
+        target: &target,
+        run: None,
+        wgmma_attention: false,
+        wgmma_pingpong: true,
+        wgmma_tma: true,
     };
-    let s = fuzz(&opts, |_, _| {});
+    let s = run_for(
+        2_000_000,
+        150,
+        Config::large(),
+        vec![Profile::Fast],
+        Some(device),
+    );
     assert_clean(&s);
     assert!(
         s.wgmma >= 15 && s.wgmma_pingpong >= 6 && s.wgmma_tma >= 2,
