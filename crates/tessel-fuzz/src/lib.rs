@@ -130,17 +130,14 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
             .any(|k| k.contains("q computed in the prologue")) as u64;
         s.row_epilogue += schedules.iter().any(|k| k.contains("the epilogue's rows")) as u64;
         s.update_rows += schedules.iter().any(|k| k.contains("the rows' reductions")) as u64;
-        s.wgmma += schedules
-            .iter()
-            .any(|k| k.starts_with("mma {") && k.contains("wgmma: ")) as u64;
-        s.wgmma_tma += schedules
-            .iter()
-            .any(|k| k.starts_with("mma {") && k.contains("wgmma: tma"))
-            as u64;
-        s.wgmma_pingpong += schedules
-            .iter()
-            .any(|k| k.starts_with("mma {") && k.contains("wgmma: pingpong"))
-            as u64;
+        let gemm_with = |tile: &str| {
+            schedules
+                .iter()
+                .any(|k| k.starts_with("mma {") && k.contains(tile)) as u64
+        };
+        s.wgmma += gemm_with("wgmma: ");
+        s.wgmma_tma += gemm_with("wgmma: tma");
+        s.wgmma_pingpong += gemm_with("wgmma: pingpong");
         s.wgmma_attention += schedules
             .iter()
             .any(|k| k.starts_with("attention {") && k.contains("wgmma: 1"))

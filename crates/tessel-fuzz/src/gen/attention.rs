@@ -238,7 +238,7 @@ impl Gen {
         let rule8_shape = bl.kv_tokens && bl.kv.value(&self.p.dims) > 1 && rows > 16;
         let p_projected = if rule8_shape { 0.6 } else { 0.25 };
         if !bl.k_stored_t && !cached && self.chance(p_projected) {
-            if let Some(p) = self.projection(&bl.kv_ty(&bl.d, false)) {
+            if let Some(p) = self.projection(&kt) {
                 k = p;
                 projected = true;
             }

@@ -826,16 +826,17 @@ impl Gen {
         } else {
             None
         };
-        let (x, t) = match self.operand() {
-            _ if projection.is_some() => {
-                let (m, k, _) = projection.expect("drawn");
+        let (x, t) = match (projection, self.operand()) {
+            (Some((m, k, _)), _) => {
                 let t = Ty::new(
                     self.pick(&[DType::Bf16, DType::F16]),
                     vec![self.new_sym(m), self.new_sym(k)],
                 );
                 (self.fresh_param(t.clone()), t)
             }
-            (x, t) if t.rank() >= 2 && t.rank() <= 3 && t.dtype.is_float() && self.chance(0.6) => {
+            (None, (x, t))
+                if t.rank() >= 2 && t.rank() <= 3 && t.dtype.is_float() && self.chance(0.6) =>
+            {
                 (x, t)
             }
             _ => {
