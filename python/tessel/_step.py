@@ -115,8 +115,8 @@ def compile(
       the H200 preset (a step for the CPU executor).
     - ``cache``: read and write the on-disk cache (:func:`cache_dir`).
     - ``options``: the schedule choices of the command line: ``wgmma_pingpong``,
-      ``wgmma_attention``, ``merge_launches`` and ``dependent_launch`` (on by default),
-      ``wgmma_tma`` (off by default), ``wgmma_attention_keys`` (64, the default, or 128).
+      ``wgmma_tma``, ``wgmma_attention``, ``merge_launches`` and ``dependent_launch`` (on
+      by default), ``wgmma_attention_keys`` (64, the default, or 128).
 
     Raises :class:`CompileError` with the rendered report when the source or the dims are
     wrong, :class:`ArgumentError` for an unknown profile, target or option.

@@ -320,8 +320,8 @@ fn reproduce_command(
     if let Some(n) = config.tp {
         args.extend(["--tp".into(), n.to_string()]);
     }
-    if opts.wgmma_tma {
-        args.push("--wgmma-tma".into());
+    if !opts.wgmma_tma {
+        args.push("--no-wgmma-tma".into());
     }
     if !opts.wgmma_attention {
         args.push("--no-wgmma-attention".into());

@@ -25,7 +25,7 @@ fn config() -> Config {
         options: Options {
             target: Target::h100(),
             verify: true,
-            wgmma_tma: true,
+            wgmma_tma: false,
             ..Options::default()
         },
         tp: None,
@@ -107,7 +107,7 @@ fn a_bundle_holds_the_sources_every_stage_and_ptx_that_assembles() {
     assert_eq!(j["profile"], "exact");
     assert_eq!(j["target"]["preset"], "h100");
     assert_eq!(j["target"]["ptx_target"], "sm_90a");
-    assert_eq!(j["schedule"]["wgmma_tma"], true);
+    assert_eq!(j["schedule"]["wgmma_tma"], false);
     assert_eq!(j["tessel"]["version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(j["failure"], failure.what);
     assert_eq!(j["command"], "tessel check mlp_block.tsl --dim T=3");
@@ -123,7 +123,7 @@ fn a_bundle_holds_the_sources_every_stage_and_ptx_that_assembles() {
     assert_eq!(
         reproduce,
         "tessel check src/mlp_block.tsl --step mlp_block --dim T=3 --profile exact \
-         --target h100 --wgmma-tma --seed 7 --fill unused=iota:5"
+         --target h100 --no-wgmma-tma --seed 7 --fill unused=iota:5"
     );
     let command = std::fs::read_to_string(dir.join("command.txt")).expect("command.txt");
     assert!(command.contains(reproduce), "{command}");

@@ -157,8 +157,11 @@ pub struct Options {
     pub tensor_parallel: bool,
     /// Where `schedule` takes the warpgroup tile (`wgmma: 1`), take its warp-specialised
     /// TMA variant (`wgmma: tma`, `lower/wgmma_tma.rs`) when the operands and the target
-    /// allow it ([`schedule::prefer_tma`]). Off by default: checked on an H200, where it gained
-    /// nothing beside the ping-pong tile (docs/perf/2026-12-06-h200-issue19.md).
+    /// allow it ([`schedule::prefer_tma`]), in `fast` only. On by default: its sums are the
+    /// warpgroup tile's, so its bits are too, and on an H100 the GEMMs it takes (those the
+    /// ping-pong tile does not: fewer than two 128 × 128 tiles an SM, as the Qwen3-14B k and
+    /// v projections at T = 2048) ran in 0.83-0.85x the warpgroup tile's time
+    /// (docs/perf/2026-12-07-stop37.md, runs 40b and 42).
     pub wgmma_tma: bool,
     /// A fused attention takes the warpgroup tile (`attention { .., wgmma: 1 }`:
     /// FlashAttention-3's structure, a TMA producer warpgroup and two wgmma consumer
@@ -193,14 +196,15 @@ pub struct Options {
 
 impl Default for Options {
     /// The default target and profile, no verifier, no tensor parallelism; the ping-pong
-    /// GEMM tile and the warpgroup attention tile on, the opt-in `wgmma_tma` off.
+    /// GEMM tile, the TMA GEMM tile where the ping-pong tile does not apply, and the
+    /// warpgroup attention tile on.
     fn default() -> Options {
         Options {
             target: Target::default(),
             profile: Profile::default(),
             verify: false,
             tensor_parallel: false,
-            wgmma_tma: false,
+            wgmma_tma: true,
             wgmma_attention: true,
             wgmma_attention_keys: 0,
             wgmma_pingpong: true,

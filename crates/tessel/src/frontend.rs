@@ -13,13 +13,13 @@ use tessel_passes::{Options, Target};
 pub use tessel_driver::{Source, Step};
 
 /// The options every command compiles with: `target`, the IR verifier on and the schedule
-/// choices of `args` (`--wgmma-tma`, `--no-wgmma-attention`, `--no-wgmma-pingpong`; a command's
+/// choices of `args` (`--no-wgmma-tma`, `--no-wgmma-attention`, `--no-wgmma-pingpong`; a command's
 /// `--profile` is set per step, by [`compile_step`]).
 pub fn options(target: &Target, args: &CompileArgs) -> Options {
     Options {
         target: target.clone(),
         verify: true,
-        wgmma_tma: args.wgmma_tma,
+        wgmma_tma: !args.no_wgmma_tma,
         wgmma_attention: !args.no_wgmma_attention,
         wgmma_attention_keys: args
             .wgmma_attention_keys

@@ -80,11 +80,16 @@ pub struct CompileArgs {
     /// `tp-check` takes world sizes with --sizes; `check`, `invariance` and `build` refuse it.
     #[arg(long, value_name = "N")]
     pub tp: Option<u32>,
-    /// Run the large 16-bit GEMMs that take the warpgroup (wgmma) tile in `fast` on sm_90a
-    /// as its warp-specialised TMA variant instead (a TMA producer warpgroup, two wgmma
-    /// consumer warpgroups, mbarriers; `wgmma: tma` in the schedule). Not the default: it
-    /// gained nothing beside the ping-pong tile on an H200.
+    /// Run the large 16-bit GEMMs the ping-pong tile does not take (see
+    /// --no-wgmma-pingpong) on the warpgroup (wgmma) tile, loaded by cp.async from every
+    /// warp. By default in `fast` on sm_90a they run on its warp-specialised TMA variant (a
+    /// TMA producer warpgroup, two wgmma consumer warpgroups, mbarriers; `wgmma: tma` in the
+    /// schedule; the same order of sums, so the same bits).
     #[arg(long)]
+    pub no_wgmma_tma: bool,
+    /// Run the GEMMs the ping-pong tile does not take on the TMA tile (the default; kept for
+    /// scripts written when it was opt-in): see --no-wgmma-tma.
+    #[arg(long, conflicts_with = "no_wgmma_tma")]
     pub wgmma_tma: bool,
     /// Run prefill attention on the warpgroup tile (the default; kept for scripts written
     /// when it was opt-in): see --no-wgmma-attention.
@@ -109,7 +114,7 @@ pub struct CompileArgs {
     /// ping-pong tile (one CTA per SM walking the tiles; a TMA producer warpgroup; two wgmma
     /// consumer warpgroups taking tiles in turn, one's epilogue overlapping the other's main
     /// loop; `wgmma: pingpong` in the schedule; the same order of sums, so the same bits).
-    /// With --wgmma-tma, the GEMMs the ping-pong tile does not take get the TMA tile.
+    /// The GEMMs the ping-pong tile does not take get the TMA tile (see --no-wgmma-tma).
     #[arg(long)]
     pub no_wgmma_pingpong: bool,
     /// Launch every kernel on its own. By default consecutive independent kernels of one

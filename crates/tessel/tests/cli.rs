@@ -1321,11 +1321,12 @@ fn floor_division_is_not_a_silent_comment() {
     assert!(t.contains("floor_divide(a, b)"), "{t}");
 }
 
-/// `--wgmma-tma` turns the warpgroup tile of a large bf16 projection in `fast` into its
-/// warp-specialised TMA variant (`wgmma: tma`) where the ping-pong tile does not take it
-/// (here: `--no-wgmma-pingpong`); without it the tile stays `wgmma: 1`.
+/// By default a large bf16 projection in `fast` that the ping-pong tile does not take
+/// (here: `--no-wgmma-pingpong`) runs on the warp-specialised TMA tile (`wgmma: tma`);
+/// `--no-wgmma-tma` keeps it on the warpgroup tile (`wgmma: 1`), `--wgmma-tma` is accepted
+/// and changes nothing, and `invariant` never takes the TMA tile.
 #[test]
-fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
+fn wgmma_tma_is_the_default_and_the_flag_turns_it_off() {
     let d = scratch("wgmma_tma");
     write(
         &d,
@@ -1347,18 +1348,27 @@ fn wgmma_tma_flag_chooses_the_warp_specialised_tile() {
         "h200",
         "--no-wgmma-pingpong",
     ];
-    let plain = text(&tessel(&d, &args));
+    let default = text(&tessel(&d, &args));
+    assert!(
+        default.contains("wgmma: tma") && default.contains("warp-specialised"),
+        "{default}"
+    );
+    let mut with = args.to_vec();
+    with.push("--wgmma-tma");
+    assert_eq!(text(&tessel(&d, &with)), default);
+    let mut without = args.to_vec();
+    without.push("--no-wgmma-tma");
+    let plain = text(&tessel(&d, &without));
     assert!(
         plain.contains("wgmma: 1") && !plain.contains("wgmma: tma"),
         "{plain}"
     );
-    let mut with = args.to_vec();
-    with.push("--wgmma-tma");
-    let ws = text(&tessel(&d, &with));
-    assert!(
-        ws.contains("wgmma: tma") && ws.contains("warp-specialised"),
-        "{ws}"
-    );
+    let mut invariant = args.to_vec();
+    invariant[9] = "invariant";
+    let inv = text(&tessel(&d, &invariant));
+    assert!(!inv.contains("wgmma: tma"), "{inv}");
+    let both = tessel(&d, &[&with[..], &["--no-wgmma-tma"]].concat());
+    assert!(!both.status.success(), "{}", text(&both));
 }
 
 /// Issue 19: the invariant profile split K by the chosen tile's column tiles, whose width
@@ -1395,7 +1405,8 @@ fn invariance_split_k_is_decided_by_n() {
 
 /// A large bf16 projection in `fast` takes the persistent ping-pong tile by default
 /// (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM), and `--no-wgmma-pingpong`
-/// keeps it on the warpgroup tile (`wgmma: 1`); `build --help` documents the flag.
+/// puts it on the TMA tile (`wgmma: tma`), or with `--no-wgmma-tma` too on the warpgroup
+/// tile (`wgmma: 1`); `build --help` documents the flags.
 #[test]
 fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
     let d = scratch("wgmma_pingpong");
@@ -1427,11 +1438,20 @@ fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
     off.push("--no-wgmma-pingpong");
     let out = text(&tessel(&d, &off));
     assert!(
-        out.contains("wgmma: 1") && !out.contains("pingpong"),
+        out.contains("wgmma: tma") && !out.contains("pingpong"),
+        "{out}"
+    );
+    off.push("--no-wgmma-tma");
+    let out = text(&tessel(&d, &off));
+    assert!(
+        out.contains("wgmma: 1") && !out.contains("pingpong") && !out.contains("wgmma: tma"),
         "{out}"
     );
     let help = text(&tessel(&d, &["build", "--help"]));
-    assert!(help.contains("--no-wgmma-pingpong"), "{help}");
+    assert!(
+        help.contains("--no-wgmma-pingpong") && help.contains("--no-wgmma-tma"),
+        "{help}"
+    );
 }
 
 /// Causal attention at 40 heads over 16384 positions (issue 19's longest benchmark) has

@@ -59,6 +59,9 @@ fn options(target: Target, pingpong: bool) -> Options {
         profile: Profile::Fast,
         target,
         wgmma_pingpong: pingpong,
+        // Without the ping-pong tile, the warpgroup tile itself (not its TMA variant,
+        // which has its own tests: wgmma_tma.rs).
+        wgmma_tma: false,
         merge_launches: true,
         dependent_launch: true,
         ..Default::default()

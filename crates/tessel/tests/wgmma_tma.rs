@@ -1,8 +1,9 @@
 //! The warp-specialised TMA tile (`TileConfig::Mma` with `MmaEngine::WgmmaTma`, text
-//! `wgmma: tma`) on the kernel-IR executor. The schedule takes it only when asked
-//! (`Options::wgmma_tma`), so each program is compiled in `fast` for a one-SM H200 up to
-//! `schedule`, every `wgmma: 1` tile is turned into `wgmma: tma` with the same sizes (the
-//! verifier checks the edited schedules), and `lower` and the kernel passes run as the
+//! `wgmma: tma`) on the kernel-IR executor. The schedule takes it in `fast` where the
+//! ping-pong tile does not apply (`Options::wgmma_tma`, on by default); here each program
+//! is compiled in `fast` for a one-SM H200 up to `schedule` with that option off, every
+//! `wgmma: 1` tile is turned into `wgmma: tma` with the same sizes (the verifier checks the
+//! edited schedules), and `lower` and the kernel passes run as the
 //! registry lists them; compiling with `Options::wgmma_tma` must give the same kernels. The
 //! outputs must be the bits of the same program compiled without wgmma (`mma.sync` tiles):
 //! the executor models both instructions as one fma chain over k in order, so any
@@ -55,6 +56,9 @@ fn options(target: Target) -> Options {
         // count here.
         wgmma_pingpong: false,
         wgmma_attention: false,
+        // Off, so that `tma_schedules` finds the `wgmma: 1` tiles to edit; `same_bits`
+        // compiles with it on and must get the edited program.
+        wgmma_tma: false,
         merge_launches: true,
         dependent_launch: true,
         ..Default::default()

@@ -40,13 +40,13 @@ use tessel_ir::Group;
 /// leave SMs idle (in the `invariant` profile only by K and N, never by M:
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
 /// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
-/// warpgroup tile becomes its warp-specialised TMA variant where it can ([`prefer_tma`];
-/// `Options::wgmma_tma`). `wgmma_pingpong`: in `fast`, the warpgroup tile becomes the
-/// persistent ping-pong tile where it can ([`prefer_pingpong`]; `Options::wgmma_pingpong`),
-/// and where it cannot, the TMA variant if `wgmma_tma` asks for it. `wgmma_attention`: a
-/// fused attention takes the warpgroup tile where it can ([`attention::prefer_wgmma`];
-/// `Options::wgmma_attention`), with its keys per block (`Options::wgmma_attention_keys`;
-/// 0: 64).
+/// warpgroup tile becomes, in `fast`, its warp-specialised TMA variant where it can
+/// ([`prefer_tma`]; `Options::wgmma_tma`). `wgmma_pingpong`: in `fast`, the warpgroup tile
+/// becomes the persistent ping-pong tile where it can ([`prefer_pingpong`];
+/// `Options::wgmma_pingpong`), and where it cannot, the TMA variant if `wgmma_tma` asks for
+/// it. `wgmma_attention`: a fused attention takes the warpgroup tile where it can
+/// ([`attention::prefer_wgmma`]; `Options::wgmma_attention`), with its keys per block
+/// (`Options::wgmma_attention_keys`; 0: 64).
 pub fn run(
     g: &Graph,
     fusion: &Fusion,
@@ -64,7 +64,7 @@ pub fn run(
                 let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
                 sch = prefer_pingpong(g, mm, rows, sch, target);
             }
-            if wgmma_tma {
+            if wgmma_tma && profile == Profile::Fast {
                 sch = prefer_tma(g, mm, sch, target);
             }
         }
