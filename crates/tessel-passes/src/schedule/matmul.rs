@@ -701,9 +701,8 @@ fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
 /// The warp-specialised TMA variant of a warpgroup schedule (`wgmma: 1` → `wgmma: tma`,
 /// the same tile, stages and epilogue, one CTA an SM; `lower/wgmma_tma.rs`), where TMA can
 /// load the operands ([`tma_loads`]) and the ring with its mbarriers fits the shared
-/// memory. Any other schedule is returned as it is. Taken only under `Options::wgmma_tma`
-/// until the GPU has checked the variant (issue 19); its order of sums is the `wgmma: 1`
-/// tile's.
+/// memory. Any other schedule is returned as it is. Taken under `Options::wgmma_tma` (on
+/// by default) in `fast`; its order of sums is the `wgmma: 1` tile's.
 pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
     let TileConfig::Mma {
         bm,
