@@ -1240,8 +1240,8 @@ pub fn cumsum_chunk(n: u64) -> u64 {
 pub const MAX_SCAN_CHUNKS: u64 = 8192;
 
 /// Which instructions a tensor-core tile ([`TileConfig::Mma`]) multiplies with and how its
-/// ring is filled. Text: nothing for `Sync`, `wgmma: 1`, `wgmma: tma`, `wgmma: pingpong,
-/// ctas: N`.
+/// ring is filled. Text: nothing for `Sync`, `wgmma: 1`, `wgmma: tma` (`wgmma: tma, tail:
+/// N` with a split tail), `wgmma: pingpong, ctas: N`.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum MmaEngine {
     /// `mma.sync` on `ldmatrix` fragments; every thread's `cp.async` fills the ring.
@@ -1263,7 +1263,11 @@ pub enum MmaEngine {
     /// tensor map), the stages handed over through FULL and EMPTY mbarriers. Needs both
     /// operands stored tensors read along K, rows of whole 16-byte chunks, no batch; the
     /// epilogue is the consumers' alone (named barrier 1).
-    WgmmaTma,
+    ///
+    /// `tail`: the last `tail` tiles of the grouped order are each computed as two tiles of
+    /// `bm × bn/2` by two CTAs (0: none), so that a last wave with at most half the SMs'
+    /// worth of tiles takes half a tile's time (the CTAs past the first `tiles − tail`).
+    WgmmaTma { tail: u32 },
     /// The persistent, ping-pong warp-specialised tile (sm_90a; CUTLASS 3's
     /// `KernelTmaWarpSpecializedPingpong`): `ctas` CTAs (at most the tiles; the target's SM
     /// count) walk the `bm × bn` output tiles of the grouped order, CTA `x` taking tiles
@@ -1287,14 +1291,17 @@ impl MmaEngine {
     /// (128), else 0.
     pub fn producer_threads(self) -> u32 {
         match self {
-            MmaEngine::WgmmaTma | MmaEngine::WgmmaPingpong { .. } => 128,
+            MmaEngine::WgmmaTma { .. } | MmaEngine::WgmmaPingpong { .. } => 128,
             _ => 0,
         }
     }
 
     /// Whether a producer warpgroup fills the ring by TMA (the warp-specialised engines).
     pub fn is_tma(self) -> bool {
-        matches!(self, MmaEngine::WgmmaTma | MmaEngine::WgmmaPingpong { .. })
+        matches!(
+            self,
+            MmaEngine::WgmmaTma { .. } | MmaEngine::WgmmaPingpong { .. }
+        )
     }
 }
 
@@ -1418,7 +1425,8 @@ impl fmt::Display for TileConfig {
                 match engine {
                     MmaEngine::Sync => String::new(),
                     MmaEngine::Wgmma => ", wgmma: 1".into(),
-                    MmaEngine::WgmmaTma => ", wgmma: tma".into(),
+                    MmaEngine::WgmmaTma { tail: 0 } => ", wgmma: tma".into(),
+                    MmaEngine::WgmmaTma { tail } => format!(", wgmma: tma, tail: {tail}"),
                     MmaEngine::WgmmaPingpong { ctas } =>
                         format!(", wgmma: pingpong, ctas: {ctas}"),
                 }

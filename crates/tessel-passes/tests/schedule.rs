@@ -310,7 +310,7 @@ fn the_tma_tile_is_taken_only_when_asked() {
         sched("[N, K]", "w^T", 5120, true),
     );
     assert_eq!(engine(&off), MmaEngine::Wgmma, "{}", off.why);
-    assert_eq!(engine(&on), MmaEngine::WgmmaTma, "{}", on.why);
+    assert_eq!(engine(&on), MmaEngine::WgmmaTma { tail: 0 }, "{}", on.why);
     assert!(on.why.contains("warp-specialised"), "{}", on.why);
     // The same sizes, stages and epilogue: only the engine differs, and the one CTA an SM
     // that makes ptxas honour setmaxnreg.
@@ -525,7 +525,10 @@ fn the_pingpong_tile_is_taken_only_when_asked_and_where_it_fills_the_sms() {
     // K and V at T = 2048 (N = 1024): 128 tiles, fewer than two per SM.
     let kv = (2048, 1024, 5120);
     assert_eq!(engine(&sched(kv, (false, true))), MmaEngine::Wgmma);
-    assert_eq!(engine(&sched(kv, (true, true))), MmaEngine::WgmmaTma);
+    assert_eq!(
+        engine(&sched(kv, (true, true))),
+        MmaEngine::WgmmaTma { tail: 0 }
+    );
     // Rows of 5121 elements are no tensor map's.
     assert_eq!(
         engine(&sched((2048, 17408, 5121), (false, true))),

@@ -84,7 +84,7 @@ fn tma_schedules(
         if let Some(sch) = sch {
             if let TileConfig::Mma { engine, .. } = &mut sch.tile {
                 if *engine == MmaEngine::Wgmma {
-                    *engine = MmaEngine::WgmmaTma;
+                    *engine = MmaEngine::WgmmaTma { tail: 0 };
                     changed += 1;
                 }
             }

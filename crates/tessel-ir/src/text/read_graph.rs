@@ -368,14 +368,19 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                 shape,
                 epilogue,
                 min_ctas_per_sm: num("min_ctas_per_sm")?,
-                // Written only when not `mma.sync`: `wgmma: 1`, `wgmma: tma` or `wgmma:
-                // pingpong, ctas: N`.
+                // Written only when not `mma.sync`: `wgmma: 1`, `wgmma: tma` (`wgmma: tma,
+                // tail: N` with a split tail) or `wgmma: pingpong, ctas: N`.
                 engine: match fields.iter().find(|(f, ..)| f == "wgmma") {
                     None => MmaEngine::Sync,
                     Some((_, x, pos)) => match x.as_str() {
                         "0" => MmaEngine::Sync,
                         "1" => MmaEngine::Wgmma,
-                        "tma" => MmaEngine::WgmmaTma,
+                        "tma" => MmaEngine::WgmmaTma {
+                            tail: match fields.iter().any(|(f, ..)| f == "tail") {
+                                true => num("tail")?,
+                                false => 0,
+                            },
+                        },
                         "pingpong" => MmaEngine::WgmmaPingpong { ctas: num("ctas")? },
                         x => {
                             return Err(

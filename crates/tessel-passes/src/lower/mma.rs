@@ -79,7 +79,7 @@ impl Gen<'_> {
             unreachable!("called for mma tiles")
         };
         match engine {
-            MmaEngine::WgmmaTma => return self.wgmma_tma(out, (mm, row_reductions), tile),
+            MmaEngine::WgmmaTma { .. } => return self.wgmma_tma(out, (mm, row_reductions), tile),
             MmaEngine::WgmmaPingpong { .. } => {
                 return self.wgmma_pingpong(out, (mm, row_reductions), tile)
             }

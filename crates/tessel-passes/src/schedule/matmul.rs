@@ -730,7 +730,7 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
         ..
     } = &mut tile
     {
-        *engine = MmaEngine::WgmmaTma;
+        *engine = MmaEngine::WgmmaTma { tail: 0 };
         // What the kernel asks of ptxas anyway (`lower/mod.rs`): a register count at entry,
         // without which ptxas ignores setmaxnreg.
         *min_ctas_per_sm = 1;
