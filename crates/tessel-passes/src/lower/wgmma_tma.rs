@@ -44,7 +44,7 @@ use super::ring::{Operand2d, Ring};
 use super::wgmma::{major_of, wgmma_b, wgmma_stage, WgmmaB};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
-use tessel_ir::graph::TileConfig;
+use tessel_ir::graph::{MmaEpilogue, TileConfig};
 use tessel_ir::kernel::{
     ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaShape,
 };
@@ -96,6 +96,26 @@ pub(super) struct TmaRing {
     /// Shared addresses of FULL[0] and EMPTY[0]; stage `s`'s are `8·s` bytes on.
     pub full0: Reg,
     pub empty0: Reg,
+}
+
+/// What both roles of a TMA tile's CTA work from ([`Gen::tma_roles`]): the ring and its
+/// operands' TMA plans, how the main loop reads B, the FULL and EMPTY barriers, the ring's
+/// stages, `bk` and the K slices, the wgmma shape (its `n` the output tile's columns), the
+/// output tile's rows, the consumer threads and the epilogue kind.
+struct TmaRoles<'a> {
+    ring_a: &'a Ring,
+    plan_a: &'a TmaPlan,
+    ring_b: &'a Ring,
+    plan_b: &'a TmaPlan,
+    read_b: WgmmaB,
+    bars: (Reg, Reg),
+    stages: u32,
+    bk: u32,
+    slices: u64,
+    wshape: WgmmaShape,
+    bm: u32,
+    consumers: u32,
+    epilogue: MmaEpilogue,
 }
 
 impl Gen<'_> {
@@ -228,7 +248,6 @@ impl Gen<'_> {
             full0,
             empty0,
         } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
-        let base = ring_a.base;
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
         let (ntile, mtile, lead, _, _) =
@@ -237,7 +256,41 @@ impl Gen<'_> {
         let n0 = self.imul_c(ntile, bn as u64);
 
         let t0 = self.init_ring_barriers(tid, (full0, empty0), stages, consumers);
+        let roles = TmaRoles {
+            ring_a: &ring_a,
+            plan_a: &plan_a,
+            ring_b: &ring_b,
+            plan_b: &plan_b,
+            read_b,
+            bars: (full0, empty0),
+            stages,
+            bk,
+            slices,
+            wshape,
+            bm,
+            consumers,
+            epilogue,
+        };
+        self.tma_roles(
+            (out, mm, row_reductions),
+            &roles,
+            (tid, t0),
+            (&lead[..], m0, n0, m, n),
+        )?;
+        Ok(tile_grid((mt, nt), 1, 1))
+    }
 
+    /// The two roles of a TMA tile's CTA over the output tile at (`m0`, `n0`) (see the
+    /// module doc): `tid` < 128 the producer, whose thread 0 (`t0`) fills the ring, the
+    /// others the consumers, which multiply and run the epilogue.
+    fn tma_roles(
+        &mut self,
+        (out, mm, row_reductions): (Value, Value, &[Value]),
+        r: &TmaRoles<'_>,
+        (tid, t0): (Reg, Reg),
+        (lead, m0, n0, m, n): (&[Ix], Ix, Ix, u64, u64),
+    ) -> Result<(), LowerError> {
+        let bn = r.wshape.n;
         let producer = self.b.op(
             RegType::Pred,
             Op::ICmp(ICmp::LtU),
@@ -249,8 +302,8 @@ impl Gen<'_> {
             regs: PRODUCER_REGS,
         });
         self.open();
-        let rings = ((&ring_a, &plan_a), (&ring_b, &plan_b));
-        self.tma_producer(rings, (full0, empty0), (stages, bk, slices), (m0, n0));
+        let rings = ((r.ring_a, r.plan_a), (r.ring_b, r.plan_b));
+        self.tma_producer(rings, r.bars, (r.stages, r.bk, r.slices), (m0, n0));
         self.close_if(t0);
         let then_body = self.close();
 
@@ -265,11 +318,11 @@ impl Gen<'_> {
             &[tid.into(), Operand::U32(PRODUCER_THREADS)],
         );
         let accs = self.wgmma_consumer(
-            (&ring_a, &ring_b, read_b),
-            (full0, empty0),
-            (stages, slices),
+            (r.ring_a, r.ring_b, r.read_b),
+            r.bars,
+            (r.stages, r.slices),
             Ix::R(ctid),
-            wshape,
+            r.wshape,
         );
         let lane = self.irem_c(Ix::R(ctid), 32);
         let warp = self.idiv_c(Ix::R(ctid), 32);
@@ -283,11 +336,11 @@ impl Gen<'_> {
         };
         self.tile_epilogue(
             (out, mm, row_reductions),
-            (base, bm, bn, consumers),
+            (r.ring_a.base, r.bm, bn, r.consumers),
             (&accs, 1, bn / 8),
             warp_tile,
-            (&lead[..], m0, n0, m, n),
-            epilogue,
+            (lead, m0, n0, m, n),
+            r.epilogue,
         )?;
         let else_body = self.close();
         self.b.push(Stmt::If {
@@ -295,7 +348,7 @@ impl Gen<'_> {
             then_body,
             else_body,
         });
-        Ok(tile_grid((mt, nt), 1, 1))
+        Ok(())
     }
 
     /// The operands of the matmul `mm` of a TMA tile (`what`, for messages): A and B as
