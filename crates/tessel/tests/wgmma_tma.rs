@@ -220,6 +220,135 @@ fn a_qwen3_layer_with_tma_projections_matches_mma_sync_bits() {
     same_bits("tests/programs/layer_small.tsl", "qwen3", &[("T", 130)], 5);
 }
 
+/// An H200 of `n` SMs: the TMA tile's last wave at test sizes.
+fn sms(n: u32) -> Target {
+    Target {
+        sm_count: n,
+        ..Target::h200()
+    }
+}
+
+/// Compiles `step` in `fast` for an H200 of `n` SMs with the schedule's own choices (the
+/// ping-pong tile off): the one GEMM must take the TMA tile with a split tail of `tail`
+/// tiles (`wgmma: tma, tail: N`), launch `tiles + tail` CTAs and pass three tensor maps
+/// (A, B, the halves' B); every output must be the bits of the `mma.sync` program's.
+fn split_tail_bits(
+    file: &str,
+    step: &str,
+    dims: &[(&str, u64)],
+    n: u32,
+    (tiles, tail): (u32, u32),
+) {
+    let what = format!("{step} {dims:?} on {n} SMs");
+    let opts = Options {
+        target: sms(n),
+        wgmma_tma: true,
+        ..options(sms(n))
+    };
+    let p = compile(&checked(file, step, dims), &opts)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .program;
+    let split: Vec<_> = p
+        .kernels
+        .values()
+        .filter(|k| k.schedule.contains("wgmma: tma"))
+        .collect();
+    assert_eq!(split.len(), 1, "{what}: one TMA kernel");
+    assert!(
+        split[0]
+            .schedule
+            .contains(&format!("wgmma: tma, tail: {tail} }}")),
+        "{what}: {}",
+        split[0].schedule
+    );
+    assert_eq!(split[0].grid[0], tiles + tail, "{what}: CTAs");
+    let maps: usize = p
+        .launches
+        .iter()
+        .map(|l| {
+            l.args
+                .iter()
+                .filter(|a| matches!(a, LaunchArg::TensorMap(_)))
+                .count()
+        })
+        .sum();
+    assert_eq!(maps, 3, "{what}: tensor maps");
+    let without = Target {
+        features: Features {
+            wgmma: false,
+            ..sms(n).features
+        },
+        ..sms(n)
+    };
+    let s = compile(&checked(file, step, dims), &options(without))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+        .program;
+    common::assert_same_outputs(&p, &s, &format!("{what}, split tail vs mma.sync"));
+}
+
+#[test]
+fn a_split_tail_matches_mma_sync_bits() {
+    let linear = |dims: &[(&str, u64)], n, split| {
+        split_tail_bits("tests/programs/matmul.tsl", "linear", dims, n, split)
+    };
+    // 3 × 3 tiles of 128 × 256 on 6 SMs: one whole wave, then the last column tile's three
+    // as six halves of 128 × 128, both halves inside N = 768; the last row tile 44 rows.
+    linear(&[("M", 300), ("K", 200), ("N", 768)], 6, (9, 3));
+    // N = 600: that column tile's first half 88 columns wide, its second wholly past N
+    // (its boxes all zero fill, its stores all masked).
+    linear(&[("M", 300), ("K", 200), ("N", 600)], 6, (9, 3));
+    // 2 × 3 tiles on 4 SMs, K = 600 (10 slices: the ring wraps in both widths), N = 760:
+    // the last column tile's second half 120 columns wide.
+    linear(&[("M", 130), ("K", 600), ("N", 760)], 4, (6, 2));
+    // N ≤ 128: the 128 × 128 tile, 6 × 1 tiles on 4 SMs, the last two as four halves of
+    // 128 × 64 (wgmma.m64n64k16), the second 56 columns wide.
+    linear(&[("M", 700), ("K", 136), ("N", 120)], 4, (6, 2));
+    // Bias, silu, residual and the cast in both widths' epilogues; 2 × 2 tiles on 3 SMs,
+    // the last tile's (column tile 1, row tile 1) halves 128 and 116 columns wide.
+    split_tail_bits(
+        "tests/programs/matmul.tsl",
+        "linear_epilogue",
+        &[("M", 130), ("K", 136), ("N", 500)],
+        3,
+        (4, 1),
+    );
+}
+
+/// No split where the halves would not fit one wave, where there is no partial wave, and
+/// never for a row epilogue (`schedule::tma_tail`).
+#[test]
+fn the_tail_is_split_only_where_its_halves_make_one_wave() {
+    use tessel_passes::schedule::tma_tail;
+    assert_eq!(tma_tail(320, 256, 132), 56);
+    assert_eq!(tma_tail(1088, 256, 132), 32);
+    assert_eq!(tma_tail(9, 256, 5), 0);
+    assert_eq!(tma_tail(9, 256, 6), 3);
+    assert_eq!(tma_tail(264, 256, 132), 0);
+    assert_eq!(tma_tail(128, 128, 132), 0);
+    assert_eq!(tma_tail(60, 128, 132), 60);
+    assert_eq!(tma_tail(9, 64, 6), 0);
+    // The QK-norm + RoPE row epilogue keeps whole tiles.
+    let g = checked(
+        "tests/programs/row_epilogue.tsl",
+        "norm_rope",
+        &[("T", 300), ("K", 64), ("N", 768), ("H", 6), ("D", 128)],
+    );
+    let p = compile(
+        &g,
+        &Options {
+            wgmma_tma: true,
+            ..options(sms(6))
+        },
+    )
+    .expect("compiles")
+    .program;
+    let s: Vec<_> = p.kernels.values().map(|k| k.schedule.clone()).collect();
+    assert!(
+        s.iter().any(|s| s.contains("wgmma: tma }")) && !s.iter().any(|s| s.contains("tail")),
+        "{s:?}"
+    );
+}
+
 /// Makes the consumers release slice `kt`'s own stage right after its wgmma group is
 /// committed — while it may still run — instead of slice `kt - 1`'s: the `if kt > 0
 /// { arrive EMPTY[(kt - 1) mod S] }` becomes `arrive EMPTY[kt mod S]` (at the FULL
@@ -368,6 +497,103 @@ fn the_tma_tile_assembles_for_sm_90a_without_spills() {
                 kr.name, kr.registers, kr.barriers
             );
         }
+    }
+}
+
+/// With a split tail (the Qwen3-14B q projection and a fused epilogue at T = 2048 on an
+/// H100: 320 tiles of 128 × 256, the last 56 as halves) the kernel holds both widths' roles
+/// and still assembles for sm_90a without spills, `setmaxnreg` honoured; its schedule's
+/// text reads back to the same schedules, and a tail past the tiles or of tiles narrower
+/// than 128 columns is refused by the verifier.
+#[test]
+fn a_split_tail_assembles_round_trips_and_is_verified() {
+    let ptxas = tessel_ptx::ptxas::Ptxas::locate_unless_skipped().expect("ptxas");
+    let h100 = Target::h100();
+    let opts = Options {
+        target: h100.clone(),
+        wgmma_tma: true,
+        ..options(h100.clone())
+    };
+    for step in ["linear", "linear_epilogue"] {
+        let dims = [("M", 2048), ("K", 5120), ("N", 5120)];
+        let g = checked("tests/programs/matmul.tsl", step, &dims);
+        let p = compile(&g, &opts)
+            .unwrap_or_else(|e| panic!("{step}: {e}"))
+            .program;
+        let ks: Vec<_> = p.kernels.values().collect();
+        assert!(
+            ks.len() == 1
+                && ks[0].schedule.contains("wgmma: tma, tail: 56 }")
+                && ks[0].grid[0] == 376,
+            "{step}: {}",
+            ks[0].schedule
+        );
+        let header = h100.ptx_header();
+        let text = tessel_ptx::write_module(
+            &ks,
+            &tessel_ptx::PtxOptions::with_header(header.version, &header.target),
+        )
+        .expect("ptx");
+        for row in [
+            "wgmma.mma_async.sync.aligned.m64n256k16",
+            "wgmma.mma_async.sync.aligned.m64n128k16",
+        ] {
+            assert!(text.contains(row), "{step}: no {row:?}");
+        }
+        let Some(ptxas) = &ptxas else { continue };
+        let report = ptxas
+            .assemble(&text, &header.target)
+            .unwrap_or_else(|e| panic!("{step}: ptxas rejected the PTX: {e}"));
+        assert!(
+            !report.log.contains("setmaxnreg' ignored"),
+            "{step}: {}",
+            report.log
+        );
+        assert!(report.warnings.is_empty(), "{step}: {:?}", report.warnings);
+        for kr in report.kernels() {
+            assert!(!kr.spills(), "{step}: {} spills: {kr:?}", kr.name);
+        }
+    }
+
+    let g = checked(
+        "tests/programs/matmul.tsl",
+        "linear",
+        &[("M", 300), ("K", 200), ("N", 768)],
+    );
+    let Ir::Scheduled(g, f, s) = run_passes(
+        &g,
+        &Options {
+            target: sms(6),
+            wgmma_tma: true,
+            ..options(sms(6))
+        },
+        pass("schedule"),
+        &mut |_, _| {},
+    )
+    .expect("schedules") else {
+        panic!("stopped after schedule")
+    };
+    let text = tessel_ir::text::write_graph(&g, Some(&f), Some(&s));
+    assert!(text.contains("wgmma: tma, tail: 3 }"), "{text}");
+    let (g2, f2, s2) = tessel_ir::text::read_graph(&text).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((g2, f2, s2), (g.clone(), f.clone(), s));
+    for (bad, why) in [
+        (
+            "wgmma: tma, tail: 10 }",
+            "a split tail of 10 of its 9 tiles of 128 × 256",
+        ),
+        (
+            "bn: 256, bk: 64",
+            "a split tail of 3 of its 36 tiles of 128 × 64",
+        ),
+    ] {
+        let edited = match bad.starts_with("bn") {
+            true => text.replace("bn: 256, bk: 64", "bn: 64, bk: 64"),
+            false => text.replace("wgmma: tma, tail: 3 }", bad),
+        };
+        let (g3, f3, s3) = tessel_ir::text::read_graph(&edited).unwrap_or_else(|e| panic!("{e}"));
+        let e = tessel_ir::verify::verify_graph(&g3, Some(&f3), Some(&s3)).expect_err(why);
+        assert!(format!("{e:?}").contains(why), "{e:?}");
     }
 }
 

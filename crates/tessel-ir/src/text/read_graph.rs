@@ -279,6 +279,7 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
             "min_ctas_per_sm",
             "wgmma",
             "ctas",
+            "tail",
         ],
         "gemv_mma" => &["warps", "unroll", "min_ctas_per_sm"],
         "attention" => &["warps", "block_n", "stages", "pack", "split", "wgmma"],
@@ -337,6 +338,11 @@ fn schedule(c: &mut Cursor) -> Result<Schedule, ReadError> {
                     .any(|(f, x, _)| f == "wgmma" && x == "pingpong")
                 {
                     return Err(pos.error("`ctas` is a field of `wgmma: pingpong` tiles only"));
+                }
+            }
+            if let Some((_, _, pos)) = fields.iter().find(|(f, ..)| f == "tail") {
+                if !fields.iter().any(|(f, x, _)| f == "wgmma" && x == "tma") {
+                    return Err(pos.error("`tail` is a field of `wgmma: tma` tiles only"));
                 }
             }
             let (sh, spos) = field("shape")?;

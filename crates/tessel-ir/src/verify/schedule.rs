@@ -431,6 +431,18 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
             );
         }
     }
+    if let MmaEngine::WgmmaTma { tail } = engine {
+        // A split tail: the last `tail` tiles as two halves of bn / 2 columns.
+        let ms = &g.ty(mm).shape.0;
+        let tiles = ms[ms.len() - 2].div_ceil(bm as u64) * ms[ms.len() - 1].div_ceil(bn as u64);
+        if tail as u64 > tiles || (tail > 0 && bn % 128 != 0) {
+            e.push(
+                "schedule.mma",
+                loc.clone(),
+                format!("a wgmma: tma tile with a split tail of {tail} of its {tiles} tiles of {bm} × {bn} (at most the tiles, of a bn that is a multiple of 128)"),
+            );
+        }
+    }
     if let MmaEngine::WgmmaPingpong { ctas } = engine {
         // Each consumer warpgroup computes the whole 128 × 128 tile; every CTA has a tile.
         let ms = &g.ty(mm).shape.0;

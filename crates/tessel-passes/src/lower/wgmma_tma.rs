@@ -44,7 +44,7 @@ use super::ring::{Operand2d, Ring};
 use super::wgmma::{major_of, wgmma_b, wgmma_stage, WgmmaB};
 use super::{Gen, Ix, LowerError};
 use crate::schedule::mma_shared_bytes;
-use tessel_ir::graph::{MmaEpilogue, TileConfig};
+use tessel_ir::graph::{MmaEngine, MmaEpilogue, TileConfig};
 use tessel_ir::kernel::{
     ICmp, MmaShape, Op, Operand, RegType, Special, Stmt, WgmmaInput, WgmmaShape,
 };
@@ -221,11 +221,22 @@ impl Gen<'_> {
             stages,
             shape,
             epilogue,
+            engine,
             ..
         } = *tile
         else {
             unreachable!("called for mma tiles")
         };
+        let tail = match engine {
+            MmaEngine::WgmmaTma { tail } => tail as u64,
+            _ => 0,
+        };
+        if tail > 0 && !row_reductions.is_empty() {
+            return Err(LowerError::Unsupported {
+                what: "a wgmma: tma tile with a split tail and a row epilogue".into(),
+                value: mm,
+            });
+        }
         let (a, b, esz, batch_shape, (m, k, n)) = self.tma_operands(mm, "wgmma: tma")?;
         let wshape = WgmmaShape {
             n: bn,
@@ -250,10 +261,15 @@ impl Gen<'_> {
         } = self.tma_ring(buf, (&a, &b), (bm, bn, bk, esz, stages), body, mm)?;
 
         let tid = self.b.op(RegType::U32, Op::Special(Special::TidX), &[]);
-        let (ntile, mtile, lead, _, _) =
-            self.matmul_cta((mt, nt), Some(GROUP_M), &batch_shape, k, k)?;
-        let m0 = self.imul_c(mtile, bm as u64);
-        let n0 = self.imul_c(ntile, bn as u64);
+        let (m0, n0, lead, whole) = if tail == 0 {
+            let (ntile, mtile, lead, _, _) =
+                self.matmul_cta((mt, nt), Some(GROUP_M), &batch_shape, k, k)?;
+            let m0 = self.imul_c(mtile, bm as u64);
+            (m0, self.imul_c(ntile, bn as u64), lead, None)
+        } else {
+            let (m0, n0, whole) = self.split_tail_tile((mt, nt), (bm, bn), tail);
+            (m0, n0, self.unflatten(Ix::C(0), &batch_shape), Some(whole))
+        };
 
         let t0 = self.init_ring_barriers(tid, (full0, empty0), stages, consumers);
         let roles = TmaRoles {
@@ -271,13 +287,81 @@ impl Gen<'_> {
             consumers,
             epilogue,
         };
-        self.tma_roles(
-            (out, mm, row_reductions),
-            &roles,
-            (tid, t0),
-            (&lead[..], m0, n0, m, n),
-        )?;
-        Ok(tile_grid((mt, nt), 1, 1))
+        let group = (out, mm, row_reductions);
+        let at = (&lead[..], m0, n0, m, n);
+        let Some(whole) = whole else {
+            self.tma_roles(group, &roles, (tid, t0), at)?;
+            return Ok(tile_grid((mt, nt), 1, 1));
+        };
+        // The halves' B: stages of bn / 2 rows from the same base, their own tensor map
+        // (boxes of bn / 2 rows), wgmma.m64n{bn/2}k16.
+        let ring_b_half = Ring {
+            base: ring_b.base,
+            layout: wgmma_stage(b.k_contiguous, bn / 2, bk, esz),
+        };
+        let plan_b_half = self.tma_plan(&b, &ring_b_half, mm)?;
+        let halves = TmaRoles {
+            ring_b: &ring_b_half,
+            plan_b: &plan_b_half,
+            read_b: wgmma_b(&ring_b_half, major_of(b.k_contiguous)),
+            wshape: WgmmaShape {
+                n: bn / 2,
+                ..wshape
+            },
+            ..roles
+        };
+        self.open();
+        self.tma_roles(group, &roles, (tid, t0), at)?;
+        let then_body = self.close();
+        self.open();
+        self.tma_roles(group, &halves, (tid, t0), at)?;
+        let else_body = self.close();
+        self.b.push(Stmt::If {
+            cond: whole,
+            then_body,
+            else_body,
+        });
+        Ok([(mt * nt + tail) as u32, 1, 1])
+    }
+
+    /// The output tile of this CTA of a TMA tile whose last `tail` tiles (of `mt × nt`, in
+    /// the grouped order, each `bm × bn`) are split in two along N: CTA `x` below
+    /// `whole = mt · nt − tail` computes tile `x` whole; CTA `whole + 2j + h` computes half
+    /// `h` (columns `h · bn/2 ..`) of tile `whole + j`. The CTAs are launched in order, so
+    /// the halves make the last wave. Returns the tile's first row and column and the
+    /// predicate `x < whole`.
+    fn split_tail_tile(
+        &mut self,
+        (mt, nt): (u64, u64),
+        (bm, bn): (u32, u32),
+        tail: u64,
+    ) -> (Ix, Ix, Reg) {
+        let x = self.b.op(RegType::U32, Op::Special(Special::CtaidX), &[]);
+        let first_half = Self::imm_u(mt * nt - tail);
+        let whole = self
+            .b
+            .op(RegType::Pred, Op::ICmp(ICmp::LtU), &[x.into(), first_half]);
+        // d = x − (mt · nt − tail) for the halves, 0 for the whole tiles.
+        let from = self.b.op(
+            RegType::U32,
+            Op::Select,
+            &[whole.into(), first_half, x.into()],
+        );
+        let d = self
+            .b
+            .op(RegType::U32, Op::ISub, &[from.into(), first_half]);
+        let j = self.idiv_c(Ix::R(d), 2);
+        let split = self.iadd(Ix::C(mt * nt - tail), j);
+        let split = self.ix_op(split);
+        let p = self
+            .b
+            .op(RegType::U32, Op::Select, &[whole.into(), x.into(), split]);
+        let (ntile, mtile) = self.grouped_tile(Ix::R(p), (mt, nt), GROUP_M);
+        let m0 = self.imul_c(mtile, bm as u64);
+        let n0 = self.imul_c(ntile, bn as u64);
+        let h = self.irem_c(Ix::R(d), 2);
+        let h = self.imul_c(h, (bn / 2) as u64);
+        (m0, self.iadd(n0, h), whole)
     }
 
     /// The two roles of a TMA tile's CTA over the output tile at (`m0`, `n0`) (see the

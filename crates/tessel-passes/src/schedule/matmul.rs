@@ -701,9 +701,11 @@ fn tma_loads(s: &MatmulShape, shared: u32, t: &Target) -> bool {
 /// The warp-specialised TMA variant of a warpgroup schedule (`wgmma: 1` → `wgmma: tma`,
 /// the same tile, stages and epilogue, one CTA an SM; `lower/wgmma_tma.rs`), where TMA can
 /// load the operands ([`tma_loads`]) and the ring with its mbarriers fits the shared
-/// memory. Any other schedule is returned as it is. Taken under `Options::wgmma_tma` (on
-/// by default) in `fast`; its order of sums is the `wgmma: 1` tile's.
-pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
+/// memory, with the last wave's tiles split in two where that shortens it ([`tma_tail`];
+/// not for a row epilogue, `row_epilogue`). Any other schedule is returned as it is. Taken
+/// under `Options::wgmma_tma` (on by default) in `fast`; its order of sums is the `wgmma:
+/// 1` tile's, whatever the tail.
+pub fn prefer_tma(g: &Graph, mm: Value, row_epilogue: bool, sch: Schedule, t: &Target) -> Schedule {
     let TileConfig::Mma {
         bm,
         bn,
@@ -723,6 +725,11 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
     if !tma_loads(&s, shared, t) {
         return sch;
     }
+    let tiles = s.m.div_ceil(bm as u64) * s.n.div_ceil(bn as u64);
+    let tail = match row_epilogue {
+        true => 0,
+        false => tma_tail(tiles, bn, t.sm_count as u64),
+    };
     let mut tile = sch.tile;
     if let TileConfig::Mma {
         engine,
@@ -730,17 +737,44 @@ pub fn prefer_tma(g: &Graph, mm: Value, sch: Schedule, t: &Target) -> Schedule {
         ..
     } = &mut tile
     {
-        *engine = MmaEngine::WgmmaTma { tail: 0 };
+        *engine = MmaEngine::WgmmaTma { tail };
         // What the kernel asks of ptxas anyway (`lower/mod.rs`): a register count at entry,
         // without which ptxas ignores setmaxnreg.
         *min_ctas_per_sm = 1;
     }
+    let split = match tail {
+        0 => String::new(),
+        _ => format!(
+            "; the last wave's {tail} tiles split in two of {bm} × {} ({} CTAs for {tiles} tiles, one an SM: {} whole waves, then {} halves)",
+            bn / 2,
+            tiles + tail as u64,
+            (tiles - tail as u64) / t.sm_count as u64,
+            2 * tail
+        ),
+    };
     Schedule {
         tile,
         why: format!(
-            "{}; warp-specialised: one producer warpgroup (setmaxnreg 40) loads both operands' K slices by TMA into the {stages}-stage ring, the 2 consumer warpgroups (setmaxnreg 232) take them through FULL/EMPTY mbarriers",
+            "{}; warp-specialised: one producer warpgroup (setmaxnreg 40) loads both operands' K slices by TMA into the {stages}-stage ring, the 2 consumer warpgroups (setmaxnreg 232) take them through FULL/EMPTY mbarriers{split}",
             sch.why
         ),
+    }
+}
+
+/// The tiles of a TMA tile's last wave to compute as two halves of `bn / 2` columns each
+/// (`MmaEngine::WgmmaTma`'s `tail`), for `tiles` tiles of `bn` columns on `sms` SMs, one
+/// CTA an SM (the ring of 4 stages of 48 KiB fills an SM's shared memory): the tiles past
+/// the last whole wave, where their halves fit in one wave (at most `sms / 2` of them) —
+/// that wave then takes about half a tile's time instead of a whole one's (Qwen3-14B's q
+/// projection at T = 2048 on an H100: 320 tiles of 128 × 256, two waves of 132 and 112
+/// halves where there were 56 whole tiles). 0 where there is no partial wave, where the
+/// halves would make more than one, and for tiles narrower than 128 columns (halves
+/// under 64, the width of an MN-major B's panel).
+pub fn tma_tail(tiles: u64, bn: u32, sms: u64) -> u32 {
+    let last = tiles % sms.max(1);
+    match last > 0 && 2 * last <= sms && bn % 128 == 0 {
+        true => last as u32,
+        false => 0,
     }
 }
 

@@ -26,7 +26,7 @@ pub use attention::{
 
 pub use matmul::{
     matmul_shape, mma_shared_bytes, pingpong_shared_bytes, prefer_pingpong, prefer_tma,
-    row_epilogue_tile, stored_operands, strided_operand, swaps_last_two, MatmulShape,
+    row_epilogue_tile, stored_operands, strided_operand, swaps_last_two, tma_tail, MatmulShape,
     PINGPONG_STAGES, PINGPONG_TILE, STAGED_ROW_PAD,
 };
 
@@ -60,12 +60,12 @@ pub fn run(
         if let Some(mm) = fusion.groups[grp].ops.matmul() {
             // Only in `fast`: in `invariant` the tile would follow M (it needs two tiles
             // per SM), and with it the wgmma instruction's width.
+            let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
             if wgmma_pingpong && profile == Profile::Fast {
-                let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
                 sch = prefer_pingpong(g, mm, rows, sch, target);
             }
             if wgmma_tma && profile == Profile::Fast {
-                sch = prefer_tma(g, mm, sch, target);
+                sch = prefer_tma(g, mm, rows.is_some(), sch, target);
             }
         }
         if let GroupOps::Attention {
