@@ -80,11 +80,13 @@ pub struct CompileArgs {
     /// `tp-check` takes world sizes with --sizes; `check`, `invariance` and `build` refuse it.
     #[arg(long, value_name = "N")]
     pub tp: Option<u32>,
-    /// Run the large 16-bit GEMMs the ping-pong tile does not take (see
-    /// --no-wgmma-pingpong) on the warpgroup (wgmma) tile, loaded by cp.async from every
-    /// warp. By default in `fast` on sm_90a they run on its warp-specialised TMA variant (a
-    /// TMA producer warpgroup, two wgmma consumer warpgroups, mbarriers; `wgmma: tma` in the
-    /// schedule; the same order of sums, so the same bits).
+    /// Keep the large 16-bit GEMMs off the warp-specialised TMA tile. By default in `fast`
+    /// on sm_90a it takes those whose 128 × 256 tiles leave a last wave of at most half the
+    /// SMs' worth, that wave's tiles split in two (`wgmma: tma, tail: N` in the schedule),
+    /// and those the ping-pong tile does not take (`wgmma: tma`): a TMA producer warpgroup,
+    /// two wgmma consumer warpgroups, mbarriers; the same order of sums, so the same bits.
+    /// With this flag the former take the ping-pong tile (see --no-wgmma-pingpong) and the
+    /// latter the warpgroup (wgmma) tile, loaded by cp.async from every warp.
     #[arg(long)]
     pub no_wgmma_tma: bool,
     /// Run the GEMMs the ping-pong tile does not take on the TMA tile (the default; kept for

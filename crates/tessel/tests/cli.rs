@@ -1403,8 +1403,12 @@ fn invariance_split_k_is_decided_by_n() {
     assert!(t.contains("invariance: PASS") && !t.contains("FAIL"), "{t}");
 }
 
-/// A large bf16 projection in `fast` takes the persistent ping-pong tile by default
-/// (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM), and `--no-wgmma-pingpong`
+/// A large bf16 projection in `fast` whose 128 × 256 tiles fill their last wave past half
+/// (M = 4096, N = 5120: 640 tiles, 112 in the last wave of 132) takes the persistent
+/// ping-pong tile by default (`wgmma: pingpong, ctas: 132` on an H100: one CTA per SM);
+/// one whose last wave is at most half full (M = 2048, N = 17408: 1088 tiles, 32 in the
+/// last wave) takes the TMA tile with that wave split (`wgmma: tma, tail: 32`), and the
+/// ping-pong tile under `--no-wgmma-tma`. `--no-wgmma-pingpong`
 /// puts it on the TMA tile (`wgmma: tma`), or with `--no-wgmma-tma` too on the warpgroup
 /// tile (`wgmma: 1`); `build --help` documents the flags.
 #[test]
@@ -1419,11 +1423,11 @@ fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
         "explain",
         "p.tsl",
         "--dim",
-        "M=2048",
+        "M=4096",
         "--dim",
         "K=5120",
         "--dim",
-        "N=17408",
+        "N=5120",
         "--profile",
         "fast",
         "--target",
@@ -1445,6 +1449,22 @@ fn wgmma_pingpong_is_the_default_and_the_flag_turns_it_off() {
     let out = text(&tessel(&d, &off));
     assert!(
         out.contains("wgmma: 1") && !out.contains("pingpong") && !out.contains("wgmma: tma"),
+        "{out}"
+    );
+    let mut split = args.to_vec();
+    split[3] = "M=2048";
+    split[7] = "N=17408";
+    let out = text(&tessel(&d, &split));
+    assert!(
+        out.contains("wgmma: tma, tail: 32 }")
+            && out.contains("grid [1120, 1, 1]")
+            && out.contains("taken before the ping-pong tile"),
+        "{out}"
+    );
+    split.push("--no-wgmma-tma");
+    let out = text(&tessel(&d, &split));
+    assert!(
+        out.contains("wgmma: pingpong, ctas: 132") && !out.contains("wgmma: tma"),
         "{out}"
     );
     let help = text(&tessel(&d, &["build", "--help"]));

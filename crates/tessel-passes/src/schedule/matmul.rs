@@ -745,7 +745,7 @@ pub fn prefer_tma(g: &Graph, mm: Value, row_epilogue: bool, sch: Schedule, t: &T
     let split = match tail {
         0 => String::new(),
         _ => format!(
-            "; the last wave's {tail} tiles split in two of {bm} × {} ({} CTAs for {tiles} tiles, one an SM: {} whole waves, then {} halves)",
+            "; the last wave's {tail} tiles split in two of {bm} × {} ({} CTAs for {tiles} tiles, one an SM: {} whole waves, then {} halves; taken before the ping-pong tile)",
             bn / 2,
             tiles + tail as u64,
             (tiles - tail as u64) / t.sm_count as u64,

@@ -32,7 +32,7 @@ pub use matmul::{
 
 use crate::target::{Features, Profile, Target};
 use tessel_ir::graph::{
-    cumsum_chunk, Fusion, Graph, GroupOps, Op, Schedule, Schedules, TileConfig,
+    cumsum_chunk, Fusion, Graph, GroupOps, MmaEngine, Op, Schedule, Schedules, TileConfig,
 };
 use tessel_ir::Group;
 
@@ -41,7 +41,10 @@ use tessel_ir::Group;
 /// `matmul::invariant_split_k`; off when compiling tensor-parallel ranks, whose narrower
 /// GEMMs would otherwise sum in another association than the whole). `wgmma_tma`: the
 /// warpgroup tile becomes, in `fast`, its warp-specialised TMA variant where it can
-/// ([`prefer_tma`]; `Options::wgmma_tma`). `wgmma_pingpong`: in `fast`, the warpgroup tile
+/// ([`prefer_tma`]; `Options::wgmma_tma`), first of all where that variant splits its last
+/// wave ([`tma_tail`]: on an H100 the Qwen3-14B prefill layer's q, gate and down GEMMs at
+/// T = 2048 ran in 0.90–0.98x the ping-pong tile's time, its o and up GEMMs in
+/// 1.00–1.04x, the layer in 0.95–0.97x; docs/perf/2026-12-08-stop39.md). `wgmma_pingpong`: in `fast`, the warpgroup tile
 /// becomes the persistent ping-pong tile where it can ([`prefer_pingpong`];
 /// `Options::wgmma_pingpong`), and where it cannot, the TMA variant if `wgmma_tma` asks for
 /// it. `wgmma_attention`: a fused attention takes the warpgroup tile where it can
@@ -61,11 +64,22 @@ pub fn run(
             // Only in `fast`: in `invariant` the tile would follow M (it needs two tiles
             // per SM), and with it the wgmma instruction's width.
             let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
-            if wgmma_pingpong && profile == Profile::Fast {
-                sch = prefer_pingpong(g, mm, rows, sch, target);
-            }
-            if wgmma_tma && profile == Profile::Fast {
-                sch = prefer_tma(g, mm, rows.is_some(), sch, target);
+            let fast = profile == Profile::Fast;
+            // A TMA tile whose last wave splits (`tma_tail`) before the ping-pong tile.
+            let split = match wgmma_tma && fast {
+                true => Some(prefer_tma(g, mm, rows.is_some(), sch.clone(), target))
+                    .filter(|s| matches!(s.tile, TileConfig::Mma { engine: MmaEngine::WgmmaTma { tail }, .. } if tail > 0)),
+                false => None,
+            };
+            if let Some(split) = split {
+                sch = split;
+            } else {
+                if wgmma_pingpong && fast {
+                    sch = prefer_pingpong(g, mm, rows, sch, target);
+                }
+                if wgmma_tma && fast {
+                    sch = prefer_tma(g, mm, rows.is_some(), sch, target);
+                }
             }
         }
         if let GroupOps::Attention {
