@@ -82,9 +82,11 @@ pub struct Summary {
     /// Programs with a warpgroup (wgmma) GEMM tile (an `mma` schedule with `wgmma: 1`,
     /// `wgmma: tma` or `wgmma: pingpong`).
     pub wgmma: u64,
-    /// Of those, programs with the warp-specialised TMA tile (`wgmma: tma`) and with the
-    /// persistent ping-pong tile (`wgmma: pingpong`).
+    /// Of those, programs with the warp-specialised TMA tile (`wgmma: tma`), with that tile
+    /// splitting its last wave (`wgmma: tma, tail: N`) and with the persistent ping-pong
+    /// tile (`wgmma: pingpong`).
     pub wgmma_tma: u64,
+    pub wgmma_tma_tail: u64,
     pub wgmma_pingpong: u64,
     /// Programs with a warpgroup attention tile (an `attention` schedule with `wgmma: 1`).
     pub wgmma_attention: u64,
@@ -137,6 +139,7 @@ pub fn fuzz(opts: &Options, mut progress: impl FnMut(u64, &Summary)) -> Summary 
         };
         s.wgmma += gemm_with("wgmma: ");
         s.wgmma_tma += gemm_with("wgmma: tma");
+        s.wgmma_tma_tail += gemm_with("wgmma: tma, tail: ");
         s.wgmma_pingpong += gemm_with("wgmma: pingpong");
         s.wgmma_attention += schedules
             .iter()

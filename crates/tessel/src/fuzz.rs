@@ -173,7 +173,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         );
     }
     println!(
-        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions, {} with a wgmma GEMM ({} on the TMA tile, {} on the ping-pong tile), {} with a wgmma attention, {} with kernels merged into one launch",
+        "fuzz: {} programs: {} passed, {} refused by the front end, {} defects ({} wrong answers); {} with a fused attention kernel, {} of them computing q in its prologue; {} with a GEMM computing whole rows in its epilogue, {} with an update computing its rows' reductions, {} with a wgmma GEMM ({} on the TMA tile, {} of them splitting its last wave, {} on the ping-pong tile), {} with a wgmma attention, {} with kernels merged into one launch",
         s.programs,
         s.passed,
         s.rejected.len(),
@@ -188,6 +188,7 @@ pub fn fuzz(a: &FuzzArgs) -> Result<bool> {
         s.update_rows,
         s.wgmma,
         s.wgmma_tma,
+        s.wgmma_tma_tail,
         s.wgmma_pingpong,
         s.wgmma_attention,
         s.merged_launches
