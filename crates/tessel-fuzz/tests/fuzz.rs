@@ -99,6 +99,40 @@ fn larger_random_programs_on_a_one_sm_target_take_the_warpgroup_tiles() {
     );
 }
 
+/// 300 larger ones compiled in `fast` for an H200 of two SMs (`tessel fuzz --sm-count 2
+/// --large`), so that a GEMM of an odd number of 128 × 256 tiles (3 or more) leaves a last
+/// wave of one tile, which the TMA tile splits in two halves on two CTAs (`wgmma: tma,
+/// tail: 1`, taken before the ping-pong tile): of seeds 2_000_000..2_000_300, 28 programs
+/// get a warpgroup GEMM, 18 on the TMA tile, 6 of them with a split tail.
+#[test]
+fn larger_random_programs_on_a_two_sm_target_split_the_tma_tiles_last_wave() {
+    let target = Target {
+        sm_count: 2,
+        ..Target::h200()
+    };
+    let device = Device {
+        target: &target,
+        run: None,
+        wgmma_attention: false,
+        wgmma_pingpong: true,
+        wgmma_tma: true,
+    };
+    let s = run_for(
+        2_000_000,
+        300,
+        Config::large(),
+        vec![Profile::Fast],
+        Some(device),
+    );
+    assert_clean(&s);
+    assert!(
+        s.wgmma_tma >= 12 && s.wgmma_tma_tail >= 4,
+        "{} programs on the TMA tile, {} of them with a split tail",
+        s.wgmma_tma,
+        s.wgmma_tma_tail
+    );
+}
+
 /// 150 larger ones: more operations, longer rows, bigger matmuls (split-K, several warps
 /// per row).
 #[test]
