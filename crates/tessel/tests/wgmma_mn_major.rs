@@ -224,6 +224,14 @@ fn the_warpgroup_tiles_read_an_mn_major_b_with_k_major_bits() {
     xw_case((200, 200, 200), &sms(3), (false, false), "wgmma: 1");
     // `wgmma: tma`: 128 × 256, four TMA boxes of a B stage.
     xw_case((300, 136, 520), &sms(1), (false, true), "wgmma: tma");
+    // Its split tail: 3 × 3 tiles on 6 SMs, the last column tile's three as halves of
+    // 128 × 128, two TMA boxes (panels) of a B stage each.
+    xw_case(
+        (300, 136, 768),
+        &sms(6),
+        (false, true),
+        "wgmma: tma, tail: 3 }",
+    );
 }
 
 /// Rows of an odd number of 16-bit elements are no tensor map's (16-byte strides) and no
