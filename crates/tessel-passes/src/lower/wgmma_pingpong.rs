@@ -66,9 +66,9 @@
 //! tensor-core cycles of 262144 MACs at the H100's 2048 a cycle an SM) is the same for
 //! both: wgmma reads its operands per instruction, two m64n128k16 12 KiB (B once per
 //! block) against 10 KiB for one m64n256k16, and TMA writes 8 KiB (256 rows × 32 bytes)
-//! against 10 — 20 KiB either way, L2 traffic 20 % less for 128 × 128. Not measured on the
-//! GPU yet: whether one warpgroup's main loop keeps the tensor cores at their rate is what
-//! the benchmark must show.
+//! against 10 — 20 KiB either way, L2 traffic 20 % less for 128 × 128. On an H100 the
+//! banks are not what limits it: the Qwen3-14B q GEMM kept them 30% busy reading and 20%
+//! writing, the tensor pipe 78% (ncu, docs/perf/2026-12-08-stop39.md).
 //!
 //! **Bits.** Each output element is one accumulation over k in order, slice after slice,
 //! from 0 — the `wgmma: 1` tile's order, the executor's bits of `mma.sync`'s. The tiles'
