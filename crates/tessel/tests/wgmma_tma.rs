@@ -597,6 +597,64 @@ fn a_split_tail_assembles_round_trips_and_is_verified() {
     }
 }
 
+/// A split tail where the halves cannot hold a row epilogue's whole rows is refused by the
+/// verifier, and a tail past the tiles by lowering even unverified (found by review: the
+/// verifier took the first and lowering then failed; the second underflowed).
+#[test]
+fn a_tail_lowering_cannot_take_is_refused() {
+    use tessel_passes::pipeline::Run;
+    let opts = Options {
+        target: sms(6),
+        wgmma_tma: true,
+        ..options(sms(6))
+    };
+    let scheduled = |file: &str, step: &str, dims: &[(&str, u64)]| {
+        let g = checked(file, step, dims);
+        let Ir::Scheduled(g, f, s) =
+            run_passes(&g, &opts, pass("schedule"), &mut |_, _| {}).expect("schedules")
+        else {
+            panic!("stopped after schedule")
+        };
+        tessel_ir::text::write_graph(&g, Some(&f), Some(&s))
+    };
+    let text = scheduled(
+        "tests/programs/row_epilogue.tsl",
+        "norm_rope",
+        &[("T", 300), ("K", 64), ("N", 768), ("H", 6), ("D", 128)],
+    );
+    assert!(text.contains("wgmma: tma }"), "{text}");
+    let edited = text.replace("wgmma: tma }", "wgmma: tma, tail: 3 }");
+    let (g, f, s) = tessel_ir::text::read_graph(&edited).unwrap_or_else(|e| panic!("{e}"));
+    let e = tessel_ir::verify::verify_graph(&g, Some(&f), Some(&s)).expect_err("refused");
+    assert!(
+        format!("{e:?}").contains("a split tail and a row epilogue's reductions"),
+        "{e:?}"
+    );
+
+    let text = scheduled(
+        "tests/programs/matmul.tsl",
+        "linear",
+        &[("M", 300), ("K", 64), ("N", 768)],
+    );
+    let edited = text.replace("wgmma: tma, tail: 3 }", "wgmma: tma, tail: 10 }");
+    assert_ne!(edited, text);
+    let (g, f, s) = tessel_ir::text::read_graph(&edited).unwrap_or_else(|e| panic!("{e}"));
+    let lower = tessel_passes::PASSES
+        .iter()
+        .find_map(|p| match &p.run {
+            Run::Lower(run) => Some(run),
+            _ => None,
+        })
+        .expect("a lower pass");
+    let Err(e) = lower(&g, &f, &s) else {
+        panic!("a tail of 10 of 9 tiles lowered")
+    };
+    assert!(
+        format!("{e:?}").contains("a split tail of 10 of its 9 tiles"),
+        "{e:?}"
+    );
+}
+
 /// The tile's text is `wgmma: tma`; it reads back to the same schedules, and the
 /// `wgmma: 1` tile keeps its text.
 #[test]

@@ -664,6 +664,20 @@ pub(super) fn schedule_checks(g: &Graph, fusion: Option<&Fusion>, s: &Schedules,
                         if rows {
                             row_epilogue_checks(g, &sched.tile, out, grp, e);
                         }
+                        if let TileConfig::Mma {
+                            engine: MmaEngine::WgmmaTma { tail },
+                            ..
+                        } = sched.tile
+                        {
+                            // The halves' bn/2 columns may not hold whole rows (lowering).
+                            if tail > 0 && !data.ops.row_reductions().is_empty() {
+                                e.push(
+                                    "schedule.mma",
+                                    format!("group {grp}"),
+                                    "a wgmma: tma tile with a split tail and a row epilogue's reductions",
+                                );
+                            }
+                        }
                         mma_checks(g, &sched.tile, mm, out, grp, e);
                     }
                 }

@@ -243,6 +243,15 @@ impl Gen<'_> {
             input: wgmma_input(shape),
         };
         let (mt, nt) = (m.div_ceil(bm as u64), n.div_ceil(bn as u64));
+        if tail > mt * nt {
+            return Err(LowerError::Unsupported {
+                what: format!(
+                    "a wgmma: tma tile with a split tail of {tail} of its {} tiles",
+                    mt * nt
+                ),
+                value: mm,
+            });
+        }
         let consumers = 32 * warps_m;
         let slices = k.div_ceil(bk as u64).max(1);
 
@@ -313,8 +322,18 @@ impl Gen<'_> {
         self.open();
         self.tma_roles(group, &roles, (tid, t0), at)?;
         let then_body = self.close();
+        // A half wholly past N (N mod bn in 1..=bn/2) has nothing to compute or store:
+        // its CTA leaves at once (the condition is the CTA's own, so every thread leaves).
+        let inside = self.ix_op(n0);
+        let inside = self.b.op(
+            RegType::Pred,
+            Op::ICmp(ICmp::LtU),
+            &[inside, Self::imm_u(n)],
+        );
+        self.open();
         self.open();
         self.tma_roles(group, &halves, (tid, t0), at)?;
+        self.close_if(inside);
         let else_body = self.close();
         self.b.push(Stmt::If {
             cond: whole,
