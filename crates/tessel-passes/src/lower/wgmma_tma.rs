@@ -322,18 +322,24 @@ impl Gen<'_> {
         self.open();
         self.tma_roles(group, &roles, (tid, t0), at)?;
         let then_body = self.close();
-        // A half wholly past N (N mod bn in 1..=bn/2) has nothing to compute or store:
-        // its CTA leaves at once (the condition is the CTA's own, so every thread leaves).
-        let inside = self.ix_op(n0);
-        let inside = self.b.op(
-            RegType::Pred,
-            Op::ICmp(ICmp::LtU),
-            &[inside, Self::imm_u(n)],
-        );
+        // A half wholly past N (only where N mod bn is in 1..=bn/2) has nothing to compute
+        // or store: its CTA leaves at once (the condition is the CTA's own, so every thread
+        // leaves).
         self.open();
-        self.open();
-        self.tma_roles(group, &halves, (tid, t0), at)?;
-        self.close_if(inside);
+        let past = (1..=bn as u64 / 2).contains(&(n % bn as u64));
+        if past {
+            let inside = self.ix_op(n0);
+            let inside = self.b.op(
+                RegType::Pred,
+                Op::ICmp(ICmp::LtU),
+                &[inside, Self::imm_u(n)],
+            );
+            self.open();
+            self.tma_roles(group, &halves, (tid, t0), at)?;
+            self.close_if(inside);
+        } else {
+            self.tma_roles(group, &halves, (tid, t0), at)?;
+        }
         let else_body = self.close();
         self.b.push(Stmt::If {
             cond: whole,
