@@ -816,8 +816,9 @@ pub fn pingpong_shared_bytes(
 /// SM (with fewer, some CTA would run one tile on one consumer warpgroup while the other
 /// idles: the `wgmma: 1` or `wgmma: tma` tile's two warpgroups on one tile serve better),
 /// and a row epilogue's rows (`rows`, of `d` columns) divide the 128 columns of a tile.
-/// Any other schedule is returned as it is. Taken only under `Options::wgmma_pingpong`
-/// until the GPU has measured it (issue 19); its order of sums is the `wgmma: 1` tile's.
+/// Any other schedule is returned as it is. Taken under `Options::wgmma_pingpong` (on by
+/// default) in `fast`, after a TMA tile that splits its last wave ([`tma_tail`]); its order
+/// of sums is the `wgmma: 1` tile's.
 pub fn prefer_pingpong(
     g: &Graph,
     mm: Value,
