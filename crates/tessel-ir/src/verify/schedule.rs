@@ -431,10 +431,14 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
             );
         }
     }
+    // The output tiles of the matmul's last two dims (the warp-specialised engines' rules).
+    let tiles = || {
+        let ms = &g.ty(mm).shape.0;
+        ms[ms.len() - 2].div_ceil(bm as u64) * ms[ms.len() - 1].div_ceil(bn as u64)
+    };
     if let MmaEngine::WgmmaTma { tail } = engine {
         // A split tail: the last `tail` tiles as two halves of bn / 2 columns.
-        let ms = &g.ty(mm).shape.0;
-        let tiles = ms[ms.len() - 2].div_ceil(bm as u64) * ms[ms.len() - 1].div_ceil(bn as u64);
+        let tiles = tiles();
         if tail as u64 > tiles || (tail > 0 && bn % 128 != 0) {
             e.push(
                 "schedule.mma",
@@ -445,8 +449,7 @@ fn mma_checks(g: &Graph, tile: &TileConfig, mm: Value, out: Value, grp: Group, e
     }
     if let MmaEngine::WgmmaPingpong { ctas } = engine {
         // Each consumer warpgroup computes the whole 128 × 128 tile; every CTA has a tile.
-        let ms = &g.ty(mm).shape.0;
-        let tiles = ms[ms.len() - 2].div_ceil(bm as u64) * ms[ms.len() - 1].div_ceil(bn as u64);
+        let tiles = tiles();
         let problems = [
             (
                 (bm, bn, warps_m) != (128, 128, 8),

@@ -65,22 +65,29 @@ pub fn run(
             // per SM), and with it the wgmma instruction's width.
             let rows = crate::analysis::row_epilogue_rows(g, &fusion.groups[grp]);
             let fast = profile == Profile::Fast;
-            // A TMA tile whose last wave splits (`tma_tail`) before the ping-pong tile.
-            let split = match wgmma_tma && fast {
-                true => Some(prefer_tma(g, mm, rows.is_some(), sch.clone(), target))
-                    .filter(|s| matches!(s.tile, TileConfig::Mma { engine: MmaEngine::WgmmaTma { tail }, .. } if tail > 0)),
-                false => None,
+            let engine = |s: &Schedule| match s.tile {
+                TileConfig::Mma { engine, .. } => Some(engine),
+                _ => None,
             };
-            if let Some(split) = split {
-                sch = split;
-            } else {
-                if wgmma_pingpong && fast {
-                    sch = prefer_pingpong(g, mm, rows, sch, target);
+            let tma =
+                (wgmma_tma && fast).then(|| prefer_tma(g, mm, rows.is_some(), sch.clone(), target));
+            sch = match tma {
+                // A TMA tile whose last wave splits (`tma_tail`) before the ping-pong tile.
+                Some(t) if matches!(engine(&t), Some(MmaEngine::WgmmaTma { tail }) if tail > 0) => {
+                    t
                 }
-                if wgmma_tma && fast {
-                    sch = prefer_tma(g, mm, rows.is_some(), sch, target);
+                // Else the ping-pong tile where it applies, else the TMA tile.
+                tma => {
+                    let pingpong = match wgmma_pingpong && fast {
+                        true => prefer_pingpong(g, mm, rows, sch, target),
+                        false => sch,
+                    };
+                    match engine(&pingpong) {
+                        Some(MmaEngine::WgmmaPingpong { .. }) => pingpong,
+                        _ => tma.unwrap_or(pingpong),
+                    }
                 }
-            }
+            };
         }
         if let GroupOps::Attention {
             scores, attention, ..
